@@ -1,0 +1,150 @@
+"""Per-GT-relation statistics for all K at once, and their aggregation into R@K / mR@K (SPEC 2.3-2.4).
+
+``scene_graph_ranks`` turns a padded batch into, for each GT relation, the 0-based position of the first
+prediction that hits it in each ranked list (graph-constrained, no-graph-constraint, GT-pair sub-list).
+"hit within the top K" is then ``rank < K`` for every K, so one pass serves all K and all metrics, and the
+per-image state is a few integers per GT relation, independent of the number of predictions.
+"""
+from typing import Dict, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .boxes import box_iou, mask_iou
+from .matching import first_hit_rank, triplet_hits
+from .ranking import graph_constrained_scores, no_graph_constraint_scores, stable_topk, triplet_scores
+
+
+def _take(values: Tensor, index: Tensor) -> Tensor:
+    return values.gather(1, index)
+
+
+def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
+    """IoU between predicted and GT objects of every image: [B, N, M] (boxes, or masks when asked)."""
+    if not use_masks:
+        return box_iou(batch.pred_boxes, batch.gt_boxes, plus_one)
+    num_pred, num_gt = batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]
+    out = batch.pred_boxes.new_zeros((len(batch.pred_masks), num_pred, num_gt))
+    for i, (pm, gm) in enumerate(zip(batch.pred_masks, batch.gt_masks)):
+        if pm.shape[-2:] != gm.shape[-2:]:
+            raise ValueError(f'sample_idx={int(batch.sample_idx[i])}: predicted masks {list(pm.shape[-2:])} and '
+                             f'GT masks {list(gm.shape[-2:])} differ in size (masks must be in the original frame)')
+        out[i, :pm.shape[0], :gm.shape[0]] = mask_iou(pm, gm)
+    return out
+
+
+def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
+                      phrase: bool = False, use_masks: bool = False, rank_by: str = 'score',
+                      with_pair_accuracy: bool = True) -> Dict[str, Tensor]:
+    """First-hit ranks of every GT relation in the ranked lists of a :class:`SceneGraphBatch`.
+
+    Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
+    within a list has rank ``NO_HIT`` (2**30).
+    ``rank_by='given'`` keeps the input order of the pairs for the graph-constrained list.
+    """
+    subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
+    object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
+    prob, predicate = graph_constrained_scores(batch.rel_scores, has_background=False)
+    gc_score = triplet_scores(prob, subject_score, object_score)
+    iou = None if phrase else object_iou_matrix(batch, plus_one, use_masks)
+    gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
+
+    def ranks_of(order: Tensor, valid: Tensor, pred_of_entry: Tensor, list_valid: Optional[Tensor] = None):
+        pairs = batch.rel_pairs.gather(1, order[..., None].expand(-1, -1, 2))
+        hits = triplet_hits(pairs[..., 0], pairs[..., 1], pred_of_entry, valid, batch.pred_labels,
+                            gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
+                            object_iou=iou, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
+                            phrase=phrase, plus_one=plus_one)
+        return first_hit_rank(hits, list_valid)
+
+    if rank_by == 'given':
+        length = min(max_k, batch.rel_valid.shape[1])
+        gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
+        gc_valid = batch.rel_valid[:, :length]
+    else:
+        gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
+    out = {'gc': ranks_of(gc_order, gc_valid, predicate.gather(1, gc_order))}
+
+    ng_scores = no_graph_constraint_scores(batch.rel_scores, False, subject_score, object_score)
+    num_pred = ng_scores.shape[-1]
+    ng_valid = (batch.rel_scores != float('-inf')) & batch.rel_valid[..., None]
+    flat_order, flat_valid = stable_topk(ng_scores.flatten(1), ng_valid.flatten(1), ng_topk)
+    out['ngc'] = ranks_of(flat_order // num_pred, flat_valid, flat_order % num_pred) \
+        if num_pred else torch.zeros_like(out['gc'])
+
+    if with_pair_accuracy:
+        # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
+        rel_key = batch.rel_pairs[..., 0] * 65536 + batch.rel_pairs[..., 1]
+        gt_key = torch.where(batch.gt_valid, gt_sub * 65536 + gt_obj, torch.full_like(gt_sub, -1))
+        in_gt = (rel_key[:, :, None] == gt_key[:, None, :]).any(-1) & batch.rel_valid
+        if rank_by == 'given':
+            keep = in_gt[:, :batch.rel_valid.shape[1]]
+            order = torch.arange(keep.shape[1], device=batch.device).expand_as(keep)
+            # the sub-list positions are counted by first_hit_rank through list_valid
+            out['pair_acc'] = ranks_of(order, keep, predicate.gather(1, order), list_valid=keep)
+        else:
+            acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
+            out['pair_acc'] = ranks_of(acc_order, acc_valid, predicate.gather(1, acc_order))
+    return out
+
+
+def triplet_keys(subject_class: Tensor, object_class: Tensor, predicate: Tensor, num_classes: int,
+                 num_predicates: int) -> Tensor:
+    """Integer code of (subject class, object class, predicate) triplets (all 0-based)."""
+    return (subject_class.long() * num_classes + object_class.long()) * num_predicates + predicate.long()
+
+
+def segment_mean(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
+    """Mean of ``values`` per segment id (float64); empty segments give 0 (with count 0)."""
+    total = torch.zeros(num_segments, dtype=torch.float64, device=values.device)
+    total.index_add_(0, segment, values.double())
+    count = torch.bincount(segment, minlength=num_segments).to(total)
+    return torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total))
+
+
+def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],
+                      rel_mask: Optional[Tensor] = None, average: str = 'image') -> Tensor:
+    """R@K per K (fraction, float64) from per-GT first-hit ranks.
+
+    ``image_of_rel`` maps each GT relation to its (evaluated) image 0..num_images-1. With ``rel_mask``
+    only those relations count, and images with none of them are left out (zero-shot recall).
+    ``average='image'``: mean over images of hits/n; ``'micro'``: total hits / total GT.
+    """
+    if rel_mask is None:
+        rel_mask = torch.ones_like(rank, dtype=torch.bool)
+    count = torch.bincount(image_of_rel[rel_mask], minlength=num_images).double()
+    has = count > 0
+    results = []
+    for k in ks:
+        hit = (rank < k) & rel_mask
+        hits = torch.bincount(image_of_rel[hit], minlength=num_images).double()
+        if average == 'micro':
+            results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_zeros(()))
+        else:
+            results.append((hits[has] / count[has]).mean() if has.any() else hits.new_zeros(()))
+    return torch.stack(results) if results else torch.zeros(0, dtype=torch.float64)
+
+
+def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, num_images: int,
+                         num_predicates: int, ks: Sequence[int], average: str = 'image'):
+    """Per-predicate recall [len(ks), P] (float64) and presence mask [P].
+
+    ``'image'`` (legacy mR): for predicate p, mean over the images containing p of hits_p / count_p.
+    ``'micro'``: total hits of p / total GT of p.
+    """
+    key = image_of_rel * num_predicates + predicate
+    size = num_images * num_predicates
+    count = torch.bincount(key, minlength=size).double().view(num_images, num_predicates)
+    present_images = count > 0
+    present = present_images.any(0)
+    rows = []
+    for k in ks:
+        hits = torch.bincount(key[rank < k], minlength=size).double().view(num_images, num_predicates)
+        if average == 'micro':
+            rows.append(torch.where(present, hits.sum(0) / count.sum(0).clamp(min=1), torch.zeros_like(hits[0])))
+        else:
+            ratio = torch.where(present_images, hits / count.clamp(min=1), torch.zeros_like(hits))
+            n_img = present_images.sum(0).double()
+            rows.append(torch.where(present, ratio.sum(0) / n_img.clamp(min=1), torch.zeros_like(n_img)))
+    recall = torch.stack(rows) if rows else torch.zeros((0, num_predicates), dtype=torch.float64)
+    return recall, present

@@ -1,0 +1,289 @@
+"""Reading and validating data samples (SPEC section 1).
+
+Metrics receive MMEngine data samples (``DetDataSample`` or their ``to_dict()`` form, or plain dicts of
+numpy arrays in offline evaluation). This module turns them into typed tensors, checks them, and raises a
+``ValueError`` naming the sample (``sample_idx`` / ``img_id``) and the offending field on bad input.
+"""
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+
+MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
+
+
+def get_field(obj: Any, key: str, default: Any = None) -> Any:
+    """``obj[key]`` for mappings, ``obj.key`` for data elements; ``default`` when absent."""
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def sample_name(sample: Any) -> str:
+    """Human-readable identity of a sample for error messages."""
+    idx = get_field(sample, 'sample_idx')
+    img_id = get_field(sample, 'img_id')
+    parts = []
+    if idx is not None:
+        parts.append(f'sample_idx={idx}')
+    if img_id is not None:
+        parts.append(f'img_id={img_id}')
+    return 'sample(' + (', '.join(parts) or 'unidentified') + ')'
+
+
+def to_tensor(value: Any, sample: Any, field: str, device: Optional[torch.device] = None) -> Tensor:
+    """Tensor view of a field value (tensor, numpy array, list, mmdet boxes or BitmapMasks)."""
+    if hasattr(value, 'tensor') and isinstance(getattr(value, 'tensor'), Tensor):  # mmdet BaseBoxes
+        value = value.tensor
+    elif hasattr(value, 'to_ndarray'):  # mmdet BitmapMasks / PolygonMasks
+        value = value.to_ndarray()
+    try:
+        tensor = value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f'{sample_name(sample)}: field `{field}` is not array-like ({err})') from None
+    return tensor.to(device) if device is not None else tensor
+
+
+def require(sample: Any, path: str, device: Optional[torch.device] = None) -> Tensor:
+    """Tensor at a dotted ``path`` such as ``'pred_relations.pair_idxs'``; ValueError when missing."""
+    obj = sample
+    for part in path.split('.'):
+        obj = get_field(obj, part)
+        if obj is None:
+            raise ValueError(f'{sample_name(sample)}: missing field `{path}`')
+    return to_tensor(obj, sample, path, device)
+
+
+def optional(sample: Any, path: str, device: Optional[torch.device] = None) -> Optional[Tensor]:
+    """Tensor at a dotted ``path`` or None when any part is absent."""
+    obj = sample
+    for part in path.split('.'):
+        obj = get_field(obj, part)
+        if obj is None:
+            return None
+    return to_tensor(obj, sample, path, device)
+
+
+def check_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """Validate xyxy boxes [N, 4]: finite, x2 >= x1, y2 >= y1. Returns float32."""
+    if boxes.numel() == 0:
+        return boxes.reshape(0, 4).float()
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [N, 4] (xyxy), '
+                         f'got {list(boxes.shape)}')
+    boxes = boxes.float()
+    if not torch.isfinite(boxes).all():
+        raise ValueError(f'{sample_name(sample)}: `{field}` contains NaN or inf')
+    bad = (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])
+    if bad.any():
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f'{sample_name(sample)}: `{field}`[{row}] = {boxes[row].tolist()} has x2 < x1 or '
+                         f'y2 < y1 (boxes must be xyxy in original image pixels)')
+    return boxes
+
+
+def check_labels(labels: Tensor, count: int, num: int, sample: Any, field: str, what: str) -> Tensor:
+    """Validate 0-based integer labels [count] in [0, num)."""
+    labels = labels.reshape(-1)
+    if labels.numel() != count:
+        raise ValueError(f'{sample_name(sample)}: `{field}` has {labels.numel()} entries, expected {count}')
+    if labels.is_floating_point():
+        if not torch.equal(labels, labels.round()):
+            raise ValueError(f'{sample_name(sample)}: `{field}` must hold integer {what} indices')
+    labels = labels.long()
+    if labels.numel() and (labels.min() < 0 or labels.max() >= num):
+        bad = labels[(labels < 0) | (labels >= num)][0].item()
+        raise ValueError(f'{sample_name(sample)}: `{field}` has {what} index {bad} outside [0, {num}) '
+                         f'(labels are 0-based into dataset_meta)')
+    return labels
+
+
+def check_pairs(pairs: Tensor, num_objects: int, sample: Any, field: str) -> Tensor:
+    """Validate int64 pair indices [R, 2] into a list of ``num_objects`` objects."""
+    if pairs.numel() == 0:
+        return pairs.reshape(0, 2).long()
+    if pairs.dim() != 2 or pairs.shape[1] != 2:
+        raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [R, 2], got {list(pairs.shape)}')
+    pairs = pairs.long()
+    if pairs.min() < 0 or pairs.max() >= num_objects:
+        bad = pairs[((pairs < 0) | (pairs >= num_objects)).any(1)][0].tolist()
+        raise ValueError(f'{sample_name(sample)}: `{field}` has pair {bad} with an index outside '
+                         f'[0, {num_objects}) (the object list has {num_objects} entries)')
+    return pairs
+
+
+def check_finite(values: Tensor, sample: Any, field: str) -> Tensor:
+    if values.numel() and not torch.isfinite(values).all():
+        raise ValueError(f'{sample_name(sample)}: `{field}` contains NaN or inf')
+    return values
+
+
+def sample_index(sample: Any) -> Optional[int]:
+    idx = get_field(sample, 'sample_idx')
+    return None if idx is None else int(idx)
+
+
+@dataclass
+class SceneGraphBatch:
+    """A padded batch of B scene-graph samples, ready for the functional layer.
+
+    Objects: N predicted / M GT per image (padded). Relations: R predicted pairs, G GT relations.
+    ``rel_scores`` [B, R, P] holds predicate scores without the background column; entries that are not
+    candidates (padding, single-label rows) are ``-inf``. All labels are 0-based; boxes are xyxy in the
+    original image frame (float32).
+    """
+    sample_idx: Tensor          # [B] int64
+    pred_boxes: Tensor          # [B, N, 4]
+    pred_labels: Tensor         # [B, N] (-1 padding)
+    pred_scores: Tensor         # [B, N] float32
+    gt_boxes: Tensor            # [B, M, 4]
+    gt_labels: Tensor           # [B, M] (-1 padding)
+    gt_pairs: Tensor            # [B, G, 2]
+    gt_predicates: Tensor       # [B, G]
+    gt_valid: Tensor            # [B, G] bool
+    rel_pairs: Tensor           # [B, R, 2]
+    rel_scores: Tensor          # [B, R, P] float32, -inf = not a candidate
+    rel_valid: Tensor           # [B, R] bool
+    num_rel_preds: Tensor       # [B] int64
+    pred_masks: Optional[List[Tensor]] = None
+    gt_masks: Optional[List[Tensor]] = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.rel_scores.device
+
+
+def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
+    return pad_sequence(list(tensors), batch_first=True, padding_value=value)
+
+
+def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: int,
+                     with_masks: bool = False, device: Optional[torch.device] = None) -> dict:
+    """Validate one sample and return its tensors (see :class:`SceneGraphBatch` for the meaning).
+
+    Mode substitution (SPEC 2.1): PredCls uses the GT boxes, GT labels and object scores 1; SGCls the GT
+    boxes with predicted labels/scores; SGDet/PhrDet everything predicted.
+    """
+    if mode not in MODES:
+        raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+    if get_field(sample, 'pred_relations') is None:
+        raise ValueError(f'{sample_name(sample)}: missing field `pred_relations` (the model must output '
+                         f'pred_relations.pair_idxs and pred_relations.scores)')
+    rel_scores = require(sample, 'pred_relations.scores', device)
+    device = rel_scores.device
+    gt_boxes = check_boxes(require(sample, 'gt_instances.bboxes', device), sample, 'gt_instances.bboxes')
+    num_gt_objects = gt_boxes.shape[0]
+    gt_labels = check_labels(require(sample, 'gt_instances.labels', device), num_gt_objects, num_classes,
+                             sample, 'gt_instances.labels', 'class')
+    gt_pairs = check_pairs(require(sample, 'gt_relations.pair_idxs', device), num_gt_objects, sample,
+                           'gt_relations.pair_idxs')
+    gt_predicates = check_labels(require(sample, 'gt_relations.labels', device), gt_pairs.shape[0],
+                                 num_predicates, sample, 'gt_relations.labels', 'predicate')
+
+    pred_instances = get_field(sample, 'pred_instances')
+    if mode == 'predcls':
+        num_pred = optional(sample, 'pred_instances.bboxes', device)
+        if num_pred is not None and num_pred.shape[0] not in (0, num_gt_objects):
+            raise ValueError(f'{sample_name(sample)}: PredCls expects pred_instances on the GT boxes '
+                             f'({num_gt_objects}), got {num_pred.shape[0]} (field `pred_instances.bboxes`)')
+        pred_boxes, pred_labels = gt_boxes, gt_labels
+        pred_scores = torch.ones(num_gt_objects, device=device)
+    else:
+        if pred_instances is None:
+            raise ValueError(f'{sample_name(sample)}: mode {mode!r} needs `pred_instances` '
+                             f'(labels and scores{", boxes" if mode in ("sgdet", "phrdet") else ""})')
+        pred_labels_raw = require(sample, 'pred_instances.labels', device)
+        count = num_gt_objects if mode == 'sgcls' else None
+        if mode == 'sgcls':
+            pred_boxes = gt_boxes
+        else:
+            pred_boxes = check_boxes(require(sample, 'pred_instances.bboxes', device), sample,
+                                     'pred_instances.bboxes')
+            count = pred_boxes.shape[0]
+        pred_labels = check_labels(pred_labels_raw, count, num_classes, sample, 'pred_instances.labels', 'class')
+        pred_scores = check_finite(require(sample, 'pred_instances.scores', device).float().reshape(-1),
+                                   sample, 'pred_instances.scores')
+        if pred_scores.numel() != count:
+            raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {pred_scores.numel()} '
+                             f'entries, expected {count}')
+    num_objects = pred_boxes.shape[0]
+    rel_pairs = check_pairs(require(sample, 'pred_relations.pair_idxs', device), num_objects, sample,
+                            'pred_relations.pair_idxs')
+    num_rel = rel_pairs.shape[0]
+    rel_scores = check_finite(rel_scores.float(), sample, 'pred_relations.scores')
+    if rel_scores.dim() == 1 or (rel_scores.dim() == 2 and rel_scores.shape[1] == 1
+                                 and optional(sample, 'pred_relations.labels') is not None):
+        labels = optional(sample, 'pred_relations.labels', device)
+        if labels is None:
+            raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` is 1-D, which needs '
+                             f'`pred_relations.labels` (0-based predicates)')
+        if rel_scores.numel() != num_rel:
+            raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` has {rel_scores.numel()} '
+                             f'entries for {num_rel} pairs')
+        labels = check_labels(labels, num_rel, num_predicates, sample, 'pred_relations.labels', 'predicate')
+        dense = torch.full((num_rel, num_predicates), float('-inf'), device=device)
+        dense[torch.arange(num_rel, device=device), labels] = rel_scores.reshape(-1)
+        rel_scores = dense
+    else:
+        if rel_scores.dim() != 2 or rel_scores.shape[0] != num_rel or \
+                rel_scores.shape[1] not in (num_predicates, num_predicates + 1):
+            raise ValueError(
+                f'{sample_name(sample)}: `pred_relations.scores` has shape {list(rel_scores.shape)}; expected '
+                f'[{num_rel}, {num_predicates + 1}] (column 0 = no relation) or [{num_rel}, {num_predicates}] '
+                f'for {num_predicates} predicates, or [{num_rel}] with `pred_relations.labels`')
+        if rel_scores.shape[1] == num_predicates + 1:
+            rel_scores = rel_scores[:, 1:]
+    out = dict(sample_idx=sample_index(sample), pred_boxes=pred_boxes, pred_labels=pred_labels,
+               pred_scores=pred_scores.float(), gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
+               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores)
+    if with_masks:
+        gt_masks = require(sample, 'gt_instances.masks', device).bool()
+        if mode in ('sgdet', 'phrdet'):
+            pred_masks = require(sample, 'pred_instances.masks', device).bool()
+            if pred_masks.shape[0] != num_objects:
+                raise ValueError(f'{sample_name(sample)}: `pred_instances.masks` has {pred_masks.shape[0]} '
+                                 f'masks for {num_objects} boxes')
+        else:
+            pred_masks = gt_masks
+        if gt_masks.shape[0] != num_gt_objects:
+            raise ValueError(f'{sample_name(sample)}: `gt_instances.masks` has {gt_masks.shape[0]} masks for '
+                             f'{num_gt_objects} boxes')
+        out.update(gt_masks=gt_masks, pred_masks=pred_masks)
+    return out
+
+
+def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
+                         with_masks: bool = False, device: Optional[torch.device] = None) -> SceneGraphBatch:
+    """Validate a list of samples and pad them into one :class:`SceneGraphBatch`."""
+    items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device) for s in samples]
+    device = items[0]['rel_scores'].device if items else (device or torch.device('cpu'))
+    items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
+    idx = torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items],
+                       dtype=torch.long, device=device)
+    num_rel = torch.tensor([it['rel_pairs'].shape[0] for it in items], dtype=torch.long, device=device)
+    max_rel = int(num_rel.max()) if len(items) else 0
+    rel_valid = torch.arange(max_rel, device=device)[None, :] < num_rel[:, None]
+    gt_valid = _pad([torch.ones(it['gt_predicates'].shape[0], dtype=torch.bool, device=device)
+                     for it in items], False)
+    return SceneGraphBatch(
+        sample_idx=idx,
+        pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
+        pred_labels=_pad([it['pred_labels'] for it in items], -1),
+        pred_scores=_pad([it['pred_scores'] for it in items], 0.0),
+        gt_boxes=_pad([it['gt_boxes'] for it in items], 0.0),
+        gt_labels=_pad([it['gt_labels'] for it in items], -1),
+        gt_pairs=_pad([it['gt_pairs'] for it in items], 0),
+        gt_predicates=_pad([it['gt_predicates'] for it in items], -1),
+        gt_valid=gt_valid,
+        rel_pairs=_pad([it['rel_pairs'] for it in items], 0),
+        rel_scores=_pad([it['rel_scores'] for it in items], float('-inf')),
+        rel_valid=rel_valid,
+        num_rel_preds=num_rel,
+        pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
+        gt_masks=[it['gt_masks'] for it in items] if with_masks else None,
+    )

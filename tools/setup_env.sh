@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the full mmsgg_eval stack into the current Python environment, idempotently:
+# torch 2.9.1 (CPU or CUDA wheel from the registry), mmcv 2.1.0 with compiled ops (built from the
+# sdist when no wheel is cached; ~12 min on 2 cores, then pip reuses the cached wheel), mmengine,
+# mmdet 3.3.0, the evaluation extras, and mmsgg_eval itself in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
+
+have() { "$PY" - "$@" <<'PYEOF' >/dev/null 2>&1
+import importlib, sys
+from importlib.metadata import version
+for spec in sys.argv[1:]:
+    name, _, want = spec.partition('==')
+    if want and version(name) != want:
+        sys.exit(1)
+    if not want:
+        version(name)
+PYEOF
+}
+
+echo "[setup] torch/torchvision"
+have torch==2.9.1 torchvision==0.24.1 || pip_install "torch==2.9.1" "torchvision==0.24.1" "numpy<2"
+echo "[setup] build tools"
+pip_install "numpy<2" "setuptools<70" wheel ninja
+echo "[setup] mmcv 2.1.0 with compiled ops"
+if ! "$PY" -c "import mmcv, mmcv._ext; assert mmcv.__version__ == '2.1.0'" >/dev/null 2>&1; then
+    "$PY" -m pip uninstall -y -q mmcv-lite >/dev/null 2>&1 || true
+    echo "[setup]   building mmcv from source (first time only, ~12 min on 2 cores)"
+    MMCV_WITH_OPS=1 FORCE_CUDA=${FORCE_CUDA:-0} MAX_JOBS=${MAX_JOBS:-2} \
+        pip_install "mmcv==2.1.0" --no-build-isolation
+fi
+echo "[setup] mmengine, mmdet, extras"
+have mmengine==0.10.7 mmdet==3.3.0 pycocotools h5py matplotlib pytest || \
+    pip_install "mmengine==0.10.7" "mmdet==3.3.0" pycocotools h5py matplotlib pytest "numpy<2"
+echo "[setup] mmsgg_eval (editable)"
+pip_install --no-deps --no-build-isolation -e .
+echo "[setup] done"
