@@ -71,8 +71,8 @@ class RowAccumulator:
     def reduce(self) -> Dict[str, Columns]:
         """Gather every rank's rows (one collective of lengths, one of bytes) and de-duplicate.
 
-        Returns the same tables on every rank, rows ordered by (rank, add order), with exactly one
-        occurrence of each ``sample_idx``.
+        Returns the same tables on every rank, rows sorted by ``sample_idx`` (stable within a sample), with
+        exactly one occurrence of each ``sample_idx``: results are bit-identical for any world size.
         """
         local = self.local()
         gathered = all_gather_tables(local)
@@ -88,7 +88,8 @@ def _to_bytes(t: Tensor) -> Tensor:
 
 def _from_bytes(buf: Tensor, dtype: torch.dtype, shape: Sequence[int]) -> Tensor:
     storage = torch.uint8 if dtype == torch.bool else dtype
-    t = buf.view(storage).reshape(tuple(shape)) if buf.numel() else torch.zeros(tuple(shape), dtype=storage,
+    # clone(): a slice of the shared buffer may be misaligned for wider dtypes
+    t = buf.clone().view(storage).reshape(tuple(shape)) if buf.numel() else torch.zeros(tuple(shape), dtype=storage,
                                                                                   device=buf.device)
     return t.bool() if dtype == torch.bool else t
 
@@ -151,6 +152,8 @@ def _row_bytes(layout, lengths: Tensor) -> int:
 
 def deduplicate(tables: Dict[str, Columns]) -> Dict[str, Columns]:
     """Keep, for each ``sample_idx``, only the rows of its first occurrence (min rank, then min add call)."""
+    if not tables:
+        return tables
     keys = [(cols['rank'] << 40) + cols['occurrence'] for cols in tables.values()]
     idx_all = torch.cat([cols['sample_idx'] for cols in tables.values()])
     if idx_all.numel() == 0:
@@ -165,5 +168,7 @@ def deduplicate(tables: Dict[str, Columns]) -> Dict[str, Columns]:
         n = key.numel()
         keep = key == first[inverse[start:start + n]]
         start += n
-        out[table] = OrderedDict((name, col[keep]) for name, col in cols.items())
+        # canonical order (by sample_idx, stable within a sample): sums do not depend on the world size
+        order = torch.sort(cols['sample_idx'][keep], stable=True).indices
+        out[table] = OrderedDict((name, col[keep][order]) for name, col in cols.items())
     return out

@@ -233,11 +233,11 @@ class SceneGraphMetric(BaseMetric):
         if not has_zs and self._meta('train_triplets') is not None:
             train = torch.as_tensor(self._meta('train_triplets')).long().reshape(-1, 3)
             c, p = len(self.classes), num_pred_classes
-            trip = rel['triplet']
-            eval_trip = torch.stack([trip // p // c, trip // p % c, trip % p], 1)
+            split_trip = rels['triplet']  # every GT relation of the split, evaluated image or not
+            eval_trip = torch.stack([split_trip // p // c, split_trip // p % c, split_trip % p], 1)
             derived = derive_zeroshot(eval_trip, train)
             codes = triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p)
-            zs_mask = torch.isin(trip, codes)
+            zs_mask = torch.isin(rel['triplet'], codes)
             zs_info = {'source': 'derived (evaluated GT triplets absent from training)',
                        'size': int(derived.shape[0]), 'sha1': triplet_set_digest(derived)}
             has_zs = True

@@ -1,0 +1,258 @@
+"""Shared machinery of the dataset wrappers (SPEC section 5).
+
+Conventions of every wrapper:
+
+* ``get_data_info(i)`` returns an mmdet-style dict: ``img_path``, ``img_id``, ``width``, ``height`` (pixels of
+  the image file), ``instances`` (list of ``{'bbox': [x1, y1, x2, y2], 'bbox_label': int, 'ignore_flag': 0}``,
+  boxes in ORIGINAL image pixels, labels 0-based into ``metainfo['classes']``) and, for scene graphs,
+  ``relations`` (int64 [G, 3]: subject index, object index into ``instances``, 0-based predicate into
+  ``metainfo['predicates']``).
+* ``metainfo`` is complete right after construction (also with ``lazy_init=True``): vocabulary, dataset name,
+  the IoU convention (``iou_plus_one``) and, when the training split is readable, the training statistics
+  ``predicate_counts`` (list of P ints) and ``train_triplets`` (int64 [T, 3], unique 0-based (subject class,
+  object class, predicate)). Files parsed for the metainfo are cached until ``full_init`` has built the data
+  list, so nothing is read twice.
+* Image files are never opened while indexing (evaluation-only use needs none).
+* Malformed files raise :class:`DatasetFormatError` (a ``ValueError``) naming the file and the record; missing
+  files raise ``FileNotFoundError`` naming the file and where it was looked for.
+"""
+import json
+import os
+import os.path as osp
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from mmengine.dataset import BaseDataset
+
+# How duplicate GT relations of one image are treated (SPEC 5; legacy behaviour differs per split/dataset).
+DUPLICATE_MODES = ('keep', 'drop_triplets', 'one_per_pair')
+
+
+class DatasetFormatError(ValueError):
+    """A dataset file does not have the expected format; the message names the file and the record."""
+
+
+def require_file(path: str, what: str, data_root: str = '') -> str:
+    """Return ``path`` when it is an existing file, else raise FileNotFoundError saying where it was looked for."""
+    if not osp.isfile(path):
+        where = f' (data_root={data_root!r})' if data_root else ''
+        raise FileNotFoundError(f'{what} not found: looked for {osp.abspath(path)!r}{where}')
+    return path
+
+
+def load_json(path: str, what: str, data_root: str = '') -> Any:
+    """Parse a JSON file, with errors naming the file."""
+    require_file(path, what, data_root)
+    try:
+        with open(path, 'r') as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise DatasetFormatError(f'{path}: not valid JSON ({err})') from None
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorised (int64)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+
+
+def split_by_counts(values: np.ndarray, counts: np.ndarray) -> List[np.ndarray]:
+    """Split ``values`` (first axis) into consecutive chunks of the given sizes."""
+    return np.split(values, np.cumsum(counts)[:-1]) if len(counts) else []
+
+
+def first_occurrence(keys: np.ndarray) -> np.ndarray:
+    """Boolean mask keeping the first occurrence of every row of ``keys`` [N, K] (original order kept)."""
+    keep = np.zeros(len(keys), dtype=bool)
+    if len(keys):
+        _, first = np.unique(keys, axis=0, return_index=True)
+        keep[first] = True
+    return keep
+
+
+def duplicate_mask(image_of_rel: np.ndarray, relations: np.ndarray, mode: str) -> np.ndarray:
+    """Relations to keep under a duplicate mode (vectorised over all images; order preserved).
+
+    Args:
+        image_of_rel: int [R], the image of each relation.
+        relations: int [R, 3] local (subject, object, predicate).
+        mode: 'keep' (legacy VG150/GQA200 evaluation: duplicate triplets kept), 'drop_triplets' (PSG test:
+            exact duplicate triplets dropped, several predicates per pair kept) or 'one_per_pair' (legacy training
+            splits: one relation per (subject, object) pair; the legacy loaders draw that predicate at random
+            each time an image is loaded, here the first one in file order is kept, deterministically).
+    """
+    if mode == 'keep' or len(relations) == 0:
+        return np.ones(len(relations), dtype=bool)
+    cols = 3 if mode == 'drop_triplets' else 2
+    keys = np.concatenate([np.asarray(image_of_rel, np.int64)[:, None],
+                           np.asarray(relations, np.int64)[:, :cols]], axis=1)
+    return first_occurrence(keys)
+
+
+def relation_statistics(subject_labels: np.ndarray, object_labels: np.ndarray, predicates: np.ndarray,
+                        num_predicates: int) -> Dict[str, Any]:
+    """Training statistics from 0-based class / predicate labels of every training relation.
+
+    Returns ``predicate_counts`` (list of ``num_predicates`` ints) and ``train_triplets`` (int64 [T, 3], unique
+    sorted (subject class, object class, predicate)).
+    """
+    predicates = np.asarray(predicates, dtype=np.int64)
+    counts = np.bincount(predicates, minlength=num_predicates)[:num_predicates]
+    triplets = np.stack([np.asarray(subject_labels, np.int64), np.asarray(object_labels, np.int64), predicates], 1)
+    triplets = np.unique(triplets.reshape(-1, 3), axis=0).astype(np.int64)
+    return dict(predicate_counts=[int(c) for c in counts], train_triplets=triplets)
+
+
+def build_instances(boxes: np.ndarray, labels: np.ndarray) -> List[dict]:
+    """mmdet-style instance dicts from float32 boxes [N, 4] (xyxy, original pixels) and 0-based labels [N].
+
+    The Python floats hold the float32 values exactly, so ``np.float32`` reconstructs them bit for bit.
+    """
+    return instance_dicts(np.asarray(boxes, np.float32).reshape(-1, 4).tolist(),
+                          np.asarray(labels, np.int64).reshape(-1).tolist())
+
+
+def instance_dicts(boxes: List[List[float]], labels: List[int]) -> List[dict]:
+    """``[{'bbox': box, 'bbox_label': label, 'ignore_flag': 0}, ...]`` from Python lists."""
+    return [{'bbox': b, 'bbox_label': lab, 'ignore_flag': 0} for b, lab in zip(boxes, labels)]
+
+
+def clip_boxes_legacy(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray) -> np.ndarray:
+    """Legacy ``BoxList.clip_to_image(remove_empty=False)``: clamp float32 xyxy to [0, W-1] x [0, H-1].
+
+    ``widths`` / ``heights`` are per box (broadcast from the box's image). Empty boxes are kept.
+    """
+    boxes = np.asarray(boxes, dtype=np.float32).copy()
+    max_x = (np.asarray(widths, np.float32) - 1)
+    max_y = (np.asarray(heights, np.float32) - 1)
+    for col, hi in ((0, max_x), (1, max_y), (2, max_x), (3, max_y)):
+        boxes[:, col] = np.minimum(np.maximum(boxes[:, col], np.float32(0)), hi)
+    return boxes
+
+
+def check_range(values: np.ndarray, low: int, high: int, describe: Callable[[int], str], what: str) -> None:
+    """Raise DatasetFormatError when an entry of ``values`` lies outside [low, high]; ``describe(i)`` names it."""
+    values = np.asarray(values)
+    bad = np.flatnonzero((values < low) | (values > high))
+    if bad.size:
+        i = int(bad[0])
+        raise DatasetFormatError(f'{describe(i)}: {what} {values[i].item()} outside [{low}, {high}] '
+                                 f'({bad.size} such entries)')
+
+
+class AnnotationDataset(BaseDataset):
+    """Base of the wrappers: split validation, extra annotation paths, metainfo read from the files.
+
+    Subclasses set ``SPLITS`` and ``METAINFO`` (``dataset_name``, ``iou_plus_one``), list their extra file
+    arguments in ``EXTRA_FILES`` (joined with ``data_root`` like ``ann_file``) and implement
+    :meth:`_file_metainfo` and ``load_data_list``. Use :meth:`_cached` for parsed files needed by both.
+    """
+
+    SPLITS: Tuple[str, ...] = ('train', 'val', 'test')
+    EXTRA_FILES: Tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, split: str = 'test', **kwargs: Any) -> None:
+        if split not in self.SPLITS:
+            raise ValueError(f'{type(self).__name__}: split must be one of {self.SPLITS}, got {split!r}')
+        self.split = split
+        self._cache: Dict[str, Any] = {}
+        super().__init__(*args, **kwargs)
+
+    def _join_prefix(self) -> None:
+        super()._join_prefix()
+        for attr in self.EXTRA_FILES:
+            path = getattr(self, attr)
+            if path and not osp.isabs(path) and self.data_root:
+                setattr(self, attr, osp.join(self.data_root, path))
+        meta = self._file_metainfo()
+        for key in ('classes', 'predicates'):
+            given = self._metainfo.get(key)
+            if given is not None and key in meta and len(given) != len(meta[key]):
+                raise ValueError(f'{type(self).__name__}: metainfo[{key!r}] has {len(given)} entries but the '
+                                 f'annotation files define {len(meta[key])}')
+        for key, value in meta.items():
+            self._metainfo.setdefault(key, value)
+        if 'classes' in self._metainfo:
+            self._metainfo['classes'] = tuple(self._metainfo['classes'])
+        if 'predicates' in self._metainfo:
+            self._metainfo['predicates'] = tuple(self._metainfo['predicates'])
+
+    def full_init(self) -> None:
+        if self._fully_initialized:
+            return
+        super().full_init()
+        self._cache.clear()
+
+    def _cached(self, key: str, loader: Callable[[], Any]) -> Any:
+        """``loader()`` once per key until the data list is built."""
+        if key not in self._cache:
+            self._cache[key] = loader()
+        return self._cache[key]
+
+    def _require(self, path: str, what: str) -> str:
+        return require_file(path, what, self.data_root)
+
+    def _file_metainfo(self) -> Dict[str, Any]:
+        """Metainfo read from the annotation files (vocabulary, training statistics)."""
+        raise NotImplementedError
+
+    def _img_path(self, name: str) -> str:
+        return osp.join(self.data_prefix.get('img', ''), name)
+
+
+class SceneGraphDataset(AnnotationDataset):
+    """Base of the scene-graph wrappers (VG150, GQA200, PSG).
+
+    Args:
+        split: which split to index.
+        duplicate_rels: None = the legacy behaviour of the dataset and split (see :func:`duplicate_mask`), or
+            one of 'keep', 'drop_triplets', 'one_per_pair'.
+    """
+
+    def __init__(self, *args: Any, split: str = 'test', duplicate_rels: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        if duplicate_rels is not None and duplicate_rels not in DUPLICATE_MODES:
+            raise ValueError(f'duplicate_rels must be None or one of {DUPLICATE_MODES}, got {duplicate_rels!r}')
+        self.duplicate_rels = duplicate_rels
+        super().__init__(*args, split=split, **kwargs)
+
+    def default_duplicate_mode(self) -> str:
+        """Legacy treatment of duplicate relations for ``self.split``."""
+        return 'one_per_pair' if self.split == 'train' else 'keep'
+
+    @property
+    def duplicate_mode(self) -> str:
+        return self.duplicate_rels or self.default_duplicate_mode()
+
+    @staticmethod
+    def build_data_list(records: Sequence[dict], boxes: np.ndarray, labels: np.ndarray, obj_counts: np.ndarray,
+                        image_of_rel: np.ndarray, relations: np.ndarray, mode: str) -> List[dict]:
+        """Attach ``instances`` and ``relations`` to per-image ``records`` (vectorised slicing).
+
+        Args:
+            records: one dict per image (img_path, img_id, width, height, ...), updated in place.
+            boxes: float32 [N, 4] all objects of all images, concatenated in image order.
+            labels: int [N] 0-based labels.
+            obj_counts: int [I] objects per image.
+            image_of_rel: int [R] image (position in ``records``) of each relation, non-decreasing.
+            relations: int [R, 3] local (subject, object, 0-based predicate).
+            mode: duplicate mode, see :func:`duplicate_mask`.
+        """
+        keep = duplicate_mask(image_of_rel, relations, mode)
+        image_of_rel, relations = np.asarray(image_of_rel)[keep], np.asarray(relations, np.int64)[keep]
+        rel_counts = np.bincount(image_of_rel, minlength=len(records))
+        box_list = np.asarray(boxes, np.float32).tolist()
+        label_list = np.asarray(labels, np.int64).tolist()
+        rel_chunks = split_by_counts(relations.astype(np.int64).reshape(-1, 3), rel_counts)
+        starts = np.cumsum(obj_counts) - obj_counts
+        for record, start, count, rels in zip(records, starts.tolist(), np.asarray(obj_counts).tolist(),
+                                              rel_chunks):
+            record['instances'] = instance_dicts(box_list[start:start + count], label_list[start:start + count])
+            record['relations'] = rels.copy()
+        return list(records)
+

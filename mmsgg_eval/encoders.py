@@ -1,0 +1,473 @@
+"""CLIP-family image/text encoders for :class:`~mmsgg_eval.metrics.RelCLIPScore` (SPEC section 4).
+
+Every encoder implements one small interface (the *encoder protocol*; any object with these members can be
+passed to the metric, e.g. a test stub):
+
+* ``encode_image(images: Tensor[N, 3, H, W]) -> Tensor[N, D]``: images are RGB floats in [0, 1] (uint8 is
+  accepted and divided by 255). The encoder applies ITS model's preprocessing on tensors (resize, centre crop,
+  mean/std normalisation, see :class:`ImagePreprocess`) and returns raw (not normalised) float32 features.
+* ``encode_text(texts: list[str]) -> Tensor[N, D]``: raw float32 features.
+* optional ``preprocess: ImagePreprocess``: the geometry of the model input; the metric uses it to crop union
+  boxes directly at the model's input size (one ``roi_align`` call). Default: 224x224 centre crop.
+* optional ``similarity_to_score(cos: Tensor) -> Tensor``: the per-relation score s from the cosine of
+  L2-normalised embeddings. Default ``max(cos, 0)`` (CLIPScore); SigLIP uses its sigmoid probability
+  ``sigmoid(cos * exp(logit_scale) + logit_bias)``.
+
+Backends, all loaded from LOCAL files only (nothing is ever downloaded):
+
+* :class:`OpenCLIPEncoder`: open_clip (``pip install mmsgg_eval[clip]``): a built-in architecture name plus a
+  local checkpoint file, or ``model_name='local-dir:/path'`` (``open_clip_config.json`` + weights). CLIP
+  ViT-B/32 = ``model_name='ViT-B-32-quickgelu', pretrained='/ckpt/ViT-B-32.pt'``; NegCLIP =
+  ``model_name='ViT-B-32-quickgelu', pretrained='/ckpt/negclip.pth'``.
+* :class:`HFCLIPEncoder` / :class:`HFSigLIPEncoder`: transformers (``pip install mmsgg_eval[hf]``),
+  ``from_pretrained(local_dir, local_files_only=True)`` of the model, tokenizer and image processor.
+
+Build from a config with :func:`build_encoder` (``dict(type='OpenCLIPEncoder', model_name=..., pretrained=...)``);
+register custom encoders with ``@ENCODERS.register_module()``.
+"""
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from mmengine.registry import Registry
+from torch import Tensor, nn
+
+__all__ = ['ENCODERS', 'build_encoder', 'ImagePreprocess', 'crop_regions', 'BaseCLIPEncoder', 'OpenCLIPEncoder',
+           'HFCLIPEncoder', 'HFSigLIPEncoder', 'is_encoder']
+
+
+def _build_from_cfg(cfg: Any, registry: Registry, default_args: Optional[dict] = None) -> Any:
+    """Build ``cfg['type'](**rest)`` from this registry only (no MMEngine scope switching)."""
+    args = dict(default_args or {})
+    args.update(dict(cfg))
+    obj_type = args.pop('type', None)
+    if obj_type is None:
+        raise KeyError(f'encoder config needs a `type` (one of {sorted(registry.module_dict)}), got {dict(cfg)}')
+    obj_cls = registry.get(obj_type) if isinstance(obj_type, str) else obj_type
+    if obj_cls is None:
+        raise KeyError(f'unknown encoder type {obj_type!r}; registered: {sorted(registry.module_dict)}')
+    return obj_cls(**args)
+
+
+ENCODERS = Registry('clip encoder', build_func=_build_from_cfg, scope='mmsgg_eval')
+
+
+def is_encoder(obj: Any) -> bool:
+    """True when ``obj`` implements the encoder protocol (``encode_image`` and ``encode_text``)."""
+    return callable(getattr(obj, 'encode_image', None)) and callable(getattr(obj, 'encode_text', None))
+
+
+def build_encoder(cfg: Any) -> Any:
+    """An encoder from a config dict (``type`` in :data:`ENCODERS`), or ``cfg`` itself if already built."""
+    if is_encoder(cfg):
+        return cfg
+    if isinstance(cfg, dict):
+        return ENCODERS.build(cfg)
+    raise TypeError(f'encoder must be a config dict or an object with encode_image/encode_text, got {type(cfg)}')
+
+
+def _require(module: str, extra: str, what: str):
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f'{what} needs the optional dependency `{module}` ({err}); install it with '
+                          f"`pip install 'mmsgg_eval[{extra}]'`") from None
+
+
+# ---------------------------------------------------------------------------------------------- preprocessing
+def _pair(size: Union[int, Sequence[int]]) -> Tuple[int, int]:
+    if isinstance(size, (int, float)):
+        return int(size), int(size)
+    size = tuple(int(s) for s in size)
+    return (size[0], size[0]) if len(size) == 1 else (size[0], size[1])
+
+
+@dataclass(frozen=True)
+class ImagePreprocess:
+    """Preprocessing of a CLIP-family image tower, applied to RGB float tensors in [0, 1].
+
+    Geometry (all sizes ``(height, width)`` in pixels):
+
+    * ``resize_mode='shortest'``: scale the image by ``resize_size / min(h, w)`` (shortest edge to
+      ``resize_size``), then centre-crop ``crop_size`` (OpenAI CLIP, open_clip default, HF CLIP).
+    * ``resize_mode='cover'``: scale by ``max(crop_h / h, crop_w / w)``, then centre-crop ``crop_size``
+      (open_clip ``shortest`` with a non-square input).
+    * ``resize_mode='squash'``: resize to ``resize_size`` ignoring the aspect ratio (SigLIP), then centre-crop
+      ``crop_size`` if given.
+
+    Then ``(x - mean) / std``. ``output_size`` is what the tower receives.
+    """
+    resize_mode: str = 'shortest'
+    resize_size: Union[int, Tuple[int, int]] = 224
+    crop_size: Optional[Tuple[int, int]] = (224, 224)
+    mean: Tuple[float, ...] = (0.48145466, 0.4578275, 0.40821073)
+    std: Tuple[float, ...] = (0.26862954, 0.26130258, 0.27577711)
+    interpolation: str = 'bicubic'
+
+    def __post_init__(self) -> None:
+        if self.resize_mode not in ('shortest', 'cover', 'squash'):
+            raise ValueError(f"resize_mode must be 'shortest', 'cover' or 'squash', got {self.resize_mode!r}")
+        if self.resize_mode != 'squash' and self.crop_size is None:
+            raise ValueError(f'resize_mode={self.resize_mode!r} without a crop size gives inputs of varying size')
+        if self.crop_size is not None:
+            object.__setattr__(self, 'crop_size', _pair(self.crop_size))
+        if self.resize_mode == 'squash':
+            object.__setattr__(self, 'resize_size', _pair(self.resize_size))
+        elif self.resize_mode == 'shortest':
+            object.__setattr__(self, 'resize_size', int(_pair(self.resize_size)[0]))
+
+    @property
+    def output_size(self) -> Tuple[int, int]:
+        """(height, width) of the tensors fed to the image tower."""
+        return self.crop_size if self.crop_size is not None else self.resize_size
+
+    def _scales(self, heights: Tensor, widths: Tensor) -> Tuple[Tensor, Tensor]:
+        """Resize factors (y, x) applied to an image/box of the given size."""
+        if self.resize_mode == 'shortest':
+            s = self.resize_size / torch.minimum(heights, widths)
+            return s, s
+        if self.resize_mode == 'cover':
+            s = torch.maximum(self.crop_size[0] / heights, self.crop_size[1] / widths)
+            return s, s
+        return self.resize_size[0] / heights, self.resize_size[1] / widths
+
+    def regions(self, boxes: Tensor) -> Tensor:
+        """Part of each xyxy box [R, 4] (pixels) that resize + centre crop keep, as xyxy boxes [R, 4].
+
+        Cropping this region and resampling it to :attr:`output_size` equals cropping the box, then applying
+        the model's resize and centre crop (up to the rounding of the resized size).
+        """
+        boxes = boxes.float()
+        widths = (boxes[:, 2] - boxes[:, 0]).clamp(min=1e-3)
+        heights = (boxes[:, 3] - boxes[:, 1]).clamp(min=1e-3)
+        if self.crop_size is None:
+            return boxes
+        sy, sx = self._scales(heights, widths)
+        keep_h = torch.minimum(self.crop_size[0] / sy, heights)
+        keep_w = torch.minimum(self.crop_size[1] / sx, widths)
+        cx = (boxes[:, 0] + boxes[:, 2]) / 2
+        cy = (boxes[:, 1] + boxes[:, 3]) / 2
+        return torch.stack([cx - keep_w / 2, cy - keep_h / 2, cx + keep_w / 2, cy + keep_h / 2], dim=1)
+
+    def resize_and_crop(self, images: Tensor) -> Tensor:
+        """Model geometry on a batch [N, 3, H, W] of equal-size images (identity when already at size)."""
+        import torchvision.transforms.v2.functional as TF
+        from torchvision.transforms import InterpolationMode
+        if tuple(images.shape[-2:]) == tuple(self.output_size):
+            return images
+        mode = {'bicubic': InterpolationMode.BICUBIC, 'bilinear': InterpolationMode.BILINEAR,
+                'nearest': InterpolationMode.NEAREST}.get(self.interpolation, InterpolationMode.BICUBIC)
+        h, w = images.shape[-2:]
+        if self.resize_mode == 'shortest':
+            size: List[int] = [self.resize_size]
+        elif self.resize_mode == 'cover':
+            s = max(self.crop_size[0] / h, self.crop_size[1] / w)
+            size = [max(self.crop_size[0], round(h * s)), max(self.crop_size[1], round(w * s))]
+        else:
+            size = list(self.resize_size)
+        out = TF.resize(images, size, interpolation=mode, antialias=True)
+        if self.crop_size is not None:
+            out = TF.center_crop(out, list(self.crop_size))
+        return out.clamp(0, 1) if mode == InterpolationMode.BICUBIC else out
+
+    def normalize(self, images: Tensor) -> Tensor:
+        mean = torch.tensor(self.mean, dtype=images.dtype, device=images.device)[:, None, None]
+        std = torch.tensor(self.std, dtype=images.dtype, device=images.device)[:, None, None]
+        return (images - mean) / std
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """[N, 3, H, W] RGB in [0, 1] (or uint8) -> normalised [N, 3, *output_size] float32."""
+        if images.dtype == torch.uint8:
+            images = images.float() / 255
+        return self.normalize(self.resize_and_crop(images.float()))
+
+
+DEFAULT_PREPROCESS = ImagePreprocess()
+
+
+def crop_regions(images: Sequence[Tensor], image_index: Tensor, boxes: Tensor,
+                 preprocess: ImagePreprocess = DEFAULT_PREPROCESS) -> Tensor:
+    """Crop xyxy ``boxes`` [R, 4] (pixels of ``images[image_index[r]]``) at the model's input size, in one call.
+
+    ``images``: RGB [3, H_i, W_i] tensors (uint8 or float in [0, 1]) on one device; sizes may differ. Each
+    box is clipped to its image, reduced to the region the model's resize + centre crop would keep
+    (:meth:`ImagePreprocess.regions`) and resampled by ``torchvision.ops.roi_align`` (``aligned=True``: a box
+    [x1, x2] covers pixels x1..x2-1 like ``PIL.Image.crop``; adaptive sampling averages about one sample per
+    source pixel, i.e. an anti-aliased downscale; upscaling is bilinear where the model's own transform is
+    bicubic). Images are padded to a common size by edge replication, which reproduces roi_align's border
+    clamping exactly. Returns [R, 3, *preprocess.output_size] float32 in [0, 1] (not normalised).
+    """
+    from torchvision.ops import roi_align
+    out_h, out_w = preprocess.output_size
+    if boxes.shape[0] == 0:
+        device = images[0].device if len(images) else boxes.device
+        return torch.zeros((0, 3, out_h, out_w), device=device)
+    used = torch.unique(image_index).tolist()
+    slot = {i: n for n, i in enumerate(used)}
+    max_h = max(int(images[i].shape[-2]) for i in used)
+    max_w = max(int(images[i].shape[-1]) for i in used)
+    device = images[used[0]].device
+    canvas = torch.empty((len(used), 3, max_h, max_w), dtype=torch.float32, device=device)
+    sizes = torch.zeros((len(used), 2), dtype=torch.float32, device=device)
+    for i in used:
+        img = images[i].to(device)
+        img = img.float() / 255 if img.dtype == torch.uint8 else img.float()
+        h, w = img.shape[-2:]
+        canvas[slot[i]] = F.pad(img[None], (0, max_w - w, 0, max_h - h), mode='replicate')[0] \
+            if (h, w) != (max_h, max_w) else img
+        sizes[slot[i]] = torch.tensor([w, h], dtype=torch.float32)
+    index = torch.tensor([slot[int(i)] for i in image_index.tolist()], dtype=torch.long, device=device)
+    wh = sizes[index].repeat(1, 2)
+    clipped = torch.minimum(boxes.float().to(device).clamp(min=0), wh)
+    # at least one pixel wide/high, kept inside the image
+    size = (clipped[:, 2:] - clipped[:, :2]).clamp(min=1.0)
+    lo = torch.minimum(clipped[:, :2], wh[:, :2] - size).clamp(min=0)
+    clipped = torch.cat([lo, lo + size], dim=1)
+    regions = preprocess.regions(clipped)
+    rois = torch.cat([index[:, None].float(), regions], dim=1)
+    crops = roi_align(canvas, rois, output_size=(out_h, out_w), spatial_scale=1.0, sampling_ratio=-1,
+                      aligned=True)
+    return crops.clamp_(0, 1)
+
+
+# ---------------------------------------------------------------------------------------------- encoders
+_DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+
+
+class BaseCLIPEncoder(nn.Module):
+    """Shared logic: preprocessing on tensors, dtype/device handling, cosine or sigmoid scores.
+
+    Subclasses set ``self.preprocess`` and implement ``_image_features(pixels)`` / ``_text_features(texts)``.
+    ``score='cosine'`` gives s = max(cos, 0); ``score='sigmoid'`` gives
+    s = sigmoid(cos * exp(logit_scale) + logit_bias) from the model's own scale and bias.
+    """
+    preprocess: ImagePreprocess
+
+    def __init__(self, score: str = 'cosine', precision: str = 'fp32') -> None:
+        super().__init__()
+        if score not in ('cosine', 'sigmoid'):
+            raise ValueError(f"score must be 'cosine' or 'sigmoid', got {score!r}")
+        if precision not in _DTYPES:
+            raise ValueError(f'precision must be one of {sorted(_DTYPES)}, got {precision!r}')
+        self.score = score
+        self.precision = precision
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    @torch.no_grad()
+    def encode_image(self, images: Tensor) -> Tensor:
+        """[N, 3, H, W] RGB in [0, 1] -> [N, D] float32 features (model preprocessing applied here)."""
+        pixels = self.preprocess(images.to(self.device))
+        return self._image_features(pixels.to(self.dtype)).float()
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> Tensor:
+        """list of N strings -> [N, D] float32 features."""
+        return self._text_features(list(texts)).float()
+
+    def logit_scale_and_bias(self) -> Tuple[Tensor, Tensor]:  # pragma: no cover - overridden
+        raise NotImplementedError(f'{type(self).__name__} has no sigmoid head (use score="cosine")')
+
+    def similarity_to_score(self, cos: Tensor) -> Tensor:
+        """Per-relation score s from the cosine of L2-normalised image and text embeddings."""
+        if self.score == 'cosine':
+            return cos.clamp(min=0)
+        scale, bias = self.logit_scale_and_bias()
+        return torch.sigmoid(cos * scale.float().exp().to(cos.device) + bias.float().to(cos.device))
+
+    def _image_features(self, pixels: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _text_features(self, texts: List[str]) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@ENCODERS.register_module()
+class OpenCLIPEncoder(BaseCLIPEncoder):
+    """CLIP / NegCLIP / other open_clip models from local files.
+
+    Args:
+        model_name: an open_clip architecture (``'ViT-B-32-quickgelu'`` for OpenAI CLIP B/32 and NegCLIP,
+            ``'ViT-L-14-quickgelu'``...) or ``'local-dir:/path'`` (``open_clip_config.json`` + weights).
+            ``hf-hub:`` names are refused (no downloads).
+        pretrained: path of a LOCAL checkpoint file (state dict, ``{'state_dict': ...}`` training checkpoint
+            with or without ``module.`` prefix, or safetensors). open_clip tags (``'openai'``) are refused.
+        score: 'auto' (sigmoid when the model has a ``logit_bias``, i.e. SigLIP-style, else cosine),
+            'cosine' or 'sigmoid'.
+        precision: 'fp32', 'fp16' or 'bf16' weights.
+        device: where the model is created.
+        random_init: allow ``pretrained=None`` (random weights; benchmarks and tests only).
+    """
+
+    def __init__(self, model_name: str = 'ViT-B-32-quickgelu', pretrained: Optional[str] = None,
+                 score: str = 'auto', precision: str = 'fp32', device: Union[str, torch.device] = 'cpu',
+                 random_init: bool = False) -> None:
+        open_clip = _require('open_clip', 'clip', 'OpenCLIPEncoder')
+        if model_name.startswith('hf-hub:'):
+            raise ValueError(f'OpenCLIPEncoder loads local files only; got {model_name!r}. Download the model '
+                             f"once and use model_name='local-dir:/path' or a built-in name + pretrained=file")
+        is_local_dir = model_name.startswith('local-dir:')
+        if is_local_dir:
+            if pretrained is not None:
+                raise ValueError("pretrained must be None with model_name='local-dir:...' (weights come from "
+                                 'the directory)')
+        elif pretrained is None:
+            if not random_init:
+                raise ValueError(f'OpenCLIPEncoder({model_name!r}) needs pretrained=<local checkpoint file>; '
+                                 f'pass random_init=True for random weights (benchmarks only)')
+        elif not os.path.isfile(pretrained):
+            raise FileNotFoundError(f'pretrained={pretrained!r} is not a local file (open_clip tags such as '
+                                    f"'openai' would download; give the checkpoint path)")
+        super().__init__(score='cosine', precision=precision)
+        model = open_clip.create_model(model_name, pretrained=pretrained, precision=precision, device=device)
+        self.model = model.eval()
+        self.model_name = model_name
+        self.tokenizer = open_clip.get_tokenizer(model_name)
+        cfg = dict(getattr(model.visual, 'preprocess_cfg', {}) or {})
+        self.preprocess = self._preprocess_from_cfg(cfg, model)
+        has_bias = getattr(model, 'logit_bias', None) is not None
+        self.score = ('sigmoid' if has_bias else 'cosine') if score == 'auto' else score
+        if self.score not in ('cosine', 'sigmoid'):
+            raise ValueError(f"score must be 'auto', 'cosine' or 'sigmoid', got {score!r}")
+
+    @staticmethod
+    def _preprocess_from_cfg(cfg: Dict[str, Any], model: nn.Module) -> ImagePreprocess:
+        size = _pair(cfg.get('size', getattr(model.visual, 'image_size', 224)))
+        mode = cfg.get('resize_mode', 'shortest')
+        interpolation = cfg.get('interpolation', 'bicubic')
+        mean = tuple(cfg.get('mean', DEFAULT_PREPROCESS.mean))
+        std = tuple(cfg.get('std', DEFAULT_PREPROCESS.std))
+        if mode == 'shortest':
+            if size[0] == size[1]:
+                return ImagePreprocess('shortest', size[0], size, mean, std, interpolation)
+            return ImagePreprocess('cover', size, size, mean, std, interpolation)
+        if mode == 'squash':
+            return ImagePreprocess('squash', size, None, mean, std, interpolation)
+        raise NotImplementedError(f'open_clip resize_mode {mode!r} (letterbox padding) is not supported')
+
+    def _image_features(self, pixels: Tensor) -> Tensor:
+        return self.model.encode_image(pixels)
+
+    def _text_features(self, texts: List[str]) -> Tensor:
+        tokens = self.tokenizer(texts).to(self.device)
+        return self.model.encode_text(tokens)
+
+    def logit_scale_and_bias(self) -> Tuple[Tensor, Tensor]:
+        bias = getattr(self.model, 'logit_bias', None)
+        if bias is None:
+            raise ValueError(f'{self.model_name} has no logit_bias: use score="cosine"')
+        return self.model.logit_scale.reshape(()), bias.reshape(())
+
+
+def _size_field(size: Any, key: str) -> Optional[int]:
+    if size is None:
+        return None
+    value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+    return None if value is None else int(value)
+
+
+@ENCODERS.register_module()
+class HFCLIPEncoder(BaseCLIPEncoder):
+    """A transformers CLIP-style dual encoder (``get_image_features`` / ``get_text_features``) from a local dir.
+
+    The directory must hold the model (``config.json`` + weights), its tokenizer and its image processor
+    (``preprocessor_config.json``), as written by ``save_pretrained``. Loading uses
+    ``from_pretrained(model_path, local_files_only=True)``.
+
+    Args:
+        model_path: local directory.
+        score: 'cosine' (default) or 'sigmoid'.
+        precision: 'fp32', 'fp16' or 'bf16'.
+        device: where the model is placed.
+        max_length: text truncation length; default the text model's ``max_position_embeddings``.
+    """
+    text_padding: Union[bool, str] = True
+    default_score = 'cosine'
+
+    def __init__(self, model_path: str, score: Optional[str] = None, precision: str = 'fp32',
+                 device: Union[str, torch.device] = 'cpu', max_length: Optional[int] = None) -> None:
+        transformers = _require('transformers', 'hf', type(self).__name__)
+        if not os.path.isdir(model_path):
+            raise FileNotFoundError(f'{type(self).__name__}: model_path={model_path!r} is not a local directory '
+                                    f'(hub ids are not downloaded; save the model with save_pretrained first)')
+        super().__init__(score=score or self.default_score, precision=precision)
+        model = transformers.AutoModel.from_pretrained(model_path, local_files_only=True,
+                                                       dtype=_DTYPES[precision])
+        for name in ('get_image_features', 'get_text_features'):
+            if not hasattr(model, name):
+                raise TypeError(f'{type(model).__name__} from {model_path} has no {name}(); '
+                                f'{type(self).__name__} needs a CLIP-style dual encoder')
+        self.model = model.to(device).eval()
+        self.model_path = model_path
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
+        self.preprocess = self.preprocess_from_processor(processor)
+        text_cfg = getattr(model.config, 'text_config', model.config)
+        self.max_length = int(max_length or getattr(text_cfg, 'max_position_embeddings', 77))
+
+    @staticmethod
+    def preprocess_from_processor(processor: Any) -> ImagePreprocess:
+        """:class:`ImagePreprocess` equivalent of a transformers image processor (CLIP, SigLIP, ...)."""
+        size = getattr(processor, 'size', None)
+        crop = getattr(processor, 'crop_size', None) if getattr(processor, 'do_center_crop', False) else None
+        crop_hw = None if crop is None else (_size_field(crop, 'height'), _size_field(crop, 'width'))
+        if not getattr(processor, 'do_resize', True):
+            raise NotImplementedError('image processors without do_resize are not supported')
+        resample = getattr(processor, 'resample', 3)
+        interpolation = {0: 'nearest', 2: 'bilinear', 3: 'bicubic'}.get(int(resample), 'bicubic')
+        rescale = float(getattr(processor, 'rescale_factor', 1 / 255)) if getattr(processor, 'do_rescale', True) \
+            else 1.0
+        if abs(rescale * 255 - 1) > 1e-6:
+            raise NotImplementedError(f'rescale_factor {rescale} (expected 1/255) is not supported')
+        if getattr(processor, 'do_normalize', True):
+            mean = tuple(float(v) for v in processor.image_mean)
+            std = tuple(float(v) for v in processor.image_std)
+        else:
+            mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+        shortest = _size_field(size, 'shortest_edge')
+        if shortest is not None:
+            return ImagePreprocess('shortest', shortest, crop_hw or (shortest, shortest), mean, std, interpolation)
+        height, width = _size_field(size, 'height'), _size_field(size, 'width')
+        if height is None or width is None:
+            raise NotImplementedError(f'image processor size {size} is not supported')
+        return ImagePreprocess('squash', (height, width), crop_hw, mean, std, interpolation)
+
+    @staticmethod
+    def _pooled(out: Any) -> Tensor:
+        """transformers >= 5 returns an output object whose ``pooler_output`` is the projected embedding."""
+        return out if isinstance(out, Tensor) else out.pooler_output
+
+    def _image_features(self, pixels: Tensor) -> Tensor:
+        return self._pooled(self.model.get_image_features(pixel_values=pixels))
+
+    def _text_features(self, texts: List[str]) -> Tensor:
+        tokens = self.tokenizer(texts, padding=self.text_padding, truncation=True, max_length=self.max_length,
+                                return_tensors='pt')
+        tokens = {k: v.to(self.device) for k, v in tokens.items() if k in ('input_ids', 'attention_mask')}
+        return self._pooled(self.model.get_text_features(**tokens))
+
+    def logit_scale_and_bias(self) -> Tuple[Tensor, Tensor]:
+        bias = getattr(self.model, 'logit_bias', None)
+        if bias is None:
+            raise ValueError(f'{type(self.model).__name__} has no logit_bias: use score="cosine"')
+        return self.model.logit_scale.reshape(()), bias.reshape(())
+
+
+@ENCODERS.register_module()
+class HFSigLIPEncoder(HFCLIPEncoder):
+    """SigLIP / SigLIP 2 from a local transformers directory; s = sigmoid(cos * exp(logit_scale) + logit_bias).
+
+    Text is padded to ``max_length`` (64 for the released models), as SigLIP was trained (its text tower pools
+    the last position). ``score='cosine'`` gives max(cos, 0) instead.
+    """
+    text_padding = 'max_length'
+    default_score = 'sigmoid'

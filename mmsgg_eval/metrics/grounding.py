@@ -1,0 +1,364 @@
+"""``GroundingPr``: visual grounding accuracy for RSVGD / DIOR-RSVG and similar benchmarks (SPEC section 3).
+
+One sample = one (image, query) pair with exactly one GT box. The scored prediction is the highest-scoring
+box of ``pred_instances`` (the first box on ties or when there are no scores). Boxes are xyxy in ORIGINAL
+image pixels; IoU is continuous (area = (x2 - x1) * (y2 - y1), no +1).
+
+Keys (with the metric prefix, default ``grounding``):
+
+* ``Pr@τ`` for each threshold: percentage (0-100) of samples with IoU >= τ (``strict=True``: IoU > τ, the
+  operator of the original MGVLF/RSVG code);
+* ``meanIoU``: mean of the per-sample IoUs, in [0, 1];
+* ``cumIoU``: sum of intersections / sum of unions over all samples, in [0, 1].
+
+Exactness. The threshold test is decided in exact arithmetic: τ is read as the decimal it is written as
+(0.7 means 7/10) and ``IoU >= p/q`` is evaluated as ``q * I >= p * U`` on float64 intersection and union.
+For integer pixel boxes (below 2**24) those are exact integers, so an IoU exactly equal to τ (e.g. GT
+[0, 0, 10, 10] vs prediction [0, 0, 5, 10] at 0.5) is always counted. For other boxes, rows whose float64
+comparison lies within rounding distance of the threshold are re-decided with :class:`fractions.Fraction`
+on the exact coordinate values, so the answer never depends on rounding or on the device.
+
+Distributed. ``process()`` stores one row per sample (``sample_idx``, intersection, union, IoU, threshold
+hits) in a :class:`RowAccumulator`; ``evaluate()`` reduces once across ranks and de-duplicates the
+samples repeated by ``DefaultSampler`` padding, so every world size gives identical numbers. Sums are
+taken in ``sample_idx`` order with :func:`math.fsum` (correctly rounded, order independent).
+
+Edge cases: a sample without a prediction counts as IoU 0 (intersection 0, union = GT area); a sample
+without a GT box raises ``ValueError`` naming it; several GT boxes raise unless ``multiple_gt='first'``;
+a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with x2 >= x1 and y2 >= y1.
+"""
+import json
+import math
+import os
+import warnings
+from fractions import Fraction
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from mmengine.evaluator import BaseMetric
+from mmengine.logging import MMLogger, print_log
+from torch import Tensor
+
+from ..registry import METRICS
+from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
+from .accumulator import RowAccumulator
+
+DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+# float64 comparisons closer than this (relative) to the threshold are re-decided exactly; the float64
+# rounding error of q*I - p*U is below 2e-15 * (q*I + p*U).
+_NEAR_TIE = 1e-10
+
+
+def as_fraction(value: Any) -> Fraction:
+    """Exact value of a threshold written as a decimal: ``0.7`` -> 7/10 (not the binary float 0.69999...)."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (int, str)):
+        return Fraction(value)
+    return Fraction(repr(float(value)))
+
+
+def threshold_key(value: Any) -> str:
+    """Key of a threshold: ``Pr@0.5`` (the shortest float repr of its exact value)."""
+    return f'Pr@{float(as_fraction(value))!r}'
+
+
+def _to_box_tensor(value: Tensor, sample: Any, field: str) -> Tensor:
+    """[N, 4] float64 view (a single box given as [4] becomes [1, 4]); validated by ``check_boxes``."""
+    if value.dim() == 1 and value.numel() == 4:
+        value = value.reshape(1, 4)
+    if value.dtype == torch.bool or value.is_complex():
+        raise ValueError(f'{sample_name(sample)}: `{field}` must hold numbers, got {value.dtype}')
+    check_boxes(value, sample, field)  # shape, NaN/inf, x2 >= x1, y2 >= y1 (errors name the sample)
+    return value.reshape(-1, 4).to(torch.float64)
+
+
+def _image_extent(sample: Any) -> Optional[float]:
+    """max(height, width) of the original image in pixels from ``ori_shape`` or ``width``/``height``."""
+    shape = get_field(sample, 'ori_shape')
+    if shape is not None and len(shape) >= 2:
+        return float(max(shape[0], shape[1]))
+    width, height = get_field(sample, 'width'), get_field(sample, 'height')
+    if width is not None and height is not None:
+        return float(max(width, height))
+    return None
+
+
+def grounding_statistics(pred_boxes: Tensor, gt_boxes: Tensor, has_pred: Tensor,
+                         thresholds: Sequence[Fraction], strict: bool = False) -> Dict[str, Tensor]:
+    """Per-sample intersection, union, IoU and exact threshold hits (continuous IoU, float64).
+
+    Args:
+        pred_boxes: [B, 4] xyxy scored prediction per sample (ignored where ``has_pred`` is False).
+        gt_boxes: [B, 4] xyxy GT box per sample, same pixel frame.
+        has_pred: [B] bool.
+        thresholds: exact thresholds τ (``Fraction``).
+        strict: count IoU > τ instead of IoU >= τ.
+
+    Returns:
+        ``inter``, ``union``, ``iou`` [B] float64 and ``hits`` [B, T] bool on the input device.
+    """
+    p = pred_boxes.to(torch.float64)
+    g = gt_boxes.to(torch.float64)
+    iw = (torch.minimum(p[:, 2], g[:, 2]) - torch.maximum(p[:, 0], g[:, 0])).clamp(min=0)
+    ih = (torch.minimum(p[:, 3], g[:, 3]) - torch.maximum(p[:, 1], g[:, 1])).clamp(min=0)
+    area_p = (p[:, 2] - p[:, 0]).clamp(min=0) * (p[:, 3] - p[:, 1]).clamp(min=0)
+    area_g = (g[:, 2] - g[:, 0]).clamp(min=0) * (g[:, 3] - g[:, 1]).clamp(min=0)
+    inter = torch.where(has_pred, iw * ih, torch.zeros_like(area_g))
+    union = torch.where(has_pred, (area_p + area_g) - inter, area_g)
+    positive = union > 0
+    iou = torch.where(positive, inter / torch.where(positive, union, torch.ones_like(union)),
+                      torch.zeros_like(union))
+    num_t = len(thresholds)
+    if num_t == 0:
+        return dict(inter=inter, union=union, iou=iou,
+                    hits=torch.zeros((p.shape[0], 0), dtype=torch.bool, device=p.device))
+    num = torch.tensor([t.numerator for t in thresholds], dtype=torch.float64, device=p.device)
+    den = torch.tensor([t.denominator for t in thresholds], dtype=torch.float64, device=p.device)
+    lhs = den[None, :] * inter[:, None]
+    rhs = num[None, :] * union[:, None]
+    diff = lhs - rhs
+    hits = diff > 0 if strict else diff >= 0
+    # union 0 -> IoU 0: a hit only for a threshold 0 with ">=".
+    zero_iou_hits = torch.tensor([(t < 0) if strict else (t <= 0) for t in thresholds], device=p.device)
+    hits = torch.where(positive[:, None], hits, zero_iou_hits[None, :].expand_as(hits))
+    near = positive[:, None] & (diff.abs() <= _NEAR_TIE * (lhs.abs() + rhs.abs()))
+    if bool(near.any()):
+        rows = near.any(1).nonzero().flatten()
+        exact = _exact_hits(p[rows].cpu().tolist(), g[rows].cpu().tolist(), has_pred[rows].cpu().tolist(),
+                            thresholds, strict)
+        hits = hits.clone()
+        hits[rows] = torch.tensor(exact, dtype=torch.bool, device=p.device).reshape(-1, num_t)
+    return dict(inter=inter, union=union, iou=iou, hits=hits)
+
+
+def _exact_hits(pred: List[List[float]], gt: List[List[float]], has_pred: List[bool],
+                thresholds: Sequence[Fraction], strict: bool) -> List[List[bool]]:
+    """Threshold hits in rational arithmetic on the exact float64 coordinate values."""
+    out = []
+    for pb, gb, hp in zip(pred, gt, has_pred):
+        pb = [Fraction(v) for v in pb]
+        gb = [Fraction(v) for v in gb]
+        area_g = max(gb[2] - gb[0], 0) * max(gb[3] - gb[1], 0)
+        if hp:
+            iw = max(min(pb[2], gb[2]) - max(pb[0], gb[0]), 0)
+            ih = max(min(pb[3], gb[3]) - max(pb[1], gb[1]), 0)
+            inter = iw * ih
+            union = max(pb[2] - pb[0], 0) * max(pb[3] - pb[1], 0) + area_g - inter
+        else:
+            inter, union = Fraction(0), area_g
+        iou = inter / union if union > 0 else Fraction(0)
+        out.append([(iou > t) if strict else (iou >= t) for t in thresholds])
+    return out
+
+
+def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], metric_name: str,
+                            dataset: str, strict: bool) -> str:
+    """Per-threshold table (hits and Pr in percent) followed by meanIoU / cumIoU."""
+    op = '>' if strict else '>='
+    lines = [f'====== {metric_name} | dataset={dataset} | samples={summary["num_samples"]} | '
+             f'without prediction={summary["num_without_prediction"]} | hit: IoU {op} threshold ======']
+    header = f'{"key":<10}  {"IoU " + op + " τ":>10}  {"hits":>8}  {"Pr (%)":>8}'
+    lines += [header, '-' * len(header)]
+    for name, hits in summary['hits'].items():
+        if name in keys:
+            lines.append(f'{name:<10}  {name[3:]:>10}  {hits:>8d}  {keys[name]:>8.2f}')
+    tail = [f'{k}: {keys[k]:.4f}' for k in ('meanIoU', 'cumIoU') if k in keys]
+    if tail:
+        lines.append('  '.join(tail))
+    return '\n'.join(lines)
+
+
+@METRICS.register_module()
+class GroundingPr(BaseMetric):
+    """Pr@τ (percent), meanIoU and cumIoU ([0, 1]) of single-box visual grounding (SPEC section 3).
+
+    Args:
+        thresholds: IoU thresholds τ, read as exact decimals (0.7 = 7/10).
+        strict: False (default, the benchmark definition): a hit is IoU >= τ; True: IoU > τ (MGVLF code).
+        multiple_gt: 'error' (default): a sample with more than one GT box raises ValueError;
+            'first': score against the first GT box.
+        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the per-sample
+            IoUs (sorted by ``sample_idx``).
+        collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for config compatibility.
+        prefix: key prefix, default ``grounding``.
+
+    Inputs per data sample (original image pixels, xyxy): ``gt_instances.bboxes`` [1, 4];
+    ``pred_instances.bboxes`` [N, 4] (N may be 0 or the field absent: IoU 0) and optionally
+    ``pred_instances.scores`` [N]; metainfo ``sample_idx`` and ``ori_shape`` (or ``width``/``height``).
+    """
+
+    default_prefix: Optional[str] = 'grounding'
+
+    def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: bool = False,
+                 multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
+                 prefix: Optional[str] = None) -> None:
+        if multiple_gt not in ('error', 'first'):
+            raise ValueError(f"multiple_gt must be 'error' or 'first', got {multiple_gt!r}")
+        super().__init__(collect_device=collect_device, prefix=prefix)
+        self.thresholds: Tuple[Any, ...] = tuple(thresholds)
+        self.exact_thresholds = tuple(as_fraction(t) for t in self.thresholds)
+        for raw, t in zip(self.thresholds, self.exact_thresholds):
+            if not 0 <= t <= 1:
+                raise ValueError(f'thresholds must lie in [0, 1], got {raw!r}')
+        self.threshold_keys = tuple(threshold_key(t) for t in self.thresholds)
+        if len(set(self.threshold_keys)) != len(self.threshold_keys):
+            raise ValueError(f'duplicate thresholds: {self.thresholds}')
+        self.strict = bool(strict)
+        self.multiple_gt = multiple_gt
+        self.outfile_prefix = outfile_prefix
+        num_t = len(self.thresholds)
+        self.accumulator = RowAccumulator({
+            'samples': {'inter': (torch.float64, ()), 'union': (torch.float64, ()), 'iou': (torch.float64, ()),
+                        'hits': (torch.bool, (num_t,)), 'has_pred': (torch.bool, ()),
+                        'unit_pred': (torch.bool, ()), 'large_image': (torch.bool, ())},
+        })
+        self._auto_idx = 0
+        self.last_report: Optional[Dict[str, Any]] = None
+
+    # ------------------------------------------------------------------ per batch
+    def _read(self, sample: Any) -> Tuple[Optional[int], Tensor, Optional[Tensor], Optional[Tensor]]:
+        """(sample_idx, GT box [4], predicted boxes [N, 4] or None, scores [N] or None), float64."""
+        gt = optional(sample, 'gt_instances.bboxes')
+        if gt is None:
+            raise ValueError(f'{sample_name(sample)}: missing field `gt_instances.bboxes` (grounding needs '
+                             f'exactly one GT box per sample)')
+        device = gt.device
+        gt = _to_box_tensor(gt, sample, 'gt_instances.bboxes')
+        if gt.shape[0] == 0:
+            raise ValueError(f'{sample_name(sample)}: `gt_instances.bboxes` is empty (grounding needs exactly '
+                             f'one GT box per sample)')
+        if gt.shape[0] > 1 and self.multiple_gt == 'error':
+            raise ValueError(f'{sample_name(sample)}: `gt_instances.bboxes` has {gt.shape[0]} boxes; grounding '
+                             f"expects one per sample (GroundingPr(multiple_gt='first') scores the first)")
+        boxes = optional(sample, 'pred_instances.bboxes', device)
+        scores = None
+        if boxes is not None:
+            boxes = _to_box_tensor(boxes, sample, 'pred_instances.bboxes')
+            scores = optional(sample, 'pred_instances.scores', device)
+            if scores is not None:
+                scores = check_finite(scores.reshape(-1).to(torch.float64), sample, 'pred_instances.scores')
+                if scores.numel() != boxes.shape[0]:
+                    raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {scores.numel()} '
+                                     f'entries for {boxes.shape[0]} boxes')
+        return sample_index(sample), gt[0], boxes, scores
+
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        """Select each sample's top-scoring box and store its intersection, union, IoU and hits."""
+        if not data_samples:
+            return
+        items = [self._read(s) for s in data_samples]
+        device = items[0][1].device
+        bsz = len(items)
+        gt = torch.stack([it[1].to(device) for it in items])
+        counts = torch.tensor([0 if it[2] is None else it[2].shape[0] for it in items], device=device)
+        max_n = int(counts.max())
+        pred = torch.zeros((bsz, 4), dtype=torch.float64, device=device)
+        has_pred = counts > 0
+        if max_n > 0:
+            boxes = torch.zeros((bsz, max_n, 4), dtype=torch.float64, device=device)
+            scores = torch.full((bsz, max_n), float('-inf'), dtype=torch.float64, device=device)
+            for i, (_, _, b, s) in enumerate(items):
+                if b is not None and b.shape[0]:
+                    n = b.shape[0]
+                    boxes[i, :n] = b.to(device)
+                    # no scores: the first box wins (every score equal, argmax takes the first maximum)
+                    scores[i, :n] = s.to(device) if s is not None else 0.0
+            # a real box beats padding even at score -inf: real entries come first, argmax returns the first
+            best = scores.argmax(1)
+            pred = boxes[torch.arange(bsz, device=device), best]
+        stats = grounding_statistics(pred, gt, has_pred, self.exact_thresholds, self.strict)
+        idx = torch.tensor([-1 if it[0] is None else it[0] for it in items], dtype=torch.long, device=device)
+        if (idx < 0).any():
+            self._number_missing(idx)
+        extent = torch.tensor([_image_extent(s) or -1.0 for s in data_samples], dtype=torch.float64,
+                              device=device)
+        # unknown image size: the GT box itself tells whether the image frame is larger than 1 pixel
+        large = torch.where(extent > 0, extent > 1, (gt > 1).any(1))
+        unit = has_pred & ((pred >= 0) & (pred <= 1)).all(1)
+        self.accumulator.add({'samples': {'sample_idx': idx, 'inter': stats['inter'], 'union': stats['union'],
+                                          'iou': stats['iou'], 'hits': stats['hits'], 'has_pred': has_pred,
+                                          'unit_pred': unit, 'large_image': large}})
+
+    def _number_missing(self, idx: Tensor) -> None:
+        from mmengine.dist import get_world_size
+        if get_world_size() > 1:
+            raise ValueError(f'{type(self).__name__}: data samples carry no `sample_idx` metainfo; it is required '
+                             f'to de-duplicate sampler padding across ranks (mmengine datasets set it)')
+        if self._auto_idx == 0:
+            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
+        missing = idx < 0
+        idx[missing] = torch.arange(int(missing.sum()), device=idx.device) + self._auto_idx + (1 << 40)
+        self._auto_idx += int(missing.sum())
+
+    # ------------------------------------------------------------------ epoch end
+    def evaluate(self, size: Optional[int] = None) -> Dict[str, Any]:
+        """Reduce the rows of all ranks once, de-duplicate sampler padding and compute every key."""
+        rows = self.accumulator.reduce()['samples']
+        self.accumulator.reset()
+        self._auto_idx = 0
+        rows = {n: c.cpu() for n, c in rows.items()}
+        order = torch.argsort(rows['sample_idx'])
+        rows = {n: c[order] for n, c in rows.items()}
+        num = int(rows['sample_idx'].numel())
+        if size is not None and num != size:
+            print_log(f'{type(self).__name__}: {num} distinct samples were evaluated, dataset has {size}',
+                      logger='current', level=30)
+        summary = self.summarize(rows)
+        self.last_report = summary
+        keys = summary['metrics']
+        self._check_normalised(rows)
+        self._log_report(summary, keys)
+        if self.outfile_prefix:
+            self._dump(summary, rows)
+        return {f'{self.prefix}/{k}': v for k, v in keys.items()}
+
+    def summarize(self, rows: Dict[str, Tensor]) -> Dict[str, Any]:
+        """Keys from de-duplicated rows sorted by ``sample_idx``: Pr in percent, IoUs in [0, 1]."""
+        num = int(rows['sample_idx'].numel())
+        hits = [int(h) for h in rows['hits'].sum(0).tolist()] if num else [0] * len(self.threshold_keys)
+        m: Dict[str, float] = {}
+        if num == 0:
+            warnings.warn(f'{type(self).__name__}: no sample was evaluated; every key is NaN')
+        for key, h in zip(self.threshold_keys, hits):
+            m[key] = 100.0 * h / num if num else float('nan')
+        sum_union = math.fsum(rows['union'].tolist())
+        m['meanIoU'] = math.fsum(rows['iou'].tolist()) / num if num else float('nan')
+        m['cumIoU'] = math.fsum(rows['inter'].tolist()) / sum_union if sum_union > 0 else \
+            (0.0 if num else float('nan'))
+        return {'metrics': m, 'hits': dict(zip(self.threshold_keys, hits)), 'num_samples': num,
+                'num_without_prediction': int((~rows['has_pred']).sum()), 'strict': self.strict}
+
+    def _check_normalised(self, rows: Dict[str, Tensor]) -> None:
+        """Warn once when every scored prediction lies in [0, 1] while the images are larger."""
+        has_pred = rows['has_pred']
+        if not bool(has_pred.any()):
+            return
+        if bool((rows['unit_pred'] & rows['large_image'])[has_pred].all()):
+            msg = (f'{type(self).__name__}: every predicted box coordinate lies in [0, 1] while the images are '
+                   f'larger than 1 pixel: the predictions look NORMALISED, but boxes must be in original image '
+                   f'pixels (xyxy). Multiply by the image width/height (e.g. mmdet rescale=True) before '
+                   f'evaluation; the numbers below are not meaningful.')
+            warnings.warn(msg, UserWarning)
+            print_log(msg, logger='current', level=30)
+
+    def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
+        meta = self.dataset_meta or {}
+        text = format_grounding_report(summary, keys, type(self).__name__,
+                                       str(meta.get('dataset_name', 'unknown dataset')), self.strict)
+        self.last_report['text'] = text
+        print_log('\n' + text, logger=MMLogger.get_current_instance() if MMLogger.check_instance_created(
+            'mmengine') else 'current')
+
+    def _dump(self, summary: Dict[str, Any], rows: Dict[str, Tensor]) -> None:
+        path = f'{self.outfile_prefix}.{self.prefix}.json'
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, 'w') as f:
+            json.dump({'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict,
+                       'num_samples': summary['num_samples'],
+                       'num_without_prediction': summary['num_without_prediction'],
+                       'per_sample': {'sample_idx': rows['sample_idx'].tolist(), 'iou': rows['iou'].tolist(),
+                                      'has_prediction': rows['has_pred'].tolist()}}, f, indent=2)
+
+    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
+        raise NotImplementedError('GroundingPr reduces row tables in evaluate()')

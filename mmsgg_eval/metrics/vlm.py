@@ -1,0 +1,350 @@
+"""``VLMSceneGraphMetric``: scene graphs written as JSON by multimodal LLMs (SPEC 2.7, seed ``002``).
+
+Keys (percent): ``FailureRate`` (samples whose output is not a structurally valid graph, see
+:mod:`mmsgg_eval.vlm`), ``Recall`` / ``mRecall`` (every predicted triplet, no K; a failed sample predicts
+nothing and counts 0), ``mRecall_head/_body/_tail`` when predicate groups are known, ``AP@50`` (COCO AP at IoU
+0.5 of the predicted objects against the GT objects, pycocotools), and with ``topk`` the ordered ``R@K`` /
+``mR@K``.
+
+Recall is not re-implemented: every sample is converted by :func:`mmsgg_eval.vlm.to_data_sample` and scored by
+the legacy scene-graph machinery (:class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric`, ``mode='sgdet'``,
+``skip_empty_predictions=False``) with K = :data:`K_ALL` for the K-free keys. The IoU convention follows
+``iou_plus_one`` (None = ``dataset_meta``, like ``SGRecall``), for the triplets and for AP (legacy VG150 AP adds
+1 to widths and heights, as the legacy evaluator's COCO conversion does).
+
+Input data samples carry the GT of the data contract (``gt_instances``, ``gt_relations``, metainfo
+``sample_idx`` and ``ori_shape`` (H, W)) plus the prediction as ONE of:
+
+* ``pred_text``: the raw model output (str; None = no output, a failure), parsed here;
+* ``pred_graph``: an already-decoded JSON value;
+* ``vlm_result``: a :class:`mmsgg_eval.vlm.ParseResult` parsed by the caller.
+
+Distributed state: a :class:`RowAccumulator` with one row per sample (failure code, counts) and one row per
+predicted / GT object (box, label, score) for AP, plus the per-GT-relation rows of the inner scene-graph
+metric; all are de-duplicated by ``sample_idx``.
+"""
+import contextlib
+import io
+import json
+import math
+import os
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from mmengine.evaluator import BaseMetric
+from mmengine.logging import print_log
+
+from ..registry import METRICS
+from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
+from .accumulator import RowAccumulator
+from .scene_graph import SceneGraphMetric
+
+#: The "K" of the K-free Recall / mRecall (larger than any list; below the functional layer's NO_HIT).
+K_ALL = 10 ** 9
+
+
+def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], image_ids: Sequence[int],
+              num_classes: int, plus_one: bool = False, max_dets: int = 100) -> float:
+    """COCO AP at IoU 0.5 (pycocotools ``stats[1]``), as a fraction; NaN when there is no GT object.
+
+    ``gt_rows``: ``image`` [M], ``box`` [M, 4] xyxy, ``label`` [M] 0-based; ``pred_rows`` the same plus
+    ``score`` [N]. Every id of ``image_ids`` is evaluated (images without GT objects still yield false
+    positives). Category ids are label + 1 and annotation ids start at 1 (pycocotools treats id 0 as "no
+    match"). ``plus_one``: widths/heights are ``x2 - x1 + 1`` (legacy VG150 convention).
+    """
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    extra = 1.0 if plus_one else 0.0
+    anns = []
+    for i, (img, box, lab) in enumerate(zip(gt_rows['image'].tolist(), gt_rows['box'].tolist(),
+                                            gt_rows['label'].tolist())):
+        w, h = box[2] - box[0] + extra, box[3] - box[1] + extra
+        anns.append({'id': i + 1, 'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': [box[0], box[1], w, h],
+                     'area': w * h, 'iscrowd': 0})
+    if not anns:
+        return float('nan')
+    gt = COCO()
+    gt.dataset = {'images': [{'id': int(i)} for i in image_ids], 'annotations': anns,
+                  'categories': [{'id': c + 1, 'name': str(c)} for c in range(num_classes)]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt.createIndex()
+    dets = []
+    for img, box, lab, score in zip(pred_rows['image'].tolist(), pred_rows['box'].tolist(),
+                                    pred_rows['label'].tolist(), pred_rows['score'].tolist()):
+        w, h = box[2] - box[0] + extra, box[3] - box[1] + extra
+        dets.append({'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': [box[0], box[1], w, h],
+                     'score': float(score)})
+    if not dets:
+        return 0.0
+    with contextlib.redirect_stdout(io.StringIO()):
+        dt = gt.loadRes(dets)
+        ev = COCOeval(gt, dt, 'bbox')
+        ev.params.imgIds = [int(i) for i in image_ids]
+        ev.params.maxDets = [1, 10, int(max_dets)]
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    ap = float(ev.stats[1])
+    return float('nan') if ap < 0 else ap
+
+
+@METRICS.register_module()
+class VLMSceneGraphMetric(BaseMetric):
+    """FailureRate, Recall, mRecall, AP@50 (and ordered R@K / mR@K) of VLM JSON scene graphs, in percent.
+
+    Args:
+        canvas: box coordinate range of the model (default 1000: ``x / 1000 * W``); a ``(w, h)`` pair, 1 for
+            normalised boxes, None for pixels.
+        box_tolerance: fraction of the canvas a coordinate may lie outside it (clipped); beyond = failure.
+        box_format: 'xyxy' or 'xywh'.
+        synonyms: model name -> dataset name map (flat, or ``{'objects': ..., 'predicates': ...}``), or the path
+            of a JSON file holding one. Names are normalised first (case, ``_``/``-``, whitespace).
+        topk: K of the ordered ``R@K`` / ``mR@K`` (default none: a VLM's order is often meaningless).
+        rank: order of the triplets for ``R@K``: 'given' (output order, default) or 'score' (relation score x
+            object scores when the model gives them; ties keep the output order).
+        iou_thr / iou_plus_one / mr_average / recall_average / predicate_groups: as in ``SGRecall``.
+        ap_max_dets: detections per image kept by COCO AP (pycocotools' default 100).
+        report_dir: when set, ``write_scene_graph_reports`` writes ``metrics.json``, the per-predicate PNG and
+            the Markdown table there after every evaluation.
+        prefix: key prefix (default 'vlm').
+    """
+
+    default_prefix = 'vlm'
+
+    def __init__(self, canvas: Union[None, float, Sequence[float]] = 1000, box_tolerance: float = 0.01,
+                 box_format: str = 'xyxy', synonyms: Union[None, str, Mapping] = None,
+                 topk: Sequence[int] = (), rank: str = 'given', iou_thr: float = 0.5,
+                 iou_plus_one: Optional[bool] = None, mr_average: str = 'all', recall_average: str = 'image',
+                 predicate_groups: Optional[Dict[str, Sequence[str]]] = None, ap_max_dets: int = 100,
+                 report_dir: Optional[str] = None, collect_device: str = 'cpu',
+                 prefix: Optional[str] = None) -> None:
+        super().__init__(collect_device=collect_device, prefix=prefix or self.default_prefix)
+        if box_format not in ('xyxy', 'xywh'):
+            raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
+        if isinstance(synonyms, str):
+            with open(synonyms, encoding='utf-8') as f:
+                synonyms = json.load(f)
+        self.canvas = canvas
+        self.box_tolerance = float(box_tolerance)
+        self.box_format = box_format
+        self.synonyms = synonyms
+        self.topk = tuple(int(k) for k in topk)
+        if any(k < 1 or k >= K_ALL for k in self.topk):
+            raise ValueError(f'topk must be positive integers below {K_ALL}, got {self.topk}')
+        self.rank = rank
+        self.ap_max_dets = int(ap_max_dets)
+        self.report_dir = report_dir
+        self.inner = SceneGraphMetric(mode='sgdet', topk=(K_ALL,) + self.topk, iou_thr=iou_thr,
+                                      iou_plus_one=iou_plus_one, rank=rank, skip_empty_predictions=False,
+                                      mr_average=mr_average, recall_average=recall_average,
+                                      predicate_groups=predicate_groups, collect_device=collect_device,
+                                      prefix=self.prefix)
+        self.accumulator = RowAccumulator({
+            'samples': {'code': (torch.int32, ()), 'num_objects': (torch.int32, ()),
+                        'num_relations': (torch.int32, ()), 'num_unknown_relations': (torch.int32, ())},
+            'pred_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ()), 'score': (torch.float32, ())},
+            'gt_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ())},
+        })
+        self._mappers = None
+        self._mappers_key = None
+        self._auto_idx = 0
+        self.last_report: Optional[Dict[str, Any]] = None
+
+    # ------------------------------------------------------------------ helpers
+    def _sync_meta(self) -> None:
+        if self.inner.dataset_meta is not self.dataset_meta:
+            self.inner.dataset_meta = self.dataset_meta
+
+    def mappers(self):
+        classes, predicates = self.inner.classes, self.inner.predicates
+        key = (tuple(classes), tuple(predicates))
+        if self._mappers_key != key:
+            self._mappers = build_mappers(classes, predicates, self.synonyms)
+            self._mappers_key = key
+        return self._mappers
+
+    def parse(self, text: Any, image_size) -> ParseResult:
+        """Parse one raw output with this metric's settings; ``image_size`` = (width, height)."""
+        self._sync_meta()
+        return parse_vlm_output(text, image_size, self.inner.classes, self.inner.predicates, self.canvas,
+                                self.box_tolerance, self.box_format, mappers=self.mappers())
+
+    @staticmethod
+    def _field(sample: Any, key: str) -> Any:
+        if isinstance(sample, Mapping):
+            if key in sample:
+                return sample[key]
+            meta = sample.get('metainfo')
+            return meta.get(key) if isinstance(meta, Mapping) else None
+        if hasattr(sample, 'metainfo') and key in sample.metainfo:
+            return sample.metainfo[key]
+        return getattr(sample, key, None)
+
+    def _sample_idx(self, sample: Any) -> int:
+        idx = self._field(sample, 'sample_idx')
+        if idx is not None:
+            return int(idx)
+        from mmengine.dist import get_world_size
+        if get_world_size() > 1:
+            raise ValueError('VLMSceneGraphMetric: data samples carry no `sample_idx` metainfo; it is required to '
+                             'de-duplicate sampler padding across ranks')
+        if self._auto_idx == 0:
+            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
+        self._auto_idx += 1
+        return (1 << 40) + self._auto_idx - 1
+
+    def _result_of(self, sample: Any) -> ParseResult:
+        result = self._field(sample, 'vlm_result')
+        if result is not None:
+            return result
+        shape = self._field(sample, 'ori_shape')
+        if shape is None:
+            shape = (self._field(sample, 'height'), self._field(sample, 'width'))
+        if shape is None or shape[0] is None:
+            raise ValueError('VLMSceneGraphMetric: a sample needs `ori_shape` (H, W) metainfo to rescale the boxes')
+        image_size = (float(shape[1]), float(shape[0]))
+        if isinstance(sample, Mapping) and 'pred_text' not in sample and 'pred_graph' in sample:
+            return self.parse(sample['pred_graph'], image_size)
+        text = self._field(sample, 'pred_text')
+        if text is None:
+            graph = self._field(sample, 'pred_graph')
+            if graph is not None:
+                return self.parse(graph, image_size)
+        return self.parse(text, image_size)
+
+    # ------------------------------------------------------------------ per batch
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        self._sync_meta()
+        converted: List[Dict[str, Any]] = []
+        sample_rows = {k: [] for k in ('sample_idx', 'code', 'num_objects', 'num_relations',
+                                       'num_unknown_relations')}
+        pred_rows = {k: [] for k in ('sample_idx', 'box', 'label', 'score')}
+        gt_rows = {k: [] for k in ('sample_idx', 'box', 'label')}
+        for sample in data_samples:
+            idx = self._sample_idx(sample)
+            result = self._result_of(sample)
+            ds = to_data_sample(result, sample, sample_idx=idx)
+            converted.append(ds)
+            sample_rows['sample_idx'].append(idx)
+            sample_rows['code'].append(result.code_index)
+            sample_rows['num_objects'].append(result.num_objects)
+            sample_rows['num_relations'].append(result.num_relations)
+            sample_rows['num_unknown_relations'].append(ds['vlm']['num_unknown_relations'])
+            if result.ok:
+                known = result.labels >= 0
+                n = int(known.sum())
+                pred_rows['sample_idx'].append(torch.full((n,), idx, dtype=torch.long))
+                pred_rows['box'].append(torch.from_numpy(result.bboxes[known]).reshape(-1, 4))
+                pred_rows['label'].append(torch.from_numpy(result.labels[known]))
+                pred_rows['score'].append(torch.from_numpy(result.scores[known]))
+            gt_boxes = ds['gt_instances']['bboxes'].float().cpu().reshape(-1, 4)
+            gt_rows['sample_idx'].append(torch.full((gt_boxes.shape[0],), idx, dtype=torch.long))
+            gt_rows['box'].append(gt_boxes)
+            gt_rows['label'].append(ds['gt_instances']['labels'].long().cpu().reshape(-1))
+        if not converted:
+            return
+        self.inner.process(data_batch, converted)
+
+        def cat(parts, shape, dtype):
+            return torch.cat(parts).to(dtype) if parts else torch.zeros(shape, dtype=dtype)
+
+        self.accumulator.add({
+            'samples': {k: torch.tensor(v, dtype=torch.long) for k, v in sample_rows.items()},
+            'pred_objects': {'sample_idx': cat(pred_rows['sample_idx'], (0,), torch.long),
+                             'box': cat(pred_rows['box'], (0, 4), torch.float32),
+                             'label': cat(pred_rows['label'], (0,), torch.int32),
+                             'score': cat(pred_rows['score'], (0,), torch.float32)},
+            'gt_objects': {'sample_idx': cat(gt_rows['sample_idx'], (0,), torch.long),
+                           'box': cat(gt_rows['box'], (0, 4), torch.float32),
+                           'label': cat(gt_rows['label'], (0,), torch.int32)},
+        })
+
+    # ------------------------------------------------------------------ epoch end
+    def evaluate(self, size: int) -> Dict[str, Any]:
+        self._sync_meta()
+        tables = self.accumulator.reduce()
+        self.accumulator.reset()
+        self._auto_idx = 0
+        tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
+        inner_tables = self.inner.accumulator.reduce()
+        self.inner.accumulator.reset()
+        self.inner._auto_idx = 0
+        inner_tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in inner_tables.items()}
+        samples = tables['samples']
+        num_samples = int(samples['sample_idx'].numel())
+        if size is not None and num_samples != size:
+            print_log(f'VLMSceneGraphMetric: {num_samples} distinct samples were evaluated, dataset has {size}',
+                      logger='current', level=30)
+        summary = self.summarize(tables, inner_tables)
+        self.last_report = summary
+        metrics = {f'{self.prefix}/{k}': v for k, v in summary['metrics'].items()}
+        self._log(summary)
+        if self.report_dir:
+            from ..reports import write_scene_graph_reports
+            summary['report_files'] = write_scene_graph_reports(
+                summary, self.report_dir, self.prefix, summary['ks'],
+                str((self.dataset_meta or {}).get('dataset_name', 'unknown dataset')), 'sgdet (VLM)')
+        return metrics
+
+    def summarize(self, tables: Dict[str, Dict[str, torch.Tensor]],
+                  inner_tables: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Any]:
+        samples = tables['samples']
+        num_samples = int(samples['sample_idx'].numel())
+        codes = samples['code'].long()
+        failed = int((codes != 0).sum())
+        reasons = {FAILURE_CODES[c]: int((codes == c).sum()) for c in range(1, len(FAILURE_CODES))
+                   if int((codes == c).sum())}
+        sg = self.inner.summarize(inner_tables)
+        m: Dict[str, float] = {'FailureRate': 100.0 * failed / num_samples if num_samples else 0.0}
+        m['Recall'] = sg['metrics'][f'R@{K_ALL}']
+        m['mRecall'] = sg['metrics'][f'mR@{K_ALL}']
+        for group in sg['groups']:
+            m[f'mRecall_{group}'] = sg['metrics'][f'mR@{K_ALL}_{group}']
+        image_ids = samples['sample_idx'].tolist()
+        pred, gt = tables['pred_objects'], tables['gt_objects']
+        ap = coco_ap50({'image': gt['sample_idx'].numpy(), 'box': gt['box'].numpy(), 'label': gt['label'].numpy()},
+                       {'image': pred['sample_idx'].numpy(), 'box': pred['box'].numpy(),
+                        'label': pred['label'].numpy(), 'score': pred['score'].numpy()},
+                       image_ids, len(self.inner.classes), self.inner.plus_one, self.ap_max_dets)
+        if math.isnan(ap):
+            warnings.warn('VLMSceneGraphMetric: no GT object in the evaluated samples; AP@50 is NaN')
+        m['AP@50'] = 100.0 * ap
+        for k in self.topk:
+            m[f'R@{k}'] = sg['metrics'][f'R@{k}']
+            m[f'mR@{k}'] = sg['metrics'][f'mR@{k}']
+            for group in sg['groups']:
+                m[f'mR@{k}_{group}'] = sg['metrics'][f'mR@{k}_{group}']
+        per_predicate = {}
+        for name, row in sg['per_predicate'].items():
+            new = {'Recall': row[f'R@{K_ALL}']}
+            new.update({f'R@{k}': row[f'R@{k}'] for k in self.topk})
+            new['num_gt'] = row['num_gt']
+            per_predicate[name] = new
+        return {'metrics': m, 'per_predicate': per_predicate, 'groups': sg['groups'],
+                'num_images': sg['num_images'], 'num_samples': num_samples, 'num_failed': failed,
+                'failure_reasons': reasons, 'num_gt_relations': sg['num_gt_relations'],
+                'num_pred_relations': int(samples['num_relations'].sum()),
+                'num_unknown_relations': int(samples['num_unknown_relations'].sum()),
+                'num_pred_objects': int(tables['pred_objects']['sample_idx'].numel()),
+                'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
+                'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
+                'canvas': self.canvas}
+
+    def _log(self, summary: Dict[str, Any]) -> None:
+        m = summary['metrics']
+        lines = [f'====== VLMSceneGraphMetric | dataset={(self.dataset_meta or {}).get("dataset_name", "unknown")} | '
+                 f'samples={summary["num_samples"]} (failed {summary["num_failed"]}) | GT relations='
+                 f'{summary["num_gt_relations"]} ======',
+                 '  '.join(f'{k}: {v:.4f}' for k, v in m.items())]
+        if summary['failure_reasons']:
+            lines.append('failures: ' + ', '.join(f'{k}={v}' for k, v in summary['failure_reasons'].items()))
+        if summary['num_unknown_relations']:
+            lines.append(f'{summary["num_unknown_relations"]} predicted relations use names unknown to the dataset '
+                         f'(add a synonym map?)')
+        print_log('\n' + '\n'.join(lines), logger='current')
+
+    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
+        raise NotImplementedError('VLMSceneGraphMetric reduces row tables in evaluate()')

@@ -1,0 +1,613 @@
+"""Parsing scene graphs written by multimodal LLMs (SPEC 2.7, seed ``002``).
+
+A VLM answers with text that contains a JSON scene graph::
+
+    {"objects": [{"id": "person.1", "bbox": [x1, y1, x2, y2]}, ...],
+     "relationships": [{"subject": "person.1", "predicate": "riding", "object": "horse.2"}, ...]}
+
+:func:`parse_vlm_output` turns the RAW model text into a :class:`ParseResult` (boxes in image pixels,
+0-based labels) and decides whether it is a *structurally valid graph*; :func:`to_data_sample` turns a
+result plus the ground truth into a data sample of the SPEC section 1 contract (single-label relations),
+which :class:`~mmsgg_eval.metrics.SGRecall` / ``SGMeanRecall`` score in ``'sgdet'`` mode with
+``rank='given'`` and ``skip_empty_predictions=False``. Nothing here touches the network.
+
+Extraction from raw text
+    ``<think>...</think>`` blocks are removed; when an ``<answer>`` tag is present, the text of the LAST
+    ``<answer>...</answer>`` block is used (an unclosed ``<answer>`` runs to the end of the text); markdown
+    code fences (```` ```json ... ``` ````) are preferred over the surrounding text; leading and trailing
+    prose is ignored: the first JSON object found (``json.JSONDecoder.raw_decode`` at each ``{``) that has an
+    ``objects`` or ``relationships`` key is used. JSON is never repaired: a truncated answer is a failure.
+
+Structural validity (``ParseResult.ok``; anything else makes the sample a failure, ``FailureRate``)
+    * ``code='no_json'``: no ``{`` at all; ``'invalid_json'``: no decodable JSON object (truncated output,
+      trailing commas, single quotes, ...); ``'not_object'``: the JSON is not an object.
+    * ``'missing_field'``: no ``objects`` list, no ``relationships`` (alias ``relations``) list, an object
+      without ``id`` or ``bbox``, a relationship without ``subject``, ``predicate`` or ``object``.
+    * ``'wrong_type'``: an entry that is not an object; ``objects``/``relationships`` not lists; ids that are
+      neither strings nor integers; names (predicate, ``label``/``category``) that are not strings; scores
+      that are not numbers.
+    * ``'bad_box'``: ``bbox`` is not a list of 4 finite numbers (booleans and numeric strings are not numbers),
+      or has x2 < x1 or y2 < y1 (in ``box_format='xywh'``: negative width/height). Zero-area boxes are valid.
+    * ``'box_out_of_canvas'``: a coordinate outside ``[-tol, canvas + tol]`` with ``tol = box_tolerance x
+      canvas`` (default 1 %: -10..1010 on the 0-1000 canvas). Coordinates within the tolerance are clipped
+      to the canvas; rescaled boxes are clipped to the image ``[0, W] x [0, H]``.
+    * ``'duplicate_id'``: two objects with the same id (references would be ambiguous).
+    * ``'dangling_id'``: a relationship whose subject or object id is not among the objects.
+    An empty graph (``{"objects": [], "relationships": []}``) is valid; it predicts nothing (recall 0).
+
+Names
+    Normalised by :func:`normalize_name` (lower case, ``_`` and ``-`` to space, whitespace collapsed). The object
+    class is the explicit ``label`` / ``category`` / ``class`` / ``name`` field when present, else the id
+    without its instance number (``person.1``, ``person_1``, ``person 1``, ``person#1`` -> ``person``). An
+    optional synonym map (model name -> dataset name, see :class:`NameMapper`) is applied after
+    normalisation. A class or predicate that is still unknown does NOT make the graph invalid: the object /
+    relation is kept with label -1 and can never match (decision documented here; such outputs are
+    counted in ``ParseResult.num_unknown_objects`` / ``num_unknown_relations``).
+
+Scores
+    ``score`` or ``confidence`` on objects and relationships when given, else 1. ``ParseResult.has_scores``
+    tells whether any relationship carried one (then the order by score is meaningful).
+"""
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+__all__ = [
+    'FAILURE_CODES', 'ParseResult', 'NameMapper', 'normalize_name', 'extract_json_text', 'parse_vlm_output',
+    'parse_scene_graph', 'build_mappers', 'class_from_id', 'to_data_sample', 'failed_data_sample', 'gt_from_data_info', 'iter_vlm_jsonl',
+    'PLACEHOLDER_BOX'
+]
+
+#: ``ParseResult.code`` values; index in this tuple = the integer code stored by the metric.
+FAILURE_CODES = ('ok', 'no_json', 'invalid_json', 'not_object', 'missing_field', 'wrong_type', 'bad_box',
+                 'box_out_of_canvas', 'duplicate_id', 'dangling_id')
+
+#: Box of the placeholder object that unknown-name relations point to in :func:`to_data_sample`: far outside
+#: every image, so its IoU with any GT box is 0 under both IoU conventions (and for union boxes).
+PLACEHOLDER_BOX = (-1.0e5, -1.0e5, -1.0e5, -1.0e5)
+
+_CLASS_FIELDS = ('label', 'category', 'class', 'name')
+_SCORE_FIELDS = ('score', 'confidence')
+_RELATION_KEYS = ('relationships', 'relations')
+
+
+def normalize_name(name: str) -> str:
+    """Lower case, ``_`` and ``-`` to space, whitespace collapsed and stripped."""
+    return ' '.join(str(name).lower().replace('_', ' ').replace('-', ' ').split())
+
+
+_INSTANCE_SUFFIX = re.compile(r'^(.*?\S)[\s._#-]*\d+$')
+
+
+def class_from_id(object_id: str) -> str:
+    """Object class encoded in an id: ``'person.1'`` / ``'person_1'`` / ``'person1'`` -> ``'person'``."""
+    text = str(object_id).strip()
+    m = _INSTANCE_SUFFIX.match(text)
+    return m.group(1) if m else text
+
+
+class NameMapper:
+    """Normalised name -> 0-based index into a dataset's class or predicate list.
+
+    Args:
+        names: the dataset's names (``dataset_meta['classes']`` / ``['predicates']``).
+        synonyms: optional ``{model name: dataset name}``; both sides are normalised, every target must be one
+            of ``names`` (ValueError otherwise). A synonym never overrides an exact dataset name.
+    """
+
+    def __init__(self, names: Sequence[str], synonyms: Optional[Mapping[str, str]] = None):
+        self.names = list(names)
+        self.index: Dict[str, int] = {}
+        for i, n in enumerate(self.names):
+            self.index.setdefault(normalize_name(n), i)
+        for src, dst in (synonyms or {}).items():
+            key, target = normalize_name(src), normalize_name(dst)
+            if target not in self.index:
+                raise ValueError(f'synonym {src!r} -> {dst!r}: {dst!r} is not a dataset name')
+            self.index.setdefault(key, self.index[target])
+
+    def __call__(self, name: str) -> int:
+        return self.index.get(normalize_name(name), -1)
+
+
+def _is_split_map(synonyms: Mapping) -> bool:
+    return bool(synonyms) and set(synonyms) <= {'objects', 'classes', 'predicates'} and \
+        all(isinstance(v, Mapping) for v in synonyms.values())
+
+
+def build_mappers(classes: Sequence[str], predicates: Sequence[str], synonyms: Optional[Mapping] = None,
+                  class_synonyms: Optional[Mapping] = None,
+                  predicate_synonyms: Optional[Mapping] = None) -> Tuple[NameMapper, NameMapper]:
+    """Class and predicate :class:`NameMapper` s.
+
+    ``synonyms`` is either split, ``{'objects': {...}, 'predicates': {...}}`` (``'classes'`` is an alias of
+    ``'objects'``), or flat ``{model name: dataset name}``: a flat entry applies to the class list when its
+    target is a class, to the predicate list when it is a predicate (both when both). ``class_synonyms`` /
+    ``predicate_synonyms`` add entries for one list. A target that is no dataset name raises ValueError.
+    """
+    cls_syn: Dict[str, str] = {}
+    pred_syn: Dict[str, str] = {}
+    if synonyms and _is_split_map(synonyms):
+        cls_syn.update(synonyms.get('objects', {}) or {})
+        cls_syn.update(synonyms.get('classes', {}) or {})
+        pred_syn.update(synonyms.get('predicates', {}) or {})
+    elif synonyms:
+        cls_names = {normalize_name(n) for n in classes}
+        pred_names = {normalize_name(n) for n in predicates}
+        unknown = []
+        for src, dst in synonyms.items():
+            target = normalize_name(dst)
+            if target in cls_names:
+                cls_syn[src] = dst
+            if target in pred_names:
+                pred_syn[src] = dst
+            if target not in cls_names and target not in pred_names:
+                unknown.append(f'{src!r} -> {dst!r}')
+        if unknown:
+            raise ValueError(f'synonyms map to names that are neither classes nor predicates: {unknown}')
+    cls_syn.update(class_synonyms or {})
+    pred_syn.update(predicate_synonyms or {})
+    return NameMapper(classes, cls_syn), NameMapper(predicates, pred_syn)
+
+
+@dataclass
+class ParseResult:
+    """One parsed VLM answer.
+
+    ``ok`` is False for outputs that are not a structurally valid graph (then ``code``/``reason`` say why and
+    every array is empty). Objects: ``bboxes`` [N, 4] float32 xyxy in image pixels, ``labels`` [N] int64
+    (0-based, -1 = unknown class), ``scores`` [N] float32 (1 when absent), ``ids`` / ``names`` (normalised
+    class names). Relations, in output order: ``pair_idxs`` [R, 2] int64 into the objects,
+    ``rel_labels`` [R] int64 (0-based, -1 = unknown predicate), ``rel_scores`` [R] float32 (1 when absent).
+    """
+    ok: bool
+    code: str = 'ok'
+    reason: str = ''
+    bboxes: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))
+    labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    ids: List[str] = field(default_factory=list)
+    names: List[str] = field(default_factory=list)
+    pair_idxs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    rel_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rel_scores: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    predicate_names: List[str] = field(default_factory=list)
+    has_scores: bool = False
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def code_index(self) -> int:
+        return FAILURE_CODES.index(self.code)
+
+    @property
+    def num_objects(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_relations(self) -> int:
+        return int(self.rel_labels.shape[0])
+
+    @property
+    def known_relations(self) -> np.ndarray:
+        """[R] bool: subject class, object class and predicate are all dataset names."""
+        if not self.num_relations:
+            return np.zeros(0, bool)
+        return (self.rel_labels >= 0) & (self.labels[self.pair_idxs[:, 0]] >= 0) & \
+            (self.labels[self.pair_idxs[:, 1]] >= 0)
+
+    @property
+    def num_unknown_objects(self) -> int:
+        return int((self.labels < 0).sum())
+
+    @property
+    def num_unknown_relations(self) -> int:
+        return int((~self.known_relations).sum())
+
+    @classmethod
+    def failure(cls, code: str, reason: str) -> 'ParseResult':
+        assert code in FAILURE_CODES and code != 'ok', code
+        return cls(ok=False, code=code, reason=reason)
+
+
+class _Invalid(Exception):
+    def __init__(self, code: str, reason: str):
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+# ---------------------------------------------------------------------------------------------- raw text
+_THINK = re.compile(r'<think>.*?(</think>|$)', re.S | re.I)
+_ANSWER = re.compile(r'<answer>(.*?)(?:</answer>|$)', re.S | re.I)
+_FENCE = re.compile(r'```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n?(.*?)(?:```|$)', re.S)
+
+
+def extract_json_text(text: str) -> List[str]:
+    """Candidate regions of a raw answer that may hold the JSON graph, most specific first."""
+    text = _THINK.sub('', text)
+    answers = _ANSWER.findall(text)
+    if answers:
+        text = answers[-1]
+    candidates = [m.group(1) for m in _FENCE.finditer(text)]
+    candidates.append(text)
+    return candidates
+
+
+def _decode_first_graph(text: str, max_starts: int = 64) -> Any:
+    """First JSON object in ``text`` with a graph key; else the outermost decodable value; else _Invalid."""
+    decoder = json.JSONDecoder()
+    first_value, first_error, starts = None, None, 0
+    for candidate in extract_json_text(text):
+        pos = candidate.find('{')
+        while pos != -1 and starts < max_starts:
+            starts += 1
+            try:
+                value, _ = decoder.raw_decode(candidate, pos)
+            except json.JSONDecodeError as err:
+                first_error = first_error or err
+                pos = candidate.find('{', pos + 1)
+                continue
+            if isinstance(value, dict) and any(k in value for k in ('objects',) + _RELATION_KEYS):
+                return value
+            if first_value is None and first_error is None:
+                first_value = value
+            # keep looking, inside the value too: a graph wrapped in another object is found
+            pos = candidate.find('{', pos + 1)
+    if first_value is not None:
+        return first_value
+    stripped = _THINK.sub('', text)
+    if '{' not in stripped:
+        raise _Invalid('no_json', 'no JSON object in the output')
+    raise _Invalid('invalid_json', f'invalid JSON ({first_error.msg} at char {first_error.pos})'
+                   if first_error else 'invalid JSON')
+
+
+# ---------------------------------------------------------------------------------------------- structure
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_id(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _Invalid('wrong_type', f'{where} must be a string or integer id, got {type(value).__name__}')
+    return str(value).strip()
+
+
+def _optional_score(entry: Mapping, where: str) -> Optional[float]:
+    for key in _SCORE_FIELDS:
+        if key in entry and entry[key] is not None:
+            value = entry[key]
+            if not _is_number(value) or not math.isfinite(value):
+                raise _Invalid('wrong_type', f'{where}.{key} must be a finite number, got {value!r}')
+            return float(value)
+    return None
+
+
+def _canvas_size(canvas: Union[None, float, Sequence[float]], image_size: Tuple[float, float]):
+    if canvas is None:
+        return float(image_size[0]), float(image_size[1])
+    if isinstance(canvas, (int, float)):
+        return float(canvas), float(canvas)
+    cw, ch = canvas
+    return float(cw), float(ch)
+
+
+def _read_box(value: Any, where: str, canvas_wh: Tuple[float, float], tolerance: float,
+              box_format: str) -> List[float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 4 or not all(_is_number(v) for v in value):
+        raise _Invalid('bad_box', f'{where} must be a list of 4 numbers, got {value!r}')
+    x1, y1, a, b = (float(v) for v in value)
+    if not all(math.isfinite(v) for v in (x1, y1, a, b)):
+        raise _Invalid('bad_box', f'{where} has a non-finite coordinate: {value!r}')
+    if box_format == 'xywh':
+        if a < 0 or b < 0:
+            raise _Invalid('bad_box', f'{where} = {value!r} has a negative width or height')
+        x2, y2 = x1 + a, y1 + b
+    else:
+        x2, y2 = a, b
+        if x2 < x1 or y2 < y1:
+            raise _Invalid('bad_box', f'{where} = {value!r} has x2 < x1 or y2 < y1 (boxes are [x1, y1, x2, y2])')
+    cw, ch = canvas_wh
+    tx, ty = tolerance * cw, tolerance * ch
+    if min(x1, x2) < -tx or max(x1, x2) > cw + tx or min(y1, y2) < -ty or max(y1, y2) > ch + ty:
+        raise _Invalid('box_out_of_canvas', f'{where} = {value!r} lies outside the {cw:g}x{ch:g} canvas '
+                       f'(tolerance {tolerance:.0%})')
+    return [min(max(x1, 0.0), cw), min(max(y1, 0.0), ch), min(max(x2, 0.0), cw), min(max(y2, 0.0), ch)]
+
+
+def parse_scene_graph(graph: Any, image_size: Tuple[float, float], classes: Sequence[str],
+                      predicates: Sequence[str], canvas: Union[None, float, Sequence[float]] = 1000,
+                      box_tolerance: float = 0.01, box_format: str = 'xyxy',
+                      mappers: Optional[Tuple[NameMapper, NameMapper]] = None,
+                      synonyms: Optional[Mapping] = None) -> ParseResult:
+    """Validate an already-decoded JSON value (see the module docstring) and convert it.
+
+    Args:
+        graph: the decoded JSON value.
+        image_size: ``(width, height)`` of the original image in pixels.
+        classes / predicates: the dataset's names (0-based order).
+        canvas: coordinate range of the boxes: a number (square canvas, default 1000: ``x / 1000 * W``), a
+            ``(width, height)`` pair, ``1`` for normalised boxes, or None when boxes are already in pixels.
+        box_tolerance: fraction of the canvas a coordinate may lie outside it (then clipped).
+        box_format: 'xyxy' (default) or 'xywh'.
+        mappers / synonyms: prebuilt ``(class_mapper, predicate_mapper)`` or a synonym map (see
+            :func:`build_mappers`).
+    """
+    if box_format not in ('xyxy', 'xywh'):
+        raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
+    width, height = float(image_size[0]), float(image_size[1])
+    if not (width > 0 and height > 0):
+        raise ValueError(f'image_size must be positive (width, height), got {image_size}')
+    class_of, predicate_of = mappers if mappers is not None else build_mappers(classes, predicates, synonyms)
+    canvas_wh = _canvas_size(canvas, (width, height))
+    try:
+        return _parse_graph(graph, (width, height), canvas_wh, box_tolerance, box_format, class_of, predicate_of)
+    except _Invalid as err:
+        return ParseResult.failure(err.code, err.reason)
+
+
+def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, predicate_of) -> ParseResult:
+    if not isinstance(graph, dict):
+        raise _Invalid('not_object', f'the JSON value is a {type(graph).__name__}, not an object')
+    if 'objects' not in graph:
+        raise _Invalid('missing_field', 'no "objects" field')
+    rel_key = next((k for k in _RELATION_KEYS if k in graph), None)
+    if rel_key is None:
+        raise _Invalid('missing_field', 'no "relationships" field')
+    objects, relations = graph['objects'], graph[rel_key]
+    if not isinstance(objects, list):
+        raise _Invalid('wrong_type', f'"objects" must be a list, got {type(objects).__name__}')
+    if not isinstance(relations, list):
+        raise _Invalid('wrong_type', f'"{rel_key}" must be a list, got {type(relations).__name__}')
+    sx, sy = image_wh[0] / canvas_wh[0], image_wh[1] / canvas_wh[1]
+    boxes, labels, scores, ids, names, index = [], [], [], [], [], {}
+    for i, obj in enumerate(objects):
+        where = f'objects[{i}]'
+        if not isinstance(obj, dict):
+            raise _Invalid('wrong_type', f'{where} must be an object, got {type(obj).__name__}')
+        for key in ('id', 'bbox'):
+            if obj.get(key) is None:
+                raise _Invalid('missing_field', f'{where} has no "{key}"')
+        oid = _as_id(obj['id'], f'{where}.id')
+        if oid in index:
+            raise _Invalid('duplicate_id', f'{where}: id {oid!r} is used twice')
+        name = None
+        for key in _CLASS_FIELDS:
+            if obj.get(key) is not None:
+                if not isinstance(obj[key], str):
+                    raise _Invalid('wrong_type', f'{where}.{key} must be a string, got {obj[key]!r}')
+                name = obj[key]
+                break
+        if name is None:
+            name = class_from_id(oid)
+        box = _read_box(obj['bbox'], f'{where}.bbox', canvas_wh, tolerance, box_format)
+        score = _optional_score(obj, where)
+        index[oid] = len(ids)
+        ids.append(oid)
+        names.append(normalize_name(name))
+        labels.append(class_of(name))
+        scores.append(1.0 if score is None else score)
+        boxes.append([min(max(box[0] * sx, 0.0), image_wh[0]), min(max(box[1] * sy, 0.0), image_wh[1]),
+                      min(max(box[2] * sx, 0.0), image_wh[0]), min(max(box[3] * sy, 0.0), image_wh[1])])
+    pairs, rel_labels, rel_scores, pred_names, has_scores = [], [], [], [], False
+    for j, rel in enumerate(relations):
+        where = f'{rel_key}[{j}]'
+        if not isinstance(rel, dict):
+            raise _Invalid('wrong_type', f'{where} must be an object, got {type(rel).__name__}')
+        for key in ('subject', 'predicate', 'object'):
+            if rel.get(key) is None:
+                raise _Invalid('missing_field', f'{where} has no "{key}"')
+        sub = _as_id(rel['subject'], f'{where}.subject')
+        obj = _as_id(rel['object'], f'{where}.object')
+        if not isinstance(rel['predicate'], str):
+            raise _Invalid('wrong_type', f'{where}.predicate must be a string, got {rel["predicate"]!r}')
+        for role, ref in (('subject', sub), ('object', obj)):
+            if ref not in index:
+                raise _Invalid('dangling_id', f'{where}.{role} = {ref!r} is not the id of an object')
+        score = _optional_score(rel, where)
+        has_scores |= score is not None
+        pairs.append([index[sub], index[obj]])
+        pred_names.append(normalize_name(rel['predicate']))
+        rel_labels.append(predicate_of(rel['predicate']))
+        rel_scores.append(1.0 if score is None else score)
+    result = ParseResult(
+        ok=True, bboxes=np.asarray(boxes, np.float32).reshape(-1, 4), labels=np.asarray(labels, np.int64),
+        scores=np.asarray(scores, np.float32), ids=ids, names=names,
+        pair_idxs=np.asarray(pairs, np.int64).reshape(-1, 2), rel_labels=np.asarray(rel_labels, np.int64),
+        rel_scores=np.asarray(rel_scores, np.float32), predicate_names=pred_names, has_scores=has_scores)
+    if result.num_unknown_objects:
+        unknown = sorted({n for n, lab in zip(names, labels) if lab < 0})
+        result.warnings.append(f'unknown object classes (cannot match): {unknown}')
+    if (result.rel_labels < 0).any():
+        unknown = sorted({n for n, lab in zip(pred_names, rel_labels) if lab < 0})
+        result.warnings.append(f'unknown predicates (cannot match): {unknown}')
+    return result
+
+
+def parse_vlm_output(text: Any, image_size: Tuple[float, float], classes: Sequence[str],
+                     predicates: Sequence[str], canvas: Union[None, float, Sequence[float]] = 1000,
+                     box_tolerance: float = 0.01, box_format: str = 'xyxy',
+                     mappers: Optional[Tuple[NameMapper, NameMapper]] = None,
+                     synonyms: Optional[Mapping] = None) -> ParseResult:
+    """Parse RAW model text into a :class:`ParseResult` (never raises for bad model output).
+
+    ``text`` may also be an already-decoded JSON value (dict/list), which skips the text extraction.
+    ``None`` (no answer at all) is a ``'no_json'`` failure. Other arguments: :func:`parse_scene_graph`.
+    """
+    if mappers is None:
+        mappers = build_mappers(classes, predicates, synonyms)
+    if text is None:
+        return ParseResult.failure('no_json', 'no output')
+    if isinstance(text, bytes):
+        text = text.decode('utf-8', errors='replace')
+    if isinstance(text, str):
+        try:
+            graph = _decode_first_graph(text)
+        except _Invalid as err:
+            return ParseResult.failure(err.code, err.reason)
+    else:
+        graph = text
+    return parse_scene_graph(graph, image_size, classes, predicates, canvas, box_tolerance, box_format,
+                             mappers=mappers)
+
+
+# ---------------------------------------------------------------------------------------------- data samples
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    if hasattr(obj, 'metainfo') and key in getattr(obj, 'metainfo', {}):
+        return obj.metainfo[key]
+    return getattr(obj, key, default)
+
+
+def _tensor(value: Any, dtype: torch.dtype, shape_tail: Tuple[int, ...] = ()) -> torch.Tensor:
+    if hasattr(value, 'tensor') and isinstance(value.tensor, torch.Tensor):  # mmdet boxes
+        value = value.tensor
+    t = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    return t.to(dtype).reshape((-1,) + shape_tail)
+
+
+def gt_from_data_info(info: Mapping) -> Dict[str, Any]:
+    """GT fields of the data contract from an mmdet-style ``get_data_info`` dict (``instances`` with
+    ``bbox``/``bbox_label``, ``relations`` [G, 3] (subject, object, 0-based predicate), ``width``/``height``)."""
+    instances = info.get('instances', [])
+    rels = np.asarray(info.get('relations', np.zeros((0, 3))), np.int64).reshape(-1, 3)
+    out = {
+        'gt_instances': {'bboxes': torch.tensor([i['bbox'] for i in instances], dtype=torch.float32).reshape(-1, 4),
+                         'labels': torch.tensor([i['bbox_label'] for i in instances], dtype=torch.long)},
+        'gt_relations': {'pair_idxs': torch.from_numpy(rels[:, :2].copy()),
+                         'labels': torch.from_numpy(rels[:, 2].copy())},
+    }
+    for key in ('sample_idx', 'img_id', 'img_path'):
+        if key in info:
+            out[key] = info[key]
+    if 'height' in info and 'width' in info:
+        out['ori_shape'] = (int(info['height']), int(info['width']))
+    return out
+
+
+def _gt_fields(gt: Any) -> Dict[str, Any]:
+    if gt is None:
+        return {}
+    if isinstance(gt, Mapping) and 'instances' in gt and 'gt_instances' not in gt:
+        return gt_from_data_info(gt)
+    out: Dict[str, Any] = {}
+    inst, rels = _get(gt, 'gt_instances'), _get(gt, 'gt_relations')
+    if inst is not None:
+        gi = {'bboxes': _tensor(_get(inst, 'bboxes'), torch.float32, (4,)),
+              'labels': _tensor(_get(inst, 'labels'), torch.long)}
+        if _get(inst, 'masks') is not None:
+            gi['masks'] = _get(inst, 'masks')
+        out['gt_instances'] = gi
+    if rels is not None:
+        out['gt_relations'] = {'pair_idxs': _tensor(_get(rels, 'pair_idxs'), torch.long, (2,)),
+                               'labels': _tensor(_get(rels, 'labels'), torch.long)}
+    for key in ('sample_idx', 'img_id', 'img_path', 'ori_shape'):
+        value = _get(gt, key)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int] = None,
+                   img_id: Any = None) -> Dict[str, Any]:
+    """Data sample (SPEC section 1, plain dict of CPU tensors) of one parsed answer, scored by
+    ``SGRecall``/``SGMeanRecall(mode='sgdet', rank='given', skip_empty_predictions=False)``.
+
+    ``pred_instances``: the objects of known class (``bboxes``, ``labels``, ``scores``); ``pred_relations``:
+    EVERY relation in output order, single-label (``pair_idxs``, ``labels``, 1-D ``scores``). A relation whose
+    subject class, object class or predicate is unknown keeps its rank slot but points at a trailing
+    placeholder object (:data:`PLACEHOLDER_BOX`, label 0, score 1) with predicate 0, so it can never match; its
+    score is the float32 product relation score x subject score x object score, so ``rank='score'`` ranks it
+    where the original triplet would be. A failed result (``ok=False``) gives 0 objects and 0 relations.
+    ``gt``: a data sample / dict with ``gt_instances`` and ``gt_relations`` or an mmdet data-info dict
+    (``instances``, ``relations``); its ``sample_idx``/``img_id``/``ori_shape`` are copied. The key ``vlm``
+    holds ``ok``, ``code``, ``reason`` and the unknown-name counts.
+    """
+    sample = _gt_fields(gt)
+    if sample_idx is not None:
+        sample['sample_idx'] = int(sample_idx)
+    if img_id is not None:
+        sample['img_id'] = img_id
+    known_obj = result.labels >= 0 if result.ok else np.zeros(0, bool)
+    new_index = np.cumsum(known_obj) - 1
+    boxes = result.bboxes[known_obj] if result.ok else np.zeros((0, 4), np.float32)
+    labels = result.labels[known_obj] if result.ok else np.zeros(0, np.int64)
+    scores = result.scores[known_obj] if result.ok else np.zeros(0, np.float32)
+    if result.ok and result.num_relations:
+        known_rel = result.known_relations
+        pairs = result.pair_idxs.copy()
+        rel_labels = result.rel_labels.copy()
+        rel_scores = result.rel_scores.astype(np.float32).copy()
+        pairs[known_rel] = new_index[pairs[known_rel]]
+        if (~known_rel).any():
+            placeholder = boxes.shape[0]
+            unknown = ~known_rel
+            sub_s = result.scores[result.pair_idxs[unknown, 0]].astype(np.float32)
+            obj_s = result.scores[result.pair_idxs[unknown, 1]].astype(np.float32)
+            rel_scores[unknown] = (rel_scores[unknown] * sub_s) * obj_s
+            pairs[unknown] = placeholder
+            rel_labels[unknown] = 0
+            boxes = np.concatenate([boxes, np.asarray([PLACEHOLDER_BOX], np.float32)])
+            labels = np.concatenate([labels, np.zeros(1, np.int64)])
+            scores = np.concatenate([scores, np.ones(1, np.float32)])
+    else:
+        pairs = np.zeros((0, 2), np.int64)
+        rel_labels = np.zeros(0, np.int64)
+        rel_scores = np.zeros(0, np.float32)
+    sample['pred_instances'] = {'bboxes': torch.from_numpy(np.ascontiguousarray(boxes, np.float32)).reshape(-1, 4),
+                                'labels': torch.from_numpy(np.ascontiguousarray(labels, np.int64)),
+                                'scores': torch.from_numpy(np.ascontiguousarray(scores, np.float32))}
+    sample['pred_relations'] = {'pair_idxs': torch.from_numpy(np.ascontiguousarray(pairs, np.int64)).reshape(-1, 2),
+                                'labels': torch.from_numpy(np.ascontiguousarray(rel_labels, np.int64)),
+                                'scores': torch.from_numpy(np.ascontiguousarray(rel_scores, np.float32))}
+    sample['vlm'] = {'ok': result.ok, 'code': result.code, 'reason': result.reason,
+                     'num_objects': result.num_objects, 'num_relations': result.num_relations,
+                     'num_unknown_objects': result.num_unknown_objects if result.ok else 0,
+                     'num_unknown_relations': result.num_unknown_relations if result.ok else 0}
+    return sample
+
+
+def failed_data_sample(gt: Any = None, sample_idx: Optional[int] = None, reason: str = 'no output') -> Dict:
+    """Empty prediction for a sample without any usable output (it counts as recall 0, never dropped)."""
+    return to_data_sample(ParseResult.failure('no_json', reason), gt, sample_idx)
+
+
+# ---------------------------------------------------------------------------------------------- files
+#: Keys tried, in order, for the model text of a JSONL record (:func:`iter_vlm_jsonl`).
+TEXT_KEYS = ('output', 'response', 'text', 'prediction', 'answer')
+#: Keys tried, in order, for the sample identity of a JSONL record.
+ID_KEYS = ('sample_idx', 'img_id', 'image_id', 'id')
+
+
+def iter_vlm_jsonl(path: str) -> Iterator[Tuple[str, Any, Any]]:
+    """Stream a JSONL file of VLM answers, one record per line::
+
+        {"sample_idx": 17, "output": "<answer>```json {...} ```</answer>"}
+        {"image_id": "2343729", "response": "..."}
+
+    The sample identity is the first of :data:`ID_KEYS` present and the text the first of :data:`TEXT_KEYS`
+    (``null`` or absent = no output, a failure). The text may also be a JSON object (an already-decoded
+    graph). Yields ``(id_key, id_value, text)``; a line that is not a JSON object raises ValueError.
+    """
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f'{path}:{lineno}: not a JSON record ({err.msg})') from None
+            if not isinstance(record, dict):
+                raise ValueError(f'{path}:{lineno}: each line must be a JSON object')
+            id_key = next((k for k in ID_KEYS if k in record), None)
+            if id_key is None:
+                raise ValueError(f'{path}:{lineno}: no sample identity (one of {ID_KEYS})')
+            text = next((record[k] for k in TEXT_KEYS if k in record), None)
+            yield id_key, record[id_key], text

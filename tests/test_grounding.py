@@ -1,0 +1,413 @@
+"""Tests of GroundingPr (SPEC section 3) against the exact loop reference in tests/reference_grounding.py."""
+import json
+import os
+import random
+import shutil
+import warnings
+from fractions import Fraction
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+import torch
+
+from mmsgg_eval.grounding_io import evaluate_grounding_predictions
+from mmsgg_eval.metrics import GroundingPr
+from mmsgg_eval.metrics.grounding import grounding_statistics
+from mmsgg_eval.registry import METRICS
+from tests.dist_utils import padded_shard, run_distributed
+from tests.reference_grounding import reference_grounding
+
+THRESHOLDS = ('0.5', '0.6', '0.7', '0.8', '0.9')
+KEYS = [f'Pr@{t}' for t in THRESHOLDS] + ['meanIoU', 'cumIoU']
+
+
+# ---------------------------------------------------------------------------- sample generation
+def _at_ratio(p: int, q: int, rng: random.Random) -> List[List[float]]:
+    """(gt, pred) integer boxes with IoU exactly p/q, in one of several geometric configurations."""
+    m = 2 * rng.randint(1, 20)
+    x0, y0, h = rng.randint(0, 300), rng.randint(0, 300), rng.randint(1, 50)
+    kind = rng.randrange(3)
+    if kind == 0:    # pred inside GT, same height: IoU = w / W
+        gt, pred = [x0, y0, x0 + q * m, y0 + h], [x0, y0, x0 + p * m, y0 + h]
+    elif kind == 1:  # GT inside pred
+        pred, gt = [x0, y0, x0 + q * m, y0 + h], [x0 + m, y0, x0 + m + p * m, y0 + h]
+    else:            # shifted copies: IoU = (a - s) / (a + s)
+        a, s = (p + q) * m // 2, (q - p) * m // 2
+        gt, pred = [x0, y0, x0 + a, y0 + h], [x0 + s, y0, x0 + s + a, y0 + h]
+    if rng.random() < 0.5:  # transpose x and y
+        gt, pred = [gt[1], gt[0], gt[3], gt[2]], [pred[1], pred[0], pred[3], pred[2]]
+    return [[float(v) for v in gt], [float(v) for v in pred]]
+
+
+def random_case(rng: random.Random) -> Dict[str, Any]:
+    """One sample: integer boxes on or next to a threshold, disjoint, degenerate, float, no prediction."""
+    kind = rng.randrange(9)
+    scores: Optional[List[float]] = None
+    if kind <= 2:
+        t = Fraction(rng.choice(THRESHOLDS))
+        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
+        if kind == 2:  # one pixel off the threshold, either way
+            pred[2] += rng.choice((-1.0, 1.0)) if pred[2] - 1 > pred[0] else 1.0
+    elif kind == 3:  # disjoint or touching
+        gt = [10.0, 10.0, 50.0, 40.0]
+        dx = rng.choice((40.0, 41.0, 100.0))
+        pred = [gt[0] + dx, gt[1], gt[2] + dx, gt[3]]
+    elif kind == 4:  # degenerate (zero-area) boxes
+        gt = rng.choice(([5.0, 5.0, 5.0, 20.0], [5.0, 5.0, 30.0, 30.0], [7.0, 7.0, 7.0, 7.0]))
+        pred = rng.choice(([5.0, 5.0, 5.0, 20.0], [10.0, 10.0, 10.0, 25.0], [7.0, 7.0, 7.0, 7.0],
+                           [5.0, 5.0, 30.0, 30.0]))
+    elif kind == 5:  # float boxes, arbitrary
+        x, y = rng.uniform(0, 700), rng.uniform(0, 700)
+        gt = [x, y, x + rng.uniform(0, 100), y + rng.uniform(0, 100)]
+        x, y = x + rng.uniform(-30, 30), y + rng.uniform(-30, 30)
+        pred = [x, y, x + rng.uniform(0, 100), y + rng.uniform(0, 100)]
+    elif kind == 6:  # dyadic float boxes exactly on a threshold, and decimal offsets next to it
+        t = Fraction(rng.choice(THRESHOLDS))
+        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
+        off = rng.choice((0.25, 0.5, 0.1, 0.3))
+        gt = [v + off for v in gt]
+        pred = [v + off for v in pred]
+    elif kind == 7:
+        gt = [0.0, 0.0, 10.0, 10.0]
+        pred = []
+    else:  # several predictions with scores (ties included) or without scores
+        gt = [100.0, 100.0, 200.0, 180.0]
+        preds = [[100.0 + rng.randint(-40, 40), 100.0 + rng.randint(-40, 40), 0, 0] for _ in range(rng.randint(1, 5))]
+        for b in preds:
+            b[2], b[3] = b[0] + rng.randint(0, 120), b[1] + rng.randint(0, 120)
+        if rng.random() < 0.7:
+            scores = [float(rng.choice((0.1, 0.5, 0.9))) for _ in preds]
+        return {'gt': gt, 'pred': preds, 'scores': scores}
+    return {'gt': gt, 'pred': [pred] if pred else [], 'scores': scores}
+
+
+def to_data_sample(case: Dict[str, Any], idx: Optional[int], dtype=torch.float32,
+                   shape=(800, 800)) -> Dict[str, Any]:
+    sample = {'img_id': f'img{idx}', 'ori_shape': shape,
+              'gt_instances': {'bboxes': torch.tensor([case['gt']], dtype=dtype)},
+              'pred_instances': {'bboxes': torch.tensor(case['pred'], dtype=dtype).reshape(-1, 4)}}
+    if idx is not None:
+        sample['sample_idx'] = idx
+    if case.get('scores') is not None:
+        sample['pred_instances']['scores'] = torch.tensor(case['scores'])
+    return sample
+
+
+def run_metric(cases: List[Dict[str, Any]], batch: int = 7, dtype=torch.float64,
+               **kwargs) -> Dict[str, float]:
+    metric = GroundingPr(**kwargs)
+    samples = [to_data_sample(c, i, dtype) for i, c in enumerate(cases)]
+    for start in range(0, len(samples), batch):
+        metric.process(None, samples[start:start + batch])
+    out = metric.evaluate(len(samples))
+    prefix = metric.prefix + '/'
+    return {k[len(prefix):]: v for k, v in out.items()}
+
+
+def assert_matches_reference(got: Dict[str, float], ref: Dict[str, Any]) -> None:
+    for t in THRESHOLDS:
+        assert got[f'Pr@{t}'] == ref[f'Pr@{t}'], (t, got, ref)  # exact
+    assert got['meanIoU'] == pytest.approx(ref['meanIoU'], rel=1e-12, abs=1e-15)
+    assert got['cumIoU'] == pytest.approx(ref['cumIoU'], rel=1e-12, abs=1e-15)
+
+
+# ---------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize('strict', [False, True])
+def test_random_against_reference(strict):
+    rng = random.Random(1234 + strict)
+    for trial in range(6):
+        cases = [random_case(rng) for _ in range(rng.randint(1, 120))]
+        ref = reference_grounding(cases, THRESHOLDS, strict=strict)
+        # float64 boxes give the exact values of every case; integer and dyadic ones also survive float32
+        got = run_metric(cases, batch=rng.randint(1, 16), strict=strict)
+        assert_matches_reference(got, ref)
+    exact_cases = [c for c in (random_case(rng) for _ in range(300))
+                   if all(float(v).is_integer() for b in [c['gt']] + c['pred'] for v in b)]
+    got32 = run_metric(exact_cases, dtype=torch.float32, strict=strict)
+    assert_matches_reference(got32, reference_grounding(exact_cases, THRESHOLDS, strict=strict))
+
+
+@pytest.mark.parametrize('tau', THRESHOLDS)
+def test_iou_exactly_on_each_threshold(tau):
+    """IoU == τ exactly counts for Pr@τ (>=) and not with strict (>); float32 IoU would get 0.7 wrong."""
+    t = Fraction(tau)
+    q = t.denominator
+    gt, pred = [0.0, 0.0, 10.0 * q, 10.0], [0.0, 0.0, 10.0 * t.numerator, 10.0]
+    case = {'gt': gt, 'pred': [pred]}
+    for dtype in (torch.float32, torch.float64):
+        loose = run_metric([case], dtype=dtype)
+        strict = run_metric([case], dtype=dtype, strict=True)
+        assert loose[f'Pr@{tau}'] == 100.0 and strict[f'Pr@{tau}'] == 0.0
+        for other in THRESHOLDS:
+            expected = 100.0 if Fraction(other) < t else 0.0
+            if Fraction(other) != t:
+                assert loose[f'Pr@{other}'] == expected and strict[f'Pr@{other}'] == expected
+    # the example of the brief: GT [0, 0, 10, 10] vs prediction [0, 0, 5, 10] is exactly 0.5
+    out = run_metric([{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 5, 10]]}])
+    assert out['Pr@0.5'] == 100.0 and out['Pr@0.6'] == 0.0 and out['meanIoU'] == 0.5 and out['cumIoU'] == 0.5
+
+
+def test_float32_pitfalls_and_float_thresholds():
+    # float32(70) / float32(100) < 0.7 and float32(60) / float32(100) > 0.6: both decided exactly here
+    cases = [{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 7, 10]]}, {'gt': [0, 0, 10, 10], 'pred': [[0, 0, 6, 10]]}]
+    out = run_metric(cases, dtype=torch.float32, thresholds=(0.6, 0.7))
+    assert out == {'Pr@0.6': 100.0, 'Pr@0.7': 50.0, 'meanIoU': pytest.approx(0.65), 'cumIoU': pytest.approx(0.65)}
+    out = run_metric(cases, dtype=torch.float32, thresholds=(0.6, 0.7), strict=True)
+    assert out['Pr@0.6'] == 50.0 and out['Pr@0.7'] == 0.0
+    # thresholds given as strings or Fractions are exact too; keys follow the float value
+    out = run_metric(cases, thresholds=('0.6', Fraction(7, 10)))
+    assert out['Pr@0.6'] == 100.0 and out['Pr@0.7'] == 50.0
+
+
+def test_near_tie_float_boxes_are_decided_exactly():
+    """Decimal offsets make float64 IoUs land within rounding of τ; the exact fallback decides them."""
+    rng = random.Random(5)
+    cases = []
+    for _ in range(200):
+        t = Fraction(rng.choice(THRESHOLDS))
+        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
+        off = rng.choice((0.1, 0.2, 0.3, 1e-9, 123.456))
+        cases.append({'gt': [v + off for v in gt], 'pred': [[v + off for v in pred]]})
+    for strict in (False, True):
+        assert_matches_reference(run_metric(cases, strict=strict),
+                                 reference_grounding(cases, THRESHOLDS, strict=strict))
+
+
+def test_statistics_function_and_degenerate_union():
+    pred = torch.tensor([[0, 0, 5, 10], [3, 3, 3, 3], [0, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.float64)
+    gt = torch.tensor([[0, 0, 10, 10], [3, 3, 3, 3], [2, 2, 3, 3], [0, 0, 4, 4]], dtype=torch.float64)
+    has = torch.tensor([True, True, True, False])
+    s = grounding_statistics(pred, gt, has, [Fraction(1, 2), Fraction(0)])
+    assert s['iou'].tolist() == [0.5, 0.0, 0.0, 0.0]
+    assert s['inter'].tolist() == [50.0, 0.0, 0.0, 0.0] and s['union'].tolist() == [100.0, 0.0, 2.0, 16.0]
+    assert s['hits'].tolist() == [[True, True], [False, True], [False, True], [False, True]]
+    s = grounding_statistics(pred, gt, has, [Fraction(0)], strict=True)
+    assert s['hits'].tolist() == [[True], [False], [False], [False]]
+
+
+def test_selection_scores_ties_and_no_prediction():
+    gt = [0.0, 0.0, 10.0, 10.0]
+    good, bad = [0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0]
+    cases = [{'gt': gt, 'pred': [bad, good], 'scores': [0.2, 0.9]},   # highest score wins
+             {'gt': gt, 'pred': [good, bad], 'scores': [0.5, 0.5]},   # tie: first
+             {'gt': gt, 'pred': [bad, good], 'scores': None},         # no scores: first
+             {'gt': gt, 'pred': []}]                                  # none: IoU 0, union = GT area
+    out = run_metric(cases)
+    assert out['Pr@0.5'] == 50.0 and out['meanIoU'] == 0.5
+    assert out['cumIoU'] == 200.0 / (100 + 100 + 200 + 100)
+    # a sample without the pred_instances field at all also counts as 0
+    metric = GroundingPr()
+    metric.process(None, [{'sample_idx': 0, 'gt_instances': {'bboxes': [gt]}}])
+    assert metric.evaluate(1)['grounding/Pr@0.5'] == 0.0
+
+
+def test_registry_prefix_log_and_outfile(tmp_path):
+    metric = METRICS.build(dict(type='GroundingPr', prefix='rsvgd', outfile_prefix=str(tmp_path / 'res')))
+    metric.dataset_meta = {'dataset_name': 'DIOR-RSVG'}
+    cases = [{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 5, 10]]}, {'gt': [0, 0, 10, 10], 'pred': [[0, 0, 10, 10]]}]
+    metric.process(None, [to_data_sample(c, i) for i, c in enumerate(cases)])
+    out = metric.evaluate(2)
+    assert set(out) == {f'rsvgd/{k}' for k in KEYS}
+    assert out['rsvgd/Pr@0.5'] == 100.0 and out['rsvgd/Pr@0.9'] == 50.0 and out['rsvgd/meanIoU'] == 0.75
+    text = metric.last_report['text']  # the block printed to the log
+    assert 'DIOR-RSVG' in text and 'IoU >= threshold' in text and '0.9' in text
+    dumped = json.load(open(tmp_path / 'res.rsvgd.json'))
+    assert dumped['per_sample']['iou'] == [0.5, 1.0] and dumped['keys']['Pr@0.9'] == 50.0
+    # a second epoch starts from scratch
+    metric.process(None, [to_data_sample(cases[0], 0)])
+    assert metric.evaluate(1)['rsvgd/Pr@0.9'] == 0.0
+
+
+def test_mmengine_data_elements_and_sampler_padding_single_process():
+    from mmengine.structures import BaseDataElement, InstanceData
+    rng = random.Random(7)
+    cases = [random_case(rng) for _ in range(9)]
+
+    def element(i):
+        c = cases[i]
+        gt = InstanceData(bboxes=torch.tensor([c['gt']]))
+        pred = InstanceData(bboxes=torch.tensor(c['pred'], dtype=torch.float32).reshape(-1, 4))
+        if c.get('scores') is not None:
+            pred.scores = torch.tensor(c['scores'])
+        return BaseDataElement(metainfo=dict(sample_idx=i, img_id=i, ori_shape=(800, 800)),
+                               gt_instances=gt, pred_instances=pred)
+
+    metric = GroundingPr()
+    order = list(range(9)) + [0, 1, 2]  # padded last round: repeats are counted once
+    for start in range(0, len(order), 4):
+        metric.process(None, [element(i) for i in order[start:start + 4]])
+    out = metric.evaluate(9)
+    as_float32 = [dict(c, pred=[[float(np.float32(v)) for v in b] for b in c['pred']],
+                       gt=[float(np.float32(v)) for v in c['gt']]) for c in cases]
+    ref = reference_grounding(as_float32, THRESHOLDS)
+    assert_matches_reference({k.split('/')[1]: v for k, v in out.items()}, ref)
+
+
+# ---------------------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize('sample, match', [
+    ({'sample_idx': 7, 'pred_instances': {'bboxes': [[0, 0, 1, 1]]}}, 'sample_idx=7.*gt_instances.bboxes'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': np.zeros((0, 4))}}, 'sample_idx=7.*empty'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': [[0, 0, 5, 5], [1, 1, 2, 2]]}}, 'sample_idx=7.*2 boxes'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': [[5, 0, 1, 5]]}}, 'sample_idx=7.*x2 < x1'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': [[0, 0, 5, 5]]},
+      'pred_instances': {'bboxes': [[0, float('nan'), 1, 1]]}}, 'sample_idx=7.*pred_instances.bboxes.*NaN'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': [[0, 0, 5, 5]]},
+      'pred_instances': {'bboxes': [[0, 0, 1, 1]], 'scores': [0.1, 0.2]}}, 'sample_idx=7.*scores'),
+    ({'sample_idx': 7, 'gt_instances': {'bboxes': [[0, 0, 5]]}}, 'sample_idx=7.*shape'),
+])
+def test_bad_inputs_name_the_sample(sample, match):
+    metric = GroundingPr()
+    with pytest.raises(ValueError, match=match):
+        metric.process(None, [sample])
+
+
+def test_multiple_gt_option_and_argument_checks():
+    metric = GroundingPr(multiple_gt='first')
+    metric.process(None, [{'sample_idx': 0, 'gt_instances': {'bboxes': [[0, 0, 10, 10], [50, 50, 60, 60]]},
+                           'pred_instances': {'bboxes': [[0, 0, 10, 10]]}}])
+    assert metric.evaluate(1)['grounding/Pr@0.9'] == 100.0
+    with pytest.raises(ValueError):
+        GroundingPr(multiple_gt='max')
+    with pytest.raises(ValueError):
+        GroundingPr(thresholds=(0.5, 1.5))
+    with pytest.raises(ValueError):
+        GroundingPr(thresholds=(0.5, '0.5'))
+
+
+# ---------------------------------------------------------------------------- normalised-box guard
+def test_normalised_boxes_warn_once():
+    rng = random.Random(3)
+    metric = GroundingPr()
+    for b in range(3):
+        samples = []
+        for i in range(4):
+            x, y = rng.random() * 0.5, rng.random() * 0.5
+            samples.append({'sample_idx': 4 * b + i, 'ori_shape': (800, 600),
+                            'gt_instances': {'bboxes': [[100, 100, 300, 300]]},
+                            'pred_instances': {'bboxes': [[x, y, x + 0.4, y + 0.4]]}})
+        metric.process(None, samples)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        metric.evaluate(12)
+    msgs = [str(w.message) for w in caught if 'NORMALISED' in str(w.message)]
+    assert len(msgs) == 1 and 'original image pixels' in msgs[0]
+    # pixel boxes, or an image that really is 1x1, do not warn
+    for shape, box in (((800, 600), [10, 10, 300, 300]), ((1, 1), [0, 0, 0.5, 0.5])):
+        metric.process(None, [{'sample_idx': 0, 'ori_shape': shape, 'gt_instances': {'bboxes': [[0, 0, 1, 1]]},
+                               'pred_instances': {'bboxes': [box]}}])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            metric.evaluate(1)
+        assert not [w for w in caught if 'NORMALISED' in str(w.message)]
+
+
+# ---------------------------------------------------------------------------- distributed
+def _dist_worker(rank: int, world: int, cases: List[Dict[str, Any]], strict: bool) -> Dict[str, float]:
+    metric = GroundingPr(strict=strict)
+    shard = padded_shard(len(cases), world, rank)
+    for start in range(0, len(shard), 3):
+        metric.process(None, [to_data_sample(cases[i], i, torch.float64) for i in shard[start:start + 3]])
+    return metric.evaluate(len(cases))
+
+
+@pytest.mark.parametrize('world', [2, 3])
+def test_distributed_equals_single_process(world):
+    rng = random.Random(99)
+    cases = [random_case(rng) for _ in range(31)]  # 31 is divisible by neither 2 nor 3
+    single = GroundingPr(strict=world == 3)
+    for start in range(0, len(cases), 5):
+        single.process(None, [to_data_sample(cases[i], i, torch.float64) for i in range(start, min(start + 5, 31))])
+    expected = single.evaluate(len(cases))
+    results = run_distributed(_dist_worker, world, cases, world == 3)
+    for got in results:
+        assert got == expected  # bit-identical on every rank
+    ref = reference_grounding(cases, THRESHOLDS, strict=world == 3)
+    assert_matches_reference({k.split('/')[1]: v for k, v in expected.items()}, ref)
+
+
+# ---------------------------------------------------------------------------- offline predictions file
+class ToyDataset:
+    def __init__(self, cases: List[Dict[str, Any]], img_ids: Optional[List[Any]] = None):
+        self.cases = cases
+        self.img_ids = img_ids or [f'{i:05d}' for i in range(len(cases))]
+        self.metainfo = {'dataset_name': 'toy'}
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def get_data_info(self, i: int) -> Dict[str, Any]:
+        return {'img_id': self.img_ids[i], 'width': 800, 'height': 600, 'text': f'query {i}',
+                'instances': [{'bbox': list(self.cases[i]['gt']), 'bbox_label': 0, 'ignore_flag': 0}]}
+
+
+def test_offline_predictions_file(tmp_path):
+    rng = random.Random(11)
+    cases = [random_case(rng) for _ in range(40)]
+    dataset = ToyDataset(cases)
+    entries = []
+    for i, c in enumerate(cases):
+        for j, box in enumerate(c['pred']):
+            e = {'bbox': box}
+            e.update({'sample_idx': i} if i % 2 else {'img_id': dataset.img_ids[i]})
+            if c.get('scores') is not None:
+                e['score'] = c['scores'][j]
+            entries.append((i, j, e))
+    rng.shuffle(entries)  # the order across samples is irrelevant; within a sample it decides ties
+    entries = [e for _, _, e in sorted(entries, key=lambda t: t[:2])]
+    path = tmp_path / 'preds.json'
+    path.write_text(json.dumps(entries))
+    for strict in (False, True):
+        out = evaluate_grounding_predictions(str(path), dataset, strict=strict, batch_size=8)
+        assert_matches_reference({k.split('/')[1]: v for k, v in out.items()},
+                                 reference_grounding(cases, THRESHOLDS, strict=strict))
+    # xywh and a 0-1000 canvas
+    gt_case = {'gt': [80.0, 60.0, 400.0, 300.0], 'pred': []}
+    ds = ToyDataset([gt_case])
+    assert evaluate_grounding_predictions([{'sample_idx': 0, 'bbox': [80, 60, 320, 240]}], ds,
+                                          bbox_format='xywh')['grounding/Pr@0.9'] == 100.0
+    assert evaluate_grounding_predictions({'predictions': [{'img_id': '00000', 'bbox': [100, 100, 500, 500]}]},
+                                          ds, coord_scale=1000)['grounding/meanIoU'] == 1.0
+    # missing predictions count as IoU 0
+    assert evaluate_grounding_predictions([], ds)['grounding/Pr@0.5'] == 0.0
+
+
+def test_offline_identification_errors():
+    ds = ToyDataset([{'gt': [0, 0, 5, 5]}, {'gt': [1, 1, 5, 5]}], img_ids=['a', 'a'])
+    with pytest.raises(ValueError, match='sample_idx'):
+        evaluate_grounding_predictions([{'img_id': 'a', 'bbox': [0, 0, 5, 5]}], ds)
+    out = evaluate_grounding_predictions([{'img_id': 'a', 'text': 'query 1', 'bbox': [1, 1, 5, 5]}], ds)
+    assert out['grounding/Pr@0.5'] == 50.0
+    with pytest.raises(ValueError, match='not an index'):
+        evaluate_grounding_predictions([{'sample_idx': 2, 'bbox': [0, 0, 5, 5]}], ds)
+    with pytest.raises(ValueError, match='not in the dataset'):
+        evaluate_grounding_predictions([{'img_id': 'b', 'bbox': [0, 0, 5, 5]}], ds)
+    with pytest.raises(ValueError, match='bbox'):
+        evaluate_grounding_predictions([{'sample_idx': 0}], ds)
+
+
+# ---------------------------------------------------------------------------- real DIOR-RSVG sample
+def test_real_rsvgd_sample(fixtures_dir, tmp_path):
+    try:
+        from mmsgg_eval.datasets.rsvgd import RSVGDDataset
+    except ImportError as err:
+        pytest.skip(f'mmsgg_eval.datasets.rsvgd.RSVGDDataset is not available yet ({err})')
+    src = os.path.join(fixtures_dir, 'rsvgd')
+    if not os.path.isfile(os.path.join(src, '00001.xml')):
+        pytest.skip(f'DIOR-RSVG fixture not found in {src}')
+    root = tmp_path / 'rsvgd'
+    (root / 'Annotations').mkdir(parents=True)
+    (root / 'JPEGImages').mkdir()
+    shutil.copy(os.path.join(src, '00001.xml'), root / 'Annotations' / '00001.xml')
+    shutil.copy(os.path.join(src, '00001.jpg'), root / 'JPEGImages' / '00001.jpg')
+    for split in ('train', 'val', 'test'):
+        (root / f'{split}.txt').write_text('0\n')  # the fixture's real split files index the full dataset
+    dataset = RSVGDDataset(data_root=str(root), split='test')
+    assert len(dataset) == 1
+    info = dataset.get_data_info(0)
+    box = [float(v) for v in info['instances'][0]['bbox']]
+    assert box == [133.0, 237.0, 684.0, 672.0]
+    out = evaluate_grounding_predictions([{'sample_idx': 0, 'bbox': box}], dataset)
+    assert out == {f'grounding/{k}': (1.0 if 'IoU' in k else 100.0) for k in KEYS}
+    out = evaluate_grounding_predictions([{'img_id': info['img_id'], 'bbox': box}], dataset, strict=True)
+    assert out['grounding/Pr@0.9'] == 100.0 and out['grounding/cumIoU'] == 1.0

@@ -1,0 +1,178 @@
+"""Differential tests of SGRecall / SGMeanRecall against the loop reference (SPEC 2)."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+from tests.reference_sgg import reference_metrics
+from tests.sgg_samples import random_dataset
+
+NUM_CLASSES, NUM_PREDICATES = 4, 5
+META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
+            dataset_name='random')
+GROUPS = {'head': ['p0', 'p1'], 'body': ['p2'], 'tail': ['p3', 'p4']}
+GROUP_IDX = {'head': [0, 1], 'body': [2], 'tail': [3, 4]}
+
+
+def run_metrics(samples, batch_size=4, **kwargs):
+    out = {}
+    for cls in (SGRecall, SGMeanRecall):
+        metric = cls(**kwargs)
+        metric.dataset_meta = META
+        for start in range(0, len(samples), batch_size):
+            metric.process({}, samples[start:start + batch_size])
+        res = metric.evaluate(len(samples))
+        prefix = metric.prefix + '/'
+        out.update({k[len(prefix):]: v for k, v in res.items() if not k.endswith('per_predicate_recall')})
+    return out
+
+
+def assert_same(ours, ref):
+    assert set(ref) <= set(ours), sorted(set(ref) - set(ours))
+    for key, value in ref.items():
+        assert ours[key] == pytest.approx(value, abs=1e-6), (key, ours[key], value)
+
+
+CASES = list(itertools.product(['predcls', 'sgcls', 'sgdet', 'phrdet'], [True, False], ['bg', 'nobg', 'single']))
+
+
+@pytest.mark.parametrize('mode,int_boxes,score_format', CASES)
+def test_differential_default_protocol(mode, int_boxes, score_format):
+    for seed in range(3):
+        samples, refs = random_dataset(seed * 101 + len(mode), 30, mode, int_boxes=int_boxes,
+                                       score_format=score_format, num_classes=NUM_CLASSES,
+                                       num_predicates=NUM_PREDICATES)
+        plus_one = bool(seed % 2)
+        zs = {(0, 1, 2), (1, 1, 0), (2, 3, 4), (0, 0, 1)}
+        ours = run_metrics(samples, batch_size=1 + seed * 3, mode=mode, iou_plus_one=plus_one, topk=(1, 3, 20),
+                           ng_topk=7, zeroshot_triplets=sorted(zs), predicate_groups=GROUPS)
+        ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 3, 20), plus_one=plus_one, ng_topk=7,
+                                zeroshot=zs, groups=GROUP_IDX)
+        assert_same(ours, ref)
+
+
+@pytest.mark.parametrize('option', [dict(skip_empty_predictions=False), dict(mr_average='present'),
+                                    dict(recall_average='micro'), dict(rank='given'), dict(iou_thr=0.7),
+                                    dict(recall_average='micro', mr_average='present')])
+@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
+def test_differential_options(option, mode):
+    samples, refs = random_dataset(7, 40, mode, num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
+                                   empty_pred_prob=0.3)
+    ours = run_metrics(samples, mode=mode, topk=(2, 5, 50), iou_plus_one=True, predicate_groups=GROUPS, **option)
+    ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(2, 5, 50), plus_one=True,
+                            skip_empty=option.get('skip_empty_predictions', True),
+                            mr_average=option.get('mr_average', 'all'),
+                            recall_average=option.get('recall_average', 'image'),
+                            rank=option.get('rank', 'score'), thr=option.get('iou_thr', 0.5), groups=GROUP_IDX)
+    assert_same(ours, ref)
+
+
+def test_batch_size_does_not_change_results():
+    samples, _ = random_dataset(3, 25, 'sgdet')
+    a = run_metrics(samples, batch_size=1, mode='sgdet')
+    b = run_metrics(samples, batch_size=25, mode='sgdet')
+    assert a == b
+
+
+def test_keys_have_prefix_and_no_duplicates_between_metrics():
+    samples, _ = random_dataset(0, 5, 'predcls')
+    keys = []
+    for cls in (SGRecall, SGMeanRecall):
+        metric = cls(mode='predcls')
+        metric.dataset_meta = META
+        metric.process({}, samples)
+        keys += list(metric.evaluate(5))
+    assert len(keys) == len(set(keys))
+    assert 'predcls/R@50' in keys and 'predcls/mR@100' in keys and 'predcls/A@20' in keys
+    assert 'predcls/F@50' in keys and 'predcls/AVG@20' in keys and 'predcls/per_predicate_recall' in keys
+
+
+def test_hand_computed_example():
+    """Two images; legacy R@1 and mR@1 worked out by hand."""
+    def sample(idx, gt_rels, pairs, scores):
+        return dict(sample_idx=idx,
+                    gt_instances=dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29], [0, 20, 9, 29]]),
+                                      labels=torch.tensor([0, 1, 2])),
+                    gt_relations=dict(pair_idxs=torch.tensor([r[:2] for r in gt_rels]),
+                                      labels=torch.tensor([r[2] for r in gt_rels])),
+                    pred_relations=dict(pair_idxs=torch.tensor(pairs), scores=torch.tensor(scores)))
+    # image 0: GT (0,1,p0), (1,2,p1); the best-scored prediction hits (0,1,p0) -> R@1 = 1/2
+    s0 = sample(0, [(0, 1, 0), (1, 2, 1)], [[1, 2], [0, 1]], [[0., 0.1, 0.6, 0, 0, 0], [0., 0.9, 0.1, 0, 0, 0]])
+    # image 1: GT (0,2,p1); the first prediction is wrong -> R@1 = 0, R@2 = 1
+    s1 = sample(1, [(0, 2, 1)], [[0, 1], [0, 2]], [[0., 0.9, 0.1, 0, 0, 0], [0., 0.2, 0.8, 0, 0, 0]])
+    res = run_metrics([s0, s1], mode='predcls', topk=(1, 2))
+    assert res['R@1'] == pytest.approx(25.0)
+    assert res['R@2'] == pytest.approx(100.0)
+    # mR@1: p0 recall mean([1]) = 1; p1 recall mean([0, 0]) = 0; 5 predicates -> (1 + 0) / 5
+    assert res['mR@1'] == pytest.approx(20.0)
+    assert res['mR@2'] == pytest.approx(40.0)
+    # A@1: GT-pair sub-lists are [(0,1,p0), (1,2,p1)] and [(0,2,p1)]: 2 hits of 3 GT relations
+    assert res['A@1'] == pytest.approx(200.0 / 3)
+
+
+def test_stable_ranking_keeps_given_order_among_ties():
+    gt = dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29]]), labels=torch.tensor([0, 1]))
+    # two pairs with identical scores: the first given wins the single slot of K=1
+    s = dict(sample_idx=0, gt_instances=gt,
+             gt_relations=dict(pair_idxs=torch.tensor([[1, 0]]), labels=torch.tensor([2])),
+             pred_relations=dict(pair_idxs=torch.tensor([[1, 0], [0, 1]]),
+                                 scores=torch.tensor([[0., 0, 0, 0.5, 0, 0], [0., 0, 0, 0.5, 0, 0]])))
+    assert run_metrics([s], mode='predcls', topk=(1,))['R@1'] == 100.0
+    s['pred_relations']['pair_idxs'] = torch.tensor([[0, 1], [1, 0]])
+    assert run_metrics([s], mode='predcls', topk=(1,))['R@1'] == 0.0
+
+
+def test_iou_exactly_at_threshold_counts_with_plus_one():
+    # +1 convention: GT [0,0,9,9] has area 100, prediction [0,0,9,4] area 50, IoU exactly 0.5
+    gt = dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29]]), labels=torch.tensor([0, 1]))
+    s = dict(sample_idx=0, gt_instances=gt, gt_relations=dict(pair_idxs=torch.tensor([[0, 1]]),
+                                                              labels=torch.tensor([0])),
+             pred_instances=dict(bboxes=torch.tensor([[0., 0, 9, 4], [20, 20, 29, 29]]),
+                                 labels=torch.tensor([0, 1]), scores=torch.tensor([1., 1.])),
+             pred_relations=dict(pair_idxs=torch.tensor([[0, 1]]), scores=torch.tensor([[0., 1., 0, 0, 0, 0]])))
+    assert run_metrics([s], mode='sgdet', iou_plus_one=True)['R@20'] == 100.0
+    # continuous convention: [0,0,9,4] vs [0,0,9,9] is 36/81 < 0.5
+    assert run_metrics([s], mode='sgdet', iou_plus_one=False)['R@20'] == 0.0
+
+
+def test_iou_convention_from_dataset_meta():
+    samples, refs = random_dataset(11, 20, 'sgdet')
+    for plus_one in (True, False):
+        metric = SGRecall(mode='sgdet')
+        metric.dataset_meta = dict(META, iou_plus_one=plus_one)
+        metric.process({}, samples)
+        res = {k.split('/')[1]: v for k, v in metric.evaluate(20).items()}
+        ref = reference_metrics(refs, NUM_PREDICATES, 'sgdet', plus_one=plus_one)
+        assert res['R@20'] == pytest.approx(ref['R@20'], abs=1e-6)
+
+
+def test_zeroshot_derived_from_train_triplets():
+    samples, refs = random_dataset(5, 30, 'predcls')
+    train = np.array([[0, 1, 2], [1, 1, 0], [2, 3, 4], [3, 2, 1]])
+    metric = SGRecall(mode='predcls')
+    metric.dataset_meta = dict(META, train_triplets=train)
+    metric.process({}, samples)
+    res = {k.split('/')[1]: v for k, v in metric.evaluate(30).items()}
+    evaluated = {(r['gt_labels'][s], r['gt_labels'][o], p) for r in refs for s, o, p in r['gt_rels']}
+    zs = evaluated - {tuple(t) for t in train.tolist()}
+    ref = reference_metrics(refs, NUM_PREDICATES, 'predcls', zeroshot=zs)
+    assert res['zR@50'] == pytest.approx(ref['zR@50'], abs=1e-6)
+    assert metric.last_report['zeroshot']['size'] == len(zs)
+
+
+def test_mask_matching_equals_box_matching_for_box_shaped_masks():
+    samples, refs = random_dataset(9, 12, 'sgdet', int_boxes=True, max_objects=4)
+    for s in samples:
+        for field in ('gt_instances', 'pred_instances'):
+            boxes = s[field]['bboxes'].clamp(0, 99).round()
+            s[field]['bboxes'] = boxes
+            masks = torch.zeros((boxes.shape[0], 100, 100), dtype=torch.bool)
+            for i, (x1, y1, x2, y2) in enumerate(boxes.long().tolist()):
+                masks[i, y1:y2 + 1, x1:x2 + 1] = True  # a box of the +1 convention as pixels
+            s[field]['masks'] = masks
+    box = run_metrics(samples, mode='sgdet', iou_plus_one=True)
+    mask = run_metrics(samples, mode='sgdet', match='mask')
+    for k in ('R@20', 'R@50', 'mR@50', 'ngR@50'):
+        assert mask[k] == pytest.approx(box[k], abs=1e-6)
