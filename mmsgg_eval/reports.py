@@ -216,8 +216,9 @@ def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, datase
             g = groups[start]
             if g:
                 ax.axvspan(start - 0.5, i - 0.5, color=palette[g], alpha=0.08, zorder=0)
-                ax.text((start + i - 1) / 2, ymax * 0.97, g, ha='center', va='top', fontsize=9,
-                        color=palette[g], fontweight='bold')
+                if i - start >= 3:  # narrow runs are explained by the bar colours and the legend
+                    ax.text((start + i - 1) / 2, ymax * 0.985, g, ha='center', va='top', fontsize=9,
+                            color=palette[g], fontweight='bold')
                 if start > 0:
                     ax.axvline(start - 0.5, color='#555555', lw=0.6, ls='--', zorder=1)
             start = i
@@ -234,7 +235,8 @@ def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, datase
                  f'predicates sorted by training frequency (when known)', fontsize=10)
     present = [g for g in dict.fromkeys(groups) if g]
     if present:
-        ax.legend(handles=[Patch(color=palette[g], label=g) for g in present], loc='upper right', fontsize=8)
+        ax.legend(handles=[Patch(color=palette[g], label=g) for g in present], loc='upper left',
+                  bbox_to_anchor=(1.005, 1.0), fontsize=8, title='group', title_fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=dpi)

@@ -163,11 +163,14 @@ def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
 
 
 def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: int,
-                     with_masks: bool = False, device: Optional[torch.device] = None) -> dict:
-    """Validate one sample and return its tensors (see :class:`SceneGraphBatch` for the meaning).
+                     with_masks: bool = False, device: Optional[torch.device] = None,
+                     validate: bool = True) -> dict:
+    """Read one sample into tensors (see :class:`SceneGraphBatch` for their meaning).
 
     Mode substitution (SPEC 2.1): PredCls uses the GT boxes, GT labels and object scores 1; SGCls the GT
-    boxes with predicted labels/scores; SGDet/PhrDet everything predicted.
+    boxes with predicted labels/scores; SGDet/PhrDet everything predicted. Shapes are always checked;
+    ``validate=False`` skips the value checks (finite, ranges, box order) that
+    :func:`collate_scene_graphs` runs once on the whole padded batch instead.
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -176,14 +179,15 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                          f'pred_relations.pair_idxs and pred_relations.scores)')
     rel_scores = require(sample, 'pred_relations.scores', device)
     device = rel_scores.device
-    gt_boxes = check_boxes(require(sample, 'gt_instances.bboxes', device), sample, 'gt_instances.bboxes')
+    boxes_check = check_boxes if validate else _shape_boxes
+    gt_boxes = boxes_check(require(sample, 'gt_instances.bboxes', device), sample, 'gt_instances.bboxes')
     num_gt_objects = gt_boxes.shape[0]
-    gt_labels = check_labels(require(sample, 'gt_instances.labels', device), num_gt_objects, num_classes,
-                             sample, 'gt_instances.labels', 'class')
-    gt_pairs = check_pairs(require(sample, 'gt_relations.pair_idxs', device), num_gt_objects, sample,
-                           'gt_relations.pair_idxs')
-    gt_predicates = check_labels(require(sample, 'gt_relations.labels', device), gt_pairs.shape[0],
-                                 num_predicates, sample, 'gt_relations.labels', 'predicate')
+    gt_labels = _labels(require(sample, 'gt_instances.labels', device), num_gt_objects, num_classes,
+                        sample, 'gt_instances.labels', 'class', validate)
+    gt_pairs = _pairs(require(sample, 'gt_relations.pair_idxs', device), num_gt_objects, sample,
+                      'gt_relations.pair_idxs', validate)
+    gt_predicates = _labels(require(sample, 'gt_relations.labels', device), gt_pairs.shape[0],
+                            num_predicates, sample, 'gt_relations.labels', 'predicate', validate)
 
     pred_instances = get_field(sample, 'pred_instances')
     if mode == 'predcls':
@@ -198,26 +202,31 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
             raise ValueError(f'{sample_name(sample)}: mode {mode!r} needs `pred_instances` '
                              f'(labels and scores{", boxes" if mode in ("sgdet", "phrdet") else ""})')
         pred_labels_raw = require(sample, 'pred_instances.labels', device)
-        count = num_gt_objects if mode == 'sgcls' else None
+        count = num_gt_objects
         if mode == 'sgcls':
             pred_boxes = gt_boxes
         else:
-            pred_boxes = check_boxes(require(sample, 'pred_instances.bboxes', device), sample,
+            pred_boxes = boxes_check(require(sample, 'pred_instances.bboxes', device), sample,
                                      'pred_instances.bboxes')
             count = pred_boxes.shape[0]
-        pred_labels = check_labels(pred_labels_raw, count, num_classes, sample, 'pred_instances.labels', 'class')
-        pred_scores = check_finite(require(sample, 'pred_instances.scores', device).float().reshape(-1),
-                                   sample, 'pred_instances.scores')
-        if pred_scores.numel() != count:
+        pred_labels = _labels(pred_labels_raw, count, num_classes, sample, 'pred_instances.labels', 'class',
+                              validate)
+        pred_scores = require(sample, 'pred_instances.scores', device).float().reshape(-1)
+        if validate:
+            check_finite(pred_scores, sample, 'pred_instances.scores')
+        if pred_scores.shape[0] != count:
             raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {pred_scores.numel()} '
                              f'entries, expected {count}')
     num_objects = pred_boxes.shape[0]
-    rel_pairs = check_pairs(require(sample, 'pred_relations.pair_idxs', device), num_objects, sample,
-                            'pred_relations.pair_idxs')
+    rel_pairs = _pairs(require(sample, 'pred_relations.pair_idxs', device), num_objects, sample,
+                       'pred_relations.pair_idxs', validate)
     num_rel = rel_pairs.shape[0]
-    rel_scores = check_finite(rel_scores.float(), sample, 'pred_relations.scores')
-    if rel_scores.dim() == 1 or (rel_scores.dim() == 2 and rel_scores.shape[1] == 1
-                                 and optional(sample, 'pred_relations.labels') is not None):
+    rel_scores = rel_scores.float()
+    if validate:
+        check_finite(rel_scores, sample, 'pred_relations.scores')
+    single_label = rel_scores.dim() == 1 or (rel_scores.dim() == 2 and rel_scores.shape[1] == 1
+                                             and optional(sample, 'pred_relations.labels') is not None)
+    if single_label:
         labels = optional(sample, 'pred_relations.labels', device)
         if labels is None:
             raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` is 1-D, which needs '
@@ -239,8 +248,8 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
         if rel_scores.shape[1] == num_predicates + 1:
             rel_scores = rel_scores[:, 1:]
     out = dict(sample_idx=sample_index(sample), pred_boxes=pred_boxes, pred_labels=pred_labels,
-               pred_scores=pred_scores.float(), gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
-               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores)
+               pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
+               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label)
     if with_masks:
         gt_masks = require(sample, 'gt_instances.masks', device).bool()
         if mode in ('sgdet', 'phrdet'):
@@ -257,20 +266,75 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     return out
 
 
+def _shape_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    if boxes.dim() == 2 and boxes.shape[1] == 4:
+        return boxes.float()
+    if boxes.numel() == 0:
+        return boxes.reshape(0, 4).float()
+    return check_boxes(boxes, sample, field)  # raises the shape error
+
+
+def _labels(labels: Tensor, count: int, num: int, sample: Any, field: str, what: str, validate: bool) -> Tensor:
+    if validate or labels.is_floating_point() or labels.dim() != 1 or labels.shape[0] != count:
+        return check_labels(labels, count, num, sample, field, what)
+    return labels.long()
+
+
+def _pairs(pairs: Tensor, num_objects: int, sample: Any, field: str, validate: bool) -> Tensor:
+    if validate or pairs.dim() != 2 or pairs.shape[1] != 2:
+        return check_pairs(pairs, num_objects, sample, field)
+    return pairs.long()
+
+
+def _lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
+    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
+    return torch.arange(width, device=device)[None, :] < lengths_t[:, None]
+
+
+def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, num_predicates: int) -> bool:
+    """Every value check of :func:`read_scene_graph` at once on the padded batch (one host sync)."""
+    device = b.rel_scores.device
+    n_pred = [it['pred_boxes'].shape[0] for it in items]
+    n_gt = [it['gt_boxes'].shape[0] for it in items]
+    pred_valid = _lengths_mask(n_pred, b.pred_boxes.shape[1], device)
+    gt_obj_valid = _lengths_mask(n_gt, b.gt_boxes.shape[1], device)
+    bad = []
+    for boxes in (b.pred_boxes, b.gt_boxes):
+        bad.append(~torch.isfinite(boxes).all())
+        bad.append(((boxes[..., 2] < boxes[..., 0]) | (boxes[..., 3] < boxes[..., 1])).any())
+    bad.append(((b.pred_labels < 0) | (b.pred_labels >= num_classes))[pred_valid].any())
+    bad.append(((b.gt_labels < 0) | (b.gt_labels >= num_classes))[gt_obj_valid].any())
+    bad.append(~torch.isfinite(b.pred_scores).all())
+    bad.append(((b.gt_predicates < 0) | (b.gt_predicates >= num_predicates))[b.gt_valid].any())
+    n_gt_t = torch.tensor(n_gt, device=device)[:, None, None]
+    bad.append(((b.gt_pairs < 0) | (b.gt_pairs >= n_gt_t)).any(-1)[b.gt_valid].any())
+    n_pred_t = torch.tensor(n_pred, device=device)[:, None, None]
+    bad.append(((b.rel_pairs < 0) | (b.rel_pairs >= n_pred_t)).any(-1)[b.rel_valid].any())
+    dense_rows = b.rel_valid & ~torch.tensor([it['single_label'] for it in items], device=device)[:, None]
+    bad.append(torch.isnan(b.rel_scores).any() | (b.rel_scores == float('inf')).any())
+    bad.append((b.rel_scores == float('-inf'))[dense_rows].any())
+    return not bool(torch.stack(bad).any())
+
+
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
                          with_masks: bool = False, device: Optional[torch.device] = None) -> SceneGraphBatch:
-    """Validate a list of samples and pad them into one :class:`SceneGraphBatch`."""
-    items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device) for s in samples]
+    """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
+
+    Value checks run once on the padded batch; when one fails, the samples are re-read one by one with
+    full validation so the error names the sample and the field.
+    """
+    items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=False)
+             for s in samples]
     device = items[0]['rel_scores'].device if items else (device or torch.device('cpu'))
-    items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
+    if any(it['rel_scores'].device != device or it['gt_boxes'].device != device for it in items):
+        items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
     idx = torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items],
                        dtype=torch.long, device=device)
-    num_rel = torch.tensor([it['rel_pairs'].shape[0] for it in items], dtype=torch.long, device=device)
-    max_rel = int(num_rel.max()) if len(items) else 0
-    rel_valid = torch.arange(max_rel, device=device)[None, :] < num_rel[:, None]
-    gt_valid = _pad([torch.ones(it['gt_predicates'].shape[0], dtype=torch.bool, device=device)
-                     for it in items], False)
-    return SceneGraphBatch(
+    num_rel = [it['rel_pairs'].shape[0] for it in items]
+    max_rel = max(num_rel) if items else 0
+    gt_valid = _lengths_mask([it['gt_predicates'].shape[0] for it in items],
+                             max((it['gt_predicates'].shape[0] for it in items), default=0), device)
+    batch = SceneGraphBatch(
         sample_idx=idx,
         pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
         pred_labels=_pad([it['pred_labels'] for it in items], -1),
@@ -282,8 +346,14 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         gt_valid=gt_valid,
         rel_pairs=_pad([it['rel_pairs'] for it in items], 0),
         rel_scores=_pad([it['rel_scores'] for it in items], float('-inf')),
-        rel_valid=rel_valid,
-        num_rel_preds=num_rel,
+        rel_valid=_lengths_mask(num_rel, max_rel, device),
+        num_rel_preds=torch.tensor(num_rel, dtype=torch.long, device=device),
         pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
         gt_masks=[it['gt_masks'] for it in items] if with_masks else None,
     )
+    if not _batch_is_valid(batch, items, num_classes, num_predicates):
+        for s in samples:  # raises the precise error
+            read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=True)
+        raise ValueError('invalid values in the batch of samples '
+                         + ', '.join(sample_name(s) for s in samples))
+    return batch

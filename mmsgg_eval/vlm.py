@@ -58,9 +58,9 @@ import numpy as np
 import torch
 
 __all__ = [
-    'FAILURE_CODES', 'ParseResult', 'NameMapper', 'normalize_name', 'extract_json_text', 'parse_vlm_output',
-    'parse_scene_graph', 'build_mappers', 'class_from_id', 'to_data_sample', 'failed_data_sample', 'gt_from_data_info', 'iter_vlm_jsonl',
-    'PLACEHOLDER_BOX'
+    'FAILURE_CODES', 'PLACEHOLDER_BOX', 'ParseResult', 'NameMapper', 'normalize_name', 'class_from_id',
+    'build_mappers', 'extract_json_text', 'parse_vlm_output', 'parse_scene_graph', 'to_data_sample',
+    'failed_data_sample', 'gt_from_data_info', 'iter_vlm_jsonl', 'TEXT_KEYS', 'ID_KEYS'
 ]
 
 #: ``ParseResult.code`` values; index in this tuple = the integer code stored by the metric.
@@ -243,6 +243,9 @@ def _decode_first_graph(text: str, max_starts: int = 64) -> Any:
     first_value, first_error, starts = None, None, 0
     for candidate in extract_json_text(text):
         pos = candidate.find('{')
+        bracket = candidate.find('[')
+        if bracket != -1 and (pos == -1 or bracket < pos):
+            pos = bracket  # a top-level array is decoded too (then reported as 'not_object')
         while pos != -1 and starts < max_starts:
             starts += 1
             try:

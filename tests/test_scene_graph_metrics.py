@@ -176,3 +176,17 @@ def test_mask_matching_equals_box_matching_for_box_shaped_masks():
     mask = run_metrics(samples, mode='sgdet', match='mask')
     for k in ('R@20', 'R@50', 'mR@50', 'ngR@50'):
         assert mask[k] == pytest.approx(box[k], abs=1e-6)
+
+
+def test_shared_rows_between_metrics_of_one_evaluator():
+    """One batch object given to both metrics (as mmengine's Evaluator does) gives the same numbers."""
+    from mmengine.evaluator import Evaluator
+    samples, _ = random_dataset(21, 16, 'sgcls')
+    expected = run_metrics(samples, batch_size=4, mode='sgcls')
+    evaluator = Evaluator([dict(type='SGRecall', mode='sgcls'), dict(type='SGMeanRecall', mode='sgcls')])
+    evaluator.dataset_meta = META
+    for start in range(0, 16, 4):
+        evaluator.process(samples[start:start + 4])
+    res = evaluator.evaluate(16)
+    got = {k.split('/', 1)[1]: v for k, v in res.items() if not k.endswith('per_predicate_recall')}
+    assert got == expected

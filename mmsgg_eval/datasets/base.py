@@ -16,8 +16,8 @@ Conventions of every wrapper:
 * Malformed files raise :class:`DatasetFormatError` (a ``ValueError``) naming the file and the record; missing
   files raise ``FileNotFoundError`` naming the file and where it was looked for.
 """
+import gc
 import json
-import os
 import os.path as osp
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -66,11 +66,25 @@ def split_by_counts(values: np.ndarray, counts: np.ndarray) -> List[np.ndarray]:
     return np.split(values, np.cumsum(counts)[:-1]) if len(counts) else []
 
 
+def row_codes(rows: np.ndarray) -> np.ndarray:
+    """One int64 code per row of non-negative integers [N, K], equal iff the rows are equal (mixed radix)."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
+    if rows.size and rows.min() < 0:
+        raise ValueError('row_codes expects non-negative integers')
+    radix = rows.max(0) + 1 if len(rows) else np.ones(rows.shape[1], np.int64)
+    if float(np.prod(radix.astype(np.float64))) >= 2.0 ** 62:
+        raise OverflowError('rows too large to encode in int64')
+    codes = np.zeros(len(rows), dtype=np.int64)
+    for col in range(rows.shape[1]):
+        codes = codes * radix[col] + rows[:, col]
+    return codes
+
+
 def first_occurrence(keys: np.ndarray) -> np.ndarray:
     """Boolean mask keeping the first occurrence of every row of ``keys`` [N, K] (original order kept)."""
     keep = np.zeros(len(keys), dtype=bool)
     if len(keys):
-        _, first = np.unique(keys, axis=0, return_index=True)
+        _, first = np.unique(row_codes(keys), return_index=True)
         keep[first] = True
     return keep
 
@@ -104,8 +118,21 @@ def relation_statistics(subject_labels: np.ndarray, object_labels: np.ndarray, p
     predicates = np.asarray(predicates, dtype=np.int64)
     counts = np.bincount(predicates, minlength=num_predicates)[:num_predicates]
     triplets = np.stack([np.asarray(subject_labels, np.int64), np.asarray(object_labels, np.int64), predicates], 1)
-    triplets = np.unique(triplets.reshape(-1, 3), axis=0).astype(np.int64)
+    _, first = np.unique(row_codes(triplets), return_index=True)  # codes sort like the rows
+    triplets = triplets[first].reshape(-1, 3)
     return dict(predicate_counts=[int(c) for c in counts], train_triplets=triplets)
+
+
+def graph_statistics(graphs: Dict[str, np.ndarray], num_predicates: int) -> Dict[str, Any]:
+    """:func:`relation_statistics` of parsed graphs (``labels`` [N] 0-based, ``obj_counts`` [I], ``image_of_rel``
+    [R], ``relations`` [R, 3] local); empty dict when there is no relation."""
+    rels = graphs['relations']
+    if len(rels) == 0:
+        return {}
+    counts = np.asarray(graphs['obj_counts'], np.int64)
+    base = (np.cumsum(counts) - counts)[graphs['image_of_rel']]
+    labels = graphs['labels']
+    return relation_statistics(labels[base + rels[:, 0]], labels[base + rels[:, 1]], rels[:, 2], num_predicates)
 
 
 def build_instances(boxes: np.ndarray, labels: np.ndarray) -> List[dict]:
@@ -136,8 +163,9 @@ def clip_boxes_legacy(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray
 
 
 def check_range(values: np.ndarray, low: int, high: int, describe: Callable[[int], str], what: str) -> None:
-    """Raise DatasetFormatError when an entry of ``values`` lies outside [low, high]; ``describe(i)`` names it."""
-    values = np.asarray(values)
+    """Raise DatasetFormatError when an entry of ``values`` lies outside [low, high]; ``describe(i)`` names it
+    (``i`` = flat index into ``values``)."""
+    values = np.asarray(values).reshape(-1)
     bad = np.flatnonzero((values < low) | (values > high))
     if bad.size:
         i = int(bad[0])
@@ -185,8 +213,19 @@ class AnnotationDataset(BaseDataset):
     def full_init(self) -> None:
         if self._fully_initialized:
             return
-        super().full_init()
-        self._cache.clear()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # building and pickling ~1M small dicts: the cyclic GC would rescan them over and over
+        try:
+            super().full_init()
+        finally:
+            self._cache.clear()
+            if gc_was_enabled:
+                gc.enable()
+
+    def _serialize_data(self) -> Tuple[np.ndarray, np.ndarray]:
+        if not self.data_list:  # mmengine cannot serialise an empty list (e.g. an empty training split)
+            return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+        return super()._serialize_data()
 
     def _cached(self, key: str, loader: Callable[[], Any]) -> Any:
         """``loader()`` once per key until the data list is built."""

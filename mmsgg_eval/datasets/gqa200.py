@@ -19,8 +19,8 @@ import numpy as np
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
-from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, load_json,
-                   relation_statistics)
+from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, graph_statistics,
+                   load_json)
 
 GQA_KEYS = ('filenames_all', 'img_info_all', 'gt_boxes_all', 'gt_classes_all', 'relationships_all')
 LEGACY_BAD_POSITION = 5579
@@ -136,10 +136,7 @@ class GQA200Dataset(SceneGraphDataset):
         meta: Dict[str, Any] = dict(classes=tuple(vocab['classes']), predicates=tuple(vocab['predicates']))
         if self.train_file and osp.isfile(self.train_file):
             train = self._parsed(self.train_file, 'train', len(vocab['classes']), len(vocab['predicates']))
-            rels, labels = train['relations'], train['labels']
-            base = (np.cumsum(train['obj_counts']) - train['obj_counts'])[train['image_of_rel']]
-            meta.update(relation_statistics(labels[base + rels[:, 0]], labels[base + rels[:, 1]], rels[:, 2],
-                                            len(vocab['predicates'])))
+            meta.update(graph_statistics(train, len(vocab['predicates'])))
         elif self.train_file:
             print_log(f'GQA200Dataset: training file {self.train_file!r} not found; no predicate_counts / '
                       f'train_triplets in metainfo', logger='current', level=30)

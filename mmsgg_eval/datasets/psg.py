@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..registry import DATASETS
-from .base import DatasetFormatError, SceneGraphDataset, check_range, load_json, relation_statistics
+from .base import DatasetFormatError, SceneGraphDataset, check_range, graph_statistics, load_json
 
 PSG_KEYS = ('thing_classes', 'stuff_classes', 'predicate_classes', 'test_image_ids', 'data')
 BOX_MODE_XYXY_ABS, BOX_MODE_XYWH_ABS = 0, 1  # detectron2 BoxMode values
@@ -126,11 +126,7 @@ class PSGDataset(SceneGraphDataset):
                                     stuff_classes=tuple(psg['stuff_classes']), predicates=tuple(psg['predicates']))
         train = self._cached('train', lambda: parse_psg_records(self.ann_file, psg['records']['train'],
                                                                 len(classes), len(psg['predicates'])))
-        if len(train['relations']):
-            rels, labels = train['relations'], train['labels']
-            base = (np.cumsum(train['obj_counts']) - train['obj_counts'])[train['image_of_rel']]
-            meta.update(relation_statistics(labels[base + rels[:, 0]], labels[base + rels[:, 1]], rels[:, 2],
-                                            len(psg['predicates'])))
+        meta.update(graph_statistics(train, len(psg['predicates'])))
         return meta
 
     def load_data_list(self) -> List[dict]:

@@ -25,8 +25,8 @@ import numpy as np
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
-from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, load_json, ranges,
-                   relation_statistics, require_file)
+from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, graph_statistics, load_json,
+                   ranges, require_file)
 
 CORRUPTED_IMAGE_IDS = (1592, 1722, 4616, 4617)
 BOX_SCALE = 1024
@@ -233,12 +233,9 @@ class VG150Dataset(SceneGraphDataset):
             meta['zeroshot_triplets'] = str(self.zeroshot_file)
         train = self._graphs(vg150_split_rows(self._h5(), 'train', self.num_val_images), len(classes),
                              len(predicates))
-        if len(train['relations']):
-            rels, labels, starts = train['relations'], train['labels'], np.cumsum(train['obj_counts']) - train['obj_counts']
-            base = starts[train['image_of_rel']]
-            meta.update(relation_statistics(labels[base + rels[:, 0]], labels[base + rels[:, 1]], rels[:, 2],
-                                            len(predicates)))
-        else:
+        stats = graph_statistics(train, len(predicates))
+        meta.update(stats)
+        if not stats:
             print_log(f'VG150Dataset: the training split of {self.ann_file} is empty (num_val_images='
                       f'{self.num_val_images}); no predicate_counts / train_triplets in metainfo',
                       logger='current', level=30)

@@ -1,7 +1,9 @@
 """MMEngine metrics registered in mmdet's ``METRICS`` registry."""
 from .accumulator import RowAccumulator
 from .grounding import GroundingPr
-from .relclip import RelCLIPScore  # noqa: F401
+from .relclip import RelCLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
+from .vlm import VLMSceneGraphMetric
 
-__all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr']
+__all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr', 'RelCLIPScore',
+           'VLMSceneGraphMetric']

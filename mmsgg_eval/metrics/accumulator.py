@@ -52,6 +52,14 @@ class RowAccumulator:
             self._chunks[table].append(chunk)
         self._calls += 1
 
+    def payload_bytes(self) -> int:
+        """Bytes this rank sends at :meth:`reduce` (row payload plus the length exchange)."""
+        total = 8 * len(self.schema)
+        for chunks in self._chunks.values():
+            for chunk in chunks:
+                total += sum(c.numel() * _elem_bytes(c.dtype) for c in chunk.values())
+        return total
+
     def local(self) -> Dict[str, Columns]:
         """This rank's rows, concatenated per table (on the device of the first chunk, else CPU)."""
         out = {}

@@ -325,7 +325,10 @@ class RelCLIPScore(BaseMetric):
 
     # ------------------------------------------------------------------ epoch end
     def summarize(self, images: Dict[str, Tensor]) -> Dict[str, Any]:
-        """Dataset keys (percent) from de-duplicated per-image rows."""
+        """Dataset keys (percent) from de-duplicated per-image rows (summed in ``sample_idx`` order, so the
+        result does not depend on the world size)."""
+        order = torch.argsort(images['sample_idx'])
+        images = {name: col[order] for name, col in images.items()}
         evaluated = images['num_objects'] >= 2
         m = images['num_objects'][evaluated].double()
         k = images['num_counted'][evaluated].double()

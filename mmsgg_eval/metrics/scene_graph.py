@@ -22,6 +22,9 @@ from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from .accumulator import RowAccumulator
 from .predicate_groups import resolve_groups
 
+# rows of the last processed batch, shared by SGRecall / SGMeanRecall with identical settings
+_LAST_ROWS: Dict[str, Any] = {}
+
 
 class SceneGraphMetric(BaseMetric):
     """Shared machinery of :class:`SGRecall` and :class:`SGMeanRecall`.
@@ -46,6 +49,8 @@ class SceneGraphMetric(BaseMetric):
             training frequency (``dataset_meta['predicate_counts']``).
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives all keys and per-predicate
             recalls.
+        report_dir: when set, ``{prefix}.metrics.json``, ``{prefix}.per_predicate.png`` (long-tail bar chart)
+            and ``{prefix}.tables.md`` are written there (tools/test.py sets it to the work dir).
         prefix: key prefix; default the mode.
     """
 
@@ -57,7 +62,8 @@ class SceneGraphMetric(BaseMetric):
                  skip_empty_predictions: bool = True, mr_average: str = 'all', recall_average: str = 'image',
                  match: str = 'box', zeroshot_triplets: Union[None, str, Sequence] = None,
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
-                 outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
+                 outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
+                 collect_device: str = 'cpu',
                  prefix: Optional[str] = None) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -85,6 +91,7 @@ class SceneGraphMetric(BaseMetric):
         self.user_zeroshot = as_zeroshot_triplets(zeroshot_triplets)
         self.user_groups = predicate_groups
         self.outfile_prefix = outfile_prefix
+        self.report_dir = report_dir
         self.accumulator = RowAccumulator({
             'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ())},
             'relations': {'predicate': (torch.int32, ()), 'triplet': (torch.int64, ()),
@@ -121,20 +128,45 @@ class SceneGraphMetric(BaseMetric):
         return bool(self._meta('iou_plus_one', False))
 
     def _zeroshot_codes(self, device: torch.device) -> Optional[Tensor]:
-        triplets = self.user_zeroshot
-        if triplets is None and self._meta('zeroshot_triplets') is not None:
-            triplets = as_zeroshot_triplets(self._meta('zeroshot_triplets'))
-        if triplets is None:
-            return None
-        codes = triplet_keys(triplets[:, 0], triplets[:, 1], triplets[:, 2], len(self.classes),
-                             len(self.predicates))
-        return torch.sort(codes).values.to(device)
+        """Sorted integer codes of the given zero-shot triplets (cached per dataset_meta), or None."""
+        meta_zs = self._meta('zeroshot_triplets')
+        cache_key = (id(self._dataset_meta), str(device))
+        if getattr(self, '_zs_cache_key', None) != cache_key:
+            triplets = self.user_zeroshot
+            if triplets is None and meta_zs is not None:
+                triplets = as_zeroshot_triplets(meta_zs)
+            codes = None
+            if triplets is not None:
+                codes = torch.sort(triplet_keys(triplets[:, 0], triplets[:, 1], triplets[:, 2], len(self.classes),
+                                                len(self.predicates))).values.to(device)
+            self._zs_cache_key, self._zs_codes = cache_key, codes
+        return self._zs_codes
 
     # ------------------------------------------------------------------ per batch
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """Rank, match and store per-GT-relation first-hit ranks for one batch (no predictions are kept)."""
+        """Rank, match and store per-GT-relation first-hit ranks for one batch (no predictions are kept).
+
+        When SGRecall and SGMeanRecall with the same settings see the same batch object (one evaluator),
+        the second reuses the rows of the first instead of ranking and matching again.
+        """
         if not data_samples:
             return
+        key = self._rows_key(data_samples)
+        cached = _LAST_ROWS.get('key')
+        if cached == key and _LAST_ROWS.get('samples') is data_samples:
+            rows = _LAST_ROWS['rows']
+        else:
+            rows = self._compute_rows(data_samples)
+            _LAST_ROWS.update(key=key, samples=data_samples, rows=rows)
+        self.accumulator.add(rows)
+
+    def _rows_key(self, data_samples: Sequence[Any]) -> tuple:
+        zs = self._zeroshot_codes(torch.device('cpu'))
+        zs_key = None if zs is None else (zs.numel(), int(zs.sum()))
+        return (id(data_samples), len(data_samples), self.mode, max(self.topk), self.ng_topk, self.iou_thr,
+                self.plus_one, self.rank, self.match, len(self.classes), len(self.predicates), zs_key)
+
+    def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
         classes, predicates = self.classes, self.predicates
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates),
                                      with_masks=self.match == 'mask')
@@ -160,12 +192,12 @@ class SceneGraphMetric(BaseMetric):
         else:
             zeroshot = torch.zeros_like(codes, dtype=torch.bool)
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
-        self.accumulator.add({
+        return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': pred, 'triplet': codes,
                           'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid], 'rank_ngc': ranks['ngc'][valid],
                           'rank_pair': pair_rank[valid]},
-        })
+        }
 
     def _warn_missing_sample_idx(self) -> None:
         from mmengine.dist import get_world_size
@@ -179,6 +211,7 @@ class SceneGraphMetric(BaseMetric):
     def evaluate(self, size: int) -> Dict[str, Any]:
         tables = self.accumulator.reduce()
         self.accumulator.reset()
+        _LAST_ROWS.clear()
         self._auto_idx = 0
         tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
         num_unique = int(tables['images']['sample_idx'].numel())
@@ -192,8 +225,15 @@ class SceneGraphMetric(BaseMetric):
         if self._reports_per_predicate:
             metrics[f'{self.prefix}/per_predicate_recall'] = summary['per_predicate']
         self._log_report(summary, keys)
-        if self.outfile_prefix:
-            self._dump(summary, keys)
+        from mmengine.dist import is_main_process
+        if is_main_process():
+            if self.outfile_prefix:
+                self._dump(summary, keys)
+            if self.report_dir:
+                from ..reports import write_scene_graph_reports
+                summary['report_files'] = write_scene_graph_reports(
+                    summary, self.report_dir, self.prefix, self.topk,
+                    self._meta('dataset_name', 'unknown dataset'), self.mode)
         return metrics
 
     _reports_per_predicate = False

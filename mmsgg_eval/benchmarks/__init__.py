@@ -1,0 +1,1 @@
+"""Synthetic workloads and peer implementations for tools/benchmark.py (not imported by the metrics)."""

@@ -1,0 +1,382 @@
+"""RelCLIPScore: aggregation with a stub encoder whose embeddings make every s known, cropping, caching,
+distributed equality, and an end-to-end run with a tiny real open_clip model."""
+import math
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from mmsgg_eval.encoders import ImagePreprocess
+from mmsgg_eval.metrics import RelCLIPScore
+from mmsgg_eval.metrics.relclip import penalty_divisor
+from tests.dist_utils import padded_shard, run_distributed
+
+CLASSES = ['man', 'horse', 'street', 'dog', 'car', 'wheel']
+PREDICATES = ['riding', 'on', 'near', 'has']
+META = dict(classes=CLASSES, predicates=PREDICATES)
+
+# text -> vector; the stub's image embedding is e0 = [1, 0, 0, 0], so s = max(first component / norm, 0)
+TEXTS: Dict[str, List[float]] = {
+    'man riding horse': [0.6, 0.8, 0.0, 0.0],
+    'man on horse': [0.3, 0.0, math.sqrt(1 - 0.09), 0.0],
+    'man near horse': [0.5, 0.5, 0.5, 0.5],
+    'horse on man': [-0.2, 0.0, 0.0, math.sqrt(1 - 0.04)],
+    'man on street': [0.9, 0.0, 0.0, math.sqrt(1 - 0.81)],
+    'horse near street': [0.4, 0.0, math.sqrt(1 - 0.16), 0.0],
+    'man has horse': [0.1, 0.0, -math.sqrt(1 - 0.01), 0.0],
+}
+DEFAULT_TEXT = [0.1, 0.0, 0.0, math.sqrt(1 - 0.01)]
+
+
+def vec(text: str) -> torch.Tensor:
+    v = torch.tensor(TEXTS.get(text, DEFAULT_TEXT), dtype=torch.float64)
+    return v / v.norm()
+
+
+def s_of(text: str) -> float:
+    """s = max(cos(e0, text), 0)."""
+    return max(float(vec(text)[0]), 0.0)
+
+
+def text_cos(a: str, b: str) -> float:
+    return float(vec(a) @ vec(b))
+
+
+class StubEncoder:
+    """Encoder protocol stub: constant image embedding e0, text embeddings from TEXTS; records its calls."""
+    preprocess = ImagePreprocess('shortest', 8, (8, 8), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+
+    def __init__(self) -> None:
+        self.text_calls: List[List[str]] = []
+        self.image_calls: List[int] = []
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        assert images.shape[1:] == (3, 8, 8) and 0 <= float(images.min()) and float(images.max()) <= 1
+        self.image_calls.append(int(images.shape[0]))
+        out = torch.zeros(images.shape[0], 4)
+        out[:, 0] = 2.0  # not unit norm: the metric normalises
+        return out
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        self.text_calls.append(list(texts))
+        return torch.stack([vec(t).float() * 3 for t in texts])
+
+
+class ColourEncoder(StubEncoder):
+    """Image embedding = mean RGB of the crop: s('man riding horse' = red) tells which pixels were cropped."""
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        self.image_calls.append(int(images.shape[0]))
+        return torch.cat([images.mean((2, 3)), torch.zeros(images.shape[0], 1)], 1)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([[1.0, 0.0, 0.0, 0.0] if t == 'man riding horse' else [0.0, 0.0, 1.0, 0.0]
+                             for t in texts])
+
+
+@pytest.fixture(scope='module')
+def image_path(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp('img') / 'grey.png')
+    Image.fromarray(np.full((64, 96, 3), 128, dtype=np.uint8)).save(path)
+    return path
+
+
+def box_row(i: int) -> List[float]:
+    """Disjoint 10x10 GT boxes along x."""
+    return [20.0 * i, 0.0, 20.0 * i + 10, 10.0]
+
+
+def make_sample(idx: int, img_path: str, gt_labels: Sequence[int], rels: Sequence[tuple],
+                pred_boxes: Optional[Sequence[Sequence[float]]] = None, pred_labels: Optional[Sequence[int]] = None,
+                gt_rels: Sequence[tuple] = (), dense: bool = False, gt_boxes=None) -> dict:
+    """``rels``: (subject, object, predicate, score) over predicted objects; predictions default to the GT boxes
+    and labels. ``gt_rels``: (subject, object, predicate)."""
+    gt_boxes = [box_row(i) for i in range(len(gt_labels))] if gt_boxes is None else gt_boxes
+    pred_boxes = gt_boxes if pred_boxes is None else pred_boxes
+    pred_labels = list(gt_labels) if pred_labels is None else pred_labels
+    pairs = torch.tensor([[r[0], r[1]] for r in rels], dtype=torch.long).reshape(-1, 2)
+    if dense:
+        scores = torch.zeros(len(rels), len(PREDICATES) + 1)
+        for j, r in enumerate(rels):
+            scores[j, r[2] + 1] = r[3]
+        pred_rel = dict(pair_idxs=pairs, scores=scores)
+    else:
+        pred_rel = dict(pair_idxs=pairs, scores=torch.tensor([r[3] for r in rels], dtype=torch.float32),
+                        labels=torch.tensor([r[2] for r in rels], dtype=torch.long))
+    return dict(
+        sample_idx=idx, img_path=img_path, ori_shape=(64, 96),
+        gt_instances=dict(bboxes=torch.tensor(gt_boxes, dtype=torch.float32).reshape(-1, 4),
+                          labels=torch.tensor(gt_labels, dtype=torch.long)),
+        gt_relations=dict(pair_idxs=torch.tensor([g[:2] for g in gt_rels], dtype=torch.long).reshape(-1, 2),
+                          labels=torch.tensor([g[2] for g in gt_rels], dtype=torch.long)),
+        pred_instances=dict(bboxes=torch.tensor(pred_boxes, dtype=torch.float32).reshape(-1, 4),
+                            labels=torch.tensor(pred_labels, dtype=torch.long),
+                            scores=torch.ones(len(pred_labels))),
+        pred_relations=pred_rel)
+
+
+def run_metric(samples: Sequence[dict], encoder=None, batch: int = 2, **kwargs) -> Dict[str, float]:
+    metric = RelCLIPScore(encoder=encoder or StubEncoder(), **kwargs)
+    metric.dataset_meta = META
+    for i in range(0, len(samples), batch):
+        metric.process({}, samples[i:i + batch])
+    out = metric.evaluate(len(samples))
+    return {k.split('/')[-1]: v for k, v in out.items()}
+
+
+def expected_image(m: int, scores: Sequence[float], penalty: bool = True) -> float:
+    """Hand formula of one image's RelCLIPScore (fraction)."""
+    k = len(scores)
+    if k == 0:
+        return 0.0
+    p = m * (m - 1) / 2
+    divisor = max(math.log(max(p - k, 1)) + 1e-5, 1.0) if penalty else 1.0
+    return sum(scores) / k / divisor
+
+
+M, H, S = 0, 1, 2  # class indices man, horse, street
+RIDING, ON, NEAR, HAS = 0, 1, 2, 3
+
+
+# ------------------------------------------------------------------------------------------------ formula
+def test_topk_matching_and_pair_deduplication(image_path):
+    gt = [M, H, S]
+    pred_boxes = [box_row(0),                    # p0 = g0 (IoU 1)
+                  [21.0, 0.0, 31.0, 10.0],        # p1 -> g1 (IoU 0.818)
+                  [1.0, 0.0, 11.0, 10.0],         # p2 -> g0 as well
+                  [44.0, 0.0, 54.0, 10.0],        # p3: IoU 0.43 with g2 -> unmatched
+                  [40.0, 0.0, 60.0, 10.0]]        # p4: IoU exactly 0.5 with g2 -> matched (>=)
+    pred_labels = [M, H, M, S, S]
+    rels = [(1, 4, NEAR, 0.3),   # r6: (g1, g2), only inside top-7
+            (0, 3, NEAR, 0.6),   # r3: p3 unmatched
+            (1, 0, ON, 0.7),     # r2: (g1, g0) reverse pair counts
+            (0, 1, RIDING, 0.9),  # r0: (g0, g1)
+            (0, 4, ON, 0.4),     # r5: (g0, g2)
+            (2, 1, NEAR, 0.8),   # r1: (g0, g1) again -> dropped (worse rank than r0)
+            (0, 2, NEAR, 0.5)]   # r4: both boxes on g0 -> dropped
+    sample = make_sample(0, image_path, gt, rels, pred_boxes, pred_labels)
+    top6 = ['man riding horse', 'horse on man', 'man on street']
+    out = run_metric([sample], topk=6)
+    assert out['CLIPScore'] == pytest.approx(100 * np.mean([s_of(t) for t in top6]), abs=1e-5)
+    assert out['RelCLIPScore'] == pytest.approx(100 * expected_image(3, [s_of(t) for t in top6]), abs=1e-5)
+    top7 = top6 + ['horse near street']
+    out = run_metric([sample], topk=7)
+    assert out['CLIPScore'] == pytest.approx(100 * np.mean([s_of(t) for t in top7]), abs=1e-5)
+    out = run_metric([sample], topk=1)
+    assert out['CLIPScore'] == pytest.approx(100 * s_of('man riding horse'), abs=1e-5)
+    # p - k = 3 - 1 = 2 -> D = max(log 2 + alpha, 1) = 1
+    assert out['RelCLIPScore'] == pytest.approx(out['CLIPScore'], abs=1e-9)
+    # the given order instead of the score ranking: first relation is (p1 -> p4) 'horse near street'
+    out = run_metric([sample], topk=1, rank='given')
+    assert out['CLIPScore'] == pytest.approx(100 * s_of('horse near street'), abs=1e-5)
+
+
+@pytest.mark.parametrize('m,k', [(2, 2), (3, 3), (3, 2), (3, 1), (4, 3), (5, 1), (6, 4)])
+def test_penalty_guard(image_path, m, k):
+    """p - k in {-1, 0, 1, 2, 3, 9, 11}: D = max(log(max(p - k, 1)) + 1e-5, 1)."""
+    texts_by_pair = [((0, 1), 'man riding horse', RIDING), ((1, 0), 'horse on man', ON),
+                     ((0, 2), 'man on street', ON), ((1, 2), 'horse near street', NEAR)]
+    gt = [M, H, S] + [3] * (m - 3) if m >= 3 else [M, H]
+    rels = [(a, b, pred, 1.0 - 0.1 * j) for j, ((a, b), _, pred) in enumerate(texts_by_pair[:k])]
+    scores = [s_of(t) for _, t, _ in texts_by_pair[:k]]
+    out = run_metric([make_sample(0, image_path, gt, rels)])
+    p = m * (m - 1) / 2
+    divisor = max(math.log(max(p - k, 1)) + 1e-5, 1.0)
+    assert out['RelCLIPScore'] == pytest.approx(100 * np.mean(scores) / divisor, abs=1e-5)
+    assert out['CLIPScore'] == pytest.approx(100 * np.mean(scores), abs=1e-5)
+    assert float(penalty_divisor(torch.tensor([p]), torch.tensor([k]))) == pytest.approx(divisor, rel=1e-12)
+    if p - k == 3:
+        assert divisor == pytest.approx(math.log(3) + 1e-5)
+    elif p - k <= 2:
+        assert divisor == 1.0
+    no_penalty = run_metric([make_sample(0, image_path, gt, rels)], penalty=False)
+    assert no_penalty['RelCLIPScore'] == pytest.approx(no_penalty['CLIPScore'], abs=1e-12)
+
+
+def test_small_images_skipped_and_empty_images_count(image_path):
+    two = make_sample(0, image_path, [M, H], [(0, 1, RIDING, 0.9)])
+    one = make_sample(1, image_path, [M], [(0, 0, RIDING, 0.9)])  # m = 1: skipped
+    zero = make_sample(2, image_path, [], [], pred_boxes=[box_row(0), box_row(1)], pred_labels=[M, H])
+    zero['pred_relations'] = dict(pair_idxs=torch.tensor([[0, 1]]), scores=torch.tensor([0.5]),
+                                  labels=torch.tensor([RIDING]))  # m = 0: skipped
+    none_counted = make_sample(3, image_path, [M, H, S], [(0, 0, NEAR, 0.9)])  # k = 0 -> 0, counts
+    no_preds = make_sample(4, image_path, [M, H], [])  # no prediction at all -> 0, counts
+    metric = RelCLIPScore(encoder=StubEncoder())
+    metric.dataset_meta = META
+    metric.process({}, [two, one, zero])
+    metric.process({}, [none_counted, no_preds])
+    out = metric.evaluate(5)
+    assert metric.last_report['num_images'] == 3
+    assert out['relclip/CLIPScore'] == pytest.approx(100 * s_of('man riding horse') / 3, abs=1e-5)
+    assert out['relclip/RelCLIPScore'] == pytest.approx(100 * s_of('man riding horse') / 3, abs=1e-5)
+    only_small = run_metric([one, zero])
+    assert only_small == {'RelCLIPScore': 0.0, 'CLIPScore': 0.0, 'RefRelCLIPScore': 0.0}
+
+
+def test_negative_cosine_clamped_and_dense_scores(image_path):
+    rels = [(1, 0, ON, 0.9), (0, 1, RIDING, 0.8)]  # 'horse on man' has cos -0.2 -> s = 0
+    dense = run_metric([make_sample(0, image_path, [M, H], rels, dense=True)])
+    single = run_metric([make_sample(0, image_path, [M, H], rels)])
+    assert dense == single
+    assert dense['CLIPScore'] == pytest.approx(100 * (0.0 + 0.6) / 2, abs=1e-5)
+
+
+def test_reference_variant(image_path):
+    gt_rels = [(0, 1, RIDING), (0, 1, ON)]  # pair (g0, g1) annotated twice; (g1, g0) not annotated
+    rels = [(0, 1, NEAR, 0.9), (1, 0, ON, 0.8)]
+    with_ref = make_sample(0, image_path, [M, H, S], rels, gt_rels=gt_rels)
+    a = s_of('man near horse')
+    b = max(text_cos('man near horse', 'man riding horse'), text_cos('man near horse', 'man on horse'), 0.0)
+    assert b == pytest.approx(text_cos('man near horse', 'man riding horse'))
+    h = 2 * a * b / (a + b)
+    no_ref = make_sample(1, image_path, [M, H], [(1, 0, ON, 0.9)], gt_rels=[(0, 1, RIDING)])
+    # a GT pair whose only GT text is dissimilar (negative cosine): b = 0 -> harmonic mean 0
+    clamp = make_sample(2, image_path, [M, H], [(0, 1, HAS, 0.9)], gt_rels=[(0, 1, ON)])
+    assert text_cos('man has horse', 'man on horse') < 0
+    out = run_metric([with_ref])
+    assert out['RefRelCLIPScore'] == pytest.approx(100 * h, abs=1e-5)
+    out = run_metric([with_ref, no_ref, clamp])
+    assert out['RefRelCLIPScore'] == pytest.approx(100 * (h + 0.0 + 0.0) / 3, abs=1e-5)
+    assert out['CLIPScore'] == pytest.approx(
+        100 * (np.mean([a, s_of('horse on man')]) + s_of('horse on man') + s_of('man has horse')) / 3, abs=1e-5)
+
+
+def test_predcls_keeps_duplicate_gt_boxes_distinct(image_path):
+    gt_boxes = [box_row(0), box_row(0), box_row(1)]
+    sample = make_sample(0, image_path, [M, H, S], [(0, 1, RIDING, 0.9), (2, 2, ON, 0.8)], gt_boxes=gt_boxes)
+    sample.pop('pred_instances')
+    out = run_metric([sample], mode='predcls')
+    assert out['CLIPScore'] == pytest.approx(100 * s_of('man riding horse'), abs=1e-5)
+    sgdet = run_metric([make_sample(0, image_path, [M, H, S], [(0, 1, RIDING, 0.9)], gt_boxes=gt_boxes)])
+    assert sgdet['CLIPScore'] == 0.0  # in sgdet both boxes match the first GT box: same object, not counted
+    with pytest.raises(ValueError, match='mode'):
+        RelCLIPScore(encoder=StubEncoder(), mode='phrdet')
+
+
+# ------------------------------------------------------------------------------------------------ machinery
+def test_text_cache_chunks_and_single_decode(image_path, monkeypatch):
+    from mmsgg_eval.metrics import relclip
+    decoded = []
+    original = relclip.decode_image
+    monkeypatch.setattr(relclip, 'decode_image', lambda path, args=None: decoded.append(path) or original(path))
+    stub = StubEncoder()
+    rels = [(0, 1, RIDING, 0.9), (1, 0, ON, 0.8), (0, 2, ON, 0.7), (1, 2, NEAR, 0.6), (2, 0, NEAR, 0.5)]
+    samples = [make_sample(i, image_path, [M, H, S], rels) for i in range(3)]
+    run_metric(samples, encoder=stub, batch=3, batch_size=4)
+    assert len(decoded) == 3  # one decode per image, not per relation
+    assert stub.image_calls == [4, 4, 4, 3]  # 15 crops in chunks of batch_size
+    encoded = [t for call in stub.text_calls for t in call]
+    assert len(encoded) == len(set(encoded)) == 5  # each distinct string encoded once
+
+
+def test_crops_come_from_the_right_image_and_region(tmp_path):
+    left_red = np.zeros((40, 80, 3), dtype=np.uint8)
+    left_red[:, :40, 0] = 255
+    left_red[:, 40:, 2] = 255
+    path_a = str(tmp_path / 'a.png')
+    Image.fromarray(left_red).save(path_a)
+    path_b = str(tmp_path / 'b.png')  # a different size, all blue
+    blue = np.zeros((100, 30, 3), dtype=np.uint8)
+    blue[..., 2] = 255
+    Image.fromarray(blue).save(path_b)
+    boxes = [[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 30.0], [50.0, 0.0, 60.0, 10.0], [70.0, 20.0, 80.0, 40.0]]
+    labels = [M, H, M, H]  # every text is 'man riding horse'
+    left = make_sample(0, path_a, labels, [(0, 1, RIDING, 0.9)], gt_boxes=boxes)
+    right = make_sample(1, path_a, labels, [(2, 3, RIDING, 0.9)], gt_boxes=boxes)
+    other = make_sample(2, path_b, labels, [(0, 1, RIDING, 0.9)], gt_boxes=boxes)
+    for s in (left, right, other):
+        s['ori_shape'] = None
+    out = run_metric([left, right, other], encoder=ColourEncoder(), batch=3, penalty=False)
+    assert out['CLIPScore'] == pytest.approx(100 / 3, abs=1e-4)  # only the red crop scores 1
+    # boxes given in a half-size ori_shape frame are rescaled to the file
+    half = make_sample(0, path_a, labels, [(0, 1, RIDING, 0.9)],
+                       gt_boxes=[[v / 2 for v in b] for b in boxes])
+    half['ori_shape'] = (20, 40)
+    with pytest.warns(UserWarning, match='ori_shape'):
+        assert run_metric([half], encoder=ColourEncoder())['CLIPScore'] == pytest.approx(100, abs=1e-4)
+
+
+def test_errors_name_sample_and_field(image_path):
+    sample = make_sample(7, image_path, [M, H], [(0, 1, RIDING, 0.9)])
+    sample.pop('img_path')
+    with pytest.raises(ValueError, match=r'sample_idx=7.*img_path'):
+        run_metric([sample])
+    metric = RelCLIPScore(encoder=StubEncoder())
+    with pytest.raises(ValueError, match='dataset_meta'):
+        metric.process({}, [make_sample(0, image_path, [M, H], [])])
+    with pytest.raises(ValueError, match='template'):
+        RelCLIPScore(encoder=StubEncoder(), template='{subject} {verb}')
+
+
+def test_registered_and_built_from_config():
+    from mmsgg_eval.registry import METRICS
+    metric = METRICS.build(dict(type='RelCLIPScore', encoder=StubEncoder(), topk=5, prefix='negclip'))
+    assert isinstance(metric, RelCLIPScore) and metric.topk == 5 and metric.prefix == 'negclip'
+
+
+# ------------------------------------------------------------------------------------------------ distributed
+def dataset(image_path: str) -> List[dict]:
+    pairs = [((0, 1), RIDING), ((1, 0), ON), ((0, 2), ON), ((1, 2), NEAR)]
+    out = []
+    for i in range(7):
+        m = 2 + i % 4
+        gt = [M, H, S, 3, 4][:m]
+        rels = [(a, b, p, 1.0 - 0.1 * j) for j, ((a, b), p) in enumerate(pairs[:1 + i % 4]) if max(a, b) < m]
+        out.append(make_sample(i, image_path, gt, rels, gt_rels=[(0, 1, i % 3)]))
+    return out
+
+
+def _dist_worker(rank: int, world_size: int, image_path: str) -> Dict[str, float]:
+    samples = dataset(image_path)
+    shard = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
+    return run_metric(shard, batch=2)
+
+
+def test_distributed_equals_single_process(image_path):
+    """3 gloo ranks, 7 samples: the sampler pads samples 0 and 1 a second time; results are bit-identical."""
+    single = run_metric(dataset(image_path), batch=3)
+    results = run_distributed(_dist_worker, 3, image_path)
+    for result in results:
+        assert result == single
+
+
+# ------------------------------------------------------------------------------------------------ real model
+def test_end_to_end_with_tiny_open_clip(tmp_path):
+    pytest.importorskip('open_clip')
+    from open_clip.transform import PreprocessCfg, image_transform_v2
+
+    from mmsgg_eval.encoders import build_encoder
+    from tests.test_encoders import make_openclip_dir, smooth_image
+    encoder = build_encoder(dict(type='OpenCLIPEncoder',
+                                 model_name=f'local-dir:{make_openclip_dir(str(tmp_path / "oc"))}'))
+    paths = []
+    for i, (h, w) in enumerate([(120, 160), (90, 90)]):
+        paths.append(str(tmp_path / f'{i}.png'))
+        Image.fromarray(smooth_image(h, w, i).permute(1, 2, 0).numpy()).save(paths[-1])
+    boxes = [[0.0, 0.0, 40.0, 60.0], [30.0, 20.0, 80.0, 90.0], [50.0, 10.0, 88.0, 40.0]]
+    rels = [(0, 1, RIDING, 0.9), (1, 2, NEAR, 0.8), (2, 0, ON, 0.7)]
+    samples = [make_sample(i, p, [M, H, S], rels, gt_boxes=boxes, gt_rels=[(0, 1, ON)]) for i, p in enumerate(paths)]
+    for s in samples:
+        s['ori_shape'] = None
+    first = run_metric(samples, encoder=encoder, batch=2)
+    assert run_metric(samples, encoder=encoder, batch=1) == pytest.approx(first, abs=1e-4)
+    assert set(first) == {'RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore'}
+    assert 0 <= first['RelCLIPScore'] <= first['CLIPScore'] <= 100
+    # straightforward reference: PIL crop of each union box + the model's own transform, one relation at a time
+    transform = image_transform_v2(PreprocessCfg(**encoder.model.visual.preprocess_cfg), is_train=False)
+    texts = ['man riding horse', 'horse near street', 'street on man']
+    unions = [[0, 0, 80, 90], [30, 10, 88, 90], [0, 0, 88, 60]]
+    per_image = []
+    for path in paths:
+        img = Image.open(path).convert('RGB')
+        s = []
+        for text, union in zip(texts, unions):
+            with torch.no_grad():
+                e_img = torch.nn.functional.normalize(encoder.model.encode_image(transform(img.crop(union))[None]), dim=-1)
+                e_txt = torch.nn.functional.normalize(encoder.encode_text([text]), dim=-1)
+            s.append(max(float((e_img * e_txt).sum()), 0.0))
+        per_image.append(np.mean(s))
+    assert first['CLIPScore'] == pytest.approx(100 * np.mean(per_image), abs=0.5)

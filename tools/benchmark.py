@@ -1,0 +1,200 @@
+"""Throughput of the scene-graph metrics against peers, side by side, on seeded synthetic VG150-like data.
+
+    python tools/benchmark.py [--workload triplets sgdet-full predcls-full] [--images N] [--batch-size B]
+                              [--device cpu cuda] [--repeat R] [--relclip]
+
+For each workload: images/s of ``process()`` + ``evaluate()`` of SGRecall + SGMeanRecall with every key on
+(R, ngR, zR, ngzR, A, mR, ngmR, groups, F, AVG), the peak memory, the bytes one rank sends at evaluate();
+beside it, on the ``triplets`` workload, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when
+installed) and a per-image numpy implementation of the legacy protocol. Every implementation runs in its
+own subprocess (fair peak memory). Prints a table and one JSON line with the ratios.
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
+
+
+def run_ours(workload, images, batch_size, device, repeat):
+    import torch
+    from mmengine.logging import MMLogger
+    from mmsgg_eval.benchmarks.workloads import make_workload, meta
+    from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+    MMLogger.get_instance('mmengine', log_level='WARNING')
+    data = make_workload(workload, images, device=device)
+    mode = 'predcls' if workload == 'predcls-full' else 'sgdet'
+    best, result, sent = None, None, 0
+    for _ in range(repeat):
+        metrics = [cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (3, 4, 5)]) for cls in (SGRecall, SGMeanRecall)]
+        for m in metrics:
+            m.dataset_meta = meta()
+        if device == 'cuda':
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(0, images, batch_size):
+            chunk = data[i:i + batch_size]
+            for m in metrics:
+                m.process({}, chunk)
+        sent = sum(m.accumulator.payload_bytes() for m in metrics)
+        result = {}
+        for m in metrics:
+            result.update(m.evaluate(images))
+        if device == 'cuda':
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        best = elapsed if best is None else min(best, elapsed)
+    peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
+    keys = {k: v for k, v in result.items() if isinstance(v, float)}
+    return dict(seconds=best, images_per_s=images / best, bytes_sent_per_rank=sent,
+                bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
+                r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'))
+
+
+def numpy_images(workload, images):
+    """The same data as numpy arrays, with the ranked GC / NGC top-100 lists precomputed (peers' input)."""
+    import numpy as np
+    from mmsgg_eval.benchmarks.workloads import make_workload
+    out = []
+    for s in make_workload(workload, images):
+        pred = s.get('pred_instances')
+        gt_boxes = s['gt_instances']['bboxes'].numpy()
+        gt_labels = s['gt_instances']['labels'].numpy()
+        im = dict(gt_boxes=gt_boxes, gt_labels=gt_labels,
+                  gt_pairs=s['gt_relations']['pair_idxs'].numpy(), gt_predicates=s['gt_relations']['labels'].numpy(),
+                  pred_boxes=pred['bboxes'].numpy() if pred else gt_boxes,
+                  pred_labels=pred['labels'].numpy() if pred else gt_labels,
+                  pred_scores=pred['scores'].numpy() if pred else np.ones(len(gt_labels), np.float32),
+                  rel_pairs=s['pred_relations']['pair_idxs'].numpy(), rel_scores=s['pred_relations']['scores'].numpy())
+        out.append(im)
+    return out
+
+
+def run_legacy(workload, images, repeat):
+    from mmsgg_eval.benchmarks.legacy_numpy import evaluate_legacy
+    data = numpy_images(workload, images)
+    best, res = None, None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        res = evaluate_legacy(data, 50)
+        elapsed = time.perf_counter() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return dict(seconds=best, images_per_s=images / best, r50=res['R@50'], mr50=res['mR@50'])
+
+
+def run_sgbench(workload, images, repeat):
+    import numpy as np
+    try:
+        import sgbench
+    except ImportError:
+        return dict(skipped='sgbench not installed (pip install sgbench==1.0.0)')
+    data = numpy_images(workload, images)
+    converted = []
+    for im in data:  # sgbench format: triplets (subject idx, object idx, predicate) in rank order
+        rs = im['rel_scores'][:, 1:]
+        os_ = im['pred_scores']
+        score = rs.max(1) * os_[im['rel_pairs'][:, 0]] * os_[im['rel_pairs'][:, 1]]
+        order = np.argsort(-score, kind='stable')[:100]
+        trip = np.column_stack([im['rel_pairs'][order], rs.argmax(1)[order]])
+        ng = (os_[im['rel_pairs'][:, 0]] * os_[im['rel_pairs'][:, 1]])[:, None] * rs
+        flat = np.argsort(-ng.ravel(), kind='stable')[:100]
+        r, p = np.unravel_index(flat, ng.shape)
+        ng_trip = np.column_stack([im['rel_pairs'][r], p])
+        gt = np.column_stack([im['gt_pairs'], im['gt_predicates']])
+        converted.append((im, trip, ng_trip, gt))
+    best = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        acc = {}
+        for im, trip, ng_trip, gt in converted:
+            p2g = sgbench.match_instances(im['gt_boxes'], im['gt_labels'], im['pred_boxes'], im['pred_labels'])
+            for name, t in (('R', trip), ('ngR', ng_trip)):
+                matched = sgbench.remap_triplets(p2g, t)
+                for k in (20, 50, 100):
+                    acc.setdefault((name, k), []).append(sgbench.recall(k, False, gt, matched, 50))
+                    acc.setdefault(('m' + name, k), []).append(sgbench.recall(k, True, gt, matched, 50))
+        r50 = 100 * float(np.mean(acc[('R', 50)]))
+        mr50 = 100 * float(np.nanmean(np.nanmean(np.stack(acc[('mR', 50)]), 0)))
+        elapsed = time.perf_counter() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return dict(seconds=best, images_per_s=images / best, r50=r50, mr50=mr50,
+                note='own matching convention (one GT per detection, continuous IoU)')
+
+
+def worker(args):
+    impl, workload, device = args.worker
+    if impl == 'ours':
+        res = run_ours(workload, args.images, args.batch_size, device, args.repeat)
+    elif impl == 'legacy':
+        res = run_legacy(workload, args.images, args.repeat)
+    elif impl == 'relclip':
+        from mmsgg_eval.benchmarks.relclip import run_relclip_benchmark
+        res = run_relclip_benchmark(device=device)
+    else:
+        res = run_sgbench(workload, args.images, args.repeat)
+    res['host_peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print('RESULT ' + json.dumps(res))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--workload', nargs='+', default=['triplets', 'sgdet-full', 'predcls-full'])
+    parser.add_argument('--images', type=int, default=2000)
+    parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
+    parser.add_argument('--device', nargs='+', default=None, help='default: cpu, and cuda when available')
+    parser.add_argument('--repeat', type=int, default=3, help='best of R runs')
+    parser.add_argument('--relclip', action='store_true', help='also measure RelCLIPScore relations/s')
+    parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    import torch
+    devices = args.device or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu'])
+    jobs = []
+    for wl in args.workload:
+        for dev in devices:
+            jobs.append(('ours', wl, dev))
+        if wl == 'triplets':
+            jobs += [('sgbench', wl, 'cpu'), ('legacy', wl, 'cpu')]
+    if args.relclip:
+        jobs += [('relclip', '-', dev) for dev in devices]
+    rows = []
+    for job in jobs:
+        print(f'running {job[0]} on {job[1]} ({job[2]}) ...', file=sys.stderr, flush=True)
+        cmd = [sys.executable, __file__, '--worker', *job, '--images', str(args.images), '--batch-size',
+               str(args.batch_size), '--repeat', str(args.repeat)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        line = [x for x in out.stdout.splitlines() if x.startswith('RESULT ')]
+        if out.returncode != 0 or not line:
+            rows.append((job, dict(error=out.stderr.strip().splitlines()[-1:] or ['failed'])))
+            continue
+        rows.append((job, json.loads(line[0][len('RESULT '):])))
+    print(f'\n{"implementation":<10} {"workload":<13} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
+          f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')
+    for (impl, wl, dev), res in rows:
+        if 'images_per_s' not in res:
+            print(f'{impl:<10} {wl:<13} {dev:<6} {res.get("skipped") or res.get("error")}')
+            continue
+        gpu = f'{res["gpu_peak_bytes"] / 2**20:.1f}' if res.get('gpu_peak_bytes') else '-'
+        sent = f'{res["bytes_per_image"]:.0f}' if 'bytes_per_image' in res else '-'
+        r50 = f'{res["r50"]:.3f}' if res.get('r50') is not None else '-'
+        mr50 = f'{res["mr50"]:.3f}' if res.get('mr50') is not None else '-'
+        print(f'{impl:<10} {wl:<13} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
+              f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}')
+    summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
+    ours = summary.get('ours/triplets/cpu')
+    ratios = {}
+    for peer in ('sgbench', 'legacy'):
+        if ours and summary.get(f'{peer}/triplets/cpu'):
+            ratios[f'ours_vs_{peer}_triplets_cpu'] = ours / summary[f'{peer}/triplets/cpu']
+    print(json.dumps({'images_per_s': summary, 'ratios': ratios, 'images': args.images,
+                      'batch_size': args.batch_size, 'torch_threads': torch.get_num_threads()}))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,65 @@
+"""Count the frequency-baseline statistics on a config's training split and save a checkpoint.
+
+    python tools/build_freq_baseline.py CONFIG --out freq.pth [--must-overlap] [--cfg-options k=v ...]
+
+The training dataset is ``freq_train_dataset`` of the config when present, else ``train_dataloader.dataset``.
+Only annotations are read (no images). The checkpoint loads with ``tools/test.py CONFIG freq.pth``.
+"""
+import argparse
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
+
+
+def main(argv=None):
+    from mmengine.config import Config, DictAction
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('config')
+    parser.add_argument('--out', required=True, help='checkpoint path (.pth)')
+    parser.add_argument('--must-overlap', action='store_true', default=None,
+                        help='FREQ+OVERLAP (default: the config model.must_overlap)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    args = parser.parse_args(argv)
+
+    import torch
+    from mmengine.registry import init_default_scope
+
+    import mmsgg_eval  # noqa: F401
+    from mmsgg_eval.models import FrequencyBaseline, count_frequency_statistics
+    from mmsgg_eval.registry import DATASETS
+
+    if not osp.isfile(args.config):
+        raise SystemExit(f'config file not found: {args.config}')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    train_cfg = cfg.get('freq_train_dataset') or cfg.get('train_dataloader', {}).get('dataset')
+    if train_cfg is None:
+        raise SystemExit('the config has neither `freq_train_dataset` nor `train_dataloader.dataset`')
+    train_cfg = dict(train_cfg, pipeline=[], test_mode=False)
+    dataset = DATASETS.build(train_cfg)
+    meta = dataset.metainfo
+    num_classes, num_predicates = len(meta['classes']), len(meta['predicates'])
+    model_cfg = dict(cfg.model)
+    if (model_cfg.get('num_classes'), model_cfg.get('num_predicates')) != (num_classes, num_predicates):
+        raise SystemExit(f'model has num_classes={model_cfg.get("num_classes")}, num_predicates='
+                         f'{model_cfg.get("num_predicates")} but the dataset has {num_classes} classes and '
+                         f'{num_predicates} predicates')
+    must_overlap = model_cfg.get('must_overlap', False) if args.must_overlap is None else args.must_overlap
+    print(f'counting {"FREQ+OVERLAP" if must_overlap else "FREQ"} statistics on {len(dataset)} training images '
+          f'of {meta.get("dataset_name", type(dataset).__name__)}')
+    counts = count_frequency_statistics(dataset, num_classes, num_predicates, must_overlap=must_overlap)
+    model = FrequencyBaseline(num_classes, num_predicates, must_overlap=must_overlap,
+                              mode=model_cfg.get('mode', 'predcls'))
+    model.fit(counts)
+    torch.save({'state_dict': model.state_dict(),
+                'meta': {'dataset_name': str(meta.get('dataset_name', '')), 'num_train_images': len(dataset),
+                         'num_train_relations': int(counts[..., 1:].sum()), 'must_overlap': bool(must_overlap)}},
+               args.out)
+    print(f'\nsaved {args.out}: {int(counts[..., 1:].sum())} relations, {int(counts[..., 0].sum())} background pairs')
+
+
+if __name__ == '__main__':
+    main()
