@@ -274,7 +274,9 @@ class BaseCLIPEncoder(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.parameters()).dtype
+        """Input dtype of the towers: that of the first convolution / linear layer (open_clip keeps some
+        parameters in float32 under 'bf16' / 'fp16')."""
+        return next(m.weight.dtype for m in self.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
 
     @torch.no_grad()
     def encode_image(self, images: Tensor) -> Tensor:
@@ -294,14 +296,31 @@ class BaseCLIPEncoder(nn.Module):
         """Per-relation score s from the cosine of L2-normalised image and text embeddings."""
         if self.score == 'cosine':
             return cos.clamp(min=0)
-        scale, bias = self.logit_scale_and_bias()
-        return torch.sigmoid(cos * scale.float().exp().to(cos.device) + bias.float().to(cos.device))
+        scale, bias = (t.detach().float().to(cos.device) for t in self.logit_scale_and_bias())
+        return torch.sigmoid(cos * scale.exp() + bias)
 
     def _image_features(self, pixels: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _text_features(self, texts: List[str]) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _is_torchscript(path: str) -> bool:
+    """True for a TorchScript archive (e.g. OpenAI's ``ViT-B-32.pt``), False for pickled state dicts."""
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        return any(name.endswith('constants.pkl') for name in zf.namelist())
+
+
+def _load_torchscript_weights(model: nn.Module, path: str) -> None:
+    """Strictly load the weights of a TorchScript CLIP archive (OpenAI key names = open_clip's)."""
+    state = torch.jit.load(path, map_location='cpu').state_dict()
+    skip = {'input_resolution', 'context_length', 'vocab_size'}  # OpenAI metadata stored as tensors
+    skip |= {name for name, _ in model.named_buffers()} - set(model.state_dict())  # non-persistent buffers
+    model.load_state_dict({k: v for k, v in state.items() if k not in skip}, strict=True)
 
 
 @ENCODERS.register_module()
@@ -311,9 +330,11 @@ class OpenCLIPEncoder(BaseCLIPEncoder):
     Args:
         model_name: an open_clip architecture (``'ViT-B-32-quickgelu'`` for OpenAI CLIP B/32 and NegCLIP,
             ``'ViT-L-14-quickgelu'``...) or ``'local-dir:/path'`` (``open_clip_config.json`` + weights).
-            ``hf-hub:`` names are refused (no downloads).
-        pretrained: path of a LOCAL checkpoint file (state dict, ``{'state_dict': ...}`` training checkpoint
-            with or without ``module.`` prefix, or safetensors). open_clip tags (``'openai'``) are refused.
+            ``hf-hub:`` names are refused (no downloads); architectures whose tokenizer or text tower comes from
+            the Hugging Face hub need a ``local-dir`` holding them.
+        pretrained: path of a LOCAL checkpoint file: a state dict, a ``{'state_dict': ...}`` training checkpoint
+            with or without ``module.`` prefix (NegCLIP's ``negclip.pth``), safetensors, or an OpenAI TorchScript
+            archive (``ViT-B-32.pt``). open_clip tags (``'openai'``) are refused (they would download).
         score: 'auto' (sigmoid when the model has a ``logit_bias``, i.e. SigLIP-style, else cosine),
             'cosine' or 'sigmoid'.
         precision: 'fp32', 'fp16' or 'bf16' weights.
@@ -324,6 +345,8 @@ class OpenCLIPEncoder(BaseCLIPEncoder):
     def __init__(self, model_name: str = 'ViT-B-32-quickgelu', pretrained: Optional[str] = None,
                  score: str = 'auto', precision: str = 'fp32', device: Union[str, torch.device] = 'cpu',
                  random_init: bool = False) -> None:
+        if score not in ('auto', 'cosine', 'sigmoid'):
+            raise ValueError(f"score must be 'auto', 'cosine' or 'sigmoid', got {score!r}")
         open_clip = _require('open_clip', 'clip', 'OpenCLIPEncoder')
         if model_name.startswith('hf-hub:'):
             raise ValueError(f'OpenCLIPEncoder loads local files only; got {model_name!r}. Download the model '
@@ -341,7 +364,17 @@ class OpenCLIPEncoder(BaseCLIPEncoder):
             raise FileNotFoundError(f'pretrained={pretrained!r} is not a local file (open_clip tags such as '
                                     f"'openai' would download; give the checkpoint path)")
         super().__init__(score='cosine', precision=precision)
-        model = open_clip.create_model(model_name, pretrained=pretrained, precision=precision, device=device)
+        if pretrained is not None and _is_torchscript(pretrained):
+            # OpenAI's released .pt files are TorchScript archives, which open_clip's weights_only load refuses
+            import logging
+            logging.disable(logging.WARNING)  # open_clip would warn that no weights were loaded
+            try:
+                model = open_clip.create_model(model_name, pretrained=None, precision=precision, device=device)
+            finally:
+                logging.disable(logging.NOTSET)
+            _load_torchscript_weights(model, pretrained)
+        else:
+            model = open_clip.create_model(model_name, pretrained=pretrained, precision=precision, device=device)
         self.model = model.eval()
         self.model_name = model_name
         self.tokenizer = open_clip.get_tokenizer(model_name)
@@ -349,8 +382,6 @@ class OpenCLIPEncoder(BaseCLIPEncoder):
         self.preprocess = self._preprocess_from_cfg(cfg, model)
         has_bias = getattr(model, 'logit_bias', None) is not None
         self.score = ('sigmoid' if has_bias else 'cosine') if score == 'auto' else score
-        if self.score not in ('cosine', 'sigmoid'):
-            raise ValueError(f"score must be 'auto', 'cosine' or 'sigmoid', got {score!r}")
 
     @staticmethod
     def _preprocess_from_cfg(cfg: Dict[str, Any], model: nn.Module) -> ImagePreprocess:
@@ -413,13 +444,12 @@ class HFCLIPEncoder(BaseCLIPEncoder):
             raise FileNotFoundError(f'{type(self).__name__}: model_path={model_path!r} is not a local directory '
                                     f'(hub ids are not downloaded; save the model with save_pretrained first)')
         super().__init__(score=score or self.default_score, precision=precision)
-        model = transformers.AutoModel.from_pretrained(model_path, local_files_only=True,
-                                                       dtype=_DTYPES[precision])
+        model = transformers.AutoModel.from_pretrained(model_path, local_files_only=True)
         for name in ('get_image_features', 'get_text_features'):
             if not hasattr(model, name):
                 raise TypeError(f'{type(model).__name__} from {model_path} has no {name}(); '
                                 f'{type(self).__name__} needs a CLIP-style dual encoder')
-        self.model = model.to(device).eval()
+        self.model = model.to(device=device, dtype=_DTYPES[precision]).eval()
         self.model_path = model_path
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)

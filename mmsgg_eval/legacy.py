@@ -119,7 +119,7 @@ def _safe_globals() -> Dict[str, Any]:
     return allowed
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
+class SafeUnpickler(pickle.Unpickler):
     """Unpickler that resolves only allow-listed globals (numpy dtypes by their class names too)."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -180,7 +180,7 @@ def load_legacy_results(path: str, unsafe: bool = False) -> Any:
     if not zipfile.is_zipfile(path):
         # a plain pickle, or the pre-1.6 torch format whose first pickle is a magic number
         with open(path, 'rb') as f:
-            first = (_RemappingUnpickler(f) if unsafe else _RestrictedUnpickler(f)).load()
+            first = (_RemappingUnpickler(f) if unsafe else SafeUnpickler(f)).load()
         if not (isinstance(first, int) and first == _TORCH_LEGACY_MAGIC):
             return first
     if unsafe:

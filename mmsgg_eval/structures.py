@@ -13,6 +13,8 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
+# what each mode needs predicted: PredCls nothing, SGCls labels/scores, SGDet/PhrDet boxes too
+_STRENGTH = {'predcls': 0, 'sgcls': 1, 'sgdet': 2, 'phrdet': 2}
 
 
 def get_field(obj: Any, key: str, default: Any = None) -> Any:
@@ -177,6 +179,13 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     if get_field(sample, 'pred_relations') is None:
         raise ValueError(f'{sample_name(sample)}: missing field `pred_relations` (the model must output '
                          f'pred_relations.pair_idxs and pred_relations.scores)')
+    produced = get_field(sample, 'pred_mode')
+    if produced in _STRENGTH and _STRENGTH[produced] < _STRENGTH[mode]:
+        raise ValueError(f'{sample_name(sample)}: the model produced {produced} predictions (metainfo '
+                         f'`pred_mode`), but the metric evaluates {mode!r}: {mode} needs predicted '
+                         f'{"boxes, labels and scores" if mode in ("sgdet", "phrdet") else "labels and scores"} '
+                         f'in `pred_instances`; set the metric mode to {produced!r} or use a model that predicts '
+                         f'them')
     rel_scores = require(sample, 'pred_relations.scores', device)
     device = rel_scores.device
     boxes_check = check_boxes if validate else _shape_boxes

@@ -52,7 +52,8 @@ A = segment_id(3, 5, 7)          # uses all three channels
 B = segment_id(200, 0, 0)
 C = segment_id(0, 0, 1)          # 65536
 RECORDS = [
-    dict(image_id='1', size=(40, 30), segments=[(A, 3, (0, 0, 40, 12)), (B, 0, (5, 10, 20, 30)), (C, 1, (25, 15, 35, 25))],
+    dict(image_id='1', size=(40, 30),
+         segments=[(A, 3, (0, 0, 40, 12)), (B, 0, (5, 10, 20, 30)), (C, 1, (25, 15, 35, 25))],
          relations=[(1, 0, 0), (1, 2, 2), (1, 2, 1), (1, 2, 2), (2, 0, 0)]),
     dict(image_id='2', size=(20, 20), segments=[(A, 4, (0, 0, 20, 20)), (B, 2, (2, 2, 8, 8))], relations=[]),
     dict(image_id='3', size=(30, 20), segments=[(A, 0, (0, 0, 10, 10)), (B, 1, (10, 0, 30, 20))],

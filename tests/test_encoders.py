@@ -117,6 +117,11 @@ def test_openclip_local_dir_and_checkpoint_file(openclip_dir, tmp_path):
                               pretrained=os.path.join(openclip_dir, 'open_clip_pytorch_model.bin')))
     assert torch.allclose(enc2.encode_image(images), img_a, atol=1e-6)
     assert torch.allclose(enc2.encode_text(texts), txt_a, atol=1e-6)
+    # a TorchScript archive (the format of OpenAI's released ViT-B-32.pt)
+    archive = str(tmp_path / 'scripted.pt')
+    torch.jit.save(torch.jit.script(enc.model), archive)
+    enc3 = build_encoder(dict(type='OpenCLIPEncoder', model_name='mmsgg-tiny-test', pretrained=archive))
+    assert torch.allclose(enc3.encode_image(images), img_a, atol=1e-6)
     s = enc.similarity_to_score(torch.tensor([-0.5, 0.25]))
     assert s.tolist() == [0.0, 0.25]
 

@@ -114,3 +114,15 @@ def test_import_without_compiled_mmcv_ops():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0 and 'ok' in out.stdout, out.stderr
+
+
+def test_metric_mode_the_model_does_not_produce():
+    sample = good_sample()
+    sample['pred_mode'] = 'predcls'
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match="produced predcls predictions.*'sgdet'"):
+        metric.process({}, [sample])
+    metric = SGRecall(mode='predcls')
+    metric.dataset_meta = META
+    metric.process({}, [sample])  # a stronger metric mode than produced is fine the other way round

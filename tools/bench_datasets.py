@@ -11,6 +11,11 @@ import os.path as osp
 import tempfile
 import time
 
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
+
 from mmsgg_eval.datasets import VG150Dataset
 from mmsgg_eval.datasets.sample_data import write_synthetic_vg150
 

@@ -6,6 +6,7 @@ The training dataset is ``freq_train_dataset`` of the config when present, else 
 Only annotations are read (no images). The checkpoint loads with ``tools/test.py CONFIG freq.pth``.
 """
 import argparse
+import os
 import os.path as osp
 import sys
 
@@ -54,6 +55,7 @@ def main(argv=None):
     model = FrequencyBaseline(num_classes, num_predicates, must_overlap=must_overlap,
                               mode=model_cfg.get('mode', 'predcls'))
     model.fit(counts)
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     torch.save({'state_dict': model.state_dict(),
                 'meta': {'dataset_name': str(meta.get('dataset_name', '')), 'num_train_images': len(dataset),
                          'num_train_relations': int(counts[..., 1:].sum()), 'must_overlap': bool(must_overlap)}},

@@ -9,7 +9,12 @@ See :mod:`mmsgg_eval.datasets.sample_data` for what is written. The VG150 sample
 import argparse
 import json
 
-from mmsgg_eval.datasets.sample_data import WRITERS, make_sample_data
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
+
+from mmsgg_eval.datasets.sample_data import WRITERS, make_sample_data  # noqa: E402
 
 
 def main() -> None:

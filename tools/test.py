@@ -36,7 +36,6 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from mmengine.config import Config
-    from mmengine.evaluator import DumpResults
     from mmengine.runner import Runner
 
     import mmsgg_eval  # noqa: F401  (registers metrics, datasets, transforms, models)
@@ -59,10 +58,14 @@ def main(argv=None):
     setup_cpu_distributed(cfg, args.launcher)
 
     runner = Runner.from_cfg(cfg)
+    for metric in runner.test_evaluator.metrics:
+        if hasattr(metric, 'report_dir') and metric.report_dir is None:
+            metric.report_dir = cfg.work_dir  # metrics.json, long-tail chart, Markdown tables
     if args.out is not None:
         if not args.out.endswith(('.pkl', '.pickle')):
             raise SystemExit('--out must be a .pkl or .pickle file')
-        runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
+        from mmsgg_eval.predictions_io import DumpSceneGraphPredictions
+        runner.test_evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out))
     metrics = runner.test()
     from mmengine.dist import is_main_process
     if is_main_process():

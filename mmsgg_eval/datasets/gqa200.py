@@ -12,6 +12,7 @@ Follows ``maskrcnn_benchmark/data/datasets/gqa.py`` of dongxingning/SHA-GCL-for-
   classes 1..200 and predicates 1..100 become 0-based; ``__background__`` is dropped from the vocabulary.
 * duplicate relations are kept outside the training split (training: one per pair, first in file order).
 """
+import logging
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -139,7 +140,7 @@ class GQA200Dataset(SceneGraphDataset):
             meta.update(graph_statistics(train, len(vocab['predicates'])))
         elif self.train_file:
             print_log(f'GQA200Dataset: training file {self.train_file!r} not found; no predicate_counts / '
-                      f'train_triplets in metainfo', logger='current', level=30)
+                      f'train_triplets in metainfo', logger='current', level=logging.WARNING)
         return meta
 
     def load_data_list(self) -> List[dict]:

@@ -20,6 +20,7 @@ Not reproduced: the legacy training-only ``filter_non_overlap`` option and its c
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import logging
 import h5py
 import numpy as np
 from mmengine.logging import print_log
@@ -127,7 +128,8 @@ class VG150Dataset(SceneGraphDataset):
         data_prefix: ``dict(img='VG_100K/')``; images are ``{image_id}.jpg`` there (never opened here).
         split: 'train' | 'val' | 'test'.
         num_val_images: size of the val split (the first split-0 images); train is the rest.
-        zeroshot_file: optional path of the legacy ``zeroshot_triplet.pytorch``, put in
+        zeroshot_file: optional path (relative to ``data_root`` unless absolute) of the legacy
+            ``zeroshot_triplet.pytorch``, put in
             ``metainfo['zeroshot_triplets']`` for the metrics.
         duplicate_rels: see :class:`SceneGraphDataset` (default: keep for val/test, one per pair for train).
 
@@ -238,7 +240,7 @@ class VG150Dataset(SceneGraphDataset):
         if not stats:
             print_log(f'VG150Dataset: the training split of {self.ann_file} is empty (num_val_images='
                       f'{self.num_val_images}); no predicate_counts / train_triplets in metainfo',
-                      logger='current', level=30)
+                      logger='current', level=logging.WARNING)
         return meta
 
     def load_data_list(self) -> List[dict]:

@@ -134,7 +134,7 @@ class FrequencyBaseline(BaseModel):
                 labels = torch.as_tensor(get_field(pred, 'labels')).long().to(device)
                 scores = torch.as_tensor(get_field(pred, 'scores')).float().to(device)
             pairs, rel_scores = self._relations(boxes.float(), labels, scores, dist.to(device))
-            self._attach(sample, boxes, labels, scores, pairs, rel_scores)
+            self._attach(sample, boxes, labels, scores, pairs, rel_scores, self.mode)
         return data_samples
 
     def _relations(self, boxes: Tensor, labels: Tensor, scores: Tensor, dist: Tensor) -> Tuple[Tensor, Tensor]:
@@ -154,15 +154,18 @@ class FrequencyBaseline(BaseModel):
         return torch.stack([sub, obj], 1)[order], rel_scores[order]
 
     @staticmethod
-    def _attach(sample: Any, boxes: Tensor, labels: Tensor, scores: Tensor, pairs: Tensor, rel_scores: Tensor) -> None:
+    def _attach(sample: Any, boxes: Tensor, labels: Tensor, scores: Tensor, pairs: Tensor, rel_scores: Tensor,
+                mode: str) -> None:
         from mmengine.structures import InstanceData
         pred_instances = InstanceData(bboxes=boxes.float(), labels=labels, scores=scores)
         pred_relations = InstanceData(pair_idxs=pairs, scores=rel_scores)
         if isinstance(sample, dict):
             sample['pred_instances'], sample['pred_relations'] = pred_instances, pred_relations
+            sample['pred_mode'] = mode
         else:
             sample.pred_instances = pred_instances
             sample.pred_relations = pred_relations
+            sample.set_metainfo({'pred_mode': mode})  # lets a metric refuse a mode the model does not produce
 
 
 @MODEL_WRAPPERS.register_module()
