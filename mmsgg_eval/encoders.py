@@ -403,7 +403,28 @@ class OpenCLIPEncoder(BaseCLIPEncoder):
 
     def _text_features(self, texts: List[str]) -> Tensor:
         tokens = self.tokenizer(texts).to(self.device)
-        return self.model.encode_text(tokens)
+        model = self.model
+        pool = getattr(model, 'text_pool_type', None)
+        if getattr(model, 'attn_mask', None) is None or pool not in ('argmax', 'eos') or \
+                not hasattr(model, 'token_embedding'):
+            return model.encode_text(tokens)
+        # Causal text tower pooled at the end-of-text token: the padding after it cannot change the result,
+        # so run only the first L positions (open_clip pads every text to 77 tokens; triplets need ~10).
+        if pool == 'argmax':
+            last = tokens.argmax(dim=-1)
+        else:
+            last = (tokens == model.text_eos_id).int().argmax(dim=-1)
+        length = int(last.max()) + 1
+        tokens = tokens[:, :length]
+        cast_dtype = model.transformer.get_cast_dtype()
+        x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+        x = model.ln_final(x)
+        x = x[torch.arange(x.shape[0], device=x.device), last]
+        projection = model.text_projection
+        if projection is None:
+            return x
+        return projection(x) if isinstance(projection, nn.Linear) else x @ projection
 
     def logit_scale_and_bias(self) -> Tuple[Tensor, Tensor]:
         bias = getattr(self.model, 'logit_bias', None)

@@ -31,7 +31,9 @@ def setup_cpu_distributed(cfg: Any, launcher: str) -> None:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     dist.init_process_group(backend=backend)
-    cfg['model_wrapper_cfg'] = dict(type='EvalOnlyModelWrapper')
+    from .registry import MODEL_WRAPPERS
+    # scope-qualified: the Runner looks the type up from MMEngine's root registry
+    cfg['model_wrapper_cfg'] = dict(type=f'{MODEL_WRAPPERS.scope}.EvalOnlyModelWrapper')
 
 
 def _slurm_env() -> None:

@@ -109,6 +109,11 @@ def test_openclip_local_dir_and_checkpoint_file(openclip_dir, tmp_path):
     # the model's own forward on the model's own preprocessing
     pixels = enc.preprocess(images)
     assert torch.allclose(img_a, enc.model.encode_image(pixels).detach(), atol=1e-6)
+    # the text tower runs only up to the end-of-text token (causal mask): same result as the full 77 tokens
+    long_texts = texts + ['a photo of a man riding a horse on a street near a car with a wheel']
+    with torch.no_grad():
+        full = enc.model.encode_text(enc.tokenizer(long_texts))
+    assert torch.allclose(enc.encode_text(long_texts), full, atol=1e-5)
     # built-in-style architecture name + local checkpoint file (the NegCLIP / CLIP path)
     cfg_path = tmp_path / 'mmsgg-tiny-test.json'
     cfg_path.write_text(json.dumps(TINY_OPENCLIP))

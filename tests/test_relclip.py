@@ -361,6 +361,8 @@ def test_end_to_end_with_tiny_open_clip(tmp_path):
     samples = [make_sample(i, p, [M, H, S], rels, gt_boxes=boxes, gt_rels=[(0, 1, ON)]) for i, p in enumerate(paths)]
     for s in samples:
         s['ori_shape'] = None
+    # random weights give mostly negative cosines: score (cos + 1) / 2 so the comparison below is informative
+    encoder.similarity_to_score = lambda cos: (cos + 1) / 2
     first = run_metric(samples, encoder=encoder, batch=2)
     assert run_metric(samples, encoder=encoder, batch=1) == pytest.approx(first, abs=1e-4)
     assert set(first) == {'RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore'}
@@ -378,7 +380,6 @@ def test_end_to_end_with_tiny_open_clip(tmp_path):
                 pixels = transform(img.crop(union))[None]
                 e_img = torch.nn.functional.normalize(encoder.model.encode_image(pixels), dim=-1)
                 e_txt = torch.nn.functional.normalize(encoder.encode_text([text]), dim=-1)
-            s.append(max(float((e_img * e_txt).sum()), 0.0))
+            s.append((float((e_img * e_txt).sum()) + 1) / 2)
         per_image.append(np.mean(s))
-    print('end-to-end CLIPScore', first['CLIPScore'], 'reference', 100 * np.mean(per_image))
-    assert first['CLIPScore'] == pytest.approx(100 * np.mean(per_image), abs=0.5)
+    assert first['CLIPScore'] == pytest.approx(100 * np.mean(per_image), abs=0.05)  # measured ~0.002

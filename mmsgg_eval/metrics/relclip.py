@@ -162,7 +162,7 @@ class RelCLIPScore(BaseMetric):
         missing = list(dict.fromkeys(t for t in texts if t not in self._text_cache))
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start:start + self.batch_size]
-            emb = F.normalize(self.encoder.encode_text(chunk).float(), dim=-1).to(device)
+            emb = F.normalize(torch.as_tensor(self.encoder.encode_text(chunk)).float(), dim=-1).to(device)
             self._text_cache.update(zip(chunk, emb))
         if not texts:
             return torch.zeros((0, 0), device=device)
@@ -170,9 +170,9 @@ class RelCLIPScore(BaseMetric):
 
     def embed_crops(self, crops: Tensor) -> Tensor:
         """L2-normalised image embeddings [R, D] of crops at the model input size, ``batch_size`` at a time."""
-        parts = [F.normalize(self.encoder.encode_image(crops[i:i + self.batch_size]).float(), dim=-1)
-                 for i in range(0, crops.shape[0], self.batch_size)]
-        return torch.cat(parts).to(crops.device)
+        parts = [F.normalize(torch.as_tensor(self.encoder.encode_image(crops[i:i + self.batch_size])).float(),
+                             dim=-1).to(crops.device) for i in range(0, crops.shape[0], self.batch_size)]
+        return torch.cat(parts)
 
     def score(self, cos: Tensor) -> Tensor:
         """Per-relation s from cosines: the encoder's ``similarity_to_score`` or max(cos, 0)."""
