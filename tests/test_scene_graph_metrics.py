@@ -183,7 +183,9 @@ def test_shared_rows_between_metrics_of_one_evaluator():
     from mmengine.evaluator import Evaluator
     samples, _ = random_dataset(21, 16, 'sgcls')
     expected = run_metrics(samples, batch_size=4, mode='sgcls')
-    evaluator = Evaluator([dict(type='SGRecall', mode='sgcls'), dict(type='SGMeanRecall', mode='sgcls')])
+    from mmsgg_eval.registry import METRICS
+    scope = METRICS.scope  # 'mmdet' when mmdet is installed
+    evaluator = Evaluator([dict(type=f'{scope}.SGRecall', mode='sgcls'), dict(type=f'{scope}.SGMeanRecall', mode='sgcls')])
     evaluator.dataset_meta = META
     for start in range(0, 16, 4):
         evaluator.process(samples[start:start + 4])
