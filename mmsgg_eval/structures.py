@@ -132,12 +132,15 @@ def sample_index(sample: Any) -> Optional[int]:
 
 @dataclass
 class SceneGraphBatch:
-    """A padded batch of B scene-graph samples, ready for the functional layer.
+    """A batch of B scene-graph samples, ready for the functional layer.
 
-    Objects: N predicted / M GT per image (padded). Relations: R predicted pairs, G GT relations.
-    ``rel_scores`` [B, R, P] holds predicate scores without the background column; entries that are not
-    candidates (padding, single-label rows) are ``-inf``. All labels are 0-based; boxes are xyxy in the
-    original image frame (float32).
+    Objects: N predicted / M GT per image (padded). Relations: R predicted pairs, G GT relations (padded).
+    Predicate scores are NOT padded (SGDet score matrices are large): ``rel_scores`` [sum R, P] holds the
+    rows of all images one after the other, without the background column (a strided view is fine);
+    entries that are not candidates (single-label rows) are ``-inf``. ``rel_image`` / ``rel_pos`` give each
+    row's image and position. ``gc_prob`` / ``gc_predicate`` [B, R] are the graph-constrained predicate
+    (first maximal non-background column) and its probability. All labels are 0-based; boxes are xyxy in
+    the original image frame (float32).
     """
     sample_idx: Tensor          # [B] int64
     pred_boxes: Tensor          # [B, N, 4]
@@ -149,15 +152,25 @@ class SceneGraphBatch:
     gt_predicates: Tensor       # [B, G]
     gt_valid: Tensor            # [B, G] bool
     rel_pairs: Tensor           # [B, R, 2]
-    rel_scores: Tensor          # [B, R, P] float32, -inf = not a candidate
     rel_valid: Tensor           # [B, R] bool
     num_rel_preds: Tensor       # [B] int64
+    rel_scores: Tensor          # [sum R, P] float32, -inf = not a candidate
+    rel_image: Tensor           # [sum R] int64
+    rel_pos: Tensor             # [sum R] int64
+    gc_prob: Tensor             # [B, R] float32 (0 padding)
+    gc_predicate: Tensor        # [B, R] int64
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
 
     @property
     def device(self) -> torch.device:
-        return self.rel_scores.device
+        return self.rel_valid.device
+
+    def scatter_rows(self, values: Tensor, fill: float = 0.0) -> Tensor:
+        """Pad per-row values [sum R, ...] into [B, R, ...]."""
+        out = values.new_full(tuple(self.rel_valid.shape) + tuple(values.shape[1:]), fill)
+        out[self.rel_image, self.rel_pos] = values
+        return out
 
 
 def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
@@ -254,11 +267,10 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                 f'{sample_name(sample)}: `pred_relations.scores` has shape {list(rel_scores.shape)}; expected '
                 f'[{num_rel}, {num_predicates + 1}] (column 0 = no relation) or [{num_rel}, {num_predicates}] '
                 f'for {num_predicates} predicates, or [{num_rel}] with `pred_relations.labels`')
-        if rel_scores.shape[1] == num_predicates + 1:
-            rel_scores = rel_scores[:, 1:]
     out = dict(sample_idx=sample_index(sample), pred_boxes=pred_boxes, pred_labels=pred_labels,
                pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
-               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label)
+               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label,
+               background=int(rel_scores.shape[1] == num_predicates + 1))
     if with_masks:
         gt_masks = require(sample, 'gt_instances.masks', device).bool()
         if mode in ('sgdet', 'phrdet'):
@@ -302,7 +314,7 @@ def _lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> T
 
 def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, num_predicates: int) -> bool:
     """Every value check of :func:`read_scene_graph` at once on the padded batch (one host sync)."""
-    device = b.rel_scores.device
+    device = b.rel_valid.device
     n_pred = [it['pred_boxes'].shape[0] for it in items]
     n_gt = [it['gt_boxes'].shape[0] for it in items]
     pred_valid = _lengths_mask(n_pred, b.pred_boxes.shape[1], device)
@@ -319,10 +331,26 @@ def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, n
     bad.append(((b.gt_pairs < 0) | (b.gt_pairs >= n_gt_t)).any(-1)[b.gt_valid].any())
     n_pred_t = torch.tensor(n_pred, device=device)[:, None, None]
     bad.append(((b.rel_pairs < 0) | (b.rel_pairs >= n_pred_t)).any(-1)[b.rel_valid].any())
-    dense_rows = b.rel_valid & ~torch.tensor([it['single_label'] for it in items], device=device)[:, None]
-    bad.append(torch.isnan(b.rel_scores).any() | (b.rel_scores == float('inf')).any())
-    bad.append((b.rel_scores == float('-inf'))[dense_rows].any())
-    return not bool(torch.stack(bad).any())
+    if not bool(torch.stack(bad).any()):
+        nonfinite = ~torch.isfinite(b.rel_scores)
+        if not bool(nonfinite.any()):
+            return True
+        # -inf marks the non-candidates of single-label rows; anything else non-finite is bad
+        single = torch.tensor([it['single_label'] for it in items], device=device)[b.rel_image]
+        return not bool((nonfinite & ~(single[:, None] & (b.rel_scores == float('-inf')))).any())
+    return False
+
+
+def _concat_scores(items: List[dict], num_predicates: int, device: torch.device) -> Tensor:
+    """All score rows of a batch, one copy, background column dropped: [sum R, P] float32."""
+    if not items:
+        return torch.zeros((0, num_predicates), device=device)
+    offsets = {it['background'] for it in items}
+    if len(offsets) == 1:
+        off = offsets.pop()
+        return torch.cat([it['rel_scores'].reshape(-1, num_predicates + off) for it in items])[:, off:]
+    return torch.cat([it['rel_scores'].reshape(-1, num_predicates + it['background'])[:, it['background']:]
+                      for it in items])
 
 
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
@@ -334,7 +362,7 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     """
     items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=False)
              for s in samples]
-    device = items[0]['rel_scores'].device if items else (device or torch.device('cpu'))
+    device = items[0]['rel_pairs'].device if items else (device or torch.device('cpu'))
     if any(it['rel_scores'].device != device or it['gt_boxes'].device != device for it in items):
         items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
     idx = torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items],
@@ -343,6 +371,18 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     max_rel = max(num_rel) if items else 0
     gt_valid = _lengths_mask([it['gt_predicates'].shape[0] for it in items],
                              max((it['gt_predicates'].shape[0] for it in items), default=0), device)
+    flat = _concat_scores(items, num_predicates, device)
+    num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
+    rel_valid = _lengths_mask(num_rel, max_rel, device)
+    rel_image = torch.repeat_interleave(torch.arange(len(items), device=device), num_rel_t)
+    starts = torch.cumsum(num_rel_t, 0) - num_rel_t
+    rel_pos = torch.arange(flat.shape[0], device=device) - starts[rel_image]
+    gc_prob = torch.zeros(rel_valid.shape, dtype=torch.float32, device=device)
+    gc_predicate = torch.zeros(rel_valid.shape, dtype=torch.long, device=device)
+    if flat.numel():
+        prob, predicate = flat.max(dim=1)  # first maximal column wins
+        gc_prob[rel_image, rel_pos] = prob
+        gc_predicate[rel_image, rel_pos] = predicate
     batch = SceneGraphBatch(
         sample_idx=idx,
         pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
@@ -354,9 +394,13 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         gt_predicates=_pad([it['gt_predicates'] for it in items], -1),
         gt_valid=gt_valid,
         rel_pairs=_pad([it['rel_pairs'] for it in items], 0),
-        rel_scores=_pad([it['rel_scores'] for it in items], float('-inf')),
-        rel_valid=_lengths_mask(num_rel, max_rel, device),
-        num_rel_preds=torch.tensor(num_rel, dtype=torch.long, device=device),
+        rel_valid=rel_valid,
+        num_rel_preds=num_rel_t,
+        rel_scores=flat,
+        rel_image=rel_image,
+        rel_pos=rel_pos,
+        gc_prob=gc_prob,
+        gc_predicate=gc_predicate,
         pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
         gt_masks=[it['gt_masks'] for it in items] if with_masks else None,
     )

@@ -1,13 +1,13 @@
 """Pure tensor functions (no MMEngine import): IoU, ranking, matching and recall statistics."""
 from .boxes import box_area, box_iou, mask_iou, paired_box_iou, union_boxes
 from .matching import NO_HIT, first_hit_rank, gather_pair_iou, triplet_hits
-from .ranking import graph_constrained_scores, no_graph_constraint_scores, stable_topk, triplet_scores
-from .recall import (object_iou_matrix, per_predicate_recall, recall_from_ranks, scene_graph_ranks,
+from .ranking import stable_topk, triplet_scores
+from .recall import (no_graph_constraint_list, object_iou_matrix, per_predicate_recall, recall_from_ranks, scene_graph_ranks,
                      segment_mean, triplet_keys)
 
 __all__ = [
     'NO_HIT', 'box_area', 'box_iou', 'mask_iou', 'paired_box_iou', 'union_boxes', 'first_hit_rank', 'gather_pair_iou',
-    'triplet_hits', 'graph_constrained_scores', 'no_graph_constraint_scores', 'stable_topk', 'triplet_scores',
-    'object_iou_matrix', 'per_predicate_recall', 'recall_from_ranks', 'scene_graph_ranks', 'segment_mean',
+    'triplet_hits', 'stable_topk', 'triplet_scores',
+    'no_graph_constraint_list', 'object_iou_matrix', 'per_predicate_recall', 'recall_from_ranks', 'scene_graph_ranks', 'segment_mean',
     'triplet_keys'
 ]

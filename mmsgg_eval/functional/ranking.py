@@ -43,28 +43,6 @@ def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
     return order, order_valid
 
 
-def graph_constrained_scores(rel_scores: Tensor, has_background: bool) -> Tuple[Tensor, Tensor]:
-    """One predicate per pair: argmax over the non-background columns.
-
-    ``rel_scores`` [B, R, C]; column 0 is "no relation" when ``has_background``. Returns
-    ``(prob [B, R] float32, predicate [B, R] int64, 0-based)``; the first maximal column wins.
-    """
-    probs = rel_scores[..., 1:] if has_background else rel_scores
-    prob, predicate = probs.float().max(dim=-1)
-    return prob, predicate
-
-
 def triplet_scores(prob: Tensor, subject_score: Tensor, object_score: Tensor) -> Tensor:
     """Legacy triplet score ``prob * subject_score * object_score`` in float32, in that order."""
     return prob.float() * subject_score.float() * object_score.float()
-
-
-def no_graph_constraint_scores(rel_scores: Tensor, has_background: bool,
-                               subject_score: Tensor, object_score: Tensor) -> Tensor:
-    """Scores of every (pair, predicate): ``(subject_score * object_score) * prob`` (float32, legacy order).
-
-    Returns [B, R, P]; flattening row-major gives the pair-major order the stable ranking uses.
-    """
-    probs = rel_scores[..., 1:] if has_background else rel_scores
-    pair_score = subject_score.float() * object_score.float()
-    return pair_score[..., None] * probs.float()

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .boxes import box_iou, mask_iou
 from .matching import first_hit_rank, triplet_hits
-from .ranking import graph_constrained_scores, no_graph_constraint_scores, stable_topk, triplet_scores
+from .ranking import stable_topk, triplet_scores
 
 
 def _take(values: Tensor, index: Tensor) -> Tensor:
@@ -33,6 +33,42 @@ def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
     return out
 
 
+def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
+    """Exact stable top-``ng_topk`` of all (pair, predicate) scores ``pair_score * prob`` of every image.
+
+    Only pairs whose best entry reaches the ``ng_topk``-th best pair can contribute (an entry below that
+    threshold has ``ng_topk`` strictly larger best-entries above it), so the score matrices are pruned to
+    those candidate pairs before ranking; ties at the threshold are all kept, and candidates keep their
+    row-major order, so the result equals a stable sort of the full matrix.
+    Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``.
+    """
+    num_pred = batch.rel_scores.shape[1]
+    best = pair_score * batch.gc_prob  # == max over p of pair_score * prob_p (rounding is monotone)
+    order, valid = stable_topk(best, batch.rel_valid, ng_topk)
+    inf = torch.tensor(float('inf'), device=best.device)
+    kth = torch.where(valid, best.gather(1, order), inf).amin(dim=1, keepdim=True) if order.shape[1] \
+        else torch.full_like(best[:, :1], float('-inf'))
+    enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
+    threshold = torch.where(enough, kth, -inf)
+    candidate = batch.rel_valid & (best >= threshold)
+    rows = candidate[batch.rel_image, batch.rel_pos].nonzero().squeeze(1)  # flat rows, row-major order
+    image = batch.rel_image[rows]
+    counts = torch.bincount(image, minlength=best.shape[0])
+    width = int(counts.max()) if rows.numel() else 0
+    slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[image]
+    scores = batch.rel_scores[rows] * pair_score[image, batch.rel_pos[rows]][:, None]
+    cand_scores = scores.new_full((best.shape[0], width, num_pred), float('-inf'))
+    cand_scores[image, slot] = scores
+    cand_valid = torch.zeros_like(cand_scores, dtype=torch.bool)
+    cand_valid[image, slot] = batch.rel_scores[rows] != float('-inf')
+    cand_pair = torch.zeros((best.shape[0], width), dtype=torch.long, device=rows.device)
+    cand_pair[image, slot] = batch.rel_pos[rows]
+    flat_order, flat_valid = stable_topk(cand_scores.flatten(1), cand_valid.flatten(1), ng_topk)
+    if num_pred == 0:
+        return flat_order, flat_order, flat_valid
+    return cand_pair.gather(1, flat_order // num_pred), flat_order % num_pred, flat_valid
+
+
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
                       phrase: bool = False, use_masks: bool = False, rank_by: str = 'score',
                       with_pair_accuracy: bool = True) -> Dict[str, Tensor]:
@@ -44,13 +80,13 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     """
     subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
     object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
-    prob, predicate = graph_constrained_scores(batch.rel_scores, has_background=False)
+    prob, predicate = batch.gc_prob, batch.gc_predicate
     gc_score = triplet_scores(prob, subject_score, object_score)
     iou = None if phrase else object_iou_matrix(batch, plus_one, use_masks)
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
 
-    def ranks_of(order: Tensor, valid: Tensor, pred_of_entry: Tensor, list_valid: Optional[Tensor] = None):
-        pairs = batch.rel_pairs.gather(1, order[..., None].expand(-1, -1, 2))
+    def ranks_of(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor, list_valid: Optional[Tensor] = None):
+        pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
         hits = triplet_hits(pairs[..., 0], pairs[..., 1], pred_of_entry, valid, batch.pred_labels,
                             gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
                             object_iou=iou, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
@@ -65,12 +101,9 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
     out = {'gc': ranks_of(gc_order, gc_valid, predicate.gather(1, gc_order))}
 
-    ng_scores = no_graph_constraint_scores(batch.rel_scores, False, subject_score, object_score)
-    num_pred = ng_scores.shape[-1]
-    ng_valid = (batch.rel_scores != float('-inf')) & batch.rel_valid[..., None]
-    flat_order, flat_valid = stable_topk(ng_scores.flatten(1), ng_valid.flatten(1), ng_topk)
-    out['ngc'] = ranks_of(flat_order // num_pred, flat_valid, flat_order % num_pred) \
-        if num_pred else torch.zeros_like(out['gc'])
+    pair_score = subject_score.float() * object_score.float()
+    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, ng_topk, pair_score)
+    out['ngc'] = ranks_of(ng_pair, ng_valid, ng_pred)
 
     if with_pair_accuracy:
         # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
@@ -78,10 +111,9 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gt_key = torch.where(batch.gt_valid, gt_sub * 65536 + gt_obj, torch.full_like(gt_sub, -1))
         in_gt = (rel_key[:, :, None] == gt_key[:, None, :]).any(-1) & batch.rel_valid
         if rank_by == 'given':
-            keep = in_gt[:, :batch.rel_valid.shape[1]]
-            order = torch.arange(keep.shape[1], device=batch.device).expand_as(keep)
+            order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
             # the sub-list positions are counted by first_hit_rank through list_valid
-            out['pair_acc'] = ranks_of(order, keep, predicate.gather(1, order), list_valid=keep)
+            out['pair_acc'] = ranks_of(order, in_gt, predicate, list_valid=in_gt)
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
             out['pair_acc'] = ranks_of(acc_order, acc_valid, predicate.gather(1, acc_order))

@@ -42,7 +42,7 @@ class RowAccumulator:
             spec = self.schema[table]
             idx = columns['sample_idx'].long()
             chunk = {'sample_idx': idx,
-                     'occurrence': torch.full_like(idx, self._calls)}
+                     'occurrence': torch.full(idx.shape, self._calls, dtype=torch.int32, device=idx.device)}
             for name, (dtype, shape) in spec.items():
                 value = columns[name]
                 if tuple(value.shape) != (idx.numel(),) + tuple(shape):
@@ -67,9 +67,9 @@ class RowAccumulator:
             chunks = self._chunks[table]
             device = chunks[0]['sample_idx'].device if chunks else torch.device('cpu')
             cols = OrderedDict()
-            for name in ('sample_idx', 'occurrence'):
+            for name, dtype in (('sample_idx', torch.long), ('occurrence', torch.int32)):
                 cols[name] = torch.cat([c[name].to(device) for c in chunks]) if chunks else \
-                    torch.zeros(0, dtype=torch.long, device=device)
+                    torch.zeros(0, dtype=dtype, device=device)
             for name, (dtype, shape) in spec.items():
                 cols[name] = torch.cat([c[name].to(device) for c in chunks]) if chunks else \
                     torch.zeros((0,) + tuple(shape), dtype=dtype, device=device)
@@ -162,7 +162,7 @@ def deduplicate(tables: Dict[str, Columns]) -> Dict[str, Columns]:
     """Keep, for each ``sample_idx``, only the rows of its first occurrence (min rank, then min add call)."""
     if not tables:
         return tables
-    keys = [(cols['rank'] << 40) + cols['occurrence'] for cols in tables.values()]
+    keys = [(cols['rank'] << 40) + cols['occurrence'].long() for cols in tables.values()]
     idx_all = torch.cat([cols['sample_idx'] for cols in tables.values()])
     if idx_all.numel() == 0:
         return tables

@@ -39,7 +39,7 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from ..encoders import DEFAULT_PREPROCESS, build_encoder, crop_regions
-from ..functional import box_iou, graph_constrained_scores, stable_topk, triplet_scores, union_boxes
+from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name
 from .accumulator import RowAccumulator
@@ -188,7 +188,7 @@ class RelCLIPScore(BaseMetric):
         """
         sub_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
         obj_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
-        prob, predicate = graph_constrained_scores(batch.rel_scores, has_background=False)
+        prob, predicate = batch.gc_prob, batch.gc_predicate
         if self.rank == 'given':
             length = min(self.topk, batch.rel_valid.shape[1])
             order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)

@@ -92,11 +92,14 @@ class SceneGraphMetric(BaseMetric):
         self.user_groups = predicate_groups
         self.outfile_prefix = outfile_prefix
         self.report_dir = report_dir
+        # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
+        self._rank_cap = 32767 if max(topk) < 32767 else NO_HIT
+        rank_dtype = torch.int16 if self._rank_cap == 32767 else torch.int32
         self.accumulator = RowAccumulator({
             'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ())},
-            'relations': {'predicate': (torch.int32, ()), 'triplet': (torch.int64, ()),
-                          'zeroshot': (torch.bool, ()), 'rank_gc': (torch.int32, ()),
-                          'rank_ngc': (torch.int32, ()), 'rank_pair': (torch.int32, ())},
+            'relations': {'predicate': (torch.int16, ()), 'triplet': (torch.int32, ()),
+                          'zeroshot': (torch.bool, ()), 'rank_gc': (rank_dtype, ()),
+                          'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
         })
         self._auto_idx = 0
         self.last_report: Optional[Dict[str, Any]] = None
@@ -163,7 +166,8 @@ class SceneGraphMetric(BaseMetric):
     def _rows_key(self, data_samples: Sequence[Any]) -> tuple:
         zs = self._zeroshot_codes(torch.device('cpu'))
         zs_key = None if zs is None else (zs.numel(), int(zs.sum()))
-        return (id(data_samples), len(data_samples), self.mode, max(self.topk), self.ng_topk, self.iou_thr,
+        return (id(data_samples), len(data_samples), self.mode, self._rank_cap, max(self.topk), self.ng_topk,
+                self.iou_thr,
                 self.plus_one, self.rank, self.match, len(self.classes), len(self.predicates), zs_key)
 
     def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
@@ -185,6 +189,8 @@ class SceneGraphMetric(BaseMetric):
         sub_cls = batch.gt_labels.gather(1, batch.gt_pairs[..., 0])[valid]
         obj_cls = batch.gt_labels.gather(1, batch.gt_pairs[..., 1])[valid]
         pred = batch.gt_predicates[valid]
+        if len(classes) ** 2 * len(predicates) >= 2 ** 31:
+            raise ValueError(f'{len(classes)} classes x {len(predicates)} predicates: triplet codes exceed int32')
         codes = triplet_keys(sub_cls, obj_cls, pred, len(classes), len(predicates))
         zs_codes = self._zeroshot_codes(batch.device)
         if zs_codes is not None and zs_codes.numel():
@@ -195,8 +201,9 @@ class SceneGraphMetric(BaseMetric):
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': pred, 'triplet': codes,
-                          'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid], 'rank_ngc': ranks['ngc'][valid],
-                          'rank_pair': pair_rank[valid]},
+                          'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid].clamp(max=self._rank_cap),
+                          'rank_ngc': ranks['ngc'][valid].clamp(max=self._rank_cap),
+                          'rank_pair': pair_rank[valid].clamp(max=self._rank_cap)},
         }
 
     def _warn_missing_sample_idx(self) -> None:
