@@ -10,37 +10,32 @@ import torch
 from torch import Tensor
 
 
-def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
-    """Exact stable descending top-``k`` of each row of ``scores`` [B, L].
+def sortable_key(scores: Tensor) -> Tensor:
+    """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b)."""
+    bits = scores.float().contiguous().view(torch.int32)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
 
-    Invalid entries never precede valid ones. Returns ``(index [B, k'], valid [B, k'])`` with
-    k' = min(k, L); ``valid`` is False where a row has fewer than k' valid entries. Linear time in L
-    (``torch.topk`` finds the k-th value, ties at that value are resolved by position).
+
+def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+    """Exact stable descending top-``k`` of each row of ``scores`` [B, L] (float32, no NaN).
+
+    Invalid entries come after every valid one. Returns ``(index [B, k'], valid [B, k'])`` with
+    k' = min(k, L); ``valid`` is False where a row has fewer than k' valid entries. Each entry gets the
+    unique int64 key (score bits, then reversed position), so one ``topk`` gives the stable order exactly.
     """
     batch, length = scores.shape
     k = min(int(k), length)
     if k == 0 or batch == 0:
         empty = scores.new_zeros((batch, k), dtype=torch.long)
         return empty, empty.bool()
-    neg_inf = torch.tensor(float('-inf'), dtype=scores.dtype, device=scores.device)
-    keyed = torch.where(valid, scores, neg_inf)
+    reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)
+    key = (sortable_key(scores) << 32) + reversed_pos
+    key = torch.where(valid, key, torch.iinfo(torch.long).min + reversed_pos)
     if length <= 4 * k:
-        order = torch.sort(keyed, dim=1, descending=True, stable=True).indices[:, :k]
+        order = torch.sort(key, dim=1, descending=True).indices[:, :k]
     else:
-        kth = torch.topk(keyed, k, dim=1, sorted=False).values.min(dim=1, keepdim=True).values
-        above = keyed > kth
-        ties = keyed == kth
-        room = k - above.sum(dim=1, keepdim=True)
-        chosen = above | (ties & (torch.cumsum(ties.int(), dim=1) <= room))
-        # every row has exactly k chosen entries, in increasing position order
-        positions = chosen.nonzero()[:, 1].view(batch, k)
-        chosen_scores = keyed.gather(1, positions)
-        within = torch.sort(chosen_scores, dim=1, descending=True, stable=True).indices
-        order = positions.gather(1, within)
-    # invalid entries share -inf with genuinely -inf scores: validity comes from the mask itself
-    order_valid = valid.gather(1, order)
-    # a valid -inf score ranked after an invalid one cannot happen: scores are validated finite upstream
-    return order, order_valid
+        order = torch.topk(key, k, dim=1, sorted=True).indices
+    return order, valid.gather(1, order)
 
 
 def triplet_scores(prob: Tensor, subject_score: Tensor, object_score: Tensor) -> Tensor:

@@ -47,7 +47,7 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     order, valid = stable_topk(best, batch.rel_valid, ng_topk)
     inf = torch.tensor(float('inf'), device=best.device)
     kth = torch.where(valid, best.gather(1, order), inf).amin(dim=1, keepdim=True) if order.shape[1] \
-        else torch.full_like(best[:, :1], float('-inf'))
+        else best.new_full((best.shape[0], 1), float('-inf'))
     enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
     threshold = torch.where(enough, kth, -inf)
     candidate = batch.rel_valid & (best >= threshold)
