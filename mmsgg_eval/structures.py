@@ -135,11 +135,11 @@ class SceneGraphBatch:
     """A batch of B scene-graph samples, ready for the functional layer.
 
     Objects: N predicted / M GT per image (padded). Relations: R predicted pairs, G GT relations (padded).
-    Predicate scores are NOT padded (SGDet score matrices are large): ``rel_scores`` [sum R, P] holds the
-    rows of all images one after the other, without the background column (a strided view is fine);
-    entries that are not candidates (single-label rows) are ``-inf``. ``rel_image`` / ``rel_pos`` give each
-    row's image and position. ``gc_prob`` / ``gc_predicate`` [B, R] are the graph-constrained predicate
-    (first maximal non-background column) and its probability. All labels are 0-based; boxes are xyxy in
+    Predicate scores are NOT padded or copied (SGDet score matrices are large): ``rel_score_list[b]`` is
+    image b's [R_b, P] matrix without the background column (a view of the input); entries that are not
+    candidates (single-label rows) are ``-inf``. :meth:`score_rows` gathers selected rows.
+    ``gc_prob`` [B, R] is the best non-background probability of each pair; :meth:`gc_predicate_at` gives
+    the graph-constrained predicate (first maximal column) of selected pairs. All labels are 0-based; boxes are xyxy in
     the original image frame (float32).
     """
     sample_idx: Tensor          # [B] int64
@@ -154,11 +154,8 @@ class SceneGraphBatch:
     rel_pairs: Tensor           # [B, R, 2]
     rel_valid: Tensor           # [B, R] bool
     num_rel_preds: Tensor       # [B] int64
-    rel_scores: Tensor          # [sum R, P] float32, -inf = not a candidate
-    rel_image: Tensor           # [sum R] int64
-    rel_pos: Tensor             # [sum R] int64
+    rel_score_list: List[Tensor]  # B x [R_b, P] float32, -inf = not a candidate
     gc_prob: Tensor             # [B, R] float32 (0 padding)
-    gc_predicate: Tensor        # [B, R] int64
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
 
@@ -166,11 +163,28 @@ class SceneGraphBatch:
     def device(self) -> torch.device:
         return self.rel_valid.device
 
-    def scatter_rows(self, values: Tensor, fill: float = 0.0) -> Tensor:
-        """Pad per-row values [sum R, ...] into [B, R, ...]."""
-        out = values.new_full(tuple(self.rel_valid.shape) + tuple(values.shape[1:]), fill)
-        out[self.rel_image, self.rel_pos] = values
+    @property
+    def num_predicates(self) -> int:
+        return self.rel_score_list[0].shape[1] if self.rel_score_list else 0
+
+    def gc_predicate_at(self, order: Tensor, valid: Tensor) -> Tensor:
+        """Graph-constrained predicate (first maximal non-background column) of pairs ``order`` [B, K].
+
+        Only the selected rows are arg-maxed (SGDet score matrices are large); invalid entries get 0.
+        """
+        image, k = valid.nonzero(as_tuple=True)
+        out = torch.zeros_like(order)
+        if image.numel():
+            out[image, k] = self.score_rows(image, order[image, k]).argmax(dim=1)
         return out
+
+    def score_rows(self, image: Tensor, pos: Tensor) -> Tensor:
+        """Score rows of (image[i], pos[i]) -> [n, P]; ``image`` must be non-decreasing."""
+        counts = torch.bincount(image, minlength=len(self.rel_score_list)).tolist()
+        parts = [m[p] for m, p, c in zip(self.rel_score_list, torch.split(pos, counts), counts) if c]
+        if not parts:
+            return torch.zeros((0, self.num_predicates), device=self.device)
+        return torch.cat(parts)
 
 
 def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
@@ -258,7 +272,8 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                              f'entries for {num_rel} pairs')
         labels = check_labels(labels, num_rel, num_predicates, sample, 'pred_relations.labels', 'predicate')
         dense = torch.full((num_rel, num_predicates), float('-inf'), device=device)
-        dense[torch.arange(num_rel, device=device), labels] = rel_scores.reshape(-1)
+        given_scores = rel_scores.reshape(-1)
+        dense[torch.arange(num_rel, device=device), labels] = given_scores
         rel_scores = dense
     else:
         if rel_scores.dim() != 2 or rel_scores.shape[0] != num_rel or \
@@ -271,6 +286,8 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label,
                background=int(rel_scores.shape[1] == num_predicates + 1))
+    if single_label:
+        out['given_scores'] = given_scores
     if with_masks:
         gt_masks = require(sample, 'gt_instances.masks', device).bool()
         if mode in ('sgdet', 'phrdet'):
@@ -331,26 +348,30 @@ def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, n
     bad.append(((b.gt_pairs < 0) | (b.gt_pairs >= n_gt_t)).any(-1)[b.gt_valid].any())
     n_pred_t = torch.tensor(n_pred, device=device)[:, None, None]
     bad.append(((b.rel_pairs < 0) | (b.rel_pairs >= n_pred_t)).any(-1)[b.rel_valid].any())
-    if not bool(torch.stack(bad).any()):
-        nonfinite = ~torch.isfinite(b.rel_scores)
-        if not bool(nonfinite.any()):
-            return True
-        # -inf marks the non-candidates of single-label rows; anything else non-finite is bad
-        single = torch.tensor([it['single_label'] for it in items], device=device)[b.rel_image]
-        return not bool((nonfinite & ~(single[:, None] & (b.rel_scores == float('-inf')))).any())
-    return False
+    if bool(torch.stack(bad).any()):
+        return False
+    dense = [it['rel_scores'] for it in items if not it['single_label'] and it['rel_scores'].numel()]
+    # min/max propagate NaN and expose +-inf: one pass over each (contiguous) score matrix
+    if dense and not bool(torch.isfinite(torch.stack([torch.stack(torch.aminmax(m)) for m in dense])).all()):
+        return False
+    # single-label rows were densified with -inf on purpose; their given scores were checked in
+    # read_scene_graph only when validating, so check them here (they are small)
+    return all(bool(torch.isfinite(it['given_scores']).all()) for it in items if it['single_label'])
 
 
-def _concat_scores(items: List[dict], num_predicates: int, device: torch.device) -> Tensor:
-    """All score rows of a batch, one copy, background column dropped: [sum R, P] float32."""
-    if not items:
-        return torch.zeros((0, num_predicates), device=device)
-    offsets = {it['background'] for it in items}
-    if len(offsets) == 1:
-        off = offsets.pop()
-        return torch.cat([it['rel_scores'].reshape(-1, num_predicates + off) for it in items])[:, off:]
-    return torch.cat([it['rel_scores'].reshape(-1, num_predicates + it['background'])[:, it['background']:]
-                      for it in items])
+def _best_probability(mats: List[Tensor], num_rel: List[int], device: torch.device) -> Tensor:
+    """Padded [B, R] best non-background probability of each pair.
+
+    Small batches are concatenated and reduced at once; large score matrices (SGDet with all pairs) are
+    reduced one by one, which avoids copying them.
+    """
+    if not mats:
+        return torch.zeros((0, 0), device=device)
+    if mats[0].shape[1] == 0:
+        return torch.zeros((len(mats), max(num_rel)), device=device)
+    if sum(num_rel) <= 32768:
+        return _pad(torch.split(torch.cat(mats).amax(dim=1), num_rel), 0.0)
+    return _pad([m.amax(dim=1) for m in mats], 0.0)
 
 
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
@@ -371,18 +392,10 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     max_rel = max(num_rel) if items else 0
     gt_valid = _lengths_mask([it['gt_predicates'].shape[0] for it in items],
                              max((it['gt_predicates'].shape[0] for it in items), default=0), device)
-    flat = _concat_scores(items, num_predicates, device)
+    mats = [it['rel_scores'].reshape(-1, num_predicates + it['background'])[:, it['background']:] for it in items]
     num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
     rel_valid = _lengths_mask(num_rel, max_rel, device)
-    rel_image = torch.repeat_interleave(torch.arange(len(items), device=device), num_rel_t)
-    starts = torch.cumsum(num_rel_t, 0) - num_rel_t
-    rel_pos = torch.arange(flat.shape[0], device=device) - starts[rel_image]
-    gc_prob = torch.zeros(rel_valid.shape, dtype=torch.float32, device=device)
-    gc_predicate = torch.zeros(rel_valid.shape, dtype=torch.long, device=device)
-    if flat.numel():
-        prob, predicate = flat.max(dim=1)  # first maximal column wins
-        gc_prob[rel_image, rel_pos] = prob
-        gc_predicate[rel_image, rel_pos] = predicate
+    gc_prob = _best_probability(mats, num_rel, device)
     batch = SceneGraphBatch(
         sample_idx=idx,
         pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
@@ -396,11 +409,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         rel_pairs=_pad([it['rel_pairs'] for it in items], 0),
         rel_valid=rel_valid,
         num_rel_preds=num_rel_t,
-        rel_scores=flat,
-        rel_image=rel_image,
-        rel_pos=rel_pos,
+        rel_score_list=mats,
         gc_prob=gc_prob,
-        gc_predicate=gc_predicate,
         pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
         gt_masks=[it['gt_masks'] for it in items] if with_masks else None,
     )

@@ -42,7 +42,7 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     row-major order, so the result equals a stable sort of the full matrix.
     Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``.
     """
-    num_pred = batch.rel_scores.shape[1]
+    num_pred = batch.num_predicates
     best = pair_score * batch.gc_prob  # == max over p of pair_score * prob_p (rounding is monotone)
     order, valid = stable_topk(best, batch.rel_valid, ng_topk)
     inf = torch.tensor(float('inf'), device=best.device)
@@ -51,18 +51,18 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
     threshold = torch.where(enough, kth, -inf)
     candidate = batch.rel_valid & (best >= threshold)
-    rows = candidate[batch.rel_image, batch.rel_pos].nonzero().squeeze(1)  # flat rows, row-major order
-    image = batch.rel_image[rows]
+    image, pos = candidate.nonzero(as_tuple=True)  # row-major: image, then pair order
+    raw = batch.score_rows(image, pos)
     counts = torch.bincount(image, minlength=best.shape[0])
-    width = int(counts.max()) if rows.numel() else 0
-    slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[image]
-    scores = batch.rel_scores[rows] * pair_score[image, batch.rel_pos[rows]][:, None]
+    width = int(counts.max()) if pos.numel() else 0
+    slot = torch.arange(pos.numel(), device=pos.device) - (torch.cumsum(counts, 0) - counts)[image]
+    scores = raw * pair_score[image, pos][:, None]
     cand_scores = scores.new_full((best.shape[0], width, num_pred), float('-inf'))
     cand_scores[image, slot] = scores
     cand_valid = torch.zeros_like(cand_scores, dtype=torch.bool)
-    cand_valid[image, slot] = batch.rel_scores[rows] != float('-inf')
-    cand_pair = torch.zeros((best.shape[0], width), dtype=torch.long, device=rows.device)
-    cand_pair[image, slot] = batch.rel_pos[rows]
+    cand_valid[image, slot] = raw != float('-inf')
+    cand_pair = torch.zeros((best.shape[0], width), dtype=torch.long, device=pos.device)
+    cand_pair[image, slot] = pos
     flat_order, flat_valid = stable_topk(cand_scores.flatten(1), cand_valid.flatten(1), ng_topk)
     if num_pred == 0:
         return flat_order, flat_order, flat_valid
@@ -80,8 +80,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     """
     subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
     object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
-    prob, predicate = batch.gc_prob, batch.gc_predicate
-    gc_score = triplet_scores(prob, subject_score, object_score)
+    gc_score = triplet_scores(batch.gc_prob, subject_score, object_score)
     iou = None if phrase else object_iou_matrix(batch, plus_one, use_masks)
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
 
@@ -99,7 +98,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_valid = batch.rel_valid[:, :length]
     else:
         gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
-    out = {'gc': ranks_of(gc_order, gc_valid, predicate.gather(1, gc_order))}
+    out = {'gc': ranks_of(gc_order, gc_valid, batch.gc_predicate_at(gc_order, gc_valid))}
 
     pair_score = subject_score.float() * object_score.float()
     ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, ng_topk, pair_score)
@@ -113,10 +112,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
             # the sub-list positions are counted by first_hit_rank through list_valid
-            out['pair_acc'] = ranks_of(order, in_gt, predicate, list_valid=in_gt)
+            out['pair_acc'] = ranks_of(order, in_gt, batch.gc_predicate_at(order, in_gt), list_valid=in_gt)
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            out['pair_acc'] = ranks_of(acc_order, acc_valid, predicate.gather(1, acc_order))
+            out['pair_acc'] = ranks_of(acc_order, acc_valid, batch.gc_predicate_at(acc_order, acc_valid))
     return out
 
 

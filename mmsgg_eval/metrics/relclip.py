@@ -188,7 +188,7 @@ class RelCLIPScore(BaseMetric):
         """
         sub_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
         obj_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
-        prob, predicate = batch.gc_prob, batch.gc_predicate
+        prob = batch.gc_prob
         if self.rank == 'given':
             length = min(self.topk, batch.rel_valid.shape[1])
             order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
@@ -216,7 +216,7 @@ class RelCLIPScore(BaseMetric):
         earlier = torch.ones(length, length, dtype=torch.bool, device=batch.device).tril(-1)
         dup = ((key[:, :, None] == key[:, None, :]) & ok[:, None, :] & earlier).any(-1)
         counted = ok & ~dup
-        return counted, order, predicate.gather(1, order), gt_sub, gt_obj
+        return counted, order, batch.gc_predicate_at(order, valid), gt_sub, gt_obj
 
     # ------------------------------------------------------------------ per batch
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
