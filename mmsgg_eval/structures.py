@@ -158,6 +158,8 @@ class SceneGraphBatch:
     gc_prob: Tensor             # [B, R] float32 (0 padding)
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
+    rel_flat: Optional[Tensor] = None   # [sum R, P] concatenation, kept for small batches only
+    rel_start: Optional[Tensor] = None  # [B] first row of each image in rel_flat
 
     @property
     def device(self) -> torch.device:
@@ -180,6 +182,8 @@ class SceneGraphBatch:
 
     def score_rows(self, image: Tensor, pos: Tensor) -> Tensor:
         """Score rows of (image[i], pos[i]) -> [n, P]; ``image`` must be non-decreasing."""
+        if self.rel_flat is not None:
+            return self.rel_flat[self.rel_start[image] + pos]
         counts = torch.bincount(image, minlength=len(self.rel_score_list)).tolist()
         parts = [m[p] for m, p, c in zip(self.rel_score_list, torch.split(pos, counts), counts) if c]
         if not parts:
@@ -359,18 +363,18 @@ def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, n
     return all(bool(torch.isfinite(it['given_scores']).all()) for it in items if it['single_label'])
 
 
-def _best_probability(mats: List[Tensor], num_rel: List[int], device: torch.device) -> Tensor:
-    """Padded [B, R] best non-background probability of each pair.
+SMALL_BATCH_ROWS = 32768  # below this many score rows a batch is concatenated once (cheap), above kept as views
 
-    Small batches are concatenated and reduced at once; large score matrices (SGDet with all pairs) are
-    reduced one by one, which avoids copying them.
-    """
+
+def _best_probability(mats: List[Tensor], flat: Optional[Tensor], num_rel: List[int],
+                      device: torch.device) -> Tensor:
+    """Padded [B, R] best non-background probability of each pair (reduced per image for large matrices)."""
     if not mats:
         return torch.zeros((0, 0), device=device)
     if mats[0].shape[1] == 0:
         return torch.zeros((len(mats), max(num_rel)), device=device)
-    if sum(num_rel) <= 32768:
-        return _pad(torch.split(torch.cat(mats).amax(dim=1), num_rel), 0.0)
+    if flat is not None:
+        return _pad(torch.split(flat.amax(dim=1), num_rel), 0.0)
     return _pad([m.amax(dim=1) for m in mats], 0.0)
 
 
@@ -395,7 +399,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     mats = [it['rel_scores'].reshape(-1, num_predicates + it['background'])[:, it['background']:] for it in items]
     num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
     rel_valid = _lengths_mask(num_rel, max_rel, device)
-    gc_prob = _best_probability(mats, num_rel, device)
+    flat = torch.cat(mats) if mats and sum(num_rel) <= SMALL_BATCH_ROWS else None
+    gc_prob = _best_probability(mats, flat, num_rel, device)
     batch = SceneGraphBatch(
         sample_idx=idx,
         pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
@@ -410,6 +415,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         rel_valid=rel_valid,
         num_rel_preds=num_rel_t,
         rel_score_list=mats,
+        rel_flat=flat,
+        rel_start=torch.cumsum(num_rel_t, 0) - num_rel_t,
         gc_prob=gc_prob,
         pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
         gt_masks=[it['gt_masks'] for it in items] if with_masks else None,

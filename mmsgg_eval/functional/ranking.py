@@ -20,14 +20,24 @@ def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
     """Exact stable descending top-``k`` of each row of ``scores`` [B, L] (float32, no NaN).
 
     Invalid entries come after every valid one. Returns ``(index [B, k'], valid [B, k'])`` with
-    k' = min(k, L); ``valid`` is False where a row has fewer than k' valid entries. Each entry gets the
-    unique int64 key (score bits, then reversed position), so one ``topk`` gives the stable order exactly.
+    k' = min(k, L); ``valid`` is False where a row has fewer than k' valid entries. Long rows first try a
+    float ``topk``, exact when no two selected values tie and the k-th value is unique; otherwise each entry
+    gets a unique int64 key (score bits, then reversed position), so one ``topk`` gives the stable order.
     """
     batch, length = scores.shape
     k = min(int(k), length)
     if k == 0 or batch == 0:
         empty = scores.new_zeros((batch, k), dtype=torch.long)
         return empty, empty.bool()
+    if length > 4 * k:
+        # fast path: a float top-k is already the stable order when no tie touches it
+        keyed = torch.where(valid, scores.float(), torch.tensor(float('-inf'), device=scores.device))
+        values, order = torch.topk(keyed, k, dim=1, sorted=True)
+        kth = values[:, -1:]
+        untied = ~(values[:, 1:] == values[:, :-1]).any() & \
+            ((keyed == kth).sum(1) == 1).all() & torch.isfinite(kth).all()
+        if bool(untied):
+            return order, valid.gather(1, order)
     reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)
     key = (sortable_key(scores) << 32) + reversed_pos
     key = torch.where(valid, key, torch.iinfo(torch.long).min + reversed_pos)
