@@ -14,7 +14,6 @@ per-predicate long-tail chart, Markdown tables) are written to ``--work-dir``. N
 streamed, never loaded whole (except the legacy format, which is one torch object).
 """
 import argparse
-import os
 import os.path as osp
 import sys
 from typing import Any, Dict, Iterable, Iterator, List, Optional

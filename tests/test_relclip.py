@@ -1,7 +1,6 @@
 """RelCLIPScore: aggregation with a stub encoder whose embeddings make every s known, cropping, caching,
 distributed equality, and an end-to-end run with a tiny real open_clip model."""
 import math
-import os
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np

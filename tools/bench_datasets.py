@@ -8,11 +8,9 @@ serialisation). ``--scaling`` also times 25k and 50k images to show the growth i
 """
 import argparse
 import os.path as osp
+import sys
 import tempfile
 import time
-
-import os.path as osp
-import sys
 
 sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
 

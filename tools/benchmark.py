@@ -11,7 +11,6 @@ own subprocess (fair peak memory). Prints a table and one JSON line with the rat
 """
 import argparse
 import json
-import os
 import os.path as osp
 import resource
 import subprocess

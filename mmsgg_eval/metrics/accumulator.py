@@ -9,7 +9,8 @@ occurrence (lowest rank, then earliest ``add`` call). What crosses ranks is one 
 byte buffer per rank: its size depends on the number of samples and GT rows, never on predictions.
 """
 from collections import OrderedDict
-from typing import Dict, List, Sequence, Tuple
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -32,6 +33,40 @@ class RowAccumulator:
     def reset(self) -> None:
         self._chunks: Dict[str, List[Columns]] = {t: [] for t in self.schema}
         self._calls = 0
+        self._auto_ids = 0
+
+    def number_missing(self, idx: Tensor, owner: str) -> Tensor:
+        """Replace missing ``sample_idx`` (-1) in place by ids in processing order (single process only).
+
+        Distributed de-duplication needs the dataset index of every sample, so a missing one is an error
+        when several ranks run; ``owner`` names the metric in messages.
+        """
+        missing = idx < 0
+        count = int(missing.sum())
+        if not count:
+            return idx
+        from mmengine.dist import get_world_size
+        if get_world_size() > 1:
+            raise ValueError(f'{owner}: data samples carry no `sample_idx` metainfo; it is required to '
+                             f'de-duplicate sampler padding across ranks (mmengine datasets set it)')
+        if self._auto_ids == 0:
+            warnings.warn(f'{owner}: data samples carry no `sample_idx`; numbering them in processing order')
+        idx[missing] = torch.arange(count, device=idx.device) + self._auto_ids + (1 << 40)
+        self._auto_ids += count
+        return idx
+
+    def reduce_to_cpu(self, size: Optional[int], owner: str) -> Dict[str, Columns]:
+        """:meth:`reduce`, then :meth:`reset`; tables on the CPU. Warns when the number of distinct samples
+        differs from ``size`` (the dataset length given to ``evaluate``)."""
+        tables = self.reduce()
+        self.reset()
+        tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
+        num = int(next(iter(tables.values()))['sample_idx'].numel()) if tables else 0
+        if size is not None and num != size:
+            from mmengine.logging import print_log
+            print_log(f'{owner}: {num} distinct samples were evaluated, the dataset has {size}',
+                      logger='current', level=30)
+        return tables
 
     def __len__(self) -> int:
         return sum(int(c['sample_idx'].numel()) for c in self._chunks[next(iter(self.schema))])

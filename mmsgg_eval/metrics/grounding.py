@@ -213,7 +213,6 @@ class GroundingPr(BaseMetric):
                         'hits': (torch.bool, (num_t,)), 'has_pred': (torch.bool, ()),
                         'unit_pred': (torch.bool, ()), 'large_image': (torch.bool, ())},
         })
-        self._auto_idx = 0
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ per batch
@@ -270,7 +269,7 @@ class GroundingPr(BaseMetric):
         stats = grounding_statistics(pred, gt, has_pred, self.exact_thresholds, self.strict)
         idx = torch.tensor([-1 if it[0] is None else it[0] for it in items], dtype=torch.long, device=device)
         if (idx < 0).any():
-            self._number_missing(idx)
+            self.accumulator.number_missing(idx, type(self).__name__)
         extent = torch.tensor([_image_extent(s) or -1.0 for s in data_samples], dtype=torch.float64,
                               device=device)
         # unknown image size: the GT box itself tells whether the image frame is larger than 1 pixel
@@ -280,30 +279,10 @@ class GroundingPr(BaseMetric):
                                           'iou': stats['iou'], 'hits': stats['hits'], 'has_pred': has_pred,
                                           'unit_pred': unit, 'large_image': large}})
 
-    def _number_missing(self, idx: Tensor) -> None:
-        from mmengine.dist import get_world_size
-        if get_world_size() > 1:
-            raise ValueError(f'{type(self).__name__}: data samples carry no `sample_idx` metainfo; it is required '
-                             f'to de-duplicate sampler padding across ranks (mmengine datasets set it)')
-        if self._auto_idx == 0:
-            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
-        missing = idx < 0
-        idx[missing] = torch.arange(int(missing.sum()), device=idx.device) + self._auto_idx + (1 << 40)
-        self._auto_idx += int(missing.sum())
-
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: Optional[int] = None) -> Dict[str, Any]:
         """Reduce the rows of all ranks once, de-duplicate sampler padding and compute every key."""
-        rows = self.accumulator.reduce()['samples']
-        self.accumulator.reset()
-        self._auto_idx = 0
-        rows = {n: c.cpu() for n, c in rows.items()}
-        order = torch.argsort(rows['sample_idx'])
-        rows = {n: c[order] for n, c in rows.items()}
-        num = int(rows['sample_idx'].numel())
-        if size is not None and num != size:
-            print_log(f'{type(self).__name__}: {num} distinct samples were evaluated, dataset has {size}',
-                      logger='current', level=30)
+        rows = self.accumulator.reduce_to_cpu(size, type(self).__name__)['samples']  # sorted by sample_idx
         summary = self.summarize(rows)
         self.last_report = summary
         keys = summary['metrics']

@@ -133,7 +133,6 @@ class RelCLIPScore(BaseMetric):
             'num_ref': (torch.int32, ()), 'sum_ref': (torch.float64, ())}})
         self._text_cache: Dict[str, Tensor] = {}
         self._encoder_device: Optional[torch.device] = None
-        self._auto_idx = 0
         self._warned_shape = False
         self.last_report: Optional[Dict[str, Any]] = None
 
@@ -226,7 +225,7 @@ class RelCLIPScore(BaseMetric):
         classes, predicates = self._names('classes'), self._names('predicates')
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates), device=self._device)
         device = batch.device
-        self._fill_sample_idx(batch)
+        self.accumulator.number_missing(batch.sample_idx, 'RelCLIPScore')
         num_objects = (batch.gt_labels >= 0).sum(1)
         counted, order, predicate, gt_sub, gt_obj = self.select(batch)
         counted &= (num_objects >= 2)[:, None]
@@ -262,20 +261,6 @@ class RelCLIPScore(BaseMetric):
         self.accumulator.add({'images': {
             'sample_idx': batch.sample_idx, 'num_objects': num_objects, 'num_counted': counted.sum(1),
             'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums}})
-
-    def _fill_sample_idx(self, batch: SceneGraphBatch) -> None:
-        missing = batch.sample_idx < 0
-        if not missing.any():
-            return
-        from mmengine.dist import get_world_size
-        if get_world_size() > 1:
-            raise ValueError('RelCLIPScore: data samples carry no `sample_idx` metainfo; it is required to '
-                             'de-duplicate sampler padding across ranks (mmengine datasets set it)')
-        if self._auto_idx == 0:
-            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
-        fill = torch.arange(int(missing.sum()), device=batch.device) + self._auto_idx + (1 << 40)
-        batch.sample_idx[missing] = fill
-        self._auto_idx += int(missing.sum())
 
     def _load_images(self, samples: Sequence[Any], image_of: Tensor, boxes: Tensor) -> Tuple[List[Tensor], Tensor]:
         """Decode each needed image once (uint8 on the batch device); rescale boxes if the file size differs
@@ -347,14 +332,7 @@ class RelCLIPScore(BaseMetric):
                 'mean_relations_per_image': float(k.mean()) if n else 0.0}
 
     def evaluate(self, size: int) -> Dict[str, float]:
-        tables = self.accumulator.reduce()
-        self.accumulator.reset()
-        self._auto_idx = 0
-        images = {n: c.cpu() for n, c in tables['images'].items()}
-        num_unique = int(images['sample_idx'].numel())
-        if size is not None and num_unique != size:
-            print_log(f'RelCLIPScore: {num_unique} distinct samples were evaluated, dataset has {size}',
-                      logger='current', level=30)
+        images = self.accumulator.reduce_to_cpu(size, 'RelCLIPScore')['images']
         summary = self.summarize(images)
         self.last_report = summary
         if summary['num_images'] == 0:

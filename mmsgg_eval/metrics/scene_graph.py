@@ -7,7 +7,6 @@ ranked list). ``evaluate()`` reduces those rows across ranks once, removes sampl
 """
 import json
 import os
-import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -101,7 +100,6 @@ class SceneGraphMetric(BaseMetric):
                           'zeroshot': (torch.bool, ()), 'rank_gc': (rank_dtype, ()),
                           'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
         })
-        self._auto_idx = 0
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ dataset facts
@@ -174,12 +172,7 @@ class SceneGraphMetric(BaseMetric):
         classes, predicates = self.classes, self.predicates
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates),
                                      with_masks=self.match == 'mask')
-        if (batch.sample_idx < 0).any():
-            self._warn_missing_sample_idx()
-            missing = batch.sample_idx < 0
-            fill = torch.arange(int(missing.sum()), device=batch.device) + self._auto_idx + (1 << 40)
-            batch.sample_idx[missing] = fill
-            self._auto_idx += int(missing.sum())
+        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
@@ -206,25 +199,10 @@ class SceneGraphMetric(BaseMetric):
                           'rank_pair': pair_rank[valid].clamp(max=self._rank_cap)},
         }
 
-    def _warn_missing_sample_idx(self) -> None:
-        from mmengine.dist import get_world_size
-        if get_world_size() > 1:
-            raise ValueError(f'{type(self).__name__}: data samples carry no `sample_idx` metainfo; it is required '
-                             f'to de-duplicate sampler padding across ranks (mmengine datasets set it)')
-        if self._auto_idx == 0:
-            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
-
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: int) -> Dict[str, Any]:
-        tables = self.accumulator.reduce()
-        self.accumulator.reset()
+        tables = self.accumulator.reduce_to_cpu(size, type(self).__name__)
         _LAST_ROWS.clear()
-        self._auto_idx = 0
-        tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
-        num_unique = int(tables['images']['sample_idx'].numel())
-        if num_unique != size and size is not None:
-            print_log(f'{type(self).__name__}: {num_unique} distinct samples were evaluated, dataset has {size}',
-                      logger='current', level=30)
         summary = self.summarize(tables)
         self.last_report = summary
         keys = {k: v for k, v in summary['metrics'].items() if self._wanted(k)}

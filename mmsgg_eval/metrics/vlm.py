@@ -27,7 +27,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -150,7 +149,6 @@ class VLMSceneGraphMetric(BaseMetric):
         })
         self._mappers = None
         self._mappers_key = None
-        self._auto_idx = 0
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ helpers
@@ -187,14 +185,7 @@ class VLMSceneGraphMetric(BaseMetric):
         idx = self._field(sample, 'sample_idx')
         if idx is not None:
             return int(idx)
-        from mmengine.dist import get_world_size
-        if get_world_size() > 1:
-            raise ValueError('VLMSceneGraphMetric: data samples carry no `sample_idx` metainfo; it is required to '
-                             'de-duplicate sampler padding across ranks')
-        if self._auto_idx == 0:
-            warnings.warn('data samples carry no `sample_idx`; numbering them in processing order')
-        self._auto_idx += 1
-        return (1 << 40) + self._auto_idx - 1
+        return int(self.accumulator.number_missing(torch.tensor([-1]), 'VLMSceneGraphMetric')[0])
 
     def _result_of(self, sample: Any) -> ParseResult:
         result = self._field(sample, 'vlm_result')
@@ -265,19 +256,8 @@ class VLMSceneGraphMetric(BaseMetric):
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: int) -> Dict[str, Any]:
         self._sync_meta()
-        tables = self.accumulator.reduce()
-        self.accumulator.reset()
-        self._auto_idx = 0
-        tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
-        inner_tables = self.inner.accumulator.reduce()
-        self.inner.accumulator.reset()
-        self.inner._auto_idx = 0
-        inner_tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in inner_tables.items()}
-        samples = tables['samples']
-        num_samples = int(samples['sample_idx'].numel())
-        if size is not None and num_samples != size:
-            print_log(f'VLMSceneGraphMetric: {num_samples} distinct samples were evaluated, dataset has {size}',
-                      logger='current', level=30)
+        tables = self.accumulator.reduce_to_cpu(size, 'VLMSceneGraphMetric')
+        inner_tables = self.inner.accumulator.reduce_to_cpu(None, 'VLMSceneGraphMetric')
         summary = self.summarize(tables, inner_tables)
         self.last_report = summary
         metrics = {f'{self.prefix}/{k}': v for k, v in summary['metrics'].items()}

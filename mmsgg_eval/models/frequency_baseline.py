@@ -8,7 +8,7 @@ distribution ``counts[c_s, c_o] / counts[c_s, c_o].sum()`` as ``pred_relations.s
 no relation); pairs are sorted by max predicate probability x subject score x object score (the metric ranks
 again, stably). It needs no image: it is an honest, training-free baseline to exercise the whole stack.
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
