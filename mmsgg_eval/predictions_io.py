@@ -21,7 +21,7 @@ import glob
 import json
 import os
 import pickle
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -79,8 +79,10 @@ def iter_records(path: str, unsafe: bool = False) -> Iterator[Dict[str, Any]]:
                 yield obj
 
 
-def iter_jsonl(path: str) -> Iterator[Dict[str, Any]]:
-    """Yield the prediction records of a JSONL file (see the module docstring), with errors naming the line."""
+def iter_json_lines(path: str) -> Iterator[Tuple[int, Dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each non-empty line of a JSONL file; errors name the line."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'predictions file not found: {os.path.abspath(path)}')
     with open(path, encoding='utf-8') as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -89,14 +91,22 @@ def iter_jsonl(path: str) -> Iterator[Dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f'{path}:{lineno}: not valid JSON ({err.msg})') from None
-            if not isinstance(record, dict) or not ({'sample_idx', 'img_id'} & set(record)):
-                raise ValueError(f'{path}:{lineno}: each line must be an object with `sample_idx` or `img_id`')
-            out = {k: v for k, v in record.items() if k not in ('pred_instances', 'pred_relations')}
-            for group in ('pred_instances', 'pred_relations'):
-                if group in record:
-                    out[group] = {k: np.asarray(v) for k, v in record[group].items()}
-            out['_line'] = lineno
-            yield out
+            if not isinstance(record, dict):
+                raise ValueError(f'{path}:{lineno}: each line must be a JSON object')
+            yield lineno, record
+
+
+def iter_jsonl(path: str) -> Iterator[Dict[str, Any]]:
+    """Yield the prediction records of a JSONL file (see the module docstring), with errors naming the line."""
+    for lineno, record in iter_json_lines(path):
+        if not ({'sample_idx', 'img_id'} & set(record)):
+            raise ValueError(f'{path}:{lineno}: each line must be an object with `sample_idx` or `img_id`')
+        out = {k: v for k, v in record.items() if k not in ('pred_instances', 'pred_relations')}
+        for group in ('pred_instances', 'pred_relations'):
+            if group in record:
+                out[group] = {k: np.asarray(v) for k, v in record[group].items()}
+        out['_line'] = lineno
+        yield out
 
 
 @METRICS.register_module()

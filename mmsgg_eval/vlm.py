@@ -599,18 +599,10 @@ def iter_vlm_jsonl(path: str) -> Iterator[Tuple[str, Any, Any]]:
     (``null`` or absent = no output, a failure). The text may also be a JSON object (an already-decoded
     graph). Yields ``(id_key, id_value, text)``; a line that is not a JSON object raises ValueError.
     """
-    with open(path, encoding='utf-8') as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f'{path}:{lineno}: not a JSON record ({err.msg})') from None
-            if not isinstance(record, dict):
-                raise ValueError(f'{path}:{lineno}: each line must be a JSON object')
-            id_key = next((k for k in ID_KEYS if k in record), None)
-            if id_key is None:
-                raise ValueError(f'{path}:{lineno}: no sample identity (one of {ID_KEYS})')
-            text = next((record[k] for k in TEXT_KEYS if k in record), None)
-            yield id_key, record[id_key], text
+    from .predictions_io import iter_json_lines
+    for lineno, record in iter_json_lines(path):
+        id_key = next((k for k in ID_KEYS if k in record), None)
+        if id_key is None:
+            raise ValueError(f'{path}:{lineno}: no sample identity (one of {ID_KEYS})')
+        text = next((record[k] for k in TEXT_KEYS if k in record), None)
+        yield id_key, record[id_key], text

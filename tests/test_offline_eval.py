@@ -1,0 +1,129 @@
+"""Offline evaluation CLI (mmsgg_eval.eval): JSONL predictions and VLM answers against a dataset config."""
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+
+from mmsgg_eval.datasets import VG150Dataset
+from mmsgg_eval.datasets.sample_data import make_sample_data
+from mmsgg_eval.eval import evaluate_file, main
+from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+from mmsgg_eval.vlm import gt_from_data_info
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
+
+
+@pytest.fixture(scope='module')
+def sample(tmp_path_factory):
+    out = tmp_path_factory.mktemp('offline')
+    make_sample_data(str(out), datasets=['vg150'])
+    root = str(out / 'vg150') + '/'
+    dataset = VG150Dataset(data_root=root, split='test', num_val_images=8, pipeline=[])
+    return dict(root=root, dataset=dataset, options={'test_dataloader.dataset.data_root': root})
+
+
+def predictions_for(dataset, drop=()):
+    """SGDet-style JSONL predictions: GT boxes slightly moved, every ordered pair, random scores with the GT
+    predicate boosted on half of the GT pairs."""
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        boxes = np.array([inst['bbox'] for inst in info['instances']], dtype=np.float32) + 1.0
+        labels = [inst['bbox_label'] for inst in info['instances']]
+        n = len(labels)
+        pairs = [[a, b] for a in range(n) for b in range(n) if a != b]
+        scores = rng.random((len(pairs), 51))
+        for s, o, p in np.asarray(info['relations']).tolist():
+            if rng.random() < 0.5:
+                scores[pairs.index([s, o]), p + 1] = 2.0
+        if i in drop:
+            continue
+        records.append({'sample_idx': i, 'pred_instances': {'bboxes': boxes.tolist(), 'labels': labels,
+                                                              'scores': [0.9] * n},
+                        'pred_relations': {'pair_idxs': pairs, 'scores': scores.tolist()}})
+    return records
+
+
+def direct(dataset, records, **kwargs):
+    out = {}
+    for cls in (SGRecall, SGMeanRecall):
+        metric = cls(mode='sgdet', **kwargs)
+        metric.dataset_meta = dataset.metainfo
+        samples = []
+        for r in records:
+            s = gt_from_data_info(dict(dataset.get_data_info(r['sample_idx']), sample_idx=r['sample_idx']))
+            s.update({k: {kk: np.asarray(vv) for kk, vv in v.items()} if isinstance(v, dict) else v
+                      for k, v in r.items()})
+            samples.append(s)
+        metric.process({}, samples)
+        out.update(metric.evaluate(len(dataset)))
+    return {k: v for k, v in out.items() if isinstance(v, float)}
+
+
+def test_jsonl_predictions_equal_direct_metric(sample, tmp_path):
+    records = predictions_for(sample['dataset'])
+    path = tmp_path / 'preds.jsonl'
+    path.write_text('\n'.join(json.dumps(r) for r in records))
+    res = evaluate_file(CONFIG, str(path), metrics=['SGRecall', 'SGMeanRecall'], mode='sgdet',
+                        work_dir=str(tmp_path / 'out'), cfg_options=sample['options'], progress=False)
+    expected = direct(sample['dataset'], records)
+    assert {k: res[k] for k in expected} == expected
+    assert expected['sgdet/R@50'] > 20
+    assert (tmp_path / 'out' / 'metrics.json').exists()
+    assert (tmp_path / 'out' / 'sgdet.per_predicate.png').stat().st_size > 0
+
+
+def test_missing_predictions_count_as_empty(sample, tmp_path):
+    records = predictions_for(sample['dataset'], drop={0, 3})
+    path = tmp_path / 'preds.jsonl'
+    path.write_text('\n'.join(json.dumps(r) for r in records))
+    res = main([CONFIG, str(path), '--metrics', 'SGRecall', '--mode', 'sgdet', '--work-dir', str(tmp_path / 'o'),
+                '--no-progress', '--metric-options', 'skip_empty_predictions=False',
+                '--cfg-options', f'test_dataloader.dataset.data_root={sample["root"]}'])
+    full = predictions_for(sample['dataset'])
+    empty = [{'sample_idx': i, 'pred_instances': {'bboxes': np.zeros((0, 4)), 'labels': [], 'scores': []},
+              'pred_relations': {'pair_idxs': np.zeros((0, 2), int), 'scores': [], 'labels': []}}
+             if i in (0, 3) else r for i, r in enumerate(full)]
+    expected = direct(sample['dataset'], empty, skip_empty_predictions=False)
+    assert res['sgdet/R@50'] == pytest.approx(expected['sgdet/R@50']) and expected['sgdet/R@50'] > 10
+    skipped = direct(sample['dataset'], [r for r in full if r['sample_idx'] not in (0, 3)])
+    assert res['sgdet/R@50'] < skipped['sgdet/R@50']  # the missing images were counted, as zeros
+
+
+def test_bad_jsonl_line_is_named(sample, tmp_path):
+    path = tmp_path / 'bad.jsonl'
+    path.write_text('{"sample_idx": 0}\n{oops\n')
+    with pytest.raises(ValueError, match='bad.jsonl:2'):
+        evaluate_file(CONFIG, str(path), metrics=['SGRecall'], mode='sgdet', work_dir=str(tmp_path / 'o'),
+                      cfg_options=sample['options'], progress=False)
+
+
+def test_vlm_answers(sample, tmp_path):
+    dataset = sample['dataset']
+    classes, predicates = dataset.metainfo['classes'], dataset.metainfo['predicates']
+    lines = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        if i == 1:
+            lines.append({'sample_idx': i, 'output': 'I cannot see the image.'})  # a failure
+            continue
+        w, h = info['width'], info['height']
+        objs = [{'id': f'{classes[inst["bbox_label"]]}.{j}',
+                 'bbox': [round(inst['bbox'][0] / w * 1000), round(inst['bbox'][1] / h * 1000),
+                          round(inst['bbox'][2] / w * 1000), round(inst['bbox'][3] / h * 1000)]}
+                for j, inst in enumerate(info['instances'])]
+        rels = [{'subject': objs[s]['id'], 'predicate': predicates[p], 'object': objs[o]['id']}
+                for s, o, p in np.asarray(info['relations']).tolist()]
+        text = '```json\n' + json.dumps({'objects': objs, 'relationships': rels}) + '\n```'
+        lines.append({'sample_idx': i, 'output': text})
+    path = tmp_path / 'vlm.jsonl'
+    path.write_text('\n'.join(json.dumps(x) for x in lines))
+    res = evaluate_file(CONFIG, str(path), fmt='vlm', work_dir=str(tmp_path / 'o'),
+                        cfg_options=sample['options'], progress=False)
+    n = len(dataset)
+    assert res['vlm/FailureRate'] == pytest.approx(100.0 / n)
+    # GT graphs given back (boxes rounded on the 0-1000 canvas): everything but the failed image is recalled
+    assert 90.0 < res['vlm/Recall'] <= 100.0 * (n - 1) / n + 1e-6
