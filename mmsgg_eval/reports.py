@@ -270,3 +270,19 @@ def write_scene_graph_reports(summary: Dict[str, Any], out_dir: str, prefix: str
     with open(paths['markdown'], 'w', encoding='utf-8') as f:
         f.write(format_markdown_tables(summary, ks, dataset, mode))
     return paths
+
+
+def log_block(text: str) -> None:
+    """Log a multi-line report through the runner's logger (or the current MMEngine logger)."""
+    from mmengine.logging import MMLogger, print_log
+    logger = MMLogger.get_current_instance() if MMLogger.check_instance_created('mmengine') else 'current'
+    print_log('\n' + text, logger=logger)
+
+
+def dump_metric_json(outfile_prefix: str, prefix: str, payload: Dict[str, Any]) -> str:
+    """Write ``{outfile_prefix}.{prefix}.json`` (a metric's ``outfile_prefix`` dump); returns the path."""
+    path = f'{outfile_prefix}.{prefix}.json'
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(payload, f, indent=2)
+    return path

@@ -34,6 +34,8 @@ fi
 echo "[setup] mmengine, mmdet, extras"
 have mmengine==0.10.7 mmdet==3.3.0 pycocotools h5py matplotlib pytest || \
     pip_install "mmengine==0.10.7" "mmdet==3.3.0" pycocotools h5py matplotlib pytest "numpy<2"
+echo "[setup] CLIP-family encoders for RelCLIPScore (optional extras, tested versions)"
+have open_clip_torch==3.3.0 transformers==5.24.0 || pip_install "open_clip_torch==3.3.0" "transformers==5.24.0" "numpy<2"
 echo "[setup] mmsgg_eval (editable)"
 pip_install --no-deps --no-build-isolation -e .
 echo "[setup] done"

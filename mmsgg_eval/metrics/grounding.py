@@ -27,19 +27,18 @@ Edge cases: a sample without a prediction counts as IoU 0 (intersection 0, union
 without a GT box raises ``ValueError`` naming it; several GT boxes raise unless ``multiple_gt='first'``;
 a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with x2 >= x1 and y2 >= y1.
 """
-import json
 import math
-import os
 import warnings
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.evaluator import BaseMetric
-from mmengine.logging import MMLogger, print_log
+from mmengine.logging import print_log
 from torch import Tensor
 
 from ..registry import METRICS
+from ..reports import dump_metric_json, log_block
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
 from .accumulator import RowAccumulator
 
@@ -326,18 +325,14 @@ class GroundingPr(BaseMetric):
         text = format_grounding_report(summary, keys, type(self).__name__,
                                        str(meta.get('dataset_name', 'unknown dataset')), self.strict)
         self.last_report['text'] = text
-        print_log('\n' + text, logger=MMLogger.get_current_instance() if MMLogger.check_instance_created(
-            'mmengine') else 'current')
+        log_block(text)
 
     def _dump(self, summary: Dict[str, Any], rows: Dict[str, Tensor]) -> None:
-        path = f'{self.outfile_prefix}.{self.prefix}.json'
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, 'w') as f:
-            json.dump({'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict,
-                       'num_samples': summary['num_samples'],
-                       'num_without_prediction': summary['num_without_prediction'],
-                       'per_sample': {'sample_idx': rows['sample_idx'].tolist(), 'iou': rows['iou'].tolist(),
-                                      'has_prediction': rows['has_pred'].tolist()}}, f, indent=2)
+        dump_metric_json(self.outfile_prefix, self.prefix, {
+            'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict,
+            'num_samples': summary['num_samples'], 'num_without_prediction': summary['num_without_prediction'],
+            'per_sample': {'sample_idx': rows['sample_idx'].tolist(), 'iou': rows['iou'].tolist(),
+                           'has_prediction': rows['has_pred'].tolist()}})
 
     def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
         raise NotImplementedError('GroundingPr reduces row tables in evaluate()')

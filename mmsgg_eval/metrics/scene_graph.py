@@ -5,19 +5,17 @@ Each ``process()`` call validates its batch, ranks and matches it on the samples
 ranked list). ``evaluate()`` reduces those rows across ranks once, removes sampler padding by
 ``sample_idx`` and derives every key for every K. Values are percentages.
 """
-import json
-import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from mmengine.evaluator import BaseMetric
-from mmengine.logging import MMLogger, print_log
 from torch import Tensor
 
 from ..functional import NO_HIT, per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
 from ..structures import MODES, collate_scene_graphs
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
+from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
 from .accumulator import RowAccumulator
 from .predicate_groups import resolve_groups
 
@@ -215,8 +213,7 @@ class SceneGraphMetric(BaseMetric):
             if self.outfile_prefix:
                 self._dump(summary, keys)
             if self.report_dir:
-                from ..reports import write_scene_graph_reports
-                summary['report_files'] = write_scene_graph_reports(
+                        summary['report_files'] = write_scene_graph_reports(
                     summary, self.report_dir, self.prefix, self.topk,
                     self._meta('dataset_name', 'unknown dataset'), self.mode)
         return metrics
@@ -318,20 +315,15 @@ class SceneGraphMetric(BaseMetric):
 
     # ------------------------------------------------------------------ reporting
     def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        from ..reports import format_scene_graph_report
-        text = format_scene_graph_report(summary, keys, mode=self.mode,
-                                         dataset=self._meta('dataset_name', 'unknown dataset'),
-                                         metric_name=type(self).__name__, ks=self.topk,
-                                         with_per_predicate=self._reports_per_predicate)
-        print_log('\n' + text, logger=MMLogger.get_current_instance() if MMLogger.check_instance_created(
-            'mmengine') else 'current')
+        log_block(format_scene_graph_report(summary, keys, mode=self.mode,
+                                            dataset=self._meta('dataset_name', 'unknown dataset'),
+                                            metric_name=type(self).__name__, ks=self.topk,
+                                            with_per_predicate=self._reports_per_predicate))
 
     def _dump(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        path = f'{self.outfile_prefix}.{self.prefix}.json'
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, 'w') as f:
-            json.dump({'mode': self.mode, 'keys': keys, 'per_predicate': summary['per_predicate'],
-                       'num_images': summary['num_images'], 'zeroshot': summary['zeroshot']}, f, indent=2)
+        dump_metric_json(self.outfile_prefix, self.prefix, {
+            'mode': self.mode, 'keys': keys, 'per_predicate': summary['per_predicate'],
+            'num_images': summary['num_images'], 'zeroshot': summary['zeroshot']})
 
     def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
         raise NotImplementedError('scene-graph metrics reduce row tables in evaluate()')
