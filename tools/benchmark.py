@@ -142,7 +142,8 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--workload', nargs='+', default=['triplets', 'sgdet-full', 'predcls-full'])
+    parser.add_argument('--workload', nargs='+', default=['triplets', 'sgdet-full', 'predcls-full'],
+                        help="workloads ('none' with --relclip for the RelCLIPScore figure alone)")
     parser.add_argument('--images', type=int, default=2000)
     parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
     parser.add_argument('--device', nargs='+', default=None, help='default: cpu, and cuda when available')
@@ -155,7 +156,7 @@ def main():
     import torch
     devices = args.device or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu'])
     jobs = []
-    for wl in args.workload:
+    for wl in [w for w in args.workload if w != 'none']:
         for dev in devices:
             jobs.append(('ours', wl, dev))
         if wl == 'triplets':
@@ -176,6 +177,10 @@ def main():
     print(f'\n{"implementation":<10} {"workload":<13} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
           f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')
     for (impl, wl, dev), res in rows:
+        if impl == 'relclip' and 'relations_per_s' in res:
+            print(f'{impl:<10} {"ViT-B/32":<13} {dev:<6} {res["images_per_s"]:>10.2f} {res["host_peak_rss_mb"]:>11.0f} '
+                  f'   ({res["relations_per_s"]:.1f} relations/s, random weights)')
+            continue
         if 'images_per_s' not in res:
             print(f'{impl:<10} {wl:<13} {dev:<6} {res.get("skipped") or res.get("error")}')
             continue
@@ -186,6 +191,8 @@ def main():
         print(f'{impl:<10} {wl:<13} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
               f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}')
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
+    summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
+                    if 'relations_per_s' in res})
     ours = summary.get('ours/triplets/cpu')
     ratios = {}
     for peer in ('sgbench', 'legacy'):
