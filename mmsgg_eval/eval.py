@@ -7,7 +7,9 @@ Inputs (``--format``, default from the file name):
   dataset of the config);
 * ``vlm``: JSONL of raw multimodal-LLM answers (:func:`mmsgg_eval.vlm.iter_vlm_jsonl`), scored by
   ``VLMSceneGraphMetric`` (FailureRate, Recall, mRecall, AP@50, ...);
-* ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.legacy`).
+* ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.legacy`);
+* ``grounding``: a JSON list of ``{sample_idx or img_id, bbox}`` scored by ``GroundingPr``
+  (:mod:`mmsgg_eval.grounding_io`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
 
 The metrics are the config's ``test_evaluator`` unless ``--metrics`` names others. Reports (metrics.json, the
 per-predicate long-tail chart, Markdown tables) are written to ``--work-dir``. No GPU is needed; files are
@@ -141,11 +143,17 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     fmt = _guess_format(predictions) if fmt == 'auto' else fmt
     dataset = build_dataset(cfg)
+    work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
+    if fmt == 'grounding':
+        from mmsgg_eval.grounding_io import evaluate_grounding_predictions
+        results = evaluate_grounding_predictions(predictions, dataset, **(metric_options or {}))
+        path = write_metrics_json(results, work_dir)
+        print(f'{len(dataset)} samples evaluated; metrics written to {path}')
+        return results
     if fmt == 'vlm':
         metric_cfgs = [dict(type=m) for m in (metrics or ['VLMSceneGraphMetric'])]
     else:
         metric_cfgs = _metric_cfgs(cfg, metrics, mode)
-    work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
     for m in metric_cfgs:
         m.update(metric_options or {})
         if m.get('type') in ('SGRecall', 'SGMeanRecall') and m.get('report_dir') is None:
@@ -202,7 +210,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('config', help='config with the dataset (test_dataloader) and test_evaluator')
     parser.add_argument('predictions', help='tools/test.py --out stream, JSONL predictions, VLM JSONL or '
                                             'legacy eval_results.pytorch')
-    parser.add_argument('--format', default='auto', choices=['auto', 'dump', 'jsonl', 'vlm', 'legacy'])
+    parser.add_argument('--format', default='auto', choices=['auto', 'dump', 'jsonl', 'vlm', 'legacy', 'grounding'])
     parser.add_argument('--metrics', nargs='+', help='metric types instead of the config test_evaluator')
     parser.add_argument('--mode', choices=['predcls', 'sgcls', 'sgdet', 'phrdet'],
                         help='scene-graph mode for SGRecall/SGMeanRecall')

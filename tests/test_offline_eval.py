@@ -127,3 +127,53 @@ def test_vlm_answers(sample, tmp_path):
     assert res['vlm/FailureRate'] == pytest.approx(100.0 / n)
     # GT graphs given back (boxes rounded on the 0-1000 canvas): everything but the failed image is recalled
     assert 90.0 < res['vlm/Recall'] <= 100.0 * (n - 1) / n + 1e-6
+
+
+def test_legacy_dump_through_the_cli(sample, tmp_path):
+    """A legacy eval_results.pytorch (BoxList records) is re-scored with the dataset's vocabulary."""
+    import torch
+    from mmsgg_eval.legacy import convert_legacy_results
+    from tests.test_legacy import fake_maskrcnn_benchmark
+    with fake_maskrcnn_benchmark() as BoxList:
+        gts, preds = [], []
+        for i in range(3):
+            g = BoxList([[0, 0, 49, 49], [60, 60, 99, 99], [10, 70, 40, 95]], (120, 100))
+            g.add_field('labels', torch.tensor([1, 2, 3 + i]))
+            g.add_field('relation_tuple', torch.tensor([[0, 1, 1 + i], [2, 1, 4]]))
+            p = BoxList(torch.tensor([[1., 1, 49, 49], [60, 61, 99, 99], [10, 70, 41, 95]]), (120, 100))
+            p.add_field('pred_labels', torch.tensor([1, 2, 3 + i]))
+            p.add_field('pred_scores', torch.tensor([0.9, 0.8, 0.7]))
+            p.add_field('rel_pair_idxs', torch.tensor([[0, 1], [2, 1], [1, 0]]))
+            scores = torch.rand(3, 51, generator=torch.Generator().manual_seed(i))
+            p.add_field('pred_rel_scores', scores)
+            gts.append(g)
+            preds.append(p)
+        path = str(tmp_path / 'eval_results.pytorch')
+        torch.save({'groundtruths': gts, 'predictions': preds}, path)
+    res = evaluate_file(CONFIG, path, metrics=['SGRecall'], mode='sgdet', work_dir=str(tmp_path / 'o'),
+                        cfg_options=sample['options'], progress=False)
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = sample['dataset'].metainfo
+    metric.process({}, convert_legacy_results(path, mode='sgdet'))
+    expected = metric.evaluate(3)
+    assert {k: res[k] for k in expected} == expected
+
+
+def test_grounding_predictions_through_the_cli(tmp_path):
+    make_sample_data(str(tmp_path), datasets=['rsvgd'])
+    from mmsgg_eval.datasets import RSVGDDataset
+    root = str(tmp_path / 'rsvgd') + '/'
+    dataset = RSVGDDataset(data_root=root, split='test', pipeline=[])
+    preds = []
+    for i in range(len(dataset)):
+        x1, y1, x2, y2 = dataset.get_data_info(i)['instances'][0]['bbox']
+        shift = 0 if i % 2 == 0 else (x2 - x1)  # every other prediction misses completely
+        preds.append({'sample_idx': i, 'bbox': [x1 + shift, y1, x2 + shift, y2]})
+    path = tmp_path / 'grounding.json'
+    path.write_text(json.dumps(preds))
+    config = osp.join(ROOT, 'configs', 'rsvgd', 'grounding_rsvgd.py')
+    res = main([config, str(path), '--format', 'grounding', '--work-dir', str(tmp_path / 'o'), '--no-progress',
+                '--cfg-options', f'test_dataloader.dataset.data_root={root}'])
+    hit = sum(1 for i in range(len(dataset)) if i % 2 == 0)
+    assert res['grounding/Pr@0.5'] == pytest.approx(100.0 * hit / len(dataset))
+    assert json.load(open(tmp_path / 'o' / 'metrics.json'))['grounding/Pr@0.9'] == res['grounding/Pr@0.9']
