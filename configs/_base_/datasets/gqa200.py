@@ -11,38 +11,23 @@ test_pipeline = [
     dict(type='LoadSceneGraphAnnotations'),
     dict(type='PackSceneGraphInputs'),
 ]
+# evaluation dataset shared by the val / test loaders (only the split differs)
+eval_dataset = dict(
+    type=dataset_type,
+    data_root=data_root,
+    ann_file='GQA_200_Test.json',
+    info_file='GQA_200_ID_Info.json',
+    train_file='GQA_200_Train.json',
+    data_prefix=dict(img='images/'),
+    num_val_images=5000,
+    skip_legacy_bad_image=True,
+    pipeline=test_pipeline,
+    test_mode=True)
 val_dataloader = dict(
     batch_size=1,
     num_workers=2,
     persistent_workers=True,
     drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        ann_file='GQA_200_Test.json',
-        info_file='GQA_200_ID_Info.json',
-        train_file='GQA_200_Train.json',
-        data_prefix=dict(img='images/'),
-        split='val',
-        num_val_images=5000,
-        skip_legacy_bad_image=True,
-        pipeline=test_pipeline,
-        test_mode=True))
-test_dataloader = dict(
-    batch_size=1,
-    num_workers=2,
-    persistent_workers=True,
-    drop_last=False,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        ann_file='GQA_200_Test.json',
-        info_file='GQA_200_ID_Info.json',
-        train_file='GQA_200_Train.json',
-        data_prefix=dict(img='images/'),
-        split='test',
-        skip_legacy_bad_image=True,
-        pipeline=test_pipeline,
-        test_mode=True))
+    dataset=dict(eval_dataset, split='val'))
+test_dataloader = dict(val_dataloader, dataset=dict(eval_dataset, split='test'))

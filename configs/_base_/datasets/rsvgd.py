@@ -11,31 +11,19 @@ test_pipeline = [
     dict(type='LoadSceneGraphAnnotations'),
     dict(type='PackSceneGraphInputs'),
 ]
+# evaluation dataset shared by the val / test loaders (only the split differs)
+eval_dataset = dict(
+    type=dataset_type,
+    data_root=data_root,
+    ann_dir='Annotations',
+    img_dir='JPEGImages',
+    pipeline=test_pipeline,
+    test_mode=True)
 val_dataloader = dict(
     batch_size=1,
     num_workers=2,
     persistent_workers=True,
     drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        split='val',
-        ann_dir='Annotations',
-        img_dir='JPEGImages',
-        pipeline=test_pipeline,
-        test_mode=True))
-test_dataloader = dict(
-    batch_size=1,
-    num_workers=2,
-    persistent_workers=True,
-    drop_last=False,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        split='test',
-        ann_dir='Annotations',
-        img_dir='JPEGImages',
-        pipeline=test_pipeline,
-        test_mode=True))
+    dataset=dict(eval_dataset, split='val'))
+test_dataloader = dict(val_dataloader, dataset=dict(eval_dataset, split='test'))
