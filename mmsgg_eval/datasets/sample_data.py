@@ -333,7 +333,7 @@ def write_gqa200_sample(out_dir: str, seed: int = 0, num_train: int = 20, num_te
     for name, count, extra in (('Train', num_train, ()), ('Test', num_test, ('no_rel', 'no_box'))):
         files = dict(filenames_all=[], img_info_all=[], gt_boxes_all=[], gt_classes_all=[], relationships_all=[])
         for kind in ['graph'] * count + list(extra):
-            g = _graph(rng, len(classes), len(predicates), by_freq, seed)
+            g = _graph(rng, len(classes), len(predicates), by_freq, seed, label_exponent=1.6)
             boxes, labels, rels = g['boxes'], g['labels'], g['relations']
             if kind == 'no_rel':
                 rels = rels[:0]
@@ -371,7 +371,7 @@ def write_psg_sample(out_dir: str, seed: int = 0, num_train: int = 8, num_test: 
         folder = 'val2017' if kind == 'test' else 'train2017'
         image_id = 139 + 17 * k
         g = _graph(rng, len(classes), len(PSG_PREDICATES), by_freq, seed, n_obj=(3, 7), n_rel=(2, 6),
-                   size=(320, 640))
+                   size=(320, 640), label_exponent=1.6)
         h, w = g['height'], g['width']
         # paint the largest segment first so that every segment keeps visible pixels
         order = np.argsort(-((g['boxes'][:, 2] - g['boxes'][:, 0]) * (g['boxes'][:, 3] - g['boxes'][:, 1])),
