@@ -40,6 +40,8 @@ def sample_name(sample: Any) -> str:
 
 def to_tensor(value: Any, sample: Any, field: str, device: Optional[torch.device] = None) -> Tensor:
     """Tensor view of a field value (tensor, numpy array, list, mmdet boxes or BitmapMasks)."""
+    if type(value) is Tensor:  # the common case, kept cheap (hot path)
+        return value if device is None or value.device == device else value.to(device)
     if hasattr(value, 'tensor') and isinstance(getattr(value, 'tensor'), Tensor):  # mmdet BaseBoxes
         value = value.tensor
     elif hasattr(value, 'to_ndarray'):  # mmdet BitmapMasks / PolygonMasks
@@ -48,7 +50,7 @@ def to_tensor(value: Any, sample: Any, field: str, device: Optional[torch.device
         tensor = value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
     except (TypeError, ValueError) as err:
         raise ValueError(f'{sample_name(sample)}: field `{field}` is not array-like ({err})') from None
-    return tensor.to(device) if device is not None else tensor
+    return tensor.to(device) if device is not None and tensor.device != device else tensor
 
 
 def require(sample: Any, path: str, device: Optional[torch.device] = None) -> Tensor:
