@@ -88,7 +88,8 @@ def test_torchrun_three_gloo_ranks_equal_single_process(demo):
     if 'single_metrics' not in demo:
         pytest.skip('single-process run failed')
     work = demo['tmp'] / 'dist'
-    out = run(['-m', 'torch.distributed.run', '--nproc_per_node=3', '--master_port=29531',
+    from tests.dist_utils import free_port
+    out = run(['-m', 'torch.distributed.run', '--nproc_per_node=3', f'--master_port={free_port()}',
                'tools/test.py', CONFIG, demo['ckpt'], '--launcher', 'pytorch', '--work-dir', str(work),
                '--cfg-options', *demo['options'], 'env_cfg.dist_cfg.backend=gloo'])
     assert out.returncode == 0, out.stderr[-4000:]
