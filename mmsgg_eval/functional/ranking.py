@@ -35,7 +35,7 @@ def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
         values, order = torch.topk(keyed, k, dim=1, sorted=True)
         kth = values[:, -1:]
         untied = ~(values[:, 1:] == values[:, :-1]).any() & \
-            ((keyed == kth).sum(1) == 1).all() & torch.isfinite(kth).all()
+            (torch.count_nonzero(keyed == kth, dim=1) == 1).all() & torch.isfinite(kth).all()
         if bool(untied):
             return order, valid.gather(1, order)
     reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)

@@ -51,6 +51,12 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
     threshold = torch.where(enough, kth, -inf)
     candidate = batch.rel_valid & (best >= threshold)
+    if batch.rel_flat is not None and bool(candidate.all()):
+        # every image has the same number of pairs and all are candidates (fixed top-K outputs): no gather
+        raw = batch.rel_flat.view(best.shape[0], best.shape[1], num_pred)
+        scores = raw * pair_score[..., None]
+        flat_order, flat_valid = stable_topk(scores.flatten(1), (raw != float('-inf')).flatten(1), ng_topk)
+        return flat_order // max(num_pred, 1), flat_order % max(num_pred, 1), flat_valid
     image, pos = candidate.nonzero(as_tuple=True)  # row-major: image, then pair order
     raw = batch.score_rows(image, pos)
     counts = torch.bincount(image, minlength=best.shape[0])
