@@ -83,22 +83,23 @@ def _per_predicate_key(k: Any) -> str:
     return 'Recall' if _is_all(k) else f'R@{int(k)}'
 
 
-def _json_safe(value: Any) -> Any:
-    """Plain JSON values: tensors/arrays to lists, numpy scalars to Python, NaN/inf to None."""
+def json_safe(value: Any, nan_as_null: bool = True) -> Any:
+    """Plain JSON values: tensors/arrays to lists, numpy scalars to Python, NaN/inf to None (unless
+    ``nan_as_null=False``), other objects to their string."""
     import math
 
     import numpy as np
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v, nan_as_null) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v, nan_as_null) for v in value]
     if hasattr(value, 'detach') and hasattr(value, 'tolist'):
-        return _json_safe(value.detach().cpu().tolist())
+        return json_safe(value.detach().cpu().tolist(), nan_as_null)
     if isinstance(value, np.ndarray):
-        return _json_safe(value.tolist())
+        return json_safe(value.tolist(), nan_as_null)
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
+    if nan_as_null and isinstance(value, float) and not math.isfinite(value):
         return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -265,7 +266,7 @@ def write_scene_graph_reports(summary: Dict[str, Any], out_dir: str, prefix: str
     payload = {'dataset': dataset, 'mode': mode, 'ks': [_k_label(k) for k in ks]}
     payload.update({k: v for k, v in summary.items() if k not in ('report_files',)})
     with open(paths['json'], 'w', encoding='utf-8') as f:
-        json.dump(_json_safe(payload), f, indent=2, allow_nan=False)
+        json.dump(json_safe(payload), f, indent=2, allow_nan=False)
     plot_per_predicate_recall(summary, paths['png'], _chart_k(ks, chart_k), dataset, mode, figsize, dpi)
     with open(paths['markdown'], 'w', encoding='utf-8') as f:
         f.write(format_markdown_tables(summary, ks, dataset, mode))

@@ -51,23 +51,11 @@ def _slurm_env() -> None:
     os.environ['RANK'] = str(proc_id)
 
 
-def to_jsonable(value: Any) -> Any:
-    """Convert metric results (floats, tensors, nested dicts) to JSON-serialisable values."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if hasattr(value, 'item') and hasattr(value, 'dtype'):
-        return value.item()
-    return value
-
-
 def write_metrics_json(metrics: Dict[str, Any], work_dir: str, name: Optional[str] = None) -> str:
     """Write ``metrics.json`` (all keys, per-predicate tables included) into ``work_dir``."""
+    from .reports import json_safe
     os.makedirs(work_dir, exist_ok=True)
     path = osp.join(work_dir, name or 'metrics.json')
     with open(path, 'w') as f:
-        json.dump(to_jsonable(metrics), f, indent=2)
+        json.dump(json_safe(metrics, nan_as_null=False), f, indent=2)
     return path

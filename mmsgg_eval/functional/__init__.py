@@ -3,11 +3,11 @@ from .boxes import box_area, box_iou, mask_iou, paired_box_iou, union_boxes
 from .matching import NO_HIT, first_hit_rank, gather_pair_iou, triplet_hits
 from .ranking import stable_topk, triplet_scores
 from .recall import (no_graph_constraint_list, object_iou_matrix, per_predicate_recall, recall_from_ranks, scene_graph_ranks,
-                     segment_mean, triplet_keys)
+                     triplet_keys)
 
 __all__ = [
     'NO_HIT', 'box_area', 'box_iou', 'mask_iou', 'paired_box_iou', 'union_boxes', 'first_hit_rank', 'gather_pair_iou',
     'triplet_hits', 'stable_topk', 'triplet_scores',
-    'no_graph_constraint_list', 'object_iou_matrix', 'per_predicate_recall', 'recall_from_ranks', 'scene_graph_ranks', 'segment_mean',
+    'no_graph_constraint_list', 'object_iou_matrix', 'per_predicate_recall', 'recall_from_ranks', 'scene_graph_ranks',
     'triplet_keys'
 ]

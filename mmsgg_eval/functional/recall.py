@@ -131,14 +131,6 @@ def triplet_keys(subject_class: Tensor, object_class: Tensor, predicate: Tensor,
     return (subject_class.long() * num_classes + object_class.long()) * num_predicates + predicate.long()
 
 
-def segment_mean(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
-    """Mean of ``values`` per segment id (float64); empty segments give 0 (with count 0)."""
-    total = torch.zeros(num_segments, dtype=torch.float64, device=values.device)
-    total.index_add_(0, segment, values.double())
-    count = torch.bincount(segment, minlength=num_segments).to(total)
-    return torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total))
-
-
 def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],
                       rel_mask: Optional[Tensor] = None, average: str = 'image') -> Tensor:
     """R@K per K (fraction, float64) from per-GT first-hit ranks.
