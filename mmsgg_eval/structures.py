@@ -5,7 +5,7 @@ numpy arrays in offline evaluation). This module turns them into typed tensors, 
 ``ValueError`` naming the sample (``sample_idx`` / ``img_id``) and the offending field on bad input.
 """
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -61,6 +61,16 @@ def require(sample: Any, path: str, device: Optional[torch.device] = None) -> Te
         if obj is None:
             raise ValueError(f'{sample_name(sample)}: missing field `{path}`')
     return to_tensor(obj, sample, path, device)
+
+
+def _member(container: Any, key: str, sample: Any, path: str, device: Optional[torch.device]) -> Tensor:
+    """Tensor ``container.key`` (``path`` names it in errors); the fast path of :func:`require`."""
+    value = container.get(key) if type(container) is dict else get_field(container, key)
+    if value is None:
+        raise ValueError(f'{sample_name(sample)}: missing field `{path}`')
+    if type(value) is Tensor and (device is None or value.device == device):
+        return value
+    return to_tensor(value, sample, path, device)
 
 
 def optional(sample: Any, path: str, device: Optional[torch.device] = None) -> Optional[Tensor]:
@@ -137,9 +147,11 @@ class SceneGraphBatch:
     """A batch of B scene-graph samples, ready for the functional layer.
 
     Objects: N predicted / M GT per image (padded). Relations: R predicted pairs, G GT relations (padded).
-    Predicate scores are NOT padded or copied (SGDet score matrices are large): ``rel_score_list[b]`` is
-    image b's [R_b, P] matrix without the background column (a view of the input); entries that are not
-    candidates (single-label rows) are ``-inf``. :meth:`score_rows` gathers selected rows.
+    Predicate scores (entries that are not candidates, in single-label rows, are ``-inf``): fixed-size
+    small batches are stacked once (``rel_dense`` [B, R, P], a view without the background column, and
+    ``rel_flat`` its [B * R, P] view); other small batches are concatenated (``rel_flat``); large SGDet
+    batches are NOT copied: ``rel_score_list[b]`` is image b's [R_b, P] view of the input.
+    :meth:`score_rows` gathers selected rows.
     ``gc_prob`` [B, R] is the best non-background probability of each pair; :meth:`gc_predicate_at` gives
     the graph-constrained predicate (first maximal column) of selected pairs. All labels are 0-based; boxes are xyxy in
     the original image frame (float32).
@@ -156,12 +168,16 @@ class SceneGraphBatch:
     rel_pairs: Tensor           # [B, R, 2]
     rel_valid: Tensor           # [B, R] bool
     num_rel_preds: Tensor       # [B] int64
-    rel_score_list: List[Tensor]  # B x [R_b, P] float32, -inf = not a candidate
+    rel_score_list: Optional[List[Tensor]]  # B x [R_b, P] float32 views (None when stacked)
     gc_prob: Tensor             # [B, R] float32 (0 padding)
+    num_predicate_classes: int  # P
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
     rel_flat: Optional[Tensor] = None   # [sum R, P] concatenation, kept for small batches only
     rel_start: Optional[Tensor] = None  # [B] first row of each image in rel_flat
+    rel_dense: Optional[Tensor] = None  # [B, R, P] view when every image has R pairs (small batches)
+    gc_pred: Optional[Tensor] = None    # [B, R] first maximal column of every pair (small batches)
+    has_single_label: bool = False      # some rows hold -inf (single-label input)
 
     @property
     def device(self) -> torch.device:
@@ -169,13 +185,15 @@ class SceneGraphBatch:
 
     @property
     def num_predicates(self) -> int:
-        return self.rel_score_list[0].shape[1] if self.rel_score_list else 0
+        return self.num_predicate_classes
 
     def gc_predicate_at(self, order: Tensor, valid: Tensor) -> Tensor:
         """Graph-constrained predicate (first maximal non-background column) of pairs ``order`` [B, K].
 
         Only the selected rows are arg-maxed (SGDet score matrices are large); invalid entries get 0.
         """
+        if self.gc_pred is not None:
+            return torch.where(valid, self.gc_pred.gather(1, order), torch.zeros_like(order))
         image, k = valid.nonzero(as_tuple=True)
         out = torch.zeros_like(order)
         if image.numel():
@@ -186,7 +204,7 @@ class SceneGraphBatch:
         """Score rows of (image[i], pos[i]) -> [n, P]; ``image`` must be non-decreasing."""
         if self.rel_flat is not None:
             return self.rel_flat[self.rel_start[image] + pos]
-        counts = torch.bincount(image, minlength=len(self.rel_score_list)).tolist()
+        counts = torch.bincount(image, minlength=len(self.rel_score_list)).tolist()  # not small: a list
         parts = [m[p] for m, p, c in zip(self.rel_score_list, torch.split(pos, counts), counts) if c]
         if not parts:
             return torch.zeros((0, self.num_predicates), device=self.device)
@@ -194,7 +212,11 @@ class SceneGraphBatch:
 
 
 def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
-    return pad_sequence(list(tensors), batch_first=True, padding_value=value)
+    """[B, L, ...] batch of tensors [L_b, ...]; one stacked copy when every L_b is equal (fixed-size outputs)."""
+    tensors = list(tensors)
+    if tensors and all(t.shape == tensors[0].shape for t in tensors):
+        return torch.stack(tensors)
+    return pad_sequence(tensors, batch_first=True, padding_value=value)
 
 
 def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: int,
@@ -219,19 +241,21 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                          f'{"boxes, labels and scores" if mode in ("sgdet", "phrdet") else "labels and scores"} '
                          f'in `pred_instances`; set the metric mode to {produced!r} or use a model that predicts '
                          f'them')
-    rel_scores = require(sample, 'pred_relations.scores', device)
+    gt_instances, gt_relations = get_field(sample, 'gt_instances'), get_field(sample, 'gt_relations')
+    pred_instances, pred_relations = get_field(sample, 'pred_instances'), get_field(sample, 'pred_relations')
+    rel_scores = _member(pred_relations, 'scores', sample, 'pred_relations.scores', device)
     device = rel_scores.device
     boxes_check = check_boxes if validate else _shape_boxes
-    gt_boxes = boxes_check(require(sample, 'gt_instances.bboxes', device), sample, 'gt_instances.bboxes')
+    gt_boxes = boxes_check(_member(gt_instances, 'bboxes', sample, 'gt_instances.bboxes', device), sample,
+                           'gt_instances.bboxes')
     num_gt_objects = gt_boxes.shape[0]
-    gt_labels = _labels(require(sample, 'gt_instances.labels', device), num_gt_objects, num_classes,
-                        sample, 'gt_instances.labels', 'class', validate)
-    gt_pairs = _pairs(require(sample, 'gt_relations.pair_idxs', device), num_gt_objects, sample,
-                      'gt_relations.pair_idxs', validate)
-    gt_predicates = _labels(require(sample, 'gt_relations.labels', device), gt_pairs.shape[0],
-                            num_predicates, sample, 'gt_relations.labels', 'predicate', validate)
+    gt_labels = _labels(_member(gt_instances, 'labels', sample, 'gt_instances.labels', device), num_gt_objects,
+                        num_classes, sample, 'gt_instances.labels', 'class', validate)
+    gt_pairs = _pairs(_member(gt_relations, 'pair_idxs', sample, 'gt_relations.pair_idxs', device), num_gt_objects,
+                      sample, 'gt_relations.pair_idxs', validate)
+    gt_predicates = _labels(_member(gt_relations, 'labels', sample, 'gt_relations.labels', device),
+                            gt_pairs.shape[0], num_predicates, sample, 'gt_relations.labels', 'predicate', validate)
 
-    pred_instances = get_field(sample, 'pred_instances')
     if mode == 'predcls':
         num_pred = optional(sample, 'pred_instances.bboxes', device)
         if num_pred is not None and num_pred.shape[0] not in (0, num_gt_objects):
@@ -243,25 +267,25 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
         if pred_instances is None:
             raise ValueError(f'{sample_name(sample)}: mode {mode!r} needs `pred_instances` '
                              f'(labels and scores{", boxes" if mode in ("sgdet", "phrdet") else ""})')
-        pred_labels_raw = require(sample, 'pred_instances.labels', device)
+        pred_labels_raw = _member(pred_instances, 'labels', sample, 'pred_instances.labels', device)
         count = num_gt_objects
         if mode == 'sgcls':
             pred_boxes = gt_boxes
         else:
-            pred_boxes = boxes_check(require(sample, 'pred_instances.bboxes', device), sample,
-                                     'pred_instances.bboxes')
+            pred_boxes = boxes_check(_member(pred_instances, 'bboxes', sample, 'pred_instances.bboxes', device),
+                                     sample, 'pred_instances.bboxes')
             count = pred_boxes.shape[0]
         pred_labels = _labels(pred_labels_raw, count, num_classes, sample, 'pred_instances.labels', 'class',
                               validate)
-        pred_scores = require(sample, 'pred_instances.scores', device).float().reshape(-1)
+        pred_scores = _member(pred_instances, 'scores', sample, 'pred_instances.scores', device).float().reshape(-1)
         if validate:
             check_finite(pred_scores, sample, 'pred_instances.scores')
         if pred_scores.shape[0] != count:
             raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {pred_scores.numel()} '
                              f'entries, expected {count}')
     num_objects = pred_boxes.shape[0]
-    rel_pairs = _pairs(require(sample, 'pred_relations.pair_idxs', device), num_objects, sample,
-                       'pred_relations.pair_idxs', validate)
+    rel_pairs = _pairs(_member(pred_relations, 'pair_idxs', sample, 'pred_relations.pair_idxs', device),
+                       num_objects, sample, 'pred_relations.pair_idxs', validate)
     num_rel = rel_pairs.shape[0]
     rel_scores = rel_scores.float()
     if validate:
@@ -335,48 +359,246 @@ def _lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> T
     return torch.arange(width, device=device)[None, :] < lengths_t[:, None]
 
 
-def _batch_is_valid(b: 'SceneGraphBatch', items: List[dict], num_classes: int, num_predicates: int) -> bool:
-    """Every value check of :func:`read_scene_graph` at once on the padded batch (one host sync)."""
+def _valid_mask(lengths: Optional[List[int]], batch: int, width: int, device: torch.device) -> Tensor:
+    """[B, width] True on real entries; ``lengths`` None = every image has ``width`` entries."""
+    if lengths is None:
+        return torch.ones((batch, width), dtype=torch.bool, device=device)
+    return _lengths_mask(lengths, width, device)
+
+
+@dataclass
+class _Padded:
+    """The fields of a batch padded to [B, ...], with per-image lengths (None = all equal, no padding)."""
+    sample_idx: Tensor
+    pred_boxes: Tensor
+    pred_labels: Tensor
+    pred_scores: Tensor
+    gt_boxes: Tensor
+    gt_labels: Tensor
+    gt_pairs: Tensor
+    gt_predicates: Tensor
+    rel_pairs: Tensor
+    num_pred: Optional[List[int]]
+    num_gt: Optional[List[int]]
+    num_gt_rel: Optional[List[int]]
+    num_rel: List[int]
+    raw_scores: List[Tensor]        # per image [R_b, P] or [R_b, P + 1] (single-label rows densified)
+    background: List[int]
+    single_label: List[bool]
+    given_scores: List[Tensor]      # the 1-D scores of single-label images
+    pred_masks: Optional[List[Tensor]] = None
+    gt_masks: Optional[List[Tensor]] = None
+
+
+def _lengths(tensors: List[Tensor], padded: Tensor) -> Optional[List[int]]:
+    """Per-image lengths, or None when they are all equal (no padding)."""
+    lengths = [t.shape[0] for t in tensors]
+    return None if lengths.count(padded.shape[1]) == len(lengths) else lengths
+
+
+def _stack_or_pad(tensors: List[Any], value: float) -> Tensor:
+    """:func:`_pad` for the fast reader: also accepts mmdet boxes objects; raises on anything irregular."""
+    try:
+        return torch.stack(tensors)
+    except TypeError:  # e.g. HorizontalBoxes: take their tensors
+        tensors[:] = [t if type(t) is Tensor else to_tensor(t, None, '') for t in tensors]
+        return _stack_or_pad(tensors, value)
+    except RuntimeError:  # different lengths (or devices, or trailing shapes: re-raised by pad_sequence)
+        return pad_sequence(tensors, batch_first=True, padding_value=value)
+
+
+class _NotFast(Exception):
+    """A batch the fast reader leaves to :func:`read_scene_graph` (which also names any bad field)."""
+
+
+def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
+                 device: Optional[torch.device]) -> _Padded:
+    """Read a batch of well-formed dict samples (what MMEngine's evaluator passes: ``DataSample.to_dict()``)
+    field by field, without the per-sample reader; raises :class:`_NotFast` for anything else (other
+    containers, single-label scores, shape or dtype surprises, mode mismatches)."""
+    try:
+        gt_inst = [s['gt_instances'] for s in samples]
+        gt_rel = [s['gt_relations'] for s in samples]
+        pred_rel = [s['pred_relations'] for s in samples]
+        produced = {s.get('pred_mode') for s in samples}
+        sample_idx = [s.get('sample_idx') for s in samples]
+        gt_boxes_list = [c['bboxes'] for c in gt_inst]
+        gt_labels_list = [c['labels'] for c in gt_inst]
+        gt_pairs_list = [c['pair_idxs'] for c in gt_rel]
+        gt_pred_list = [c['labels'] for c in gt_rel]
+        rel_pairs_list = [c['pair_idxs'] for c in pred_rel]
+        scores_list = [c['scores'] for c in pred_rel]
+        if mode != 'predcls':
+            pred_inst = [s['pred_instances'] for s in samples]
+            pred_labels_list = [c['labels'] for c in pred_inst]
+            pred_scores_list = [c['scores'] for c in pred_inst]
+            pred_boxes_list = [c['bboxes'] for c in pred_inst] if mode in ('sgdet', 'phrdet') else None
+        else:
+            pred_inst = [s.get('pred_instances') for s in samples]
+    except (KeyError, TypeError, AttributeError) as err:
+        raise _NotFast from err
+    if any(p in _STRENGTH and _STRENGTH[p] < _STRENGTH[mode] for p in produced):
+        raise _NotFast
+    try:
+        gt_boxes = _stack_or_pad(gt_boxes_list, 0.0)
+        gt_labels = _stack_or_pad(gt_labels_list, -1)
+        gt_pairs = _stack_or_pad(gt_pairs_list, 0)
+        gt_predicates = _stack_or_pad(gt_pred_list, -1)
+        rel_pairs = _stack_or_pad(rel_pairs_list, 0)
+        if mode != 'predcls':
+            pred_labels = _stack_or_pad(pred_labels_list, -1)
+            pred_scores = _stack_or_pad(pred_scores_list, 0.0)
+        if pred_boxes_list is not None if mode != 'predcls' else False:
+            pred_boxes = _stack_or_pad(pred_boxes_list, 0.0)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise _NotFast from err
+    num_gt = _lengths(gt_boxes_list, gt_boxes)
+    num_gt_rel = _lengths(gt_pairs_list, gt_pairs)
+    num_rel = [t.shape[0] for t in rel_pairs_list]
+    ok = (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
+          and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
+          and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
+                   or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
+          and _lengths(gt_labels_list, gt_labels) == num_gt and _lengths(gt_pred_list, gt_predicates) == num_gt_rel
+          and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in
+                  (num_predicates, num_predicates + 1) and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
+    if not ok:
+        raise _NotFast
+    batch = gt_boxes.shape[0]
+    if mode == 'predcls':
+        if any(p is not None and get_field(p, 'bboxes') is not None for p in pred_inst):
+            raise _NotFast  # the per-sample reader checks their count
+        pred_boxes, pred_labels, num_pred = gt_boxes, gt_labels, num_gt
+        pred_scores = _valid_mask(num_gt, batch, gt_boxes.shape[1], gt_boxes.device).float()
+    else:
+        if mode == 'sgcls':
+            pred_boxes, num_pred = gt_boxes, num_gt
+        else:
+            num_pred = _lengths(pred_boxes_list, pred_boxes)
+            if pred_boxes.dim() != 3 or pred_boxes.shape[2] != 4:
+                raise _NotFast
+        if (pred_labels.dim() != 2 or pred_labels.is_floating_point() or pred_scores.dim() != 2
+                or pred_labels.shape[1] != pred_boxes.shape[1] or pred_scores.shape[1] != pred_boxes.shape[1]
+                or _lengths(pred_labels_list, pred_labels) != num_pred
+                or _lengths(pred_scores_list, pred_scores) != num_pred):
+            raise _NotFast
+    try:
+        idx = torch.tensor([-1 if i is None else int(i) for i in sample_idx], dtype=torch.long)
+    except (TypeError, ValueError) as err:
+        raise _NotFast from err
+    fields = [gt_boxes.float(), gt_labels.long(), gt_pairs.long(), gt_predicates.long(), rel_pairs.long(),
+              pred_boxes.float(), pred_labels.long(), pred_scores.float()]
+    target = device or scores_list[0].device
+    if any(f.device != target for f in fields):
+        fields = [f.to(target) for f in fields]
+    if any(t.device != target for t in scores_list):
+        scores_list = [t.to(target) for t in scores_list]
+    gt_boxes, gt_labels, gt_pairs, gt_predicates, rel_pairs, pred_boxes, pred_labels, pred_scores = fields
+    return _Padded(sample_idx=idx.to(target), pred_boxes=pred_boxes, pred_labels=pred_labels,
+                   pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
+                   gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=num_pred, num_gt=num_gt,
+                   num_gt_rel=num_gt_rel, num_rel=num_rel, raw_scores=[t.float() for t in scores_list],
+                   background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
+                   single_label=[False] * batch, given_scores=[])
+
+
+def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device) -> _Padded:
+    """Pad the per-sample dicts of :func:`read_scene_graph`."""
+    if any(it['rel_scores'].device != device or it['gt_boxes'].device != device for it in items):
+        items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
+
+    def column(name: str, value: float) -> Tensor:
+        return _pad([it[name] for it in items], value) if items else torch.zeros(0, device=device)
+
+    return _Padded(
+        sample_idx=torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items],
+                                dtype=torch.long, device=device),
+        pred_boxes=column('pred_boxes', 0.0), pred_labels=column('pred_labels', -1),
+        pred_scores=column('pred_scores', 0.0), gt_boxes=column('gt_boxes', 0.0), gt_labels=column('gt_labels', -1),
+        gt_pairs=column('gt_pairs', 0), gt_predicates=column('gt_predicates', -1), rel_pairs=column('rel_pairs', 0),
+        num_pred=[it['pred_boxes'].shape[0] for it in items], num_gt=[it['gt_boxes'].shape[0] for it in items],
+        num_gt_rel=[it['gt_predicates'].shape[0] for it in items],
+        num_rel=[it['rel_pairs'].shape[0] for it in items], raw_scores=[it['rel_scores'] for it in items],
+        background=[it['background'] for it in items], single_label=[it['single_label'] for it in items],
+        given_scores=[it['given_scores'] for it in items if it['single_label']],
+        pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
+        gt_masks=[it['gt_masks'] for it in items] if with_masks else None)
+
+
+def _batch_is_valid(b: 'SceneGraphBatch', p: _Padded, num_classes: int, num_predicates: int,
+                    stacked_scores: Optional[Tensor]) -> bool:
+    """Every value check of :func:`read_scene_graph` at once on the padded batch (one host sync).
+
+    Each check is a min/max over the batch (padding masked out only where images differ in length).
+    """
     device = b.rel_valid.device
-    n_pred = [it['pred_boxes'].shape[0] for it in items]
-    n_gt = [it['gt_boxes'].shape[0] for it in items]
-    pred_valid = _lengths_mask(n_pred, b.pred_boxes.shape[1], device)
-    gt_obj_valid = _lengths_mask(n_gt, b.gt_boxes.shape[1], device)
-    bad = []
+    batch = b.rel_valid.shape[0]
+    lows, highs, finite = [], [], []
+
+    def within(values: Tensor, lengths: Optional[List[int]], low: int, high: Union[int, Tensor]) -> None:
+        """Expect low <= values < high (``high`` an int or per image [B, 1, 1]) on real entries."""
+        if values.numel() == 0:
+            return
+        if lengths is None and isinstance(high, int):
+            low_value, high_value = torch.aminmax(values)
+            lows.append(low_value - low)
+            highs.append(high_value - high + 1)
+            return
+        below = values - high  # must be < 0
+        if lengths is not None:
+            mask = _lengths_mask(lengths, values.shape[1], device).view(batch, -1, *([1] * (values.dim() - 2)))
+            values = torch.where(mask, values, torch.full_like(values, low))
+            below = torch.where(mask, below, torch.full_like(below, -1))
+        lows.append(values.amin() - low)
+        highs.append(below.amax() + 1)
+
     for boxes in (b.pred_boxes, b.gt_boxes):
-        bad.append(~torch.isfinite(boxes).all())
-        bad.append(((boxes[..., 2] < boxes[..., 0]) | (boxes[..., 3] < boxes[..., 1])).any())
-    bad.append(((b.pred_labels < 0) | (b.pred_labels >= num_classes))[pred_valid].any())
-    bad.append(((b.gt_labels < 0) | (b.gt_labels >= num_classes))[gt_obj_valid].any())
-    bad.append(~torch.isfinite(b.pred_scores).all())
-    bad.append(((b.gt_predicates < 0) | (b.gt_predicates >= num_predicates))[b.gt_valid].any())
-    n_gt_t = torch.tensor(n_gt, device=device)[:, None, None]
-    bad.append(((b.gt_pairs < 0) | (b.gt_pairs >= n_gt_t)).any(-1)[b.gt_valid].any())
-    n_pred_t = torch.tensor(n_pred, device=device)[:, None, None]
-    bad.append(((b.rel_pairs < 0) | (b.rel_pairs >= n_pred_t)).any(-1)[b.rel_valid].any())
-    if bool(torch.stack(bad).any()):
+        if boxes.numel():
+            finite.extend(torch.aminmax(boxes))
+            lows.append((boxes[..., 2:] >= boxes[..., :2]).all().long() - 1)  # x2 < x1 or y2 < y1: -1
+    if b.pred_scores.numel():
+        finite.extend(torch.aminmax(b.pred_scores))
+    within(b.pred_labels, p.num_pred, 0, num_classes)
+    within(b.gt_labels, p.num_gt, 0, num_classes)
+    within(b.gt_predicates, p.num_gt_rel, 0, num_predicates)
+    within(b.gt_pairs, p.num_gt_rel, 0, _bound(p.num_gt, b.gt_boxes.shape[1], device))
+    within(b.rel_pairs, None if all(r == b.rel_valid.shape[1] for r in p.num_rel) else p.num_rel, 0,
+           _bound(p.num_pred, b.pred_boxes.shape[1], device))
+    if stacked_scores is not None and stacked_scores.numel():
+        finite.extend(torch.aminmax(stacked_scores))  # min/max propagate NaN and expose +-inf
+    checks = []
+    if lows:
+        checks.append((torch.stack([v.long() for v in lows]) >= 0).all())
+    if highs:
+        checks.append((torch.stack([v.long() for v in highs]) <= 0).all())
+    if finite:
+        checks.append(torch.isfinite(torch.stack([v.float() for v in finite])).all())
+    if checks and not bool(torch.stack(checks).all()):
         return False
-    dense = [it['rel_scores'] for it in items if not it['single_label'] and it['rel_scores'].numel()]
-    # min/max propagate NaN and expose +-inf: one pass over each (contiguous) score matrix
-    if dense and not bool(torch.isfinite(torch.stack([torch.stack(torch.aminmax(m)) for m in dense])).all()):
-        return False
-    # single-label rows were densified with -inf on purpose; their given scores were checked in
-    # read_scene_graph only when validating, so check them here (they are small)
-    return all(bool(torch.isfinite(it['given_scores']).all()) for it in items if it['single_label'])
+    if stacked_scores is None:
+        dense = [m for m, single in zip(p.raw_scores, p.single_label) if not single and m.numel()]
+        if dense and not bool(torch.isfinite(torch.stack([torch.stack(torch.aminmax(m)) for m in dense])).all()):
+            return False
+    # single-label rows were densified with -inf on purpose; their given scores are checked here
+    return all(bool(torch.isfinite(s).all()) for s in p.given_scores)
+
+
+def _bound(lengths: Optional[List[int]], width: int, device: torch.device):
+    """Exclusive upper bound of object indices: ``width`` for all images, or per image [B, 1, 1]."""
+    if lengths is None or all(n == width for n in lengths):
+        return width
+    return torch.tensor(lengths, dtype=torch.long, device=device)[:, None, None]
 
 
 SMALL_BATCH_ROWS = 32768  # below this many score rows a batch is concatenated once (cheap), above kept as views
 
 
-def _best_probability(mats: List[Tensor], flat: Optional[Tensor], num_rel: List[int],
-                      device: torch.device) -> Tensor:
+def _best_probability(mats: List[Tensor], num_rel: List[int], device: torch.device) -> Tensor:
     """Padded [B, R] best non-background probability of each pair (reduced per image for large matrices)."""
     if not mats:
         return torch.zeros((0, 0), device=device)
     if mats[0].shape[1] == 0:
         return torch.zeros((len(mats), max(num_rel)), device=device)
-    if flat is not None:
-        return _pad(torch.split(flat.amax(dim=1), num_rel), 0.0)
     return _pad([m.amax(dim=1) for m in mats], 0.0)
 
 
@@ -384,46 +606,64 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
                          with_masks: bool = False, device: Optional[torch.device] = None) -> SceneGraphBatch:
     """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
 
+    Well-formed dict samples are read field by field; anything else goes through :func:`read_scene_graph`.
     Value checks run once on the padded batch; when one fails, the samples are re-read one by one with
-    full validation so the error names the sample and the field.
+    full validation so the error names the sample and the field. Fixed-size outputs (every image with the
+    same number of pairs and score columns) are stacked once and reduced with one ``max``.
     """
-    items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=False)
-             for s in samples]
-    device = items[0]['rel_pairs'].device if items else (device or torch.device('cpu'))
-    if any(it['rel_scores'].device != device or it['gt_boxes'].device != device for it in items):
-        items = [{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in it.items()} for it in items]
-    idx = torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items],
-                       dtype=torch.long, device=device)
-    num_rel = [it['rel_pairs'].shape[0] for it in items]
-    max_rel = max(num_rel) if items else 0
-    gt_valid = _lengths_mask([it['gt_predicates'].shape[0] for it in items],
-                             max((it['gt_predicates'].shape[0] for it in items), default=0), device)
-    mats = [it['rel_scores'].reshape(-1, num_predicates + it['background'])[:, it['background']:] for it in items]
+    if mode not in MODES:
+        raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+    padded = None
+    if samples and not with_masks:
+        try:
+            padded = _fast_padded(samples, mode, num_predicates, device)
+        except _NotFast:
+            padded = None
+    if padded is None:
+        items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=False)
+                 for s in samples]
+        device = items[0]['rel_pairs'].device if items else (device or torch.device('cpu'))
+        padded = _padded_from_items(items, with_masks, device)
+    device = padded.sample_idx.device
+    batch_size = len(padded.num_rel)
+    num_rel = padded.num_rel
+    max_rel = max(num_rel) if num_rel else 0
+    raw = padded.raw_scores
     num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
-    rel_valid = _lengths_mask(num_rel, max_rel, device)
-    flat = torch.cat(mats) if mats and sum(num_rel) <= SMALL_BATCH_ROWS else None
-    gc_prob = _best_probability(mats, flat, num_rel, device)
+    small = bool(num_rel) and sum(num_rel) <= SMALL_BATCH_ROWS
+    stacked = dense = flat = gc_pred = mats = None
+    if small and all(m.shape == raw[0].shape for m in raw) and len(set(padded.background)) == 1:
+        stacked = torch.stack(raw)  # one copy; views drop the background column
+        dense = stacked[..., padded.background[0]:]
+        flat = dense.reshape(-1, num_predicates)
+    else:
+        mats = [m[:, bg:] for m, bg in zip(raw, padded.background)]
+        if small:
+            flat = torch.cat(mats)
+    if flat is not None and num_predicates and flat.shape[0]:
+        values, gc_pred = flat.max(dim=1)  # the first maximal column, as argmax
+        if dense is not None:
+            gc_prob, gc_pred = values.view(dense.shape[:2]), gc_pred.view(dense.shape[:2])
+        else:
+            gc_prob, gc_pred = _pad(torch.split(values, num_rel), 0.0), _pad(torch.split(gc_pred, num_rel), 0)
+    elif mats is not None:
+        gc_prob = _best_probability(mats, num_rel, device)
+    else:
+        gc_prob = torch.zeros((batch_size, max_rel), device=device)
     batch = SceneGraphBatch(
-        sample_idx=idx,
-        pred_boxes=_pad([it['pred_boxes'] for it in items], 0.0),
-        pred_labels=_pad([it['pred_labels'] for it in items], -1),
-        pred_scores=_pad([it['pred_scores'] for it in items], 0.0),
-        gt_boxes=_pad([it['gt_boxes'] for it in items], 0.0),
-        gt_labels=_pad([it['gt_labels'] for it in items], -1),
-        gt_pairs=_pad([it['gt_pairs'] for it in items], 0),
-        gt_predicates=_pad([it['gt_predicates'] for it in items], -1),
-        gt_valid=gt_valid,
-        rel_pairs=_pad([it['rel_pairs'] for it in items], 0),
-        rel_valid=rel_valid,
-        num_rel_preds=num_rel_t,
-        rel_score_list=mats,
-        rel_flat=flat,
-        rel_start=torch.cumsum(num_rel_t, 0) - num_rel_t,
-        gc_prob=gc_prob,
-        pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
-        gt_masks=[it['gt_masks'] for it in items] if with_masks else None,
-    )
-    if not _batch_is_valid(batch, items, num_classes, num_predicates):
+        sample_idx=padded.sample_idx, pred_boxes=padded.pred_boxes, pred_labels=padded.pred_labels,
+        pred_scores=padded.pred_scores, gt_boxes=padded.gt_boxes, gt_labels=padded.gt_labels,
+        gt_pairs=padded.gt_pairs, gt_predicates=padded.gt_predicates,
+        gt_valid=_valid_mask(padded.num_gt_rel, batch_size, padded.gt_predicates.shape[1] if batch_size else 0,
+                             device),
+        rel_pairs=padded.rel_pairs, rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel)
+                                                          else num_rel, batch_size, max_rel, device),
+        num_rel_preds=num_rel_t, rel_score_list=mats, rel_flat=flat,
+        rel_start=torch.cumsum(num_rel_t, 0) - num_rel_t, rel_dense=dense, gc_pred=gc_pred,
+        has_single_label=any(padded.single_label), gc_prob=gc_prob, num_predicate_classes=num_predicates,
+        pred_masks=padded.pred_masks, gt_masks=padded.gt_masks)
+    if not _batch_is_valid(batch, padded, num_classes, num_predicates,
+                           None if batch.has_single_label else stacked):
         for s in samples:  # raises the precise error
             read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, validate=True)
         raise ValueError('invalid values in the batch of samples '

@@ -26,18 +26,22 @@ def box_iou(boxes_a: Tensor, boxes_b: Tensor, plus_one: bool = False) -> Tensor:
     Leading dimensions broadcast (a batch of images). ``plus_one`` selects the legacy +1-pixel convention.
     A pair of zero-area boxes (continuous convention) has IoU 0, not NaN.
     """
-    a = boxes_a.float()
-    b = boxes_b.float()
-    extra = 1.0 if plus_one else 0.0
-    area_a = box_area(a, plus_one)
-    area_b = box_area(b, plus_one)
-    lt = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
-    rb = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
-    wh = (rb - lt + extra).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    union = area_a[..., :, None] + area_b[..., None, :] - inter
-    iou = inter / union
-    return torch.nan_to_num(iou, nan=0.0)
+    return torch.nan_to_num(box_iou_unchecked(boxes_a, boxes_b, plus_one), nan=0.0)
+
+
+def box_iou_unchecked(boxes_a: Tensor, boxes_b: Tensor, plus_one: bool = False) -> Tensor:
+    """:func:`box_iou` without the NaN clean-up: 0/0 (two zero-area boxes, continuous convention) is NaN,
+    which compares False with any threshold (the hot path only asks ``iou >= thr`` for ``thr > 0``)."""
+    ax1, ay1, ax2, ay2 = boxes_a.float().unbind(-1)
+    bx1, by1, bx2, by2 = boxes_b.float().unbind(-1)
+    width = torch.minimum(ax2[..., :, None], bx2[..., None, :]).sub_(torch.maximum(ax1[..., :, None], bx1[..., None, :]))
+    height = torch.minimum(ay2[..., :, None], by2[..., None, :]).sub_(torch.maximum(ay1[..., :, None], by1[..., None, :]))
+    if plus_one:
+        width.add_(1.0)
+        height.add_(1.0)
+    inter = width.clamp_(min=0).mul_(height.clamp_(min=0))
+    union = (box_area(boxes_a, plus_one)[..., :, None] + box_area(boxes_b, plus_one)[..., None, :]).sub_(inter)
+    return inter.div_(union)
 
 
 def paired_box_iou(boxes_a: Tensor, boxes_b: Tensor, plus_one: bool = False) -> Tensor:

@@ -4,12 +4,12 @@ A predicted triplet j hits GT relation g when subject class, predicate and objec
 the subject IoU and the object IoU are >= ``iou_thr`` (or, for phrase detection, the IoU of the union boxes).
 No one-to-one assignment: one prediction may hit several GT relations and vice versa.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from .boxes import box_iou, union_boxes
+from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
 
 NO_HIT = 2 ** 30  # rank of a GT relation that no prediction hits
 
@@ -52,6 +52,60 @@ def triplet_hits(pred_subject: Tensor, pred_object: Tensor, pred_predicate: Tens
     sub_ok = gather_pair_iou(object_iou, pred_subject, gt_subject) >= iou_thr
     obj_ok = gather_pair_iou(object_iou, pred_object, gt_object) >= iou_thr
     return same & sub_ok & obj_ok
+
+
+def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
+                       iou_thr: float, plus_one: bool = False) -> Tensor:
+    """[B, N, M] bool: predicted object n of image b matches GT object m (same class and box IoU >= thr).
+
+    Padding labels are negative. On the CPU the IoU is computed only for the same-class pairs (a few
+    percent of N x M on VG-like data); on other devices the full matrix is computed (no host sync).
+    """
+    pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2))  # padding never
+    same_class = pred_labels[:, :, None] == gt_labels[:, None, :]                              # meets padding
+    if same_class.device.type != 'cpu':
+        iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
+            box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
+        return same_class & (iou >= iou_thr)
+    batch, num_pred, num_gt = same_class.shape
+    flat = same_class.view(-1).nonzero().squeeze(1)
+    pred_row = flat // num_gt  # b * N + n
+    gt_row = flat // (num_pred * num_gt) * num_gt + flat % num_gt  # b * M + m
+    iou = paired_box_iou(pred_boxes.reshape(-1, 4).index_select(0, pred_row),
+                         gt_boxes.reshape(-1, 4).index_select(0, gt_row), plus_one)
+    out = torch.zeros(same_class.numel(), dtype=torch.bool, device=same_class.device)
+    out[flat] = iou >= iou_thr
+    return out.view(batch, num_pred, num_gt)
+
+
+def relation_end_matches(object_matches: Tensor, gt_subject: Tensor, gt_object: Tensor,
+                         gt_valid: Tensor) -> Tuple[Tensor, Tensor]:
+    """Predicted objects that match the subject / the object of each GT relation: two [B, N, G] bool.
+
+    ``object_matches`` [B, N, M] (see :func:`box_object_matches`); padded GT relations match nothing.
+    """
+    num_pred = object_matches.shape[1]
+    subject_ok = object_matches.gather(2, gt_subject[:, None, :].expand(-1, num_pred, -1))
+    object_ok = object_matches.gather(2, gt_object[:, None, :].expand(-1, num_pred, -1))
+    return subject_ok & gt_valid[:, None, :], object_ok
+
+
+def ranked_list_hits(subject_ok: Tensor, object_ok: Tensor, pred_subject: Tensor, pred_object: Tensor,
+                     pred_predicate: Tensor, pred_valid: Tensor, gt_predicate: Tensor) -> Tensor:
+    """Hit matrix [B, J, G] of a ranked list of J (subject idx, object idx, predicate) entries per image.
+
+    Equal to :func:`triplet_hits` for box/mask matching, from :func:`relation_end_matches`'s tables: a row
+    lookup per entry instead of gathers over every (entry, GT relation) pair.
+    """
+    batch, num_pred, num_gt = subject_ok.shape
+    length = pred_subject.shape[1]
+    if num_pred == 0 or length == 0 or num_gt == 0:
+        return torch.zeros((batch, length, num_gt), dtype=torch.bool, device=subject_ok.device)
+    base = torch.arange(batch, device=subject_ok.device)[:, None] * num_pred
+    sub = subject_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_subject + base).reshape(-1))
+    obj = object_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_object + base).reshape(-1))
+    hits = (sub & obj).view(batch, length, num_gt)
+    return hits & (pred_predicate[:, :, None] == gt_predicate[:, None, :]) & pred_valid[:, :, None]
 
 
 def first_hit_rank(hits: Tensor, list_valid: Optional[Tensor] = None) -> Tensor:

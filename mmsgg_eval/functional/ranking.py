@@ -4,7 +4,7 @@ All functions take a batch of B images padded to a common length; ``valid`` mask
 Scores are float32; ordering is descending and STABLE (ties keep their input order), so a list that is
 already sorted by its key is returned unchanged.
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -16,13 +16,14 @@ def sortable_key(scores: Tensor) -> Tensor:
     return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
 
 
-def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor, Tensor]:
     """Exact stable descending top-``k`` of each row of ``scores`` [B, L] (float32, no NaN).
 
-    Invalid entries come after every valid one. Returns ``(index [B, k'], valid [B, k'])`` with
-    k' = min(k, L); ``valid`` is False where a row has fewer than k' valid entries. Long rows first try a
-    float ``topk``, exact when no two selected values tie and the k-th value is unique; otherwise each entry
-    gets a unique int64 key (score bits, then reversed position), so one ``topk`` gives the stable order.
+    Invalid entries (``valid`` [B, L] False; None = all valid) come after every valid one. Returns
+    ``(index [B, k'], valid [B, k'])`` with k' = min(k, L); ``valid`` is False where a row has fewer than k'
+    valid entries. Long rows first try a float ``topk`` of k' + 1 entries, exact when no two selected
+    values tie and the k'-th is strictly above the next; otherwise each entry gets a unique int64 key
+    (score bits, then reversed position), so one ``topk`` gives the stable order.
     """
     batch, length = scores.shape
     k = min(int(k), length)
@@ -31,13 +32,17 @@ def stable_topk(scores: Tensor, valid: Tensor, k: int) -> Tuple[Tensor, Tensor]:
         return empty, empty.bool()
     if length > 4 * k:
         # fast path: a float top-k is already the stable order when no tie touches it
-        keyed = torch.where(valid, scores.float(), torch.tensor(float('-inf'), device=scores.device))
-        values, order = torch.topk(keyed, k, dim=1, sorted=True)
-        kth = values[:, -1:]
-        untied = ~(values[:, 1:] == values[:, :-1]).any() & \
-            (torch.count_nonzero(keyed == kth, dim=1) == 1).all() & torch.isfinite(kth).all()
+        keyed = scores.float() if valid is None else \
+            torch.where(valid, scores.float(), torch.tensor(float('-inf'), device=scores.device))
+        values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
+        kth = values[:, k - 1]
+        untied = ~(values[:, 1:k] == values[:, :k - 1]).any() & (kth > values[:, k]).all() & \
+            torch.isfinite(kth).all()
         if bool(untied):
-            return order, valid.gather(1, order)
+            order = order[:, :k]
+            return order, (torch.ones_like(order, dtype=torch.bool) if valid is None else valid.gather(1, order))
+    if valid is None:
+        valid = torch.ones_like(scores, dtype=torch.bool)
     reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)
     key = (sortable_key(scores) << 32) + reversed_pos
     key = torch.where(valid, key, torch.iinfo(torch.long).min + reversed_pos)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .boxes import box_iou, mask_iou
-from .matching import first_hit_rank, triplet_hits
+from .matching import box_object_matches, first_hit_rank, ranked_list_hits, relation_end_matches, triplet_hits
 from .ranking import stable_topk, triplet_scores
 
 
@@ -33,6 +33,16 @@ def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
     return out
 
 
+def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) -> Tensor:
+    """[B, N, M] bool: predicted object n matches GT object m (same class, box or mask IoU >= ``iou_thr``)."""
+    if not use_masks:
+        return box_object_matches(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, iou_thr,
+                                  plus_one)
+    iou = object_iou_matrix(batch, plus_one, use_masks=True)
+    pred_labels = torch.where(batch.pred_labels >= 0, batch.pred_labels, torch.full_like(batch.pred_labels, -2))
+    return (pred_labels[:, :, None] == batch.gt_labels[:, None, :]) & (iou >= iou_thr)
+
+
 def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     """Exact stable top-``ng_topk`` of all (pair, predicate) scores ``pair_score * prob`` of every image.
 
@@ -43,6 +53,12 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``.
     """
     num_pred = batch.num_predicates
+    if batch.rel_dense is not None:
+        # every image has the same pairs count (fixed top-K outputs): rank the whole [B, R * P] matrix at once
+        scores = batch.rel_dense * pair_score[..., None]
+        valid = (batch.rel_dense != float('-inf')).flatten(1) if batch.has_single_label else None
+        flat_order, flat_valid = stable_topk(scores.flatten(1), valid, ng_topk)
+        return flat_order // max(num_pred, 1), flat_order % max(num_pred, 1), flat_valid
     best = pair_score * batch.gc_prob  # == max over p of pair_score * prob_p (rounding is monotone)
     order, valid = stable_topk(best, batch.rel_valid, ng_topk)
     inf = torch.tensor(float('inf'), device=best.device)
@@ -51,12 +67,6 @@ def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
     enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
     threshold = torch.where(enough, kth, -inf)
     candidate = batch.rel_valid & (best >= threshold)
-    if batch.rel_flat is not None and bool(candidate.all()):
-        # every image has the same number of pairs and all are candidates (fixed top-K outputs): no gather
-        raw = batch.rel_flat.view(best.shape[0], best.shape[1], num_pred)
-        scores = raw * pair_score[..., None]
-        flat_order, flat_valid = stable_topk(scores.flatten(1), (raw != float('-inf')).flatten(1), ng_topk)
-        return flat_order // max(num_pred, 1), flat_order % max(num_pred, 1), flat_valid
     image, pos = candidate.nonzero(as_tuple=True)  # row-major: image, then pair order
     raw = batch.score_rows(image, pos)
     counts = torch.bincount(image, minlength=best.shape[0])
@@ -87,16 +97,25 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
     object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
     gc_score = triplet_scores(batch.gc_prob, subject_score, object_score)
-    iou = None if phrase else object_iou_matrix(batch, plus_one, use_masks)
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
+    if phrase:
+        def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
+            pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
+            return triplet_hits(pairs[..., 0], pairs[..., 1], pred_of_entry, valid, batch.pred_labels,
+                                gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
+                                pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes, phrase=True,
+                                plus_one=plus_one)
+    else:
+        subject_ok, object_ok = relation_end_matches(object_match_matrix(batch, iou_thr, plus_one, use_masks),
+                                                     gt_sub, gt_obj, batch.gt_valid)
+
+        def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
+            return ranked_list_hits(subject_ok, object_ok, batch.rel_pairs[..., 0].gather(1, pair_index),
+                                    batch.rel_pairs[..., 1].gather(1, pair_index), pred_of_entry, valid,
+                                    batch.gt_predicates)
 
     def ranks_of(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor, list_valid: Optional[Tensor] = None):
-        pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
-        hits = triplet_hits(pairs[..., 0], pairs[..., 1], pred_of_entry, valid, batch.pred_labels,
-                            gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
-                            object_iou=iou, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
-                            phrase=phrase, plus_one=plus_one)
-        return first_hit_rank(hits, list_valid)
+        return first_hit_rank(list_hits(pair_index, valid, pred_of_entry), list_valid)
 
     if rank_by == 'given':
         length = min(max_k, batch.rel_valid.shape[1])

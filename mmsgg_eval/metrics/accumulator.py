@@ -34,6 +34,7 @@ class RowAccumulator:
         self._chunks: Dict[str, List[Columns]] = {t: [] for t in self.schema}
         self._calls = 0
         self._auto_ids = 0
+        self._sources: List[object] = []
 
     def number_missing(self, idx: Tensor, owner: str) -> Tensor:
         """Replace missing ``sample_idx`` (-1) in place by ids in processing order (single process only).
@@ -86,6 +87,18 @@ class RowAccumulator:
                 chunk[name] = value.to(dtype)
             self._chunks[table].append(chunk)
         self._calls += 1
+        self._sources.append(rows)
+
+    def holds_same_rows(self, sources: Optional[List[object]]) -> bool:
+        """True when this accumulator was fed exactly the row objects ``sources`` (see :attr:`sources`), in
+        order: its :meth:`reduce` would then return the same tables."""
+        return sources is not None and len(sources) == len(self._sources) and \
+            all(a is b for a, b in zip(sources, self._sources))
+
+    @property
+    def sources(self) -> List[object]:
+        """The row dicts given to :meth:`add` since the last reset (kept alive with their chunks)."""
+        return self._sources
 
     def payload_bytes(self) -> int:
         """Bytes this rank sends at :meth:`reduce` (row payload plus the length exchange)."""

@@ -19,8 +19,10 @@ from ..reports import dump_metric_json, format_scene_graph_report, log_block, wr
 from .accumulator import RowAccumulator
 from .predicate_groups import resolve_groups
 
-# rows of the last processed batch, shared by SGRecall / SGMeanRecall with identical settings
+# rows of the last processed batch, and the last epoch summary, shared by SGRecall / SGMeanRecall with
+# identical settings in one evaluator (they see the same batches)
 _LAST_ROWS: Dict[str, Any] = {}
+_LAST_SUMMARY: Dict[str, Any] = {}
 
 
 class SceneGraphMetric(BaseMetric):
@@ -166,6 +168,12 @@ class SceneGraphMetric(BaseMetric):
                 self.iou_thr,
                 self.plus_one, self.rank, self.match, len(self.classes), len(self.predicates), zs_key)
 
+    def _summary_key(self, size: int) -> tuple:
+        """Everything :meth:`summarize` depends on besides the rows."""
+        return (type(self).__mro__[1], size, self.mode, self.topk, self.skip_empty_predictions, self.mr_average,
+                self.recall_average, repr(self.user_zeroshot is None or self.user_zeroshot.tolist()),
+                repr(self.user_groups), id(self._dataset_meta))
+
     def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
         classes, predicates = self.classes, self.predicates
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates),
@@ -199,9 +207,17 @@ class SceneGraphMetric(BaseMetric):
 
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: int) -> Dict[str, Any]:
-        tables = self.accumulator.reduce_to_cpu(size, type(self).__name__)
+        key = self._summary_key(size)
+        if _LAST_SUMMARY.get('key') == key and self.accumulator.holds_same_rows(_LAST_SUMMARY.get('sources')):
+            # SGRecall + SGMeanRecall in one evaluator: same rows on every rank, so the same reduced tables
+            summary = dict(_LAST_SUMMARY['summary'])
+            self.accumulator.reset()
+        else:
+            sources = self.accumulator.sources
+            tables = self.accumulator.reduce_to_cpu(size, type(self).__name__)
+            summary = self.summarize(tables)
+            _LAST_SUMMARY.update(key=key, sources=sources, summary=dict(summary))
         _LAST_ROWS.clear()
-        summary = self.summarize(tables)
         self.last_report = summary
         keys = {k: v for k, v in summary['metrics'].items() if self._wanted(k)}
         metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
@@ -307,8 +323,9 @@ class SceneGraphMetric(BaseMetric):
         per_predicate = {
             self.predicates[i]: {f'R@{k}': 100.0 * float(per_pred[j, i]) for j, k in enumerate(ks)}
             for i in order}
+        num_gt = torch.bincount(pred, minlength=num_pred_classes).tolist()
         for i in order:
-            per_predicate[self.predicates[i]]['num_gt'] = int((pred == i).sum())
+            per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
         return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()}}
