@@ -1,6 +1,6 @@
 """Random scene-graph samples for differential tests: the same image as a metric input dict (SPEC 1)
 and as plain Python lists for the loop reference."""
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -22,8 +22,11 @@ def _jitter(rng, boxes, int_boxes, scale=4.0):
 
 def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int = 4, num_predicates: int = 5,
                  int_boxes: bool = True, score_format: str = 'bg', max_objects: int = 7,
-                 empty_pred_prob: float = 0.1, tie_prob: float = 0.3) -> Tuple[dict, dict]:
-    m = int(rng.integers(0, max_objects + 1))
+                 empty_pred_prob: float = 0.1, tie_prob: float = 0.3,
+                 fixed_pairs: Optional[int] = None) -> Tuple[dict, dict]:
+    """``fixed_pairs``: every image gets ``max_objects`` GT objects, ``2 * max_objects`` detections (SGDet /
+    PhrDet) and exactly that many predicted pairs (fixed-size model outputs, the stacked batch path)."""
+    m = max_objects if fixed_pairs else int(rng.integers(0, max_objects + 1))
     gt_boxes = _boxes(rng, m, int_boxes)
     if m >= 2 and rng.random() < 0.5:  # same-class overlapping boxes -> many-to-many matches
         gt_boxes[1] = _jitter(rng, gt_boxes[:1], int_boxes, 1.0)[0]
@@ -44,7 +47,7 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
         pred_boxes = gt_boxes
         pred_labels = np.where(rng.random(m) < 0.7, gt_labels, rng.integers(0, num_classes, size=m))
     else:
-        n = int(rng.integers(0, 2 * max_objects + 1))
+        n = 2 * max_objects if fixed_pairs else int(rng.integers(0, 2 * max_objects + 1))
         src = gt_boxes[rng.integers(0, m, size=n)] if m else _boxes(rng, n, int_boxes)
         pred_boxes = _jitter(rng, src, int_boxes) if n else np.zeros((0, 4))
         pred_labels = rng.integers(0, num_classes, size=n)
@@ -55,7 +58,11 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
             pred_labels[near] = gt_labels[pick[near]]
     pred_scores = np.round(rng.uniform(0.1, 1.0, size=n), 1).astype(np.float32)
     all_pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    if all_pairs and rng.random() > empty_pred_prob:
+    if fixed_pairs:
+        chosen = rng.choice(len(all_pairs), min(fixed_pairs, len(all_pairs)), replace=False)
+        pairs = [all_pairs[i] for i in chosen]
+        pairs = [pairs[i % len(pairs)] for i in range(fixed_pairs)]  # repeated pairs when there are too few
+    elif all_pairs and rng.random() > empty_pred_prob:
         take = int(rng.integers(1, len(all_pairs) + 1))
         chosen = rng.choice(len(all_pairs), take, replace=False)
         pairs = [all_pairs[i] for i in chosen]

@@ -40,3 +40,29 @@ def test_padding_duplicates_are_counted_once_in_one_process():
     metric.process({}, samples)
     metric.process({}, samples[:3])  # padding-style repeats
     assert metric.evaluate(10) == once
+
+
+def evaluate_shard_in_one_evaluator(rank, world_size, mode, batch_size):
+    """SGRecall + SGMeanRecall fed the same batch objects, as mmengine's Evaluator does (shared rows and
+    shared epoch summary), on fixed-size outputs (the stacked batch path)."""
+    samples, _ = random_dataset(43, LENGTH, mode, fixed_pairs=10)
+    mine = [samples[i] for i in padded_shard(LENGTH, world_size, rank)]
+    metrics = [cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (1, 2, 3)]) for cls in (SGRecall, SGMeanRecall)]
+    for metric in metrics:
+        metric.dataset_meta = META
+    for start in range(0, len(mine), batch_size):
+        batch = mine[start:start + batch_size]
+        for metric in metrics:
+            metric.process({}, batch)
+    out = {}
+    for metric in metrics:
+        out.update(metric.evaluate(LENGTH))
+    return out
+
+
+@pytest.mark.parametrize('world_size', [2, 3])
+def test_distributed_one_evaluator_equals_single_process(world_size):
+    single = evaluate_shard_in_one_evaluator(0, 1, 'sgdet', 5)
+    for res in run_distributed(evaluate_shard_in_one_evaluator, world_size, 'sgdet', 2):
+        assert res == single
+    assert single['sgdet/R@100'] > 0 and single['sgdet/mR@100'] > 0

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mmsgg_eval.metrics import SGRecall
+from mmsgg_eval.structures import read_scene_graph as READ_SCENE_GRAPH
 from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
 from tests.test_scene_graph_metrics import META
 
@@ -126,3 +127,65 @@ def test_metric_mode_the_model_does_not_produce():
     metric = SGRecall(mode='predcls')
     metric.dataset_meta = META
     metric.process({}, [sample])  # a stronger metric mode than produced is fine the other way round
+
+
+BATCH_FIELDS = ('sample_idx', 'pred_boxes', 'pred_labels', 'pred_scores', 'gt_boxes', 'gt_labels', 'gt_pairs',
+                'gt_predicates', 'gt_valid', 'rel_pairs', 'rel_valid', 'num_rel_preds', 'gc_prob')
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgcls', 'sgdet'])
+@pytest.mark.parametrize('fixed_pairs', [None, 9])
+def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pairs):
+    """Dict samples are read field by field (no per-sample reader); the batch equals the per-sample one."""
+    from mmsgg_eval import structures
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(3, 12, mode, fixed_pairs=fixed_pairs, num_classes=4, num_predicates=5)
+    fast = structures.collate_scene_graphs(samples, mode, 4, 5)
+
+    def refuse(*args, **kwargs):
+        raise structures._NotFast
+
+    calls = []
+    monkeypatch.setattr(structures, 'read_scene_graph',
+                        lambda *a, **k: calls.append(1) or READ_SCENE_GRAPH(*a, **k))
+    structures.collate_scene_graphs(samples, mode, 4, 5)
+    assert not calls  # the field-wise reader took the whole batch
+    monkeypatch.setattr(structures, '_fast_padded', refuse)
+    slow = structures.collate_scene_graphs(samples, mode, 4, 5)
+    assert calls
+    for name in BATCH_FIELDS:
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert (fast.rel_dense is not None) == (fixed_pairs is not None)
+
+
+def test_fieldwise_reader_takes_mmdet_boxes_and_falls_back_on_other_containers():
+    from mmengine.structures import InstanceData
+    from mmsgg_eval.structures import collate_scene_graphs
+    boxes_cls = pytest.importorskip('mmdet.structures.bbox').HorizontalBoxes
+    plain = good_sample()
+    boxed = good_sample()
+    boxed['gt_instances']['bboxes'] = boxes_cls(boxed['gt_instances']['bboxes'])
+    as_elements = good_sample()
+    as_elements['pred_instances'] = InstanceData(**as_elements['pred_instances'])
+    for other in (boxed, as_elements):
+        other['pred_relations']['scores'] = plain['pred_relations']['scores']
+    ref = collate_scene_graphs([plain], 'sgdet', 4, 5)
+    for other in (boxed, as_elements):
+        batch = collate_scene_graphs([other], 'sgdet', 4, 5)
+        for name in BATCH_FIELDS:
+            assert torch.equal(getattr(batch, name), getattr(ref, name)), name
+
+
+def test_bad_value_in_a_large_fixed_size_batch_names_its_sample():
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(0, 20, 'sgdet', fixed_pairs=6, num_classes=4, num_predicates=5)
+    samples[13]['pred_relations']['scores'][2, 3] = float('nan')
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match=r'sample_idx=13.*pred_relations\.scores'):
+        metric.process({}, samples)
+    samples, _ = random_dataset(0, 20, 'sgdet', fixed_pairs=6, num_classes=4, num_predicates=5)
+    samples[7]['pred_relations']['pair_idxs'][0, 1] = 14  # 14 detections: indices 0..13
+    with pytest.raises(ValueError, match=r'sample_idx=7.*pred_relations\.pair_idxs'):
+        metric.process({}, samples)

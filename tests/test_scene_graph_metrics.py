@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+from mmsgg_eval.structures import collate_scene_graphs
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
 
@@ -192,3 +193,54 @@ def test_shared_rows_between_metrics_of_one_evaluator():
     res = evaluator.evaluate(16)
     got = {k.split('/', 1)[1]: v for k, v in res.items() if not k.endswith('per_predicate_recall')}
     assert got == expected
+
+
+@pytest.mark.parametrize('mode,score_format', [('predcls', 'bg'), ('sgdet', 'bg'), ('sgdet', 'nobg'),
+                                               ('sgcls', 'single'), ('phrdet', 'bg')])
+def test_differential_fixed_size_outputs(mode, score_format):
+    """Every image with the same number of pairs and score columns: the stacked [B, R, P] path, whose
+    no-graph-constraint list ranks all B x R x P entries at once (long rows: the float top-k fast path, or
+    the exact key path when ties touch the top)."""
+    for seed, (pairs, ng_topk, batch_size) in enumerate([(12, 7, 30), (30, 25, 8), (5, 100, 30), (20, 3, 1)]):
+        samples, refs = random_dataset(seed + 1000, 30, mode, score_format=score_format, max_objects=6,
+                                       fixed_pairs=pairs, tie_prob=0.5 if seed % 2 else 0.0,
+                                       num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+        stacked = collate_scene_graphs(samples[:batch_size], mode, NUM_CLASSES, NUM_PREDICATES)
+        assert stacked.rel_dense is not None and stacked.rel_dense.shape[:2] == (min(batch_size, 30), pairs)
+        ours = run_metrics(samples, batch_size=batch_size, mode=mode, iou_plus_one=bool(seed % 2),
+                           topk=(1, 5, 20), ng_topk=ng_topk, predicate_groups=GROUPS)
+        ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 5, 20), plus_one=bool(seed % 2),
+                                ng_topk=ng_topk, groups=GROUP_IDX)
+        assert_same(ours, ref)
+
+
+def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
+    """SGRecall + SGMeanRecall fed the same batch objects (as mmengine's Evaluator does) compute each batch
+    and the epoch summary once; the numbers equal separate runs."""
+    samples, _ = random_dataset(5, 40, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    separate = run_metrics(samples, batch_size=6, mode='sgdet', predicate_groups=GROUPS)
+    metrics = [cls(mode='sgdet', predicate_groups=GROUPS) for cls in (SGRecall, SGMeanRecall)]
+    for m in metrics:
+        m.dataset_meta = META
+    for start in range(0, len(samples), 6):
+        batch = samples[start:start + 6]
+        for m in metrics:
+            m.process({}, batch)
+    assert metrics[1].accumulator.holds_same_rows(metrics[0].accumulator.sources)
+    together = {}
+    for m in metrics:
+        together.update({k[len('sgdet/'):]: v for k, v in m.evaluate(len(samples)).items()
+                         if not k.endswith('per_predicate_recall')})
+    assert together == separate
+    # a metric with other summary settings in the same evaluator shares the rows, not the summary
+    trio = [cls(mode='sgdet', predicate_groups=GROUPS, **kw)
+            for cls, kw in ((SGRecall, {}), (SGMeanRecall, {}), (SGRecall, dict(recall_average='micro')))]
+    for m in trio:
+        m.dataset_meta = META
+    for start in range(0, len(samples), 6):
+        batch = samples[start:start + 6]
+        for m in trio:
+            m.process({}, batch)
+    results = [m.evaluate(len(samples)) for m in trio]
+    micro = run_metrics(samples, batch_size=6, mode='sgdet', recall_average='micro', predicate_groups=GROUPS)
+    assert results[2]['sgdet/R@50'] == micro['R@50'] != results[0]['sgdet/R@50']
