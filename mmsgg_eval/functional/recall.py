@@ -114,20 +114,18 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
                                     batch.rel_pairs[..., 1].gather(1, pair_index), pred_of_entry, valid,
                                     batch.gt_predicates)
 
-    def ranks_of(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor, list_valid: Optional[Tensor] = None):
-        return first_hit_rank(list_hits(pair_index, valid, pred_of_entry), list_valid)
-
+    lists = []  # (name, pair index [B, J], entry valid [B, J], predicate [B, J], sub-list mask or None)
     if rank_by == 'given':
         length = min(max_k, batch.rel_valid.shape[1])
         gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
         gc_valid = batch.rel_valid[:, :length]
     else:
         gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
-    out = {'gc': ranks_of(gc_order, gc_valid, batch.gc_predicate_at(gc_order, gc_valid))}
+    lists.append(('gc', gc_order, gc_valid, batch.gc_predicate_at(gc_order, gc_valid), None))
 
     pair_score = subject_score.float() * object_score.float()
     ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, ng_topk, pair_score)
-    out['ngc'] = ranks_of(ng_pair, ng_valid, ng_pred)
+    lists.append(('ngc', ng_pair, ng_valid, ng_pred, None))
 
     if with_pair_accuracy:
         # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
@@ -137,10 +135,18 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
             # the sub-list positions are counted by first_hit_rank through list_valid
-            out['pair_acc'] = ranks_of(order, in_gt, batch.gc_predicate_at(order, in_gt), list_valid=in_gt)
+            lists.append(('pair_acc', order, in_gt, batch.gc_predicate_at(order, in_gt), in_gt))
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            out['pair_acc'] = ranks_of(acc_order, acc_valid, batch.gc_predicate_at(acc_order, acc_valid))
+            lists.append(('pair_acc', acc_order, acc_valid, batch.gc_predicate_at(acc_order, acc_valid), None))
+
+    # one hit matrix for all lists side by side, then each list's first hit
+    hits = list_hits(torch.cat([entry[1] for entry in lists], 1), torch.cat([entry[2] for entry in lists], 1),
+                     torch.cat([entry[3] for entry in lists], 1))
+    out, start = {}, 0
+    for name, pair_index, _, _, list_valid in lists:
+        out[name] = first_hit_rank(hits[:, start:start + pair_index.shape[1]], list_valid)
+        start += pair_index.shape[1]
     return out
 
 
