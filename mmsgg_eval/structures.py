@@ -497,7 +497,8 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     return _Padded(sample_idx=idx.to(target), pred_boxes=pred_boxes, pred_labels=pred_labels,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                    gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=num_pred, num_gt=num_gt,
-                   num_gt_rel=num_gt_rel, num_rel=num_rel, raw_scores=[t.float() for t in scores_list],
+                   num_gt_rel=num_gt_rel, num_rel=num_rel,
+                   raw_scores=[t if t.dtype == torch.float32 else t.float() for t in scores_list],
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
                    single_label=[False] * batch, given_scores=[])
 

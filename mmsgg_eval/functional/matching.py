@@ -61,8 +61,9 @@ def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor
     Padding labels are negative. On the CPU the IoU is computed only for the same-class pairs (a few
     percent of N x M on VG-like data); on other devices the full matrix is computed (no host sync).
     """
-    pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2))  # padding never
-    same_class = pred_labels[:, :, None] == gt_labels[:, None, :]                              # meets padding
+    # int32 (class indices are small) halves the compare's memory traffic; padding (-2 / -1) never meets
+    pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2)).int()
+    same_class = pred_labels[:, :, None] == gt_labels.int()[:, None, :]
     if same_class.device.type != 'cpu':
         iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
             box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
@@ -91,21 +92,33 @@ def relation_end_matches(object_matches: Tensor, gt_subject: Tensor, gt_object: 
 
 
 def ranked_list_hits(subject_ok: Tensor, object_ok: Tensor, pred_subject: Tensor, pred_object: Tensor,
-                     pred_predicate: Tensor, pred_valid: Tensor, gt_predicate: Tensor) -> Tensor:
+                     pred_predicate: Tensor, pred_valid: Tensor, gt_predicate: Tensor,
+                     num_predicates: Optional[int] = None) -> Tensor:
     """Hit matrix [B, J, G] of a ranked list of J (subject idx, object idx, predicate) entries per image.
 
-    Equal to :func:`triplet_hits` for box/mask matching, from :func:`relation_end_matches`'s tables: a row
-    lookup per entry instead of gathers over every (entry, GT relation) pair.
+    Equal to :func:`triplet_hits` for box/mask matching, from :func:`relation_end_matches`'s tables: row
+    lookups per entry instead of gathers over every (entry, GT relation) pair. With ``num_predicates`` the
+    predicate test is a row lookup too (a [B, P + 1, G] table of which GT relations carry predicate p).
     """
     batch, num_pred, num_gt = subject_ok.shape
     length = pred_subject.shape[1]
+    device = subject_ok.device
     if num_pred == 0 or length == 0 or num_gt == 0:
-        return torch.zeros((batch, length, num_gt), dtype=torch.bool, device=subject_ok.device)
-    base = torch.arange(batch, device=subject_ok.device)[:, None] * num_pred
+        return torch.zeros((batch, length, num_gt), dtype=torch.bool, device=device)
+    image = torch.arange(batch, device=device)[:, None]
+    base = image * num_pred
     sub = subject_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_subject + base).reshape(-1))
     obj = object_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_object + base).reshape(-1))
-    hits = (sub & obj).view(batch, length, num_gt)
-    return hits & (pred_predicate[:, :, None] == gt_predicate[:, None, :]) & pred_valid[:, :, None]
+    if num_predicates is None:
+        same = (pred_predicate[:, :, None] == gt_predicate[:, None, :]) & pred_valid[:, :, None]
+        return (sub & obj).view(batch, length, num_gt) & same
+    # row p of image b: GT relations with predicate p; row P (invalid entries, out-of-range predicates): none
+    rows = torch.arange(num_predicates + 1, device=device)
+    carries = (gt_predicate[:, None, :] == rows[None, :, None]).reshape(batch * (num_predicates + 1), num_gt)
+    in_range = pred_valid & (pred_predicate >= 0) & (pred_predicate < num_predicates)
+    row = torch.where(in_range, pred_predicate, torch.full_like(pred_predicate, num_predicates))
+    same = carries.index_select(0, (row + image * (num_predicates + 1)).reshape(-1))
+    return (sub & obj & same).view(batch, length, num_gt)
 
 
 def first_hit_rank(hits: Tensor, list_valid: Optional[Tensor] = None) -> Tensor:
@@ -115,13 +128,11 @@ def first_hit_rank(hits: Tensor, list_valid: Optional[Tensor] = None) -> Tensor:
     restricts the list (e.g. the pair-accuracy sub-list); positions then count only kept entries.
     """
     batch, length, num_gt = hits.shape
-    if list_valid is not None:
-        hits = hits & list_valid[:, :, None]
-        position = torch.cumsum(list_valid.int(), dim=1) - 1
-    else:
-        position = torch.arange(length, device=hits.device).expand(batch, length)
     if length == 0:
         return torch.full((batch, num_gt), NO_HIT, dtype=torch.int32, device=hits.device)
-    sentinel = torch.full((), NO_HIT, dtype=torch.int32, device=hits.device)
-    ranks = torch.where(hits, position[:, :, None].int(), sentinel)
-    return ranks.min(dim=1).values
+    if list_valid is not None:
+        hits = hits & list_valid[:, :, None]
+    any_hit, first = hits.view(torch.uint8).max(dim=1)  # max returns the first maximal index
+    if list_valid is not None:
+        first = (torch.cumsum(list_valid.int(), dim=1) - 1).gather(1, first)
+    return torch.where(any_hit > 0, first.int(), torch.full((), NO_HIT, dtype=torch.int32, device=hits.device))

@@ -112,7 +112,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
             return ranked_list_hits(subject_ok, object_ok, batch.rel_pairs[..., 0].gather(1, pair_index),
                                     batch.rel_pairs[..., 1].gather(1, pair_index), pred_of_entry, valid,
-                                    batch.gt_predicates)
+                                    batch.gt_predicates, batch.num_predicates)
 
     lists = []  # (name, pair index [B, J], entry valid [B, J], predicate [B, J], sub-list mask or None)
     if rank_by == 'given':
