@@ -531,6 +531,8 @@ def _batch_is_valid(b: 'SceneGraphBatch', p: _Padded, num_classes: int, num_pred
     """Every value check of :func:`read_scene_graph` at once on the padded batch (one host sync).
 
     Each check is a min/max over the batch (padding masked out only where images differ in length).
+    Score matrices too large to stack (SGDet with all pairs) are not read again: NaN or +inf in a predicate
+    column shows in the row maxima ``gc_prob`` (max propagates NaN), and a -inf entry only ranks last.
     """
     device = b.rel_valid.device
     batch = b.rel_valid.shape[0]
@@ -567,6 +569,8 @@ def _batch_is_valid(b: 'SceneGraphBatch', p: _Padded, num_classes: int, num_pred
            _bound(p.num_pred, b.pred_boxes.shape[1], device))
     if stacked_scores is not None and stacked_scores.numel():
         finite.extend(torch.aminmax(stacked_scores))  # min/max propagate NaN and expose +-inf
+    elif b.rel_flat is None and b.gc_prob.numel():
+        finite.extend(torch.aminmax(b.gc_prob))
     checks = []
     if lows:
         checks.append((torch.stack([v.long() for v in lows]) >= 0).all())
@@ -576,7 +580,7 @@ def _batch_is_valid(b: 'SceneGraphBatch', p: _Padded, num_classes: int, num_pred
         checks.append(torch.isfinite(torch.stack([v.float() for v in finite])).all())
     if checks and not bool(torch.stack(checks).all()):
         return False
-    if stacked_scores is None:
+    if stacked_scores is None and b.rel_flat is not None:
         dense = [m for m, single in zip(p.raw_scores, p.single_label) if not single and m.numel()]
         if dense and not bool(torch.isfinite(torch.stack([torch.stack(torch.aminmax(m)) for m in dense])).all()):
             return False

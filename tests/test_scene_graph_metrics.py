@@ -244,3 +244,36 @@ def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
     results = [m.evaluate(len(samples)) for m in trio]
     micro = run_metrics(samples, batch_size=6, mode='sgdet', recall_average='micro', predicate_groups=GROUPS)
     assert results[2]['sgdet/R@50'] == micro['R@50'] != results[0]['sgdet/R@50']
+
+
+@pytest.mark.parametrize('mode,score_format,fixed_pairs', [('sgdet', 'bg', None), ('predcls', 'nobg', None),
+                                                           ('sgcls', 'single', None), ('sgdet', 'bg', 15),
+                                                           ('phrdet', 'bg', None)])
+def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_format, fixed_pairs):
+    """Batches above SMALL_BATCH_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
+    row maxima per image, pruned no-graph-constraint candidates. Forced here on small data."""
+    from mmsgg_eval import structures
+    monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS', 0)
+    samples, refs = random_dataset(77, 40, mode, score_format=score_format, fixed_pairs=fixed_pairs,
+                                   num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    batch = collate_scene_graphs(samples[:8], mode, NUM_CLASSES, NUM_PREDICATES)
+    assert batch.rel_flat is None and batch.rel_dense is None and len(batch.rel_score_list) == 8
+    for ng_topk in (3, 50):
+        ours = run_metrics(samples, batch_size=8, mode=mode, iou_plus_one=True, topk=(1, 4, 20), ng_topk=ng_topk,
+                           predicate_groups=GROUPS)
+        ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 4, 20), plus_one=True, ng_topk=ng_topk,
+                                groups=GROUP_IDX)
+        assert_same(ours, ref)
+
+
+@pytest.mark.parametrize('bad', [float('nan'), float('inf')])
+def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad):
+    from mmsgg_eval import structures
+    monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS', 0)
+    samples, _ = random_dataset(78, 12, 'sgdet', fixed_pairs=6, num_classes=NUM_CLASSES,
+                                num_predicates=NUM_PREDICATES)
+    samples[9]['pred_relations']['scores'][4, 2] = bad
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match=r'sample_idx=9.*pred_relations\.scores'):
+        metric.process({}, samples)
