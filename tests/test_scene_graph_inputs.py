@@ -28,6 +28,7 @@ def check_error(mutate, field, mode='sgdet'):
     metric.dataset_meta = META
     with pytest.raises(ValueError) as info:
         metric.process({}, [sample])
+        metric.flush()  # samples are pooled; the pool is ranked (and checked) at the latest in evaluate()
     message = str(info.value)
     assert 'sample_idx=7' in message and 'img_id=2343' in message, message
     assert field in message, message
@@ -124,9 +125,11 @@ def test_metric_mode_the_model_does_not_produce():
     metric.dataset_meta = META
     with pytest.raises(ValueError, match="produced predcls predictions.*'sgdet'"):
         metric.process({}, [sample])
+        metric.flush()
     metric = SGRecall(mode='predcls')
     metric.dataset_meta = META
-    metric.process({}, [sample])  # a stronger metric mode than produced is fine the other way round
+    metric.process({}, [sample])
+    metric.flush()  # a stronger metric mode than produced is fine the other way round
 
 
 BATCH_FIELDS = ('sample_idx', 'pred_boxes', 'pred_labels', 'pred_scores', 'gt_boxes', 'gt_labels', 'gt_pairs',
@@ -185,7 +188,26 @@ def test_bad_value_in_a_large_fixed_size_batch_names_its_sample():
     metric.dataset_meta = META
     with pytest.raises(ValueError, match=r'sample_idx=13.*pred_relations\.scores'):
         metric.process({}, samples)
+        metric.flush()
     samples, _ = random_dataset(0, 20, 'sgdet', fixed_pairs=6, num_classes=4, num_predicates=5)
     samples[7]['pred_relations']['pair_idxs'][0, 1] = 14  # 14 detections: indices 0..13
     with pytest.raises(ValueError, match=r'sample_idx=7.*pred_relations\.pair_idxs'):
         metric.process({}, samples)
+        metric.flush()
+
+
+def test_pooled_samples_raise_when_their_pool_is_processed():
+    bad = good_sample()
+    bad['gt_instances']['labels'] = torch.tensor([0, 10])
+    metric = SGRecall(mode='sgdet', pool_samples=3)
+    metric.dataset_meta = META
+    metric.process({}, [good_sample()])
+    metric.process({}, [dict(good_sample(), sample_idx=8)])
+    with pytest.raises(ValueError, match=r'sample_idx=9.*gt_instances\.labels'):
+        metric.process({}, [dict(bad, sample_idx=9)])  # the third sample completes the pool
+    immediate = SGRecall(mode='sgdet', pool_samples=1)
+    immediate.dataset_meta = META
+    with pytest.raises(ValueError, match=r'gt_instances\.labels'):
+        immediate.process({}, [bad])
+    with pytest.raises(ValueError, match='pool_samples'):
+        SGRecall(pool_samples=0)

@@ -277,3 +277,4 @@ def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad):
     metric.dataset_meta = META
     with pytest.raises(ValueError, match=r'sample_idx=9.*pred_relations\.scores'):
         metric.process({}, samples)
+        metric.flush()

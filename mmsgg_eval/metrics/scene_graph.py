@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..functional import NO_HIT, per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
-from ..structures import MODES, collate_scene_graphs
+from ..structures import MODES, collate_scene_graphs, get_field, sample_index
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
 from .accumulator import RowAccumulator
@@ -23,6 +23,28 @@ from .predicate_groups import resolve_groups
 # identical settings in one evaluator (they see the same batches)
 _LAST_ROWS: Dict[str, Any] = {}
 _LAST_SUMMARY: Dict[str, Any] = {}
+
+
+POOL_SCORE_ROWS = 1 << 18  # predicted pairs (score rows) a pool may hold: ~53 MB of 51-column float32 scores
+
+
+def _score_rows(sample: Any) -> int:
+    """Number of predicted pairs of a sample (0 when unreadable: the pool's reader reports that)."""
+    scores = get_field(get_field(sample, 'pred_relations'), 'scores')
+    shape = getattr(scores, 'shape', None)
+    return int(shape[0]) if shape else 0
+
+
+def _first_occurrences(samples: List[Any]) -> List[Any]:
+    """``samples`` without repeated ``sample_idx`` (samples without one are all kept)."""
+    seen, keep = set(), []
+    for sample in samples:
+        idx = sample_index(sample)
+        if idx is None or idx not in seen:
+            keep.append(sample)
+            if idx is not None:
+                seen.add(idx)
+    return keep if len(keep) < len(samples) else samples
 
 
 class SceneGraphMetric(BaseMetric):
@@ -50,6 +72,9 @@ class SceneGraphMetric(BaseMetric):
             recalls.
         report_dir: when set, ``{prefix}.metrics.json``, ``{prefix}.per_predicate.png`` (long-tail bar chart)
             and ``{prefix}.tables.md`` are written there (tools/test.py sets it to the work dir).
+        pool_samples: samples pooled across ``process()`` calls and ranked as one batch (1 = each call on
+            its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
+            all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
     """
 
@@ -62,7 +87,7 @@ class SceneGraphMetric(BaseMetric):
                  match: str = 'box', zeroshot_triplets: Union[None, str, Sequence] = None,
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
-                 collect_device: str = 'cpu',
+                 pool_samples: int = 256, collect_device: str = 'cpu',
                  prefix: Optional[str] = None) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -76,6 +101,8 @@ class SceneGraphMetric(BaseMetric):
         topk = tuple(int(k) for k in topk)
         if not topk or min(topk) < 1:
             raise ValueError(f'topk must be positive integers, got {topk}')
+        if int(pool_samples) < 1:
+            raise ValueError(f'pool_samples must be >= 1, got {pool_samples}')
         super().__init__(collect_device=collect_device, prefix=prefix or mode)
         self.mode = mode
         self.topk = topk
@@ -91,6 +118,9 @@ class SceneGraphMetric(BaseMetric):
         self.user_groups = predicate_groups
         self.outfile_prefix = outfile_prefix
         self.report_dir = report_dir
+        self.pool_samples = int(pool_samples)
+        self._pending: List[Any] = []
+        self._pending_rows = 0
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = 32767 if max(topk) < 32767 else NO_HIT
         rank_dtype = torch.int16 if self._rank_cap == 32767 else torch.int32
@@ -122,6 +152,11 @@ class SceneGraphMetric(BaseMetric):
             raise ValueError(f'{type(self).__name__}: dataset_meta has no `predicates`')
         return list(predicates)
 
+    def _require_meta(self) -> None:
+        for key in ('classes', 'predicates'):
+            if self._meta(key) is None:
+                getattr(self, key)  # raises the explanatory error
+
     @property
     def plus_one(self) -> bool:
         if self.iou_plus_one is not None:
@@ -145,28 +180,45 @@ class SceneGraphMetric(BaseMetric):
 
     # ------------------------------------------------------------------ per batch
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """Rank, match and store per-GT-relation first-hit ranks for one batch (no predictions are kept).
+        """Pool the samples; every ``pool_samples`` samples, rank and match them as one batch and store
+        per-GT-relation first-hit ranks (no predictions are kept once a pool is processed).
 
-        When SGRecall and SGMeanRecall with the same settings see the same batch object (one evaluator),
-        the second reuses the rows of the first instead of ranking and matching again.
+        Pooling makes the speed independent of the dataloader's batch size (mmdet tests with batches of 1).
+        Pooled samples are referenced, not copied: do not modify them in place after ``process()``. A bad
+        sample raises when its pool is processed (at the latest in ``evaluate()``), naming the sample.
         """
-        if not data_samples:
+        self._require_meta()  # a missing dataset_meta fails at once, not at the first pool
+        self._pending.extend(data_samples)
+        self._pending_rows += sum(_score_rows(s) for s in data_samples)
+        if len(self._pending) >= self.pool_samples or self._pending_rows >= POOL_SCORE_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Rank and match the pooled samples now.
+
+        When SGRecall and SGMeanRecall with the same settings pool the same sample objects (one evaluator),
+        the second reuses the rows of the first instead of ranking and matching again. A sample_idx repeated
+        within the pool (sampler padding) is processed once: the first occurrence counts (SPEC 2.6).
+        """
+        samples, self._pending, self._pending_rows = self._pending, [], 0
+        if not samples:
             return
-        key = self._rows_key(data_samples)
-        cached = _LAST_ROWS.get('key')
-        if cached == key and _LAST_ROWS.get('samples') is data_samples:
+        samples = _first_occurrences(samples)
+        key = self._rows_key()
+        cached = _LAST_ROWS.get('samples')
+        if _LAST_ROWS.get('key') == key and cached is not None and len(cached) == len(samples) and \
+                all(a is b for a, b in zip(cached, samples)):
             rows = _LAST_ROWS['rows']
         else:
-            rows = self._compute_rows(data_samples)
-            _LAST_ROWS.update(key=key, samples=data_samples, rows=rows)
+            rows = self._compute_rows(samples)
+            _LAST_ROWS.update(key=key, samples=samples, rows=rows)
         self.accumulator.add(rows)
 
-    def _rows_key(self, data_samples: Sequence[Any]) -> tuple:
+    def _rows_key(self) -> tuple:
         zs = self._zeroshot_codes(torch.device('cpu'))
         zs_key = None if zs is None else (zs.numel(), int(zs.sum()))
-        return (id(data_samples), len(data_samples), self.mode, self._rank_cap, max(self.topk), self.ng_topk,
-                self.iou_thr,
-                self.plus_one, self.rank, self.match, len(self.classes), len(self.predicates), zs_key)
+        return (self.mode, self._rank_cap, max(self.topk), self.ng_topk, self.iou_thr, self.plus_one, self.rank,
+                self.match, len(self.classes), len(self.predicates), zs_key)
 
     def _summary_key(self, size: int) -> tuple:
         """Everything :meth:`summarize` depends on besides the rows."""
@@ -207,6 +259,7 @@ class SceneGraphMetric(BaseMetric):
 
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: int) -> Dict[str, Any]:
+        self.flush()
         key = self._summary_key(size)
         if _LAST_SUMMARY.get('key') == key and self.accumulator.holds_same_rows(_LAST_SUMMARY.get('sources')):
             # SGRecall + SGMeanRecall in one evaluator: same rows on every rank, so the same reduced tables

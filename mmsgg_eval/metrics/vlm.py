@@ -257,6 +257,7 @@ class VLMSceneGraphMetric(BaseMetric):
     def evaluate(self, size: int) -> Dict[str, Any]:
         self._sync_meta()
         tables = self.accumulator.reduce_to_cpu(size, 'VLMSceneGraphMetric')
+        self.inner.flush()
         inner_tables = self.inner.accumulator.reduce_to_cpu(None, 'VLMSceneGraphMetric')
         summary = self.summarize(tables, inner_tables)
         self.last_report = summary
