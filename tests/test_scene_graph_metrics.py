@@ -278,3 +278,26 @@ def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad):
     with pytest.raises(ValueError, match=r'sample_idx=9.*pred_relations\.scores'):
         metric.process({}, samples)
         metric.flush()
+
+
+def test_pooling_across_process_calls_does_not_change_results(monkeypatch):
+    samples, refs = random_dataset(11, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    ref = reference_metrics(refs, NUM_PREDICATES, 'sgdet', ks=(1, 5, 20), plus_one=True, ng_topk=9,
+                            groups=GROUP_IDX)
+    results = [run_metrics(samples, batch_size=batch, mode='sgdet', iou_plus_one=True, topk=(1, 5, 20), ng_topk=9,
+                           predicate_groups=GROUPS, pool_samples=pool) for batch, pool in ((1, 1), (1, 7), (4, 256))]
+    for res in results:
+        assert_same(res, ref)
+    assert results[0] == results[1] == results[2]
+    # a pool is also ranked once it holds POOL_SCORE_ROWS predicted pairs (bounded memory)
+    from mmsgg_eval.metrics import scene_graph
+    monkeypatch.setattr(scene_graph, 'POOL_SCORE_ROWS', 20)
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    for sample in samples[:10]:
+        metric.process({}, [sample])
+        assert metric._pending_rows < 20
+    assert len(metric.accumulator) > 0  # pools were ranked before evaluate()
+    capped = {k[len('sgdet/'):]: v for k, v in metric.evaluate(10).items()}
+    whole = run_metrics(samples[:10], mode='sgdet')
+    assert capped == {k: whole[k] for k in capped}
