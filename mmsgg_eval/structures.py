@@ -595,7 +595,11 @@ def _bound(lengths: Optional[List[int]], width: int, device: torch.device):
     return torch.tensor(lengths, dtype=torch.long, device=device)[:, None, None]
 
 
-SMALL_BATCH_ROWS = 32768  # below this many score rows a batch is concatenated once (cheap), above kept as views
+# Up to this many score rows a batch is stacked / concatenated once and ranked as a whole; above, each image's
+# matrix stays a view and only the candidate pairs of the no-graph-constraint list are gathered. On the CPU
+# the views path is faster for SGDet with all pairs (it ranks a pruned list); on a GPU whole-batch kernels win.
+SMALL_BATCH_ROWS = 32768
+SMALL_BATCH_ROWS_GPU = 1 << 22  # ~850 MB of 51-column float32 scores
 
 
 def _best_probability(mats: List[Tensor], num_rel: List[int], device: torch.device) -> Tensor:
@@ -635,7 +639,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     max_rel = max(num_rel) if num_rel else 0
     raw = padded.raw_scores
     num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
-    small = bool(num_rel) and sum(num_rel) <= SMALL_BATCH_ROWS
+    limit = SMALL_BATCH_ROWS if device.type == 'cpu' else SMALL_BATCH_ROWS_GPU
+    small = bool(num_rel) and sum(num_rel) <= limit
     stacked = dense = flat = gc_pred = mats = None
     if small and all(m.shape == raw[0].shape for m in raw) and len(set(padded.background)) == 1:
         stacked = torch.stack(raw)  # one copy; views drop the background column

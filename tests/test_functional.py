@@ -57,3 +57,55 @@ def test_mask_iou():
     iou = mask_iou(m, m)
     assert iou[0, 1].item() == 0.5 and iou[0, 0].item() == 1.0
     assert iou[2, 2].item() == 0.0  # two empty masks
+
+
+@pytest.mark.parametrize('plus_one,thr', [(True, 0.5), (False, 0.5), (False, 0.0), (True, 0.7)])
+def test_sparse_and_dense_object_matches_agree(plus_one, thr):
+    """The CPU (same-class pairs only) and GPU (full IoU matrix) ways of matching objects agree exactly,
+    including zero-area boxes, padding labels and IoU exactly at the threshold."""
+    from mmsgg_eval.functional import box_object_matches
+    g = torch.Generator().manual_seed(int(thr * 10) + plus_one)
+    boxes = lambda n: torch.cat([xy := torch.randint(0, 40, (6, n, 2), generator=g).float(),  # noqa: E731
+                                 xy + torch.randint(0, 12, (6, n, 2), generator=g).float()], -1)
+    pred_boxes, gt_boxes = boxes(9), boxes(5)
+    pred_boxes[:, :3] = gt_boxes[:, :3]  # exact IoU 1 and shared zero-area boxes
+    pred_labels = torch.randint(0, 3, (6, 9), generator=g)
+    gt_labels = torch.randint(0, 3, (6, 5), generator=g)
+    pred_labels[0, 6:] = -1  # padding
+    gt_labels[1, 3:] = -1
+    sparse = box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, thr, plus_one, sparse=True)
+    dense = box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, thr, plus_one, sparse=False)
+    assert torch.equal(sparse, dense) and sparse.any()
+    expected = (pred_labels[:, :, None] == gt_labels[:, None, :]) & (pred_labels[:, :, None] >= 0) & \
+        (box_iou(pred_boxes, gt_boxes, plus_one) >= thr)
+    assert torch.equal(sparse, expected)
+
+
+def test_row_lookup_hits_equal_gathered_hits():
+    """ranked_list_hits (tables + row lookups, the hot path) == triplet_hits (gathers per entry x GT pair)."""
+    from mmsgg_eval.functional import (box_object_matches, ranked_list_hits, relation_end_matches,
+                                       triplet_hits)
+    g = torch.Generator().manual_seed(3)
+    B, N, M, G, J, P = 5, 8, 6, 7, 60, 2
+    xy = torch.randint(0, 30, (B, M, 2), generator=g).float()
+    gt_boxes = torch.cat([xy, xy + torch.randint(1, 15, (B, M, 2), generator=g)], -1)
+    pick = torch.randint(0, M, (B, N), generator=g)
+    pred_boxes = gt_boxes.gather(1, pick[..., None].expand(-1, -1, 4)) + torch.randint(-2, 3, (B, N, 4), generator=g)
+    pred_boxes[..., 2:] = torch.maximum(pred_boxes[..., 2:], pred_boxes[..., :2])
+    gt_labels = torch.randint(0, 3, (B, M), generator=g)
+    pred_labels = torch.where(torch.rand(B, N, generator=g) < 0.8, gt_labels.gather(1, pick),
+                              torch.randint(0, 3, (B, N), generator=g))
+    gt_sub, gt_obj = torch.randint(0, M, (B, G), generator=g), torch.randint(0, M, (B, G), generator=g)
+    gt_pred = torch.randint(0, P, (B, G), generator=g)
+    gt_valid = torch.rand(B, G, generator=g) < 0.8
+    sub, obj = torch.randint(0, N, (B, J), generator=g), torch.randint(0, N, (B, J), generator=g)
+    pred = torch.randint(0, P, (B, J), generator=g)
+    valid = torch.rand(B, J, generator=g) < 0.9
+    iou = box_iou(pred_boxes, gt_boxes, True)
+    gathered = triplet_hits(sub, obj, pred, valid, pred_labels, gt_sub, gt_obj, gt_pred, gt_valid, gt_labels, 0.5,
+                            object_iou=iou)
+    ends = relation_end_matches(box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, 0.5, True),
+                                gt_sub, gt_obj, gt_valid)
+    for num_predicates in (None, P):
+        looked_up = ranked_list_hits(*ends, sub, obj, pred, valid, gt_pred, num_predicates)
+        assert torch.equal(looked_up, gathered) and gathered.any()

@@ -301,3 +301,26 @@ def test_pooling_across_process_calls_does_not_change_results(monkeypatch):
     capped = {k[len('sgdet/'):]: v for k, v in metric.evaluate(10).items()}
     whole = run_metrics(samples[:10], mode='sgdet')
     assert capped == {k: whole[k] for k in capped}
+
+
+def _to_device(sample, device):
+    return {k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v)
+            for k, v in sample.items()}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+@pytest.mark.parametrize('mode,score_format,fixed_pairs,large', [
+    ('predcls', 'bg', None, False), ('sgcls', 'single', None, False), ('sgdet', 'bg', None, False),
+    ('sgdet', 'nobg', 12, False), ('sgdet', 'bg', None, True), ('phrdet', 'bg', 12, False)])
+def test_cuda_equals_reference(monkeypatch, mode, score_format, fixed_pairs, large):
+    """On a GPU (dense same-class IoU, the device's max/topk/sort kernels) the numbers equal the reference."""
+    from mmsgg_eval import structures
+    if large:
+        monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS_GPU', 0)
+    samples, refs = random_dataset(31, 40, mode, score_format=score_format, fixed_pairs=fixed_pairs,
+                                   num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    on_gpu = [_to_device(s, 'cuda') for s in samples]
+    ours = run_metrics(on_gpu, batch_size=8, mode=mode, iou_plus_one=True, topk=(1, 5, 20), ng_topk=9,
+                       predicate_groups=GROUPS)
+    ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 5, 20), plus_one=True, ng_topk=9, groups=GROUP_IDX)
+    assert_same(ours, ref)

@@ -55,16 +55,16 @@ def triplet_hits(pred_subject: Tensor, pred_object: Tensor, pred_predicate: Tens
 
 
 def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
-                       iou_thr: float, plus_one: bool = False) -> Tensor:
+                       iou_thr: float, plus_one: bool = False, sparse: Optional[bool] = None) -> Tensor:
     """[B, N, M] bool: predicted object n of image b matches GT object m (same class and box IoU >= thr).
 
-    Padding labels are negative. On the CPU the IoU is computed only for the same-class pairs (a few
-    percent of N x M on VG-like data); on other devices the full matrix is computed (no host sync).
+    Padding labels are negative. ``sparse`` (default: on the CPU) computes the IoU only for the same-class
+    pairs (a few percent of N x M on VG-like data); otherwise the full matrix is computed (no host sync).
     """
     # int32 (class indices are small) halves the compare's memory traffic; padding (-2 / -1) never meets
     pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2)).int()
     same_class = pred_labels[:, :, None] == gt_labels.int()[:, None, :]
-    if same_class.device.type != 'cpu':
+    if not (same_class.device.type == 'cpu' if sparse is None else sparse):
         iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
             box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
         return same_class & (iou >= iou_thr)
