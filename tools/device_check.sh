@@ -15,5 +15,5 @@ assert torch.cuda.is_available(), 'no CUDA device visible'
 print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__)
 PY
 python -m pytest -q tests/test_scene_graph_metrics.py -k cuda
-python tools/benchmark.py --workload sgdet-full triplets --device cuda cpu --images 4096 --batch-size 64 --repeat 3
+python tools/benchmark.py --workload sgdet-full triplets --device cuda --images 4096 --batch-size 64 --repeat 3
 python tools/benchmark.py --workload none --relclip --device cuda
