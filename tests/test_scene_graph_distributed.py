@@ -4,7 +4,7 @@ import pytest
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.dist_utils import padded_shard, run_distributed
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META
+from tests.test_scene_graph_metrics import META, feed_like_an_evaluator
 
 LENGTH = 23  # not divisible by 2 or 3
 
@@ -47,13 +47,9 @@ def evaluate_shard_in_one_evaluator(rank, world_size, mode, batch_size):
     shared epoch summary), on fixed-size outputs (the stacked batch path)."""
     samples, _ = random_dataset(43, LENGTH, mode, fixed_pairs=10)
     mine = [samples[i] for i in padded_shard(LENGTH, world_size, rank)]
-    metrics = [cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (1, 2, 3)]) for cls in (SGRecall, SGMeanRecall)]
-    for metric in metrics:
-        metric.dataset_meta = META
-    for start in range(0, len(mine), batch_size):
-        batch = mine[start:start + batch_size]
-        for metric in metrics:
-            metric.process({}, batch)
+    metrics = [cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (1, 2, 3)], pool_samples=4)
+               for cls in (SGRecall, SGMeanRecall)]
+    feed_like_an_evaluator(metrics, mine, batch_size)
     out = {}
     for metric in metrics:
         out.update(metric.evaluate(LENGTH))

@@ -214,18 +214,24 @@ def test_differential_fixed_size_outputs(mode, score_format):
         assert_same(ours, ref)
 
 
+def feed_like_an_evaluator(metrics, samples, batch_size):
+    """Give every metric the same batch objects, as mmengine's Evaluator does (one dataset_meta for all)."""
+    for m in metrics:
+        m.dataset_meta = META
+    for start in range(0, len(samples), batch_size):
+        batch = samples[start:start + batch_size]
+        for m in metrics:
+            m.process({}, batch)
+
+
 def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
-    """SGRecall + SGMeanRecall fed the same batch objects (as mmengine's Evaluator does) compute each batch
+    """SGRecall + SGMeanRecall fed the same batch objects (as mmengine's Evaluator does) compute each pool
     and the epoch summary once; the numbers equal separate runs."""
     samples, _ = random_dataset(5, 40, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     separate = run_metrics(samples, batch_size=6, mode='sgdet', predicate_groups=GROUPS)
-    metrics = [cls(mode='sgdet', predicate_groups=GROUPS) for cls in (SGRecall, SGMeanRecall)]
-    for m in metrics:
-        m.dataset_meta = META
-    for start in range(0, len(samples), 6):
-        batch = samples[start:start + 6]
-        for m in metrics:
-            m.process({}, batch)
+    metrics = [cls(mode='sgdet', predicate_groups=GROUPS, pool_samples=8) for cls in (SGRecall, SGMeanRecall)]
+    feed_like_an_evaluator(metrics, samples, 6)
+    assert len(metrics[0].accumulator.sources) == 3  # pools of >= 8 samples (batches of 6) ranked so far
     assert metrics[1].accumulator.holds_same_rows(metrics[0].accumulator.sources)
     together = {}
     for m in metrics:
@@ -235,12 +241,7 @@ def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
     # a metric with other summary settings in the same evaluator shares the rows, not the summary
     trio = [cls(mode='sgdet', predicate_groups=GROUPS, **kw)
             for cls, kw in ((SGRecall, {}), (SGMeanRecall, {}), (SGRecall, dict(recall_average='micro')))]
-    for m in trio:
-        m.dataset_meta = META
-    for start in range(0, len(samples), 6):
-        batch = samples[start:start + 6]
-        for m in trio:
-            m.process({}, batch)
+    feed_like_an_evaluator(trio, samples, 6)
     results = [m.evaluate(len(samples)) for m in trio]
     micro = run_metrics(samples, batch_size=6, mode='sgdet', recall_average='micro', predicate_groups=GROUPS)
     assert results[2]['sgdet/R@50'] == micro['R@50'] != results[0]['sgdet/R@50']
