@@ -416,6 +416,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     """Read a batch of well-formed dict samples (what MMEngine's evaluator passes: ``DataSample.to_dict()``)
     field by field, without the per-sample reader; raises :class:`_NotFast` for anything else (other
     containers, single-label scores, shape or dtype surprises, mode mismatches)."""
+    pred_boxes_list = None
     try:
         gt_inst = [s['gt_instances'] for s in samples]
         gt_rel = [s['gt_relations'] for s in samples]
@@ -448,7 +449,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
         if mode != 'predcls':
             pred_labels = _stack_or_pad(pred_labels_list, -1)
             pred_scores = _stack_or_pad(pred_scores_list, 0.0)
-        if pred_boxes_list is not None if mode != 'predcls' else False:
+        if pred_boxes_list is not None:
             pred_boxes = _stack_or_pad(pred_boxes_list, 0.0)
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
@@ -466,8 +467,9 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
         raise _NotFast
     batch = gt_boxes.shape[0]
     if mode == 'predcls':
-        if any(p is not None and get_field(p, 'bboxes') is not None for p in pred_inst):
-            raise _NotFast  # the per-sample reader checks their count
+        counts = [getattr(get_field(p, 'bboxes'), 'shape', (0,))[0] for p in pred_inst]
+        if any(c not in (0, m) for c, m in zip(counts, num_gt or [gt_boxes.shape[1]] * batch)):
+            raise _NotFast  # predicted objects that are not the GT boxes: the per-sample reader explains
         pred_boxes, pred_labels, num_pred = gt_boxes, gt_labels, num_gt
         pred_scores = _valid_mask(num_gt, batch, gt_boxes.shape[1], gt_boxes.device).float()
     else:
