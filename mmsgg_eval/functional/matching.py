@@ -54,6 +54,13 @@ def triplet_hits(pred_subject: Tensor, pred_object: Tensor, pred_predicate: Tens
     return same & sub_ok & obj_ok
 
 
+def same_class_matrix(pred_labels: Tensor, gt_labels: Tensor) -> Tensor:
+    """[B, N, M] bool: predicted object n and GT object m have the same class (negative = padding, never)."""
+    # int32 (class indices are small) halves the compare's memory traffic; padding (-2 / -1) never meets
+    pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2)).int()
+    return pred_labels[:, :, None] == gt_labels.int()[:, None, :]
+
+
 def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
                        iou_thr: float, plus_one: bool = False, sparse: Optional[bool] = None) -> Tensor:
     """[B, N, M] bool: predicted object n of image b matches GT object m (same class and box IoU >= thr).
@@ -61,9 +68,7 @@ def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor
     Padding labels are negative. ``sparse`` (default: on the CPU) computes the IoU only for the same-class
     pairs (a few percent of N x M on VG-like data); otherwise the full matrix is computed (no host sync).
     """
-    # int32 (class indices are small) halves the compare's memory traffic; padding (-2 / -1) never meets
-    pred_labels = torch.where(pred_labels >= 0, pred_labels, torch.full_like(pred_labels, -2)).int()
-    same_class = pred_labels[:, :, None] == gt_labels.int()[:, None, :]
+    same_class = same_class_matrix(pred_labels, gt_labels)
     if not (same_class.device.type == 'cpu' if sparse is None else sparse):
         iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
             box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from .boxes import box_iou, mask_iou
-from .matching import box_object_matches, first_hit_rank, ranked_list_hits, relation_end_matches, triplet_hits
+from .matching import (box_object_matches, first_hit_rank, ranked_list_hits, relation_end_matches, same_class_matrix,
+                       triplet_hits)
 from .ranking import stable_topk, triplet_scores
 
 
@@ -38,9 +39,8 @@ def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) 
     if not use_masks:
         return box_object_matches(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, iou_thr,
                                   plus_one)
-    iou = object_iou_matrix(batch, plus_one, use_masks=True)
-    pred_labels = torch.where(batch.pred_labels >= 0, batch.pred_labels, torch.full_like(batch.pred_labels, -2))
-    return (pred_labels[:, :, None] == batch.gt_labels[:, None, :]) & (iou >= iou_thr)
+    return same_class_matrix(batch.pred_labels, batch.gt_labels) & \
+        (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
 
 
 def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
