@@ -55,16 +55,15 @@ def to_tensor(value: Any, sample: Any, field: str, device: Optional[torch.device
 
 def require(sample: Any, path: str, device: Optional[torch.device] = None) -> Tensor:
     """Tensor at a dotted ``path`` such as ``'pred_relations.pair_idxs'``; ValueError when missing."""
-    obj = sample
-    for part in path.split('.'):
-        obj = get_field(obj, part)
-        if obj is None:
-            raise ValueError(f'{sample_name(sample)}: missing field `{path}`')
-    return to_tensor(obj, sample, path, device)
+    *parents, key = path.split('.')
+    container = sample
+    for part in parents:
+        container = get_field(container, part)
+    return _member(container, key, sample, path, device)
 
 
 def _member(container: Any, key: str, sample: Any, path: str, device: Optional[torch.device]) -> Tensor:
-    """Tensor ``container.key`` (``path`` names it in errors); the fast path of :func:`require`."""
+    """Tensor ``container.key`` (``path`` names it in errors; a None container counts as missing)."""
     value = container.get(key) if type(container) is dict else get_field(container, key)
     if value is None:
         raise ValueError(f'{sample_name(sample)}: missing field `{path}`')
@@ -211,12 +210,17 @@ class SceneGraphBatch:
         return torch.cat(parts)
 
 
-def _pad(tensors: Sequence[Tensor], value: float) -> Tensor:
-    """[B, L, ...] batch of tensors [L_b, ...]; one stacked copy when every L_b is equal (fixed-size outputs)."""
+def _pad(tensors: Sequence[Any], value: float) -> Tensor:
+    """[B, L, ...] batch of tensors [L_b, ...]: one stacked copy when every L_b is equal (fixed-size outputs),
+    else padded with ``value``. mmdet boxes objects are taken by their tensors; irregular trailing shapes,
+    dtypes or devices raise (RuntimeError / TypeError / ValueError)."""
     tensors = list(tensors)
-    if tensors and all(t.shape == tensors[0].shape for t in tensors):
+    try:
         return torch.stack(tensors)
-    return pad_sequence(tensors, batch_first=True, padding_value=value)
+    except TypeError:  # e.g. HorizontalBoxes: take their tensors
+        return _pad([t if type(t) is Tensor else to_tensor(t, None, '') for t in tensors], value)
+    except RuntimeError:  # different lengths (or devices, or trailing shapes: re-raised by pad_sequence)
+        return pad_sequence(tensors, batch_first=True, padding_value=value)
 
 
 def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: int,
@@ -390,21 +394,10 @@ class _Padded:
     gt_masks: Optional[List[Tensor]] = None
 
 
-def _lengths(tensors: List[Tensor], padded: Tensor) -> Optional[List[int]]:
+def _lengths(tensors: List[Any], padded: Tensor) -> Optional[List[int]]:
     """Per-image lengths, or None when they are all equal (no padding)."""
-    lengths = [t.shape[0] for t in tensors]
+    lengths = [len(t) for t in tensors]
     return None if lengths.count(padded.shape[1]) == len(lengths) else lengths
-
-
-def _stack_or_pad(tensors: List[Any], value: float) -> Tensor:
-    """:func:`_pad` for the fast reader: also accepts mmdet boxes objects; raises on anything irregular."""
-    try:
-        return torch.stack(tensors)
-    except TypeError:  # e.g. HorizontalBoxes: take their tensors
-        tensors[:] = [t if type(t) is Tensor else to_tensor(t, None, '') for t in tensors]
-        return _stack_or_pad(tensors, value)
-    except RuntimeError:  # different lengths (or devices, or trailing shapes: re-raised by pad_sequence)
-        return pad_sequence(tensors, batch_first=True, padding_value=value)
 
 
 class _NotFast(Exception):
@@ -441,21 +434,21 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     if any(p in _STRENGTH and _STRENGTH[p] < _STRENGTH[mode] for p in produced):
         raise _NotFast
     try:
-        gt_boxes = _stack_or_pad(gt_boxes_list, 0.0)
-        gt_labels = _stack_or_pad(gt_labels_list, -1)
-        gt_pairs = _stack_or_pad(gt_pairs_list, 0)
-        gt_predicates = _stack_or_pad(gt_pred_list, -1)
-        rel_pairs = _stack_or_pad(rel_pairs_list, 0)
+        gt_boxes = _pad(gt_boxes_list, 0.0)
+        gt_labels = _pad(gt_labels_list, -1)
+        gt_pairs = _pad(gt_pairs_list, 0)
+        gt_predicates = _pad(gt_pred_list, -1)
+        rel_pairs = _pad(rel_pairs_list, 0)
         if mode != 'predcls':
-            pred_labels = _stack_or_pad(pred_labels_list, -1)
-            pred_scores = _stack_or_pad(pred_scores_list, 0.0)
+            pred_labels = _pad(pred_labels_list, -1)
+            pred_scores = _pad(pred_scores_list, 0.0)
         if pred_boxes_list is not None:
-            pred_boxes = _stack_or_pad(pred_boxes_list, 0.0)
-    except (RuntimeError, TypeError, ValueError) as err:
+            pred_boxes = _pad(pred_boxes_list, 0.0)
+        num_gt = _lengths(gt_boxes_list, gt_boxes)
+        num_gt_rel = _lengths(gt_pairs_list, gt_pairs)
+        num_rel = [len(t) for t in rel_pairs_list]
+    except (RuntimeError, TypeError, ValueError) as err:  # len() of a 0-d value: TypeError
         raise _NotFast from err
-    num_gt = _lengths(gt_boxes_list, gt_boxes)
-    num_gt_rel = _lengths(gt_pairs_list, gt_pairs)
-    num_rel = [t.shape[0] for t in rel_pairs_list]
     ok = (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
           and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
           and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
@@ -476,9 +469,9 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
         if mode == 'sgcls':
             pred_boxes, num_pred = gt_boxes, num_gt
         else:
-            num_pred = _lengths(pred_boxes_list, pred_boxes)
             if pred_boxes.dim() != 3 or pred_boxes.shape[2] != 4:
                 raise _NotFast
+            num_pred = _lengths(pred_boxes_list, pred_boxes)
         if (pred_labels.dim() != 2 or pred_labels.is_floating_point() or pred_scores.dim() != 2
                 or pred_labels.shape[1] != pred_boxes.shape[1] or pred_scores.shape[1] != pred_boxes.shape[1]
                 or _lengths(pred_labels_list, pred_labels) != num_pred
