@@ -18,6 +18,11 @@ from torch import Tensor
 Columns = Dict[str, Tensor]
 
 
+def same_objects(a: Optional[Sequence[object]], b: Optional[Sequence[object]]) -> bool:
+    """True when ``a`` and ``b`` hold the very same objects in the same order (identity, not equality)."""
+    return a is not None and b is not None and len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 class RowAccumulator:
     """Tables of per-sample rows, declared once like torchmetrics states.
 
@@ -92,8 +97,7 @@ class RowAccumulator:
     def holds_same_rows(self, sources: Optional[List[object]]) -> bool:
         """True when this accumulator was fed exactly the row objects ``sources`` (see :attr:`sources`), in
         order: its :meth:`reduce` would then return the same tables."""
-        return sources is not None and len(sources) == len(self._sources) and \
-            all(a is b for a, b in zip(sources, self._sources))
+        return same_objects(sources, self._sources)
 
     @property
     def sources(self) -> List[object]:

@@ -16,7 +16,7 @@ from ..registry import METRICS
 from ..structures import MODES, collate_scene_graphs, get_field, sample_index
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
-from .accumulator import RowAccumulator
+from .accumulator import RowAccumulator, same_objects
 from .predicate_groups import resolve_groups
 
 # rows of the last processed batch, and the last epoch summary, shared by SGRecall / SGMeanRecall with
@@ -205,9 +205,7 @@ class SceneGraphMetric(BaseMetric):
             return
         samples = _first_occurrences(samples)
         key = self._rows_key()
-        cached = _LAST_ROWS.get('samples')
-        if _LAST_ROWS.get('key') == key and cached is not None and len(cached) == len(samples) and \
-                all(a is b for a, b in zip(cached, samples)):
+        if _LAST_ROWS.get('key') == key and same_objects(_LAST_ROWS.get('samples'), samples):
             rows = _LAST_ROWS['rows']
         else:
             rows = self._compute_rows(samples)
