@@ -136,20 +136,14 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
                         micro_pred[(mname, k, p)][1] += len(idx)
     out = {}
     for k in ks:
-        for name in ('R', 'ngR'):
-            if recall_average == 'micro':
-                h, c = micro[(name, k)]
-                out[f'{name}@{k}'] = 100.0 * h / c if c else 0.0
-            else:
-                v = rec[(name, k)]
-                out[f'{name}@{k}'] = 100.0 * sum(v) / len(v) if v else 0.0
-        if zeroshot is not None:
-            for name in ('zR', 'ngzR'):
+        families = [(('R', 'ngR'), rec)] + ([(('zR', 'ngzR'), zrec)] if zeroshot is not None else [])
+        for names, per_image in families:
+            for name in names:
                 if recall_average == 'micro':
                     h, c = micro[(name, k)]
                     out[f'{name}@{k}'] = 100.0 * h / c if c else 0.0
                 else:
-                    v = zrec[(name, k)]
+                    v = per_image[(name, k)]
                     out[f'{name}@{k}'] = 100.0 * sum(v) / len(v) if v else 0.0
         if mode in ('predcls', 'sgcls'):
             out[f'A@{k}'] = 100.0 * acc_hit[k] / acc_count if acc_count else 0.0
