@@ -11,7 +11,7 @@ from torch import Tensor
 
 from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
 
-NO_HIT = 2 ** 30  # rank of a GT relation that no prediction hits
+from .limits import NO_HIT  # rank of a GT relation that no prediction hits
 
 
 def gather_pair_iou(object_iou: Tensor, pred_objects: Tensor, gt_objects: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .boxes import box_iou, mask_iou
+from .limits import PAIR_KEY_BASE
 from .matching import (box_object_matches, first_hit_rank, ranked_list_hits, relation_end_matches, same_class_matrix,
                        triplet_hits)
 from .ranking import stable_topk, triplet_scores
@@ -129,8 +130,8 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
 
     if with_pair_accuracy:
         # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
-        rel_key = batch.rel_pairs[..., 0] * 65536 + batch.rel_pairs[..., 1]
-        gt_key = torch.where(batch.gt_valid, gt_sub * 65536 + gt_obj, torch.full_like(gt_sub, -1))
+        rel_key = batch.rel_pairs[..., 0] * PAIR_KEY_BASE + batch.rel_pairs[..., 1]
+        gt_key = torch.where(batch.gt_valid, gt_sub * PAIR_KEY_BASE + gt_obj, torch.full_like(gt_sub, -1))
         in_gt = (rel_key[:, :, None] == gt_key[:, None, :]).any(-1) & batch.rel_valid
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..functional.limits import AUTO_SAMPLE_ID_BASE
+
 Columns = Dict[str, Tensor]
 
 
@@ -57,7 +59,7 @@ class RowAccumulator:
                              f'de-duplicate sampler padding across ranks (mmengine datasets set it)')
         if self._auto_ids == 0:
             warnings.warn(f'{owner}: data samples carry no `sample_idx`; numbering them in processing order')
-        idx[missing] = torch.arange(count, device=idx.device) + self._auto_ids + (1 << 40)
+        idx[missing] = torch.arange(count, device=idx.device) + self._auto_ids + AUTO_SAMPLE_ID_BASE
         self._auto_ids += count
         return idx
 

@@ -11,7 +11,8 @@ import torch
 from mmengine.evaluator import BaseMetric
 from torch import Tensor
 
-from ..functional import NO_HIT, per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
+from ..functional.limits import NO_HIT, RANK_CAP_INT16
+from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
 from ..structures import MODES, collate_scene_graphs, get_field, sample_index
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
@@ -122,8 +123,8 @@ class SceneGraphMetric(BaseMetric):
         self._pending: List[Any] = []
         self._pending_rows = 0
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
-        self._rank_cap = 32767 if max(topk) < 32767 else NO_HIT
-        rank_dtype = torch.int16 if self._rank_cap == 32767 else torch.int32
+        self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
+        rank_dtype = torch.int16 if self._rank_cap == RANK_CAP_INT16 else torch.int32
         self.accumulator = RowAccumulator({
             'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ())},
             'relations': {'predicate': (torch.int16, ()), 'triplet': (torch.int32, ()),

@@ -39,9 +39,7 @@ from ..registry import METRICS
 from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
 from .accumulator import RowAccumulator
 from .scene_graph import SceneGraphMetric
-
-#: The "K" of the K-free Recall / mRecall (larger than any list; below the functional layer's NO_HIT).
-K_ALL = 10 ** 9
+from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 
 
 def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], image_ids: Sequence[int],

@@ -1,0 +1,24 @@
+"""Sentinels and size limits shared across layers, in one place, with the relations that tie them.
+
+* ``NO_HIT``: the rank given to a GT relation that no prediction of a ranked list hits. It must exceed every K
+  a user may ask for, including the VLM metric's K-free ``K_ALL``.
+* ``K_ALL``: the "K" of K-free recalls (VLM Recall / mRecall: every predicted triplet counts).
+* ``RANK_CAP_INT16``: ranks are stored as int16 when every K is below it (ranks at or above the largest K
+  only mean "missed", so they are clamped to the cap).
+* ``PAIR_KEY_BASE``: (subject index, object index) pairs are encoded as ``subject * PAIR_KEY_BASE + object``;
+  valid while every image has fewer than ``PAIR_KEY_BASE`` objects.
+* ``AUTO_SAMPLE_ID_BASE``: samples without ``sample_idx`` (single process only) are numbered from here, far
+  above any dataset index, so they never collide with real ones.
+"""
+
+NO_HIT = 2 ** 30
+K_ALL = 10 ** 9
+RANK_CAP_INT16 = 2 ** 15 - 1
+PAIR_KEY_BASE = 2 ** 16
+MAX_OBJECTS_PER_IMAGE = PAIR_KEY_BASE - 1
+AUTO_SAMPLE_ID_BASE = 2 ** 40
+
+assert K_ALL < NO_HIT < 2 ** 31, 'NO_HIT must exceed every K and fit int32'
+assert RANK_CAP_INT16 < K_ALL and RANK_CAP_INT16 == 32767, 'the int16 rank cap is the int16 maximum'
+assert PAIR_KEY_BASE * PAIR_KEY_BASE < 2 ** 63, 'pair keys must fit int64'
+assert AUTO_SAMPLE_ID_BASE > 2 ** 31, 'automatic sample ids must not collide with dataset indices'
