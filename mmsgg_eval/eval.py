@@ -123,8 +123,12 @@ def _missing_as_empty(records: Iterable[Dict[str, Any]], dataset: Any, mark: str
 def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Optional[List[str]] = None,
                   mode: Optional[str] = None, work_dir: Optional[str] = None, batch_size: int = 64,
                   cfg_options: Optional[dict] = None, unsafe_load: bool = False,
-                  progress: bool = True, metric_options: Optional[dict] = None) -> Dict[str, Any]:
-    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict."""
+                  progress: bool = True, metric_options: Optional[dict] = None,
+                  protocol: Optional[str] = None) -> Dict[str, Any]:
+    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict.
+
+    ``protocol``: named conventions (docs/protocols.md) for the scene-graph and VLM metrics; it replaces the
+    config's, and a ``protocol`` in ``metric_options`` replaces it."""
     from mmengine.config import Config
     from mmengine.evaluator import Evaluator
     from mmengine.registry import init_default_scope
@@ -156,6 +160,8 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
         metric_cfgs = _metric_cfgs(cfg, metrics, mode)
     for m in metric_cfgs:
         m.update(metric_options or {})
+        if protocol and m.get('type') in ('SGRecall', 'SGMeanRecall', 'VLMSceneGraphMetric'):
+            m['protocol'] = (metric_options or {}).get('protocol', protocol)
         if m.get('type') in ('SGRecall', 'SGMeanRecall') and m.get('report_dir') is None:
             m['report_dir'] = work_dir
     evaluator = Evaluator(metric_cfgs)
@@ -222,10 +228,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--unsafe-load', action='store_true',
                         help='load pickles with the unrestricted unpickler (only for files you trust)')
     parser.add_argument('--no-progress', action='store_true')
+    parser.add_argument('--protocol', help='named evaluation conventions of the scene-graph / VLM metrics: sgb '
+                                           '(default), openpsg, r1sgg (see docs/protocols.md)')
     args = parser.parse_args(argv)
     return evaluate_file(args.config, args.predictions, args.format, args.metrics, args.mode, args.work_dir,
                          args.batch_size, args.cfg_options, args.unsafe_load, not args.no_progress,
-                         args.metric_options)
+                         args.metric_options, args.protocol)
 
 
 if __name__ == '__main__':

@@ -19,6 +19,7 @@ from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
 from .accumulator import RowAccumulator, same_objects
 from .predicate_groups import resolve_groups
+from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
 
 # rows of the last processed batch, and the last epoch summary, shared by SGRecall / SGMeanRecall with
 # identical settings in one evaluator (they see the same batches)
@@ -77,19 +78,27 @@ class SceneGraphMetric(BaseMetric):
             its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
             all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
+        protocol: named bundle of conventions ('sgb' = the legacy defaults above, 'openpsg', 'r1sgg'; see
+            ``docs/protocols.md``). The convention arguments iou_thr ... match default to the protocol's
+            values; an explicit argument overrides its single choice. :attr:`conventions` lists them all.
     """
 
     default_prefix: Optional[str] = None
     report_keys: Sequence[str] = ()
 
-    def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = 0.5,
-                 iou_plus_one: Optional[bool] = None, ng_topk: int = 100, rank: str = 'score',
-                 skip_empty_predictions: bool = True, mr_average: str = 'all', recall_average: str = 'image',
-                 match: str = 'box', zeroshot_triplets: Union[None, str, Sequence] = None,
+    def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
+                 iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
+                 skip_empty_predictions: bool = UNSET, mr_average: str = UNSET, recall_average: str = UNSET,
+                 match: str = UNSET, zeroshot_triplets: Union[None, str, Sequence] = None,
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, protocol: str = 'sgb') -> None:
+        self.protocol = resolve_protocol(protocol, dict(
+            iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
+            skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match))
+        iou_thr, iou_plus_one, ng_topk, rank, skip_empty_predictions, mr_average, recall_average, match = \
+            self.protocol.values(SCENE_GRAPH_SETTINGS)
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
         for name, value, allowed in (('rank', rank, ('score', 'given')), ('mr_average', mr_average, ('all', 'present')),
@@ -132,6 +141,11 @@ class SceneGraphMetric(BaseMetric):
                           'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
         })
         self.last_report: Optional[Dict[str, Any]] = None
+
+    @property
+    def conventions(self) -> Dict[str, Any]:
+        """The protocol name and every convention it implies (with explicit overrides), JSON-ready."""
+        return describe_conventions(self.protocol, self.mode, self.plus_one if self.dataset_meta else None)
 
     # ------------------------------------------------------------------ dataset facts
     def _meta(self, key: str, default: Any = None) -> Any:
@@ -223,7 +237,7 @@ class SceneGraphMetric(BaseMetric):
         """Everything :meth:`summarize` depends on besides the rows."""
         return (type(self).__mro__[1], size, self.mode, self.topk, self.skip_empty_predictions, self.mr_average,
                 self.recall_average, repr(self.user_zeroshot is None or self.user_zeroshot.tolist()),
-                repr(self.user_groups), id(self._dataset_meta))
+                repr(self.user_groups), id(self._dataset_meta), repr(self.protocol))
 
     def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
         classes, predicates = self.classes, self.predicates
@@ -380,7 +394,8 @@ class SceneGraphMetric(BaseMetric):
             per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
         return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
-                'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()}}
+                'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
+                'conventions': self.conventions}
 
     # ------------------------------------------------------------------ reporting
     def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
@@ -392,7 +407,8 @@ class SceneGraphMetric(BaseMetric):
     def _dump(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
         dump_metric_json(self.outfile_prefix, self.prefix, {
             'mode': self.mode, 'keys': keys, 'per_predicate': summary['per_predicate'],
-            'num_images': summary['num_images'], 'zeroshot': summary['zeroshot']})
+            'num_images': summary['num_images'], 'zeroshot': summary['zeroshot'],
+            'conventions': summary.get('conventions')})
 
     def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
         raise NotImplementedError('scene-graph metrics reduce row tables in evaluate()')

@@ -38,6 +38,7 @@ from mmengine.logging import print_log
 from ..registry import METRICS
 from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
 from .accumulator import RowAccumulator
+from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 
@@ -107,18 +108,24 @@ class VLMSceneGraphMetric(BaseMetric):
         report_dir: when set, ``write_scene_graph_reports`` writes ``metrics.json``, the per-predicate PNG and
             the Markdown table there after every evaluation.
         prefix: key prefix (default 'vlm').
+        protocol: named bundle of conventions ('sgb': the defaults above; 'r1sgg': plain IoU, pooled recall,
+            mR over the predicates present; see ``docs/protocols.md``); explicit rank / iou_thr /
+            iou_plus_one / mr_average / recall_average override single choices. See :attr:`conventions`.
     """
 
     default_prefix = 'vlm'
 
     def __init__(self, canvas: Union[None, float, Sequence[float]] = 1000, box_tolerance: float = 0.01,
                  box_format: str = 'xyxy', synonyms: Union[None, str, Mapping] = None,
-                 topk: Sequence[int] = (), rank: str = 'given', iou_thr: float = 0.5,
-                 iou_plus_one: Optional[bool] = None, mr_average: str = 'all', recall_average: str = 'image',
+                 topk: Sequence[int] = (), rank: str = UNSET, iou_thr: float = UNSET,
+                 iou_plus_one: Optional[bool] = UNSET, mr_average: str = UNSET, recall_average: str = UNSET,
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None, ap_max_dets: int = 100,
                  report_dir: Optional[str] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, protocol: str = 'sgb') -> None:
         super().__init__(collect_device=collect_device, prefix=prefix or self.default_prefix)
+        self.protocol = resolve_protocol(protocol, dict(iou_thr=iou_thr, iou_plus_one=iou_plus_one, rank=rank,
+                                                        mr_average=mr_average, recall_average=recall_average), 'vlm')
+        iou_thr, iou_plus_one, rank, mr_average, recall_average = self.protocol.values(VLM_SETTINGS)
         if box_format not in ('xyxy', 'xywh'):
             raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
         if isinstance(synonyms, str):
@@ -148,6 +155,12 @@ class VLMSceneGraphMetric(BaseMetric):
         self._mappers = None
         self._mappers_key = None
         self.last_report: Optional[Dict[str, Any]] = None
+
+    @property
+    def conventions(self) -> Dict[str, Any]:
+        """The protocol name and every convention it implies (with explicit overrides), JSON-ready."""
+        return describe_conventions(self.protocol, 'sgdet', self.inner.plus_one if self.dataset_meta else None,
+                                    target='vlm')
 
     # ------------------------------------------------------------------ helpers
     def _sync_meta(self) -> None:
@@ -310,7 +323,7 @@ class VLMSceneGraphMetric(BaseMetric):
                 'num_pred_objects': int(tables['pred_objects']['sample_idx'].numel()),
                 'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
                 'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
-                'canvas': self.canvas}
+                'canvas': self.canvas, 'conventions': self.conventions}
 
     def _log(self, summary: Dict[str, Any]) -> None:
         m = summary['metrics']
