@@ -3,7 +3,8 @@ from .accumulator import RowAccumulator
 from .grounding import GroundingPr
 from .relclip import RelCLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
+from .sgbench import SGBenchMetric
 from .vlm import VLMSceneGraphMetric
 
 __all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr', 'RelCLIPScore',
-           'VLMSceneGraphMetric']
+           'VLMSceneGraphMetric', 'SGBenchMetric']

@@ -51,6 +51,8 @@ class Protocol:
     scene_graph: Mapping[str, Any]
     vlm: Optional[Mapping[str, Any]] = None
     notes: Tuple[str, ...] = ()
+    #: True: detections are assigned to single GT objects and GT triplets de-duplicated (``SGBenchMetric``)
+    instance_matching: bool = False
 
 
 PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
@@ -92,6 +94,23 @@ PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
                'Not reproduced: R1-SGG\'s WordNet / spaCy synonym lookup and its passive-to-active predicate '
                'table; give a synonym map instead.'),
     ),
+    Protocol(
+        name='sgbench',
+        title='sgbench (Lorenz et al., CVPRW 2024): instance matching, de-duplicated GT triplets',
+        source='PyPI sgbench 1.0.0, sgbench/match.py, sgbench/metrics.py, sgbench/file.py, sgbench/pred.py',
+        scene_graph=dict(iou_thr=0.5, iou_plus_one=False, ng_topk=100, rank='score', skip_empty_predictions=False,
+                         mr_average='present', recall_average='image', match='box'),
+        instance_matching=True,
+        notes=('Implemented by SGBenchMetric (R@K, mR@K, PairR@K, R@inf, mR@inf, PairR@inf, InstR, PRank).',
+               'Deliberate difference: PairR@K compares the first K predictions with every distinct GT pair; '
+               'sgbench.metrics.pair_recall also cuts the GT list to its first K entries.',
+               'Deliberate difference: mR divides by the predicates present; sgbench returns NaN as soon as '
+               'one predicate is absent from every evaluated image.',
+               'Deliberate difference: an image without predictions counts 0 in mR as in R; sgbench leaves '
+               'images missing from the prediction file out of mR (NaN) but counts them 0 in R and InstR.',
+               'Deliberate difference: two zero-area boxes have IoU 0; in sgbench their 0/0 IoU is NaN, which '
+               'numpy\'s argmax picks as the best match.'),
+    ),
 )}
 
 
@@ -116,10 +135,16 @@ def get_protocol(name: str) -> Protocol:
 def resolve_protocol(name: str, explicit: Mapping[str, Any], target: str = 'scene_graph') -> ResolvedProtocol:
     """Apply preset ``name`` to the arguments ``explicit`` (values :data:`UNSET` take the preset's value).
 
-    ``target``: ``'scene_graph'`` (SGRecall / SGMeanRecall) or ``'vlm'`` (VLMSceneGraphMetric).
+    ``target``: ``'scene_graph'`` (SGRecall / SGMeanRecall, many-to-many matching), ``'sgbench'``
+    (SGBenchMetric, instance matching) or ``'vlm'`` (VLMSceneGraphMetric).
     """
     protocol = get_protocol(name)
-    preset = protocol.scene_graph if target == 'scene_graph' else protocol.vlm
+    if target in ('scene_graph', 'sgbench') and protocol.instance_matching != (target == 'sgbench'):
+        if protocol.instance_matching:
+            raise ValueError(f'protocol {name!r} matches detections to single GT objects: use SGBenchMetric '
+                             f'(type=\'SGBenchMetric\') instead of SGRecall / SGMeanRecall')
+        raise ValueError(f'SGBenchMetric implements instance matching only (protocol=\'sgbench\'), not {name!r}')
+    preset = protocol.vlm if target == 'vlm' else protocol.scene_graph
     if preset is None:
         raise ValueError(f'protocol {name!r} defines no conventions for {target} metrics; use one of '
                          f'{sorted(p.name for p in PROTOCOLS.values() if getattr(p, target) is not None)}')
@@ -159,7 +184,12 @@ def describe_conventions(resolved: ResolvedProtocol, mode: str = 'sgdet', plus_o
     match = s.get('match', 'box')
     if plus_one is None:
         plus_one = s['iou_plus_one']
-    if mode == 'phrdet':
+    if protocol.instance_matching:
+        matching = ('instance matching: each detection is assigned to the GT object of highest IoU among those '
+                    'with its label (IoU >= threshold, first GT on ties); a predicted triplet hits the GT triplet '
+                    'with its assigned subject, assigned object and predicate; repeated predicted triplets are '
+                    'dropped before taking the first K')
+    elif mode == 'phrdet':
         matching = ('many-to-many on the union box of subject and object: classes and predicate equal, '
                     'union IoU >= threshold')
     else:
@@ -177,7 +207,9 @@ def describe_conventions(resolved: ResolvedProtocol, mode: str = 'sgdet', plus_o
         'iou': _iou_text(plus_one, match),
         'iou_threshold': f'>= {s["iou_thr"]}',
         'matching': matching,
-        'gt_deduplication': 'none: every GT relation counts, duplicated triplets included',
+        'gt_deduplication': ('one GT triplet per distinct (subject, object, predicate) index triplet'
+                             if protocol.instance_matching else
+                             'none: every GT relation counts, duplicated triplets included'),
         'skipped_images': ' and '.join(skipped) + ('' if 'images without predicted pairs' in skipped
                                                      else ' (an image without predictions counts 0)'),
         'recall': 'pooled: sum of hits / sum of GT relations' if s['recall_average'] == 'micro'
@@ -188,12 +220,14 @@ def describe_conventions(resolved: ResolvedProtocol, mode: str = 'sgdet', plus_o
         else 'stable descending sort by predicate prob x subject score x object score (float32; ties keep '
              'the input order)',
     }
-    if target == 'scene_graph':
+    if target != 'vlm':
         out['ngc_list'] = (f'top {s["ng_topk"]} (pair, predicate) entries per image by subject score x object '
                            'score x predicate prob, stable descending')
     else:
         out['ngc_list'] = 'not used (one predicate per predicted relation)'
         out['ap50'] = ('COCO AP at IoU 0.5 (pycocotools), GT annotation ids from 1, '
                        + ('+1 pixel widths/heights' if plus_one else 'plain widths/heights'))
+    if protocol.instance_matching:
+        out['ngc_list'] += ' (used for PRank only)'
     out['notes'] = list(protocol.notes)
     return out

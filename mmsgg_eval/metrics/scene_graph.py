@@ -85,6 +85,7 @@ class SceneGraphMetric(BaseMetric):
 
     default_prefix: Optional[str] = None
     report_keys: Sequence[str] = ()
+    protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
                  iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
@@ -96,7 +97,8 @@ class SceneGraphMetric(BaseMetric):
                  prefix: Optional[str] = None, protocol: str = 'sgb') -> None:
         self.protocol = resolve_protocol(protocol, dict(
             iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
-            skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match))
+            skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match),
+            self.protocol_target)
         iou_thr, iou_plus_one, ng_topk, rank, skip_empty_predictions, mr_average, recall_average, match = \
             self.protocol.values(SCENE_GRAPH_SETTINGS)
         if mode not in MODES:
@@ -145,7 +147,8 @@ class SceneGraphMetric(BaseMetric):
     @property
     def conventions(self) -> Dict[str, Any]:
         """The protocol name and every convention it implies (with explicit overrides), JSON-ready."""
-        return describe_conventions(self.protocol, self.mode, self.plus_one if self.dataset_meta else None)
+        return describe_conventions(self.protocol, self.mode, self.plus_one if self.dataset_meta else None,
+                                    self.protocol_target)
 
     # ------------------------------------------------------------------ dataset facts
     def _meta(self, key: str, default: Any = None) -> Any:

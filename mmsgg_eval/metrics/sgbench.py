@@ -1,0 +1,174 @@
+"""``SGBenchMetric``: the sgbench protocol (instance matching) and the metrics it adds.
+
+Protocol (``protocol='sgbench'``, see ``docs/protocols.md``): every detection is assigned to the GT object of
+highest IoU (plain IoU, ``>= 0.5``) among those with its label, predicted triplets are remapped through that
+assignment and must equal a GT triplet's (subject GT, object GT, predicate); GT triplets are de-duplicated,
+predicted triplets repeating an earlier (subject, object, predicate) index triplet are dropped before the
+first K are taken (:mod:`mmsgg_eval.functional.instance_matching`). Images without GT relations are
+skipped; images without predictions count 0.
+
+Keys (percent, except PRank):
+
+* ``R@K``: mean over images of (distinct GT triplets hit by the first K) / (distinct GT triplets);
+* ``mR@K``: for each predicate, the mean of the per-image recalls over the images containing it; then the
+  mean over the predicates present (``mr_average='present'``; 'all' divides by every predicate);
+* ``PairR@K``: as ``R@K`` on distinct GT (subject, object) pairs, the predicate ignored: a pair is hit when the
+  remapped pair of one of the first K predicted triplets equals it (the whole GT counts, not its first K);
+* ``R@inf`` / ``mR@inf`` / ``PairR@inf``: the same over every predicted triplet;
+* ``InstR``: mean over images of (GT objects with a detection assigned) / (GT objects);
+* ``PRank``: in the no-graph-constraint list, the 0-based rank of the GT predicate among the distinct
+  predicates listed for the matched GT pair; averaged per (image, predicate) over the GT triplets found, then
+  over all (image, predicate) cells with a value (a raw rank, not a percentage).
+
+The state is a few integers per distinct GT relation and per image, reduced across ranks like
+:class:`~mmsgg_eval.metrics.SGRecall` (de-duplicated by ``sample_idx``).
+"""
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..functional import per_predicate_recall, recall_from_ranks, stable_topk, triplet_scores
+from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
+                                            matched_instances, predicate_ranks, remapped_first_hits)
+from ..functional.limits import K_ALL, NO_HIT
+from ..functional.recall import no_graph_constraint_list, object_iou_matrix
+from ..registry import METRICS
+from ..structures import collate_scene_graphs
+from .accumulator import RowAccumulator
+from .protocols import UNSET
+from .scene_graph import SceneGraphMetric
+
+
+@METRICS.register_module()
+class SGBenchMetric(SceneGraphMetric):
+    """R@K, mR@K, PairR@K (K and inf), InstR and PRank under the sgbench protocol. Arguments as
+    :class:`~mmsgg_eval.metrics.SGRecall` (``protocol`` defaults to 'sgbench'; ``zeroshot_triplets`` and
+    ``predicate_groups`` are not used)."""
+
+    report_keys = ('R', 'mR', 'PairR', 'InstR', 'PRank')
+    _reports_per_predicate = True
+    protocol_target = 'sgbench'
+
+    def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100), protocol: str = 'sgbench',
+                 **kwargs: Any) -> None:
+        for name in ('zeroshot_triplets', 'predicate_groups'):
+            if kwargs.get(name) is not None:
+                raise ValueError(f'SGBenchMetric does not use {name}')
+        if mode == 'phrdet':
+            raise ValueError('SGBenchMetric: instance matching is not defined for phrdet (union boxes)')
+        super().__init__(mode=mode, topk=topk, protocol=protocol, **kwargs)
+        self._rank_cap = NO_HIT
+        self.accumulator = RowAccumulator({
+            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()),
+                       'num_gt_objects': (torch.int32, ()), 'num_matched_objects': (torch.int32, ())},
+            'relations': {'predicate': (torch.int32, ()), 'first_pair': (torch.bool, ()),
+                          'rank_gc': (torch.int32, ()), 'rank_pair': (torch.int32, ()), 'prank': (torch.int32, ())},
+        })
+
+    def _rows_key(self) -> tuple:
+        return ('sgbench',) + super()._rows_key()
+
+    def _summary_key(self, size: int) -> tuple:
+        return ('sgbench',) + super()._summary_key(size)
+
+    def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
+        classes, predicates = self.classes, self.predicates
+        use_masks = self.match == 'mask'
+        batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates), with_masks=use_masks)
+        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        pred_valid, gt_obj_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
+        iou = object_iou_matrix(batch, self.plus_one, use_masks)
+        assigned = assign_detections(iou, batch.pred_labels, pred_valid, batch.gt_labels, gt_obj_valid, self.iou_thr)
+        base = max(batch.pred_boxes.shape[1], batch.gt_boxes.shape[1], len(predicates), 1) + 1
+        gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
+        gt_valid = deduplicate_gt_triplets(gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, base)
+
+        subject_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
+        object_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
+        length = batch.rel_valid.shape[1]  # the whole list: R@inf, and de-duplication never shortens the top K
+        if self.rank == 'given':
+            gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
+            gc_valid = batch.rel_valid
+        else:
+            gc_order, gc_valid = stable_topk(triplet_scores(batch.gc_prob, subject_score, object_score),
+                                             batch.rel_valid, length)
+        gc_pred = batch.gc_predicate_at(gc_order, gc_valid)
+        rank_gc, rank_pair, _ = remapped_first_hits(
+            assigned, batch.rel_pairs[..., 0].gather(1, gc_order), batch.rel_pairs[..., 1].gather(1, gc_order),
+            gc_pred, gc_valid, gt_sub, gt_obj, batch.gt_predicates, gt_valid, base)
+
+        ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, self.ng_topk,
+                                                              subject_score.float() * object_score.float())
+        prank = predicate_ranks(assigned, batch.rel_pairs[..., 0].gather(1, ng_pair),
+                                batch.rel_pairs[..., 1].gather(1, ng_pair), ng_pred, ng_valid, gt_sub, gt_obj,
+                                batch.gt_predicates, gt_valid, base)
+        first_pair = first_occurrence(gt_sub.long() * base + gt_obj.long(), gt_valid)
+        inst = matched_instances(assigned, batch.gt_boxes.shape[1]) & gt_obj_valid
+
+        image_of = torch.arange(gt_valid.shape[0], device=batch.device)[:, None].expand_as(gt_valid)[gt_valid]
+        return {
+            'images': {'sample_idx': batch.sample_idx, 'num_gt': gt_valid.sum(1), 'num_pred': batch.num_rel_preds,
+                       'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
+            'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': batch.gt_predicates[gt_valid],
+                          'first_pair': first_pair[gt_valid], 'rank_gc': rank_gc[gt_valid],
+                          'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
+        }
+
+    def summarize(self, tables: Dict[str, Dict[str, Tensor]]) -> Dict[str, Any]:
+        images, rels = tables['images'], tables['relations']
+        num_predicates = len(self.predicates)
+        evaluated = images['num_gt'] > 0
+        if self.skip_empty_predictions:
+            evaluated &= images['num_pred'] > 0
+        eval_idx = images['sample_idx'][evaluated]
+        num_images = int(eval_idx.numel())
+        sorted_idx, order = torch.sort(eval_idx)
+        pos = torch.searchsorted(sorted_idx, rels['sample_idx']).clamp(max=max(num_images - 1, 0))
+        keep = (sorted_idx[pos] == rels['sample_idx']) if num_images else \
+            torch.zeros_like(rels['sample_idx'], dtype=torch.bool)
+        image_of = order[pos][keep]
+        rel = {n: c[keep] for n, c in rels.items()}
+        ks = list(self.topk) + [K_ALL]
+        names = [str(k) for k in self.topk] + ['inf']
+        m: Dict[str, float] = {}
+
+        def put(family: str, values: Tensor) -> None:
+            for name, v in zip(names, values.tolist()):
+                m[f'{family}@{name}'] = 100.0 * v
+
+        rank_gc, rank_pair, pred = rel['rank_gc'].long(), rel['rank_pair'].long(), rel['predicate'].long()
+        put('R', recall_from_ranks(rank_gc, image_of, num_images, ks, average=self.recall_average))
+        per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_predicates, ks,
+                                                 self.recall_average)
+        chosen = present if self.mr_average == 'present' else torch.ones_like(present)
+        mr = per_pred[:, chosen].sum(1) / chosen.sum() if bool(chosen.any()) else torch.zeros(len(ks))
+        put('mR', mr)
+        put('PairR', recall_from_ranks(rank_pair, image_of, num_images, ks, rel_mask=rel['first_pair'],
+                                       average=self.recall_average))
+        img_eval = {n: c[evaluated] for n, c in images.items()}
+        objects = img_eval['num_gt_objects'].double()
+        inst = img_eval['num_matched_objects'].double() / objects.clamp(min=1)
+        m['InstR'] = 100.0 * float(inst.mean()) if num_images else 0.0
+        found = rel['prank'] >= 0
+        cell = image_of[found] * num_predicates + pred[found]
+        size = max(num_images * num_predicates, 1)
+        sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size)
+        counts = torch.bincount(cell, minlength=size).double()
+        has = counts > 0
+        m['PRank'] = float((sums[has] / counts[has]).mean()) if bool(has.any()) else float('nan')
+        per_predicate = {
+            self.predicates[i]: {f'R@{n}': 100.0 * float(per_pred[j, i]) for j, n in enumerate(names)}
+            for i in range(num_predicates)}
+        num_gt = torch.bincount(pred, minlength=num_predicates).tolist()
+        for i in range(num_predicates):
+            per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
+        return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
+                'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
+                'zeroshot': None, 'groups': {}, 'conventions': self.conventions}
+
+    def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
+        super()._log_report(summary, {k: v for k, v in keys.items() if '@' in k and not k.endswith('@inf')})
+        from ..reports import log_block
+        log_block('SGBench: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items()
+                                          if '@' not in k or k.endswith('@inf')))
