@@ -325,10 +325,7 @@ def _preset_shard(rank, world_size, preset, mode):
     if preset == 'openpsg':
         samples = _masked(samples)
     mine = [samples[i] for i in padded_shard(LENGTH, world_size, rank)]
-    if preset == 'sgbench':
-        classes = (SGBenchMetric,)
-    else:
-        classes = (SGRecall, SGMeanRecall)
+    classes = (SGBenchMetric,) if preset == 'sgbench' else (SGRecall, SGMeanRecall)
     out = {}
     for cls in classes:
         metric = cls(mode=mode, protocol=preset, pool_samples=3)
@@ -336,16 +333,15 @@ def _preset_shard(rank, world_size, preset, mode):
     return out
 
 
-@pytest.mark.parametrize('preset,world_size,mode', [('sgb', 2, 'sgdet'), ('openpsg', 3, 'sgdet'),
-                                                    ('r1sgg', 2, 'predcls'), ('sgbench', 3, 'sgdet'),
-                                                    ('sgbench', 2, 'sgcls')])
-def test_distributed_equals_single_process_for_every_preset(preset, world_size, mode):
-    single = _preset_shard(0, 1, preset, mode)
-    for res in run_distributed(_preset_shard, world_size, preset, mode):
-        assert res == single or all(
-            (a == b) or (np.isnan(a) and np.isnan(b)) for a, b in zip(res.values(), single.values()))
-        assert res.keys() == single.keys()
-    assert any(v > 0 for k, v in single.items() if k.startswith('R@'))
+PRESET_CASES = [('sgb', 'sgdet'), ('openpsg', 'sgdet'), ('openpsg', 'predcls'), ('r1sgg', 'predcls'),
+                ('r1sgg', 'sgdet'), ('sgbench', 'sgdet'), ('sgbench', 'sgcls')]
+VLM_TEXTS = []
+_rng = np.random.default_rng(0)
+for _i in range(11):
+    _rels = [{'subject': 'c0.1', 'predicate': f'p{int(_rng.integers(0, 3))}', 'object': 'c1.2'}]
+    VLM_TEXTS.append(None if _i % 5 == 4 else json.dumps({
+        'objects': [{'id': 'c0.1', 'bbox': [100, 100, 300, int(_rng.integers(250, 350))]},
+                    {'id': 'c1.2', 'bbox': [500, 500, 900, 900]}], 'relationships': _rels}))
 
 
 def _vlm_shard(rank, world_size, texts):
@@ -357,14 +353,23 @@ def _vlm_shard(rank, world_size, texts):
     return evaluate(VLMSceneGraphMetric(protocol='r1sgg'), mine, batch_size=2)
 
 
-def test_distributed_vlm_r1sgg():
-    rng = np.random.default_rng(0)
-    texts = []
-    for i in range(11):
-        rels = [{'subject': 'c0.1', 'predicate': f'p{int(rng.integers(0, 3))}', 'object': 'c1.2'}]
-        texts.append(None if i % 5 == 4 else json.dumps({
-            'objects': [{'id': 'c0.1', 'bbox': [100, 100, 300, int(rng.integers(250, 350))]},
-                        {'id': 'c1.2', 'bbox': [500, 500, 900, 900]}], 'relationships': rels}))
-    single = _vlm_shard(0, 1, texts)
-    for res in run_distributed(_vlm_shard, 3, texts):
-        assert res == single
+def _every_preset_shard(rank, world_size):
+    """One process group for all presets (uneven shards: 23 and 11 samples on 2 or 3 ranks)."""
+    out = {f'{preset}/{mode}': _preset_shard(rank, world_size, preset, mode) for preset, mode in PRESET_CASES}
+    out['r1sgg/vlm'] = _vlm_shard(rank, world_size, VLM_TEXTS)
+    return out
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(x == y or (np.isnan(x) and np.isnan(y)) for x, y in
+                                        zip(a.values(), [b[k] for k in a]))
+
+
+@pytest.mark.parametrize('world_size', [2, 3])
+def test_distributed_equals_single_process_for_every_preset(world_size):
+    single = _every_preset_shard(0, 1)
+    for res in run_distributed(_every_preset_shard, world_size):
+        for case, values in single.items():
+            assert _same(res[case], values), case
+    for case, values in single.items():
+        assert any(v > 0 for k, v in values.items() if k.startswith(('R@', 'Recall'))), case
