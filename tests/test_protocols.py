@@ -373,3 +373,26 @@ def test_distributed_equals_single_process_for_every_preset(world_size):
             assert _same(res[case], values), case
     for case, values in single.items():
         assert any(v > 0 for k, v in values.items() if k.startswith(('R@', 'Recall'))), case
+
+
+# ---------------------------------------------------------------------------------------------- offline CLI
+def test_offline_cli_protocol(tmp_path):
+    from mmsgg_eval.eval import main
+    from tests.test_offline_eval import CONFIG, direct, predictions_for
+    from mmsgg_eval.datasets import VG150Dataset
+    from mmsgg_eval.datasets.sample_data import make_sample_data
+    make_sample_data(str(tmp_path / 'data'), datasets=['vg150'])
+    root = str(tmp_path / 'data' / 'vg150') + '/'
+    dataset = VG150Dataset(data_root=root, split='test', num_val_images=8, pipeline=[])
+    records = predictions_for(dataset)
+    path = tmp_path / 'preds.jsonl'
+    path.write_text('\n'.join(json.dumps(r) for r in records))
+    res = main([CONFIG, str(path), '--metrics', 'SGRecall', 'SGMeanRecall', '--mode', 'sgdet', '--protocol', 'r1sgg',
+                '--work-dir', str(tmp_path / 'o'), '--no-progress',
+                '--cfg-options', f'test_dataloader.dataset.data_root={root}'])
+    expected = direct(dataset, records, protocol='r1sgg')
+    assert {k: res[k] for k in expected} == expected
+    assert expected != direct(dataset, records)  # the legacy protocol gives other numbers here
+    report = json.loads((tmp_path / 'o' / 'sgdet.metrics.json').read_text())
+    assert report['conventions']['protocol'] == 'r1sgg'
+    assert report['conventions']['recall'].startswith('pooled')
