@@ -404,7 +404,8 @@ class SceneGraphMetric(BaseMetric):
     def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
         log_block(format_scene_graph_report(summary, keys, mode=self.mode,
                                             dataset=self._meta('dataset_name', 'unknown dataset'),
-                                            metric_name=type(self).__name__, ks=self.topk,
+                                            metric_name=f'{type(self).__name__} | protocol={self.protocol.name}',
+                                            ks=self.topk,
                                             with_per_predicate=self._reports_per_predicate))
 
     def _dump(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:

@@ -327,7 +327,8 @@ class VLMSceneGraphMetric(BaseMetric):
 
     def _log(self, summary: Dict[str, Any]) -> None:
         m = summary['metrics']
-        lines = [f'====== VLMSceneGraphMetric | dataset={(self.dataset_meta or {}).get("dataset_name", "unknown")} | '
+        lines = [f'====== VLMSceneGraphMetric | protocol={self.protocol.name} | '
+                 f'dataset={(self.dataset_meta or {}).get("dataset_name", "unknown")} | '
                  f'samples={summary["num_samples"]} (failed {summary["num_failed"]}) | GT relations='
                  f'{summary["num_gt_relations"]} ======',
                  '  '.join(f'{k}: {v:.4f}' for k, v in m.items())]
