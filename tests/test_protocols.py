@@ -233,6 +233,24 @@ def test_hand_case_vlm_sgb_vs_r1sgg():
     assert VLMSceneGraphMetric(protocol='r1sgg').conventions['ap50'].endswith('plain widths/heights')
 
 
+def test_r1sgg_multi_space_predicate_is_its_own_name():
+    """Deliberate difference from R1-SGG: "in  front  of" (double spaces) is the predicate "in front of" here;
+    R1-SGG's word-split synonym fallback turns it into "in"."""
+    meta = dict(classes=['man', 'car'], predicates=['in', 'in front of'], dataset_name='toy')
+    boxes = [[100., 100, 300, 300], [500, 500, 900, 900]]
+    text = json.dumps({'objects': [{'id': 'man.1', 'bbox': [100, 100, 300, 300]},
+                                   {'id': 'car.2', 'bbox': [500, 500, 900, 900]}],
+                       'relationships': [{'subject': 'man.1', 'predicate': 'in  front  of', 'object': 'car.2'}]})
+    results = {}
+    for gt_pred in (0, 1):
+        s = _vlm_sample(0, text, boxes, [0, 1], [(0, 1, gt_pred)])
+        metric = VLMSceneGraphMetric(protocol='r1sgg')
+        metric.dataset_meta = meta
+        metric.process({}, [s])
+        results[gt_pred] = metric.evaluate(1)['vlm/Recall']
+    assert results == {0: 0.0, 1: 100.0}
+
+
 # ---------------------------------------------------------------------------------------------- randomized
 @pytest.mark.parametrize('mode', ['predcls', 'sgcls', 'sgdet'])
 @pytest.mark.parametrize('preset', ['openpsg', 'r1sgg'])

@@ -203,3 +203,21 @@ def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, 
             rows.append(torch.where(present, ratio.sum(0) / n_img.clamp(min=1), torch.zeros_like(n_img)))
     recall = torch.stack(rows) if rows else torch.zeros((0, num_predicates), dtype=torch.float64)
     return recall, present
+
+
+def evaluated_image_rows(image_sample_idx: Tensor, evaluated: Tensor, rel_sample_idx: Tensor):
+    """Map per-relation rows onto the evaluated images.
+
+    ``image_sample_idx`` [I] and ``evaluated`` [I] bool: the images and which of them count;
+    ``rel_sample_idx`` [G]: the image of every relation row. Returns ``(image_of [G'], keep [G], num_images)``:
+    ``keep`` marks the rows of evaluated images, ``image_of`` numbers their image 0..num_images-1.
+    """
+    eval_idx = image_sample_idx[evaluated]
+    num_images = int(eval_idx.numel())
+    if not num_images:
+        keep = torch.zeros_like(rel_sample_idx, dtype=torch.bool)
+        return rel_sample_idx[keep], keep, 0
+    sorted_idx, order = torch.sort(eval_idx)
+    pos = torch.searchsorted(sorted_idx, rel_sample_idx).clamp(max=num_images - 1)
+    keep = sorted_idx[pos] == rel_sample_idx
+    return order[pos][keep], keep, num_images

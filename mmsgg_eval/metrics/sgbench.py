@@ -32,7 +32,7 @@ from ..functional import per_predicate_recall, recall_from_ranks, stable_topk, t
 from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
                                             matched_instances, predicate_ranks, remapped_first_hits)
 from ..functional.limits import K_ALL, NO_HIT
-from ..functional.recall import no_graph_constraint_list, object_iou_matrix
+from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
 from ..structures import collate_scene_graphs
 from .accumulator import RowAccumulator
@@ -121,13 +121,7 @@ class SGBenchMetric(SceneGraphMetric):
         evaluated = images['num_gt'] > 0
         if self.skip_empty_predictions:
             evaluated &= images['num_pred'] > 0
-        eval_idx = images['sample_idx'][evaluated]
-        num_images = int(eval_idx.numel())
-        sorted_idx, order = torch.sort(eval_idx)
-        pos = torch.searchsorted(sorted_idx, rels['sample_idx']).clamp(max=max(num_images - 1, 0))
-        keep = (sorted_idx[pos] == rels['sample_idx']) if num_images else \
-            torch.zeros_like(rels['sample_idx'], dtype=torch.bool)
-        image_of = order[pos][keep]
+        image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
         rel = {n: c[keep] for n, c in rels.items()}
         ks = list(self.topk) + [K_ALL]
         names = [str(k) for k in self.topk] + ['inf']
