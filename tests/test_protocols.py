@@ -88,6 +88,22 @@ def test_every_preset_documents_every_convention():
     assert UNSET is type(UNSET)()  # one sentinel, also after copying / unpickling
 
 
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(ValueError, match='phrdet'):
+        SGBenchMetric(mode='phrdet')
+    with pytest.raises(ValueError, match='predicate_groups'):
+        SGBenchMetric(predicate_groups={'head': ['p0']})
+    with pytest.raises(ValueError, match="match='mask' is not defined for phrdet"):
+        SGRecall(mode='phrdet', protocol='openpsg')
+    # openpsg matches masks: a sample without them is named, with the missing field
+    samples, _ = random_dataset(0, 3, 'sgdet')
+    metric = SGRecall(mode='sgdet', protocol='openpsg')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match='masks'):
+        metric.process({}, samples)
+        metric.evaluate(3)
+
+
 # ---------------------------------------------------------------------------------------------- hand-worked
 def _gt(boxes, labels, rels):
     return dict(gt_instances=dict(bboxes=torch.tensor(boxes, dtype=torch.float32), labels=torch.tensor(labels)),
