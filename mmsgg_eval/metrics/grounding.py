@@ -1,4 +1,4 @@
-"""``GroundingPr``: visual grounding accuracy for RSVGD / DIOR-RSVG and similar benchmarks (SPEC section 3).
+"""``GroundingPr``: visual grounding accuracy for RSVGD / DIOR-RSVG and similar benchmarks.
 
 One sample = one (image, query) pair with exactly one GT box. The scored prediction is the highest-scoring
 box of ``pred_instances`` (the first box on ties or when there are no scores). Boxes are xyxy in ORIGINAL
@@ -23,6 +23,12 @@ hits) in a :class:`RowAccumulator`; ``evaluate()`` reduces once across ranks and
 samples repeated by ``DefaultSampler`` padding, so every world size gives identical numbers. Sums are
 taken in ``sample_idx`` order with :func:`math.fsum` (correctly rounded, order independent).
 
+Protocols (``docs/protocols.md``): ``protocol='exact'`` (default) scores against the GT box as given (the
+XML box); ``protocol='mgvlf'`` reproduces the original RSVG (MGVLF) test loop: the GT box goes through its
+letterbox quantisation (:func:`mmsgg_eval.functional.grounding.mgvlf_gt_boxes`), predictions are clamped as
+that loop clamps them, and a hit is IoU > τ. It needs each sample's image size (``ori_shape`` or
+``width``/``height``).
+
 Edge cases: a sample without a prediction counts as IoU 0 (intersection 0, union = GT area); a sample
 without a GT box raises ``ValueError`` naming it; several GT boxes raise unless ``multiple_gt='first'``;
 a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with x2 >= x1 and y2 >= y1.
@@ -37,12 +43,14 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 from torch import Tensor
 
+from ..functional.grounding import MGVLF_IMAGE_SIZE, mgvlf_clamp_predictions, mgvlf_gt_boxes
 from ..registry import METRICS
 from ..reports import dump_metric_json, log_block
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
 from .accumulator import RowAccumulator
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+PROTOCOLS = ('exact', 'mgvlf')
 # float64 comparisons closer than this (relative) to the threshold are re-decided exactly; the float64
 # rounding error of q*I - p*U is below 2e-15 * (q*I + p*U).
 _NEAR_TIE = 1e-10
@@ -170,11 +178,15 @@ def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], met
 
 @METRICS.register_module()
 class GroundingPr(BaseMetric):
-    """Pr@τ (percent), meanIoU and cumIoU ([0, 1]) of single-box visual grounding (SPEC section 3).
+    """Pr@τ (percent), meanIoU and cumIoU ([0, 1]) of single-box visual grounding.
 
     Args:
         thresholds: IoU thresholds τ, read as exact decimals (0.7 = 7/10).
-        strict: False (default, the benchmark definition): a hit is IoU >= τ; True: IoU > τ (MGVLF code).
+        strict: False: a hit is IoU >= τ (the benchmark definition); True: IoU > τ (MGVLF code). None
+            (default): False for ``protocol='exact'``, True for ``protocol='mgvlf'``.
+        protocol: 'exact' (default): the GT box as given; 'mgvlf': the GT box quantised by the original
+            RSVG test loop's letterbox and predictions clamped like it (see ``docs/protocols.md``).
+        mgvlf_size: letterbox side of the original run (its ``--size``, default 640); 'mgvlf' only.
         multiple_gt: 'error' (default): a sample with more than one GT box raises ValueError;
             'first': score against the first GT box.
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the per-sample
@@ -189,11 +201,19 @@ class GroundingPr(BaseMetric):
 
     default_prefix: Optional[str] = 'grounding'
 
-    def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: bool = False,
+    def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: Optional[bool] = None,
                  multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, protocol: str = 'exact', mgvlf_size: int = MGVLF_IMAGE_SIZE) -> None:
         if multiple_gt not in ('error', 'first'):
             raise ValueError(f"multiple_gt must be 'error' or 'first', got {multiple_gt!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f'protocol must be one of {PROTOCOLS}, got {protocol!r}')
+        if isinstance(mgvlf_size, bool) or not isinstance(mgvlf_size, int) or mgvlf_size < 2:
+            raise ValueError(f'mgvlf_size must be an integer >= 2 (the letterbox side in pixels), got {mgvlf_size!r}')
+        self.protocol = protocol
+        self.mgvlf_size = mgvlf_size
+        if strict is None:
+            strict = protocol == 'mgvlf'
         super().__init__(collect_device=collect_device, prefix=prefix)
         self.thresholds: Tuple[Any, ...] = tuple(thresholds)
         self.exact_thresholds = tuple(as_fraction(t) for t in self.thresholds)
@@ -239,7 +259,29 @@ class GroundingPr(BaseMetric):
                 if scores.numel() != boxes.shape[0]:
                     raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {scores.numel()} '
                                      f'entries for {boxes.shape[0]} boxes')
+        if self.protocol == 'mgvlf':
+            gt, boxes = self._mgvlf_boxes(sample, gt, boxes)
         return sample_index(sample), gt[0], boxes, scores
+
+    def _mgvlf_boxes(self, sample: Any, gt: Tensor, boxes: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """GT quantised and predictions clamped as the original MGVLF test loop does (image size needed)."""
+        shape = get_field(sample, 'ori_shape')
+        if shape is not None and len(shape) >= 2:
+            height, width = shape[0], shape[1]
+        else:
+            width, height = get_field(sample, 'width'), get_field(sample, 'height')
+        if width is None or height is None or not float(width) > 0 or not float(height) > 0:
+            raise ValueError(f"{sample_name(sample)}: GroundingPr(protocol='mgvlf') needs the original image size "
+                             f'(metainfo `ori_shape` (h, w) or `width`/`height`), got ori_shape={shape!r}, '
+                             f'width={width!r}, height={height!r}')
+        w = torch.full((gt.shape[0],), float(width), dtype=torch.float64)
+        h = torch.full((gt.shape[0],), float(height), dtype=torch.float64)
+        gt = mgvlf_gt_boxes(gt.cpu(), w, h, self.mgvlf_size).to(gt.device)
+        if boxes is not None and boxes.shape[0]:
+            n = boxes.shape[0]
+            boxes = mgvlf_clamp_predictions(boxes.cpu(), w[:1].expand(n), h[:1].expand(n),
+                                            self.mgvlf_size).to(boxes.device)
+        return gt, boxes
 
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
         """Select each sample's top-scoring box and store its intersection, union, IoU and hits."""
