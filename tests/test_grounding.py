@@ -1,4 +1,4 @@
-"""Tests of GroundingPr (SPEC section 3) against the exact loop reference in tests/reference_grounding.py."""
+"""Tests of GroundingPr against the exact loop reference in tests/reference_grounding.py."""
 import json
 import os
 import random
@@ -477,7 +477,8 @@ def test_mgvlf_protocol_differs_from_exact():
 def test_mgvlf_protocol_clamps_and_needs_the_image_size():
     # 800 x 533: GT y2 533 -> 532 and the prediction's y2 is clamped at 532 too (IoU 31 / 32)
     metric = GroundingPr(protocol='mgvlf')
-    sample = {'sample_idx': 0, 'ori_shape': (533, 800), 'gt_instances': {'bboxes': torch.tensor([[100., 500, 200, 533]])},
+    sample = {'sample_idx': 0, 'ori_shape': (533, 800),
+              'gt_instances': {'bboxes': torch.tensor([[100., 500, 200, 533]])},
               'pred_instances': {'bboxes': torch.tensor([[100., 501, 200, 540]])}}
     metric.process(None, [sample])
     out = metric.evaluate(1)

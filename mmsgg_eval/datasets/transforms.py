@@ -120,8 +120,9 @@ class LoadSceneGraphAnnotations(BaseTransform):
             if len(segments) != len(instances):
                 raise ValueError(f'{results["seg_map_path"]}: {len(segments)} segments for {len(instances)} instances')
             size = (results['height'], results['width']) if 'height' in results and 'width' in results else None
+            image = results.get('img_id', results.get('img_path'))
             masks = load_panoptic_masks(results['seg_map_path'], [s['id'] for s in segments], self.backend_args,
-                                        expected_size=size, sample=f'image {results.get("img_id", results.get("img_path"))!r}')
+                                        expected_size=size, sample=f'image {image!r}')
             if self.mask_format == 'bitmap':
                 from mmdet.structures.mask import BitmapMasks
                 masks = BitmapMasks(masks.astype(np.uint8), masks.shape[1], masks.shape[2])
