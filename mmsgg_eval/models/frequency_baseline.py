@@ -49,7 +49,10 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
 
     The legacy statistics are counted on the training split as the legacy code builds it for them (for VG150:
     overlap-filtered, duplicates kept, boxes unclipped); the datasets list those arguments in
-    ``FREQUENCY_STATISTICS_ARGS`` and ``tools/build_freq_baseline.py`` applies them.
+    ``FREQUENCY_STATISTICS_ARGS`` and ``tools/build_freq_baseline.py`` applies them. This follows
+    Scene-Graph-Benchmark's ``get_VG_statistics(must_overlap=...)``; the first MOTIFS release
+    (rowanz/neural-motifs ``eval_rel_count.py``) differs in two details: its background overlap test uses the
+    +1-pixel convention (touching boxes overlap) and its FREQ (no overlap) counts on the unfiltered split.
     """
     if background not in BACKGROUND_MODES:
         raise ValueError(f'background must be one of {BACKGROUND_MODES}, got {background!r}')
