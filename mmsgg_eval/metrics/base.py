@@ -119,13 +119,18 @@ class ComputeGroup:
     safe to compare), its last reduced tables (with the row objects they were reduced from), its last
     summaries and the report files written from them. Groups are found through a registry of weak
     references: a group lives as long as one of its members.
+
+    Epochs: :attr:`epoch` counts the reductions computed by the group. A member records it when its own
+    epoch starts (first ``process()``), and pool rows are reused only between members of the same epoch, so
+    samples modified in place and fed again after an ``evaluate()`` are always ranked afresh.
     """
 
     _registry: 'weakref.WeakValueDictionary[Hashable, ComputeGroup]' = weakref.WeakValueDictionary()
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
-        self._pool: Optional[Tuple[List[Any], Dict[str, Any]]] = None
+        self.epoch = 0
+        self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None
         self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None
         self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []
         self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}
@@ -138,12 +143,14 @@ class ComputeGroup:
             cls._registry[key] = group
         return group
 
-    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Dict[str, Any]]) -> Dict[str, Any]:
-        """The rows of ``samples``: reused when the last pool held the very same objects, else computed."""
-        if self._pool is not None and same_objects(self._pool[0], samples):
-            return self._pool[1]
+    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Dict[str, Any]],
+             epoch: Optional[int]) -> Dict[str, Any]:
+        """The rows of ``samples``: reused when the last pool of the same epoch held the very same objects in
+        the same order, else computed."""
+        if self._pool is not None and self._pool[0] == epoch and same_objects(self._pool[1], samples):
+            return self._pool[2]
         rows = compute(samples)
-        self._pool = (samples, rows)
+        self._pool = (epoch, samples, rows)
         return rows
 
     def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str) -> Tables:
@@ -157,6 +164,7 @@ class ComputeGroup:
         tables = accumulator.reduce_to_cpu(size, owner)
         self._reduced = (sources, size, tables)
         self._summaries, self._written = [], {}
+        self.epoch += 1
         return tables
 
     def summary(self, tables: Tables, settings: Hashable, meta: Any,
@@ -216,6 +224,7 @@ class RowMetric(BaseMetric):
         self._pending_rows = 0
         self._accumulator: Optional[RowAccumulator] = None
         self._group: Optional[ComputeGroup] = None
+        self._group_epoch: Optional[int] = None  # the group's epoch when this metric's epoch started
         self._epoch_open = False  # a process() call since the last evaluate()
         self._last_metrics: Optional[Dict[str, float]] = None
         self.last_report: Optional[Dict[str, Any]] = None
@@ -243,10 +252,10 @@ class RowMetric(BaseMetric):
 
     def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
         """Write the ``outfile_prefix`` file; default: the keys and the summary. Returns the path."""
-        from ..reports import dump_metric_json
+        from ..reports import dump_metric_json, json_safe
         payload = {'keys': keys}
         payload.update({k: v for k, v in summary.items() if k not in ('metrics', 'text', 'report_files')})
-        return dump_metric_json(self.outfile_prefix, self.file_stem(), payload)
+        return dump_metric_json(self.outfile_prefix, self.file_stem(), json_safe(payload, nan_as_null=False))
 
     def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
         """Write the report files into ``report_dir``; default ``{stem}.metrics.json`` (the summary)."""
@@ -311,6 +320,8 @@ class RowMetric(BaseMetric):
         rows. Pooled samples are referenced, not copied: do not modify them in place after ``process()``."""
         if not self._epoch_open:
             self.before_epoch()
+            group = self._compute_group()
+            self._group_epoch = None if group is None else group.epoch
             self._epoch_open = True
         self._pending.extend(data_samples)
         self._pending_rows += self.pool_weight(data_samples)
@@ -324,7 +335,10 @@ class RowMetric(BaseMetric):
         if not samples:
             return
         group = self._compute_group()
-        rows = group.rows(samples, self.compute_rows) if group is not None else self.compute_rows(samples)
+        if group is not None and self._epoch_open:
+            rows = group.rows(samples, self.compute_rows, self._group_epoch)
+        else:
+            rows = self.compute_rows(samples)
         self.accumulator.add(rows)
 
     def _compute_group(self) -> Optional[ComputeGroup]:
