@@ -45,6 +45,7 @@ so no rank skips a collective that another rank enters.
 """
 import os
 import tempfile
+from abc import abstractmethod
 import warnings
 import weakref
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
@@ -230,17 +231,17 @@ class RowMetric(BaseMetric):
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ what a metric declares
+    @abstractmethod
     def row_schema(self) -> Schema:
         """``{table: {column: (dtype, trailing shape)}}`` of the per-sample rows (``sample_idx`` implied)."""
-        raise NotImplementedError(f'{type(self).__name__} must declare row_schema()')
 
+    @abstractmethod
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rows of a pool of data samples: ``{table: {'sample_idx': [n], column: [n, ...]}}``."""
-        raise NotImplementedError(f'{type(self).__name__} must implement compute_rows()')
 
+    @abstractmethod
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         """Summary of the reduced, de-duplicated tables: ``{'metrics': {key: float}, ...}``."""
-        raise NotImplementedError(f'{type(self).__name__} must implement summarize()')
 
     def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
         """The keys this metric returns (unprefixed); default every key of ``summary['metrics']``."""
