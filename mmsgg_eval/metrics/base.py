@@ -30,7 +30,7 @@ broadcasts the keys. Here the per-sample state is a set of typed row tables gath
 every rank (so every rank computes the same keys and no broadcast is needed); ``self.results`` stays empty.
 ``compute_metrics`` keeps its meaning - collected results in, unprefixed keys out - with the reduced tables
 as its input. ``collect_device`` is accepted for config compatibility; the rows travel on the device of the
-samples (gloo or NCCL alike).
+samples. Definitions and conventions of the keys: ``docs/metrics.md``.
 
 Sharing work (:class:`ComputeGroup`). ``SGRecall`` and ``SGMeanRecall`` of one evaluator rank and match the
 same samples with the same settings. A metric whose :meth:`~RowMetric.compute_key` is not None joins the
@@ -45,9 +45,9 @@ so no rank skips a collective that another rank enters.
 """
 import os
 import tempfile
-from abc import abstractmethod
 import warnings
 import weakref
+from abc import abstractmethod
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
