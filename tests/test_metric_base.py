@@ -219,11 +219,17 @@ def test_report_files_written_once_per_evaluator(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- evaluate() twice (item 6)
-def test_evaluate_twice_returns_the_same_result():
-    samples, _ = random_dataset(7, 12, 'sgdet')
-    metric = SGRecall(mode='sgdet')
+def processed_sgrecall(samples, **kwargs):
+    """An SGRecall (sgdet unless given) that processed ``samples`` in one call."""
+    metric = SGRecall(**{'mode': 'sgdet', **kwargs})
     metric.dataset_meta = META
     metric.process({}, samples)
+    return metric
+
+
+def test_evaluate_twice_returns_the_same_result():
+    samples, _ = random_dataset(7, 12, 'sgdet')
+    metric = processed_sgrecall(samples)
     first = metric.evaluate(12)
     assert first['sgdet/R@100'] > 0
     with pytest.warns(UserWarning, match='evaluate\\(\\) called again'):
@@ -237,14 +243,7 @@ def test_evaluate_twice_returns_the_same_result():
         assert grounding.evaluate(1) == once
     # the next epoch starts from scratch
     metric.process({}, samples[:3])
-    assert metric.evaluate(3) == run_metrics_single(samples[:3])
-
-
-def run_metrics_single(samples):
-    metric = SGRecall(mode='sgdet')
-    metric.dataset_meta = META
-    metric.process({}, samples)
-    return metric.evaluate(len(samples))
+    assert metric.evaluate(3) == processed_sgrecall(samples[:3]).evaluate(3)
 
 
 # ---------------------------------------------------------------------------- no predicted pair (item 7)
@@ -287,9 +286,7 @@ def test_missing_predictions_count_as_zero_even_when_empty_predictions_are_skipp
         assert res[key] == pytest.approx(ref[key], abs=1e-9), key
     skipped = reference_metrics(refs, NUM_PREDICATES, 'predcls', skip_empty=True)
     assert res['R@50'] != pytest.approx(skipped['R@50'])  # not dropped from the average
-    metric = SGRecall(mode='predcls')
-    metric.dataset_meta = META
-    metric.process({}, samples)
+    metric = processed_sgrecall(samples, mode='predcls')
     metric.evaluate(24)
     assert metric.last_report['num_missing_predictions'] == len(missing)
     assert 'without prediction=4 (recall 0)' in metric.last_report['text']
