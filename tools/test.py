@@ -69,7 +69,8 @@ def main(argv=None):
     metrics = runner.test()
     from mmengine.dist import is_main_process
     if is_main_process():
-        path = write_metrics_json(metrics, cfg.work_dir)
+        from mmsgg_eval.metrics import extra_results_of  # per-predicate tables: metrics.json, not the log line
+        path = write_metrics_json({**metrics, **extra_results_of(runner.test_evaluator.metrics)}, cfg.work_dir)
         print(f'metrics written to {path}')
     return metrics
 

@@ -1,9 +1,10 @@
-"""MMEngine metrics registered in mmdet's ``METRICS`` registry."""
+"""MMEngine metrics registered in mmdet's ``METRICS`` registry, all built on :class:`RowMetric`."""
 from .accumulator import RowAccumulator
+from .base import ComputeGroup, RowMetric, extra_results_of
 from .grounding import GroundingPr
 from .relclip import RelCLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .vlm import VLMSceneGraphMetric
 
-__all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr', 'RelCLIPScore',
-           'VLMSceneGraphMetric']
+__all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
+           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'VLMSceneGraphMetric']
