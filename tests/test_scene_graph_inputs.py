@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmsgg_eval.metrics import SGRecall
-from mmsgg_eval.structures import read_scene_graph as READ_SCENE_GRAPH
+from mmsgg_eval.structures.reader import read_scene_graph as READ_SCENE_GRAPH
 from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
 from tests.test_scene_graph_metrics import META
 
@@ -21,10 +21,10 @@ def good_sample():
                 pred_relations=dict(pair_idxs=torch.tensor([[0, 1]]), scores=torch.rand(1, 6)))
 
 
-def check_error(mutate, field, mode='sgdet'):
+def check_error(mutate, field, mode='sgdet', **options):
     sample = good_sample()
     mutate(sample)
-    metric = SGRecall(mode=mode)
+    metric = SGRecall(mode=mode, **options)
     metric.dataset_meta = META
     with pytest.raises(ValueError) as info:
         metric.process({}, [sample])
@@ -72,7 +72,7 @@ def test_bad_input_names_sample_and_field(mutate, field):
 def test_predcls_with_wrong_object_count():
     def mutate(s):
         s['pred_instances']['bboxes'] = torch.zeros(3, 4)
-    check_error(mutate, 'pred_instances.bboxes', mode='predcls')
+    check_error(mutate, 'pred_instances.bboxes', mode='predcls', strict_counts=True)
 
 
 def test_bad_arguments():
@@ -140,7 +140,7 @@ BATCH_FIELDS = ('sample_idx', 'pred_boxes', 'pred_labels', 'pred_scores', 'gt_bo
 @pytest.mark.parametrize('fixed_pairs', [None, 9])
 def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pairs):
     """Dict samples are read field by field (no per-sample reader); the batch equals the per-sample one."""
-    from mmsgg_eval import structures
+    from mmsgg_eval.structures import reader as structures
     from tests.sgg_samples import random_dataset
     samples, _ = random_dataset(3, 12, mode, fixed_pairs=fixed_pairs, num_classes=4, num_predicates=5)
     if mode == 'predcls':  # a PredCls model echoing the GT boxes (or none) stays on the field-wise reader
@@ -164,7 +164,7 @@ def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pair
     for name in BATCH_FIELDS:
         a, b = getattr(fast, name), getattr(slow, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
-    assert (fast.rel_dense is not None) == (fixed_pairs is not None)
+    assert (fast.scores.dense is not None) == (fixed_pairs is not None)
 
 
 def test_fieldwise_reader_takes_mmdet_boxes_and_falls_back_on_other_containers():

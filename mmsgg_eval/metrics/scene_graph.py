@@ -14,7 +14,7 @@ from torch import Tensor
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
-from ..structures import MODES, collate_scene_graphs, get_field, sample_index
+from ..structures import MODES, ObjectCounts, collate_scene_graphs, get_field, sample_index
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
 from .accumulator import RowAccumulator, same_objects
@@ -53,7 +53,8 @@ class SceneGraphMetric(BaseMetric):
 
     Args:
         mode: 'predcls' | 'sgcls' | 'sgdet' | 'phrdet'. PredCls replaces predicted boxes/labels by the GT and
-            object scores by 1; SGCls uses GT boxes with predicted labels/scores; PhrDet matches union boxes.
+            object scores by 1; SGCls uses the model's boxes (GT boxes only when it gives none) with its
+            labels/scores, as the legacy evaluator; PhrDet matches union boxes.
         topk: the K of R@K.
         iou_thr: IoU threshold, compared with ``>=``.
         iou_plus_one: legacy +1-pixel IoU; None = ``dataset_meta['iou_plus_one']`` (VG150/GQA200: True),
@@ -77,6 +78,8 @@ class SceneGraphMetric(BaseMetric):
             its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
             all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
+        strict_counts: PredCls/SGCls images whose predicted object list is shorter or longer than the GT are
+            evaluated as the legacy evaluator does, with one warning per evaluation (False), or refused (True).
     """
 
     default_prefix: Optional[str] = None
@@ -89,7 +92,7 @@ class SceneGraphMetric(BaseMetric):
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, strict_counts: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
         for name, value, allowed in (('rank', rank, ('score', 'given')), ('mr_average', mr_average, ('all', 'present')),
@@ -120,6 +123,7 @@ class SceneGraphMetric(BaseMetric):
         self.outfile_prefix = outfile_prefix
         self.report_dir = report_dir
         self.pool_samples = int(pool_samples)
+        self.object_counts = ObjectCounts(strict=strict_counts)
         self._pending: List[Any] = []
         self._pending_rows = 0
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
@@ -228,7 +232,7 @@ class SceneGraphMetric(BaseMetric):
     def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
         classes, predicates = self.classes, self.predicates
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates),
-                                     with_masks=self.match == 'mask')
+                                     with_masks=self.match == 'mask', counts=self.object_counts)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
@@ -259,6 +263,7 @@ class SceneGraphMetric(BaseMetric):
     # ------------------------------------------------------------------ epoch end
     def evaluate(self, size: int) -> Dict[str, Any]:
         self.flush()
+        self.object_counts.warn(self.mode)
         key = self._summary_key(size)
         if _LAST_SUMMARY.get('key') == key and self.accumulator.holds_same_rows(_LAST_SUMMARY.get('sources')):
             # SGRecall + SGMeanRecall in one evaluator: same rows on every rank, so the same reduced tables

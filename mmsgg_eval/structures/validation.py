@@ -1,0 +1,168 @@
+"""The value rules of the data contract, written once and applied to padded [B, L, ...] batches.
+
+Every reader (the field-wise reader of dict batches, the per-sample reader of anything else; small or large
+batch; CPU or GPU) builds the same padded tensors and hands them to :func:`validate_padded`, so a value is
+accepted or refused the same way whatever path it took. The rules:
+
+* boxes: finite, xyxy with x2 >= x1 and y2 >= y1;
+* index fields (class labels, predicate labels, pair indices): integer dtype, or floating values that
+  are integers (3.0, not 2.5, NaN or inf), in [0, bound) where the bound is the number of classes /
+  predicates, or the number of objects of the image's list for pair indices;
+* scores (object scores, predicate scores): finite and >= 0. Scores rank predictions through products
+  (predicate score x subject score x object score); the legacy models give softmax probabilities, and any
+  non-negative scale (e.g. a VLM's 0-100 confidences) ranks the same way, so values above 1 are accepted;
+  negative values (logits) are refused: they would change the order of those products;
+* self-pairs (subject index == object index) are accepted in predictions and GT: the legacy evaluator
+  neither filters nor refuses them (a predicted self-pair can hit a GT self-pair like any other pair).
+
+One host synchronisation decides the whole batch; only when a rule fails is the first offending sample (in
+batch order), field and entry looked up, for a ValueError that names them.
+"""
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from .fields import sample_name
+
+
+@dataclass
+class FieldRule:
+    """One field of a padded batch and the rule it must satisfy.
+
+    ``kind``: 'boxes' | 'index' | 'score'. ``values`` [B, L, ...]; ``lengths``: real entries per image
+    (None: every image has L). ``bound``: exclusive upper bound of an index field, one int or per image.
+    ``what`` names the indices in messages ('class', 'predicate', 'object'); ``note`` is appended to the
+    message (e.g. which object list pair indices point into).
+    """
+    path: str
+    kind: str
+    values: Tensor
+    lengths: Optional[Sequence[int]] = None
+    bound: Union[int, Sequence[int], None] = None
+    what: str = ''
+    note: Union[str, Callable[[int], str]] = ''
+
+
+def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
+    """[B, L] mask of real (not padding) entries, or None when there is no padding."""
+    if lengths is None or all(n == values.shape[1] for n in lengths):
+        return None
+    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=values.device)
+    return torch.arange(values.shape[1], device=values.device)[None, :] < lengths_t[:, None]
+
+
+def _per_image(bad: Tensor, real: Optional[Tensor]) -> Tensor:
+    """[B] bool: some real entry of the image is bad (``bad`` [B, L, ...])."""
+    if real is not None:
+        bad = bad & real.view(*real.shape, *([1] * (bad.dim() - 2)))
+    return bad.flatten(1).any(1) if bad.dim() > 1 else bad
+
+
+def bad_entries(rule: FieldRule) -> Tensor:
+    """[B, L, ...] bool: entries breaking the rule (padding included; :func:`_per_image` masks it)."""
+    v = rule.values
+    if rule.kind == 'boxes':
+        finite = torch.isfinite(v).all(-1, keepdim=True)
+        ordered = (v[..., 2:] >= v[..., :2]).all(-1, keepdim=True)
+        return ~(finite & ordered)
+    if rule.kind == 'score':
+        return ~(torch.isfinite(v) & (v >= 0))  # NaN >= 0 is False
+    bound = rule.bound
+    if not isinstance(bound, int):
+        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device).view(-1, *([1] * (v.dim() - 1)))
+    bad = (v < 0) | (v >= bound)
+    if v.is_floating_point():
+        bad |= v != v.round()  # fractional values; NaN != NaN
+    return bad
+
+
+def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
+                    extra: Optional[List[Tensor]] = None, extra_messages: Optional[List[Callable[[int], str]]] = None
+                    ) -> None:
+    """Raise a ValueError naming the first sample (in batch order) and field that breaks a rule.
+
+    ``extra``: further [B] bool tensors of bad images computed elsewhere (e.g. predicate-score ranges) with
+    ``extra_messages[i](b)`` building their message.
+    """
+    flags = [_per_image(bad_entries(r), _real(r.values, r.lengths)) for r in rules if r.values.numel()]
+    checked = [r for r in rules if r.values.numel()]
+    flags += list(extra or [])
+    if not flags:
+        return
+    table = torch.stack([f.to(flags[0].device) for f in flags])  # [F, B]
+    if not bool(table.any()):  # the one host synchronisation of a valid batch
+        return
+    image = int(table.any(0).nonzero()[0, 0])
+    field = int(table[:, image].nonzero()[0, 0])
+    if field >= len(checked):
+        raise ValueError(extra_messages[field - len(checked)](image))
+    raise ValueError(describe(checked[field], image, samples[image]))
+
+
+def describe(rule: FieldRule, image: int, sample: Any) -> str:
+    """Message for the first bad entry of image ``image`` under ``rule``."""
+    bad = bad_entries(rule)[image]
+    length = rule.values.shape[1] if rule.lengths is None else rule.lengths[image]
+    bad = bad[:length]
+    row = int(bad.reshape(bad.shape[0], -1).any(1).nonzero()[0, 0])
+    value = rule.values[image, row]
+    shown = value.tolist()
+    name = sample_name(sample)
+    note = rule.note(image) if callable(rule.note) else rule.note
+    note = f' {note}' if note else ''
+    if rule.kind == 'boxes':
+        if not bool(torch.isfinite(value).all()):
+            return f'{name}: `{rule.path}`[{row}] = {shown} contains NaN or inf'
+        return (f'{name}: `{rule.path}`[{row}] = {shown} has x2 < x1 or y2 < y1 (boxes must be xyxy in '
+                f'original image pixels)')
+    if rule.kind == 'score':
+        if not bool(torch.isfinite(value)):
+            return f'{name}: `{rule.path}`[{row}] = {shown} contains NaN or inf'
+        return (f'{name}: `{rule.path}`[{row}] = {shown} is negative; scores must be >= 0 (probabilities, '
+                f'e.g. softmax outputs, not logits)')
+    bound = rule.bound if isinstance(rule.bound, int) else list(rule.bound)[image]
+    entries = value.reshape(-1)
+    if value.is_floating_point() and not bool((entries == entries.round()).all()):
+        return (f'{name}: `{rule.path}`[{row}] = {shown}: {rule.what} indices must be integers (integer '
+                f'dtype or integer-valued floats){note}')
+    if rule.what == 'object':
+        return (f'{name}: `{rule.path}` has pair {shown} with an index outside [0, {bound}) (the object list '
+                f'has {bound} entries){note}')
+    return (f'{name}: `{rule.path}` has {rule.what} index {shown} outside [0, {bound}) (labels are 0-based '
+            f'into dataset_meta){note}')
+
+
+def score_range_flags(value_range: Tensor) -> Tensor:
+    """[B] bool: an image whose score entries (min, max) include NaN, +-inf or a negative value."""
+    if value_range.numel() == 0:
+        return torch.zeros(value_range.shape[0], dtype=torch.bool, device=value_range.device)
+    return ~(torch.isfinite(value_range).all(1) & (value_range[:, 0] >= 0))
+
+
+def check_tensor(kind: str, values: Tensor, sample: Any, path: str, bound: Optional[int] = None,
+                 what: str = '') -> None:
+    """Apply one rule to the entries of a single sample's field ``values`` [L, ...]."""
+    rule = FieldRule(path, kind, values[None], bound=bound, what=what)
+    if values.numel() and bool(bad_entries(rule).any()):
+        raise ValueError(describe(rule, 0, sample))
+
+
+def check_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """One sample's xyxy boxes [N, 4] under the box rule (shape too); returns them as float32."""
+    if boxes.numel() == 0:
+        return boxes.reshape(0, 4).float()
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [N, 4] (xyxy), '
+                         f'got {list(boxes.shape)}')
+    boxes = boxes.float()
+    check_tensor('boxes', boxes, sample, field)
+    return boxes
+
+
+def check_finite(values: Tensor, sample: Any, field: str) -> Tensor:
+    """``values`` unchanged when every entry is finite; else a ValueError naming the sample and ``field``."""
+    if values.numel() and not bool(torch.isfinite(values).all()):
+        raise ValueError(f'{sample_name(sample)}: `{field}` contains NaN or inf')
+    return values
