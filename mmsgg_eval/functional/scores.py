@@ -102,7 +102,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         dense = stacked[..., background[0]:]
         flat = dense.reshape(-1, num_predicates)
         whole = stacked.view(batch_size, -1)
-        value_range = torch.stack([whole.amin(1), whole.amax(1)], 1) if whole.shape[1] else None
+        value_range = torch.stack(torch.aminmax(whole, dim=1), 1) if whole.shape[1] else None
     else:
         mats = [m[:, bg:] for m, bg in zip(raw, background)]
         value_range = None
@@ -111,10 +111,20 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             flat = torch.cat(mats)
         else:
             layout = 'views'
-    if value_range is None:  # per image (min, max) of the whole input matrix: one flat reduction each
-        value_range = torch.stack([torch.stack(torch.aminmax(m)) if m.numel() else
-                                   torch.zeros(2, device=device) for m in raw]) if batch_size else \
-            torch.zeros((0, 2), device=device)
+    row_maxima = None
+    if value_range is None and batch_size:
+        # per image (min, max) of the whole input matrix (one flat reduction; in the views layout right after
+        # its row maxima, while the matrix is still in cache)
+        zero = torch.zeros((), device=device)
+        bounds = []
+        row_maxima = [] if layout == 'views' and mats[0].shape[1] else None
+        for m, view in zip(raw, mats or raw):
+            if row_maxima is not None:
+                row_maxima.append(view.amax(dim=1))
+            bounds.extend(torch.aminmax(m) if m.numel() else (zero, zero))
+        value_range = torch.stack(bounds).view(batch_size, 2)
+    elif value_range is None:
+        value_range = torch.zeros((0, 2), device=device)
     if has_single:  # densified rows hold -inf on purpose: their given scores are what the model returned
         given = iter(given_scores)
         value_range = value_range.clone()
@@ -132,8 +142,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         else:
             best = pad_rows(torch.split(values, list(num_rel)), 0.0)
             best_predicate = pad_rows(torch.split(best_predicate, list(num_rel)), 0)
-    elif mats is not None and mats and mats[0].shape[1]:
-        best = pad_rows([m.amax(dim=1) for m in mats], 0.0)
+    elif row_maxima is not None:
+        best = pad_rows(row_maxima, 0.0)
     else:
         best = torch.zeros((batch_size, max_rel), device=device)
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, value_range=value_range,

@@ -8,7 +8,7 @@ accepted or refused the same way whatever path it took. The rules:
 * index fields (class labels, predicate labels, pair indices): integer dtype, or floating values that
   are integers (3.0, not 2.5, NaN or inf), in [0, bound) where the bound is the number of classes /
   predicates, or the number of objects of the image's list for pair indices;
-* scores (object scores, predicate scores): finite and >= 0. Scores rank predictions through products
+* scores (object scores, predicate scores, the background column included): finite and >= 0. Scores rank predictions through products
   (predicate score x subject score x object score); the legacy models give softmax probabilities, and any
   non-negative scale (e.g. a VLM's 0-100 confidences) ranks the same way, so values above 1 are accepted;
   negative values (logits) are refused: they would change the order of those products;
@@ -53,28 +53,36 @@ def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
     return torch.arange(values.shape[1], device=values.device)[None, :] < lengths_t[:, None]
 
 
-def _per_image(bad: Tensor, real: Optional[Tensor]) -> Tensor:
-    """[B] bool: some real entry of the image is bad (``bad`` [B, L, ...])."""
-    if real is not None:
-        bad = bad & real.view(*real.shape, *([1] * (bad.dim() - 2)))
-    return bad.flatten(1).any(1) if bad.dim() > 1 else bad
+def bad_images(rule: FieldRule) -> Tensor:
+    """[B] bool: images with an entry breaking the rule (padding entries never count).
 
-
-def bad_entries(rule: FieldRule) -> Tensor:
-    """[B, L, ...] bool: entries breaking the rule (padding included; :func:`_per_image` masks it)."""
+    Per-image reductions (min / max of each image's entries), so a valid batch costs about one pass over
+    each field.
+    """
     v = rule.values
-    if rule.kind == 'boxes':
-        finite = torch.isfinite(v).all(-1, keepdim=True)
-        ordered = (v[..., 2:] >= v[..., :2]).all(-1, keepdim=True)
-        return ~(finite & ordered)
-    if rule.kind == 'score':
-        return ~(torch.isfinite(v) & (v >= 0))  # NaN >= 0 is False
+    real = _real(v, rule.lengths)
+    if real is not None:
+        real = real.view(*real.shape, *([1] * (v.dim() - 2)))
+    if rule.kind == 'boxes':  # padding boxes are zeros: finite and ordered
+        bad = ~(torch.isfinite(v).all(-1) & (v[..., 2:] >= v[..., :2]).all(-1))
+        return bad.flatten(1).any(1)
+    if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
+        low, high = torch.aminmax(v.flatten(1), dim=1)
+        return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
+    if real is None:
+        low, high = torch.aminmax(v.flatten(1), dim=1)
+    else:
+        low = torch.where(real, v, torch.zeros_like(v)).flatten(1).amin(1)  # 0: never below the range
+        high = torch.where(real, v, torch.full_like(v, -1)).flatten(1).amax(1)  # -1: never above it
     bound = rule.bound
     if not isinstance(bound, int):
-        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device).view(-1, *([1] * (v.dim() - 1)))
-    bad = (v < 0) | (v >= bound)
-    if v.is_floating_point():
-        bad |= v != v.round()  # fractional values; NaN != NaN
+        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
+    bad = (low < 0) | (high >= bound)
+    if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
+        fractional = v != v.round()
+        if real is not None:
+            fractional &= real
+        bad |= fractional.flatten(1).any(1)
     return bad
 
 
@@ -86,8 +94,8 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     ``extra``: further [B] bool tensors of bad images computed elsewhere (e.g. predicate-score ranges) with
     ``extra_messages[i](b)`` building their message.
     """
-    flags = [_per_image(bad_entries(r), _real(r.values, r.lengths)) for r in rules if r.values.numel()]
     checked = [r for r in rules if r.values.numel()]
+    flags = [bad_images(r) for r in checked]
     flags += list(extra or [])
     if not flags:
         return
@@ -103,10 +111,11 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
 
 def describe(rule: FieldRule, image: int, sample: Any) -> str:
     """Message for the first bad entry of image ``image`` under ``rule``."""
-    bad = bad_entries(rule)[image]
     length = rule.values.shape[1] if rule.lengths is None else rule.lengths[image]
-    bad = bad[:length]
-    row = int(bad.reshape(bad.shape[0], -1).any(1).nonzero()[0, 0])
+    bound = rule.bound if rule.bound is None or isinstance(rule.bound, int) else list(rule.bound)[image]
+    entries = rule.values[image, :length]  # each entry as an image of its own: the same rule finds it
+    per_entry = FieldRule(rule.path, rule.kind, entries.unsqueeze(1), bound=bound, what=rule.what)
+    row = int(bad_images(per_entry).nonzero()[0, 0])
     value = rule.values[image, row]
     shown = value.tolist()
     name = sample_name(sample)
@@ -122,7 +131,6 @@ def describe(rule: FieldRule, image: int, sample: Any) -> str:
             return f'{name}: `{rule.path}`[{row}] = {shown} contains NaN or inf'
         return (f'{name}: `{rule.path}`[{row}] = {shown} is negative; scores must be >= 0 (probabilities, '
                 f'e.g. softmax outputs, not logits)')
-    bound = rule.bound if isinstance(rule.bound, int) else list(rule.bound)[image]
     entries = value.reshape(-1)
     if value.is_floating_point() and not bool((entries == entries.round()).all()):
         return (f'{name}: `{rule.path}`[{row}] = {shown}: {rule.what} indices must be integers (integer '
@@ -145,7 +153,7 @@ def check_tensor(kind: str, values: Tensor, sample: Any, path: str, bound: Optio
                  what: str = '') -> None:
     """Apply one rule to the entries of a single sample's field ``values`` [L, ...]."""
     rule = FieldRule(path, kind, values[None], bound=bound, what=what)
-    if values.numel() and bool(bad_entries(rule).any()):
+    if values.numel() and bool(bad_images(rule).any()):
         raise ValueError(describe(rule, 0, sample))
 
 
