@@ -102,7 +102,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         dense = stacked[..., background[0]:]
         flat = dense.reshape(-1, num_predicates)
         whole = stacked.view(batch_size, -1)
-        value_range = torch.stack(torch.aminmax(whole, dim=1), 1) if whole.shape[1] else None
+        value_range = torch.stack([whole.amin(1), whole.amax(1)], 1) if whole.shape[1] else None
     else:
         mats = [m[:, bg:] for m, bg in zip(raw, background)]
         value_range = None

@@ -53,6 +53,13 @@ def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
     return torch.arange(values.shape[1], device=values.device)[None, :] < lengths_t[:, None]
 
 
+def _row_min_max(values: Tensor):
+    """(min, max) of each row of [B, L] (``aminmax`` along a dim is slow for floats on the CPU)."""
+    if values.is_floating_point():
+        return values.amin(1), values.amax(1)
+    return torch.aminmax(values, dim=1)
+
+
 def bad_images(rule: FieldRule) -> Tensor:
     """[B] bool: images with an entry breaking the rule (padding entries never count).
 
@@ -67,10 +74,10 @@ def bad_images(rule: FieldRule) -> Tensor:
         bad = ~(torch.isfinite(v).all(-1) & (v[..., 2:] >= v[..., :2]).all(-1))
         return bad.flatten(1).any(1)
     if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
-        low, high = torch.aminmax(v.flatten(1), dim=1)
+        low, high = _row_min_max(v.flatten(1))
         return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
     if real is None:
-        low, high = torch.aminmax(v.flatten(1), dim=1)
+        low, high = _row_min_max(v.flatten(1))
     else:
         low = torch.where(real, v, torch.zeros_like(v)).flatten(1).amin(1)  # 0: never below the range
         high = torch.where(real, v, torch.full_like(v, -1)).flatten(1).amax(1)  # -1: never above it
