@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..functional.scores import RelationScores, build_relation_scores, pad_rows
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
-from .validation import FieldRule, check_tensor, score_range_flags, validate_padded
+from .validation import FieldRule, box_shape, check_tensor, score_range_flags, validate_padded
 
 MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
 # what each mode needs predicted: PredCls nothing, SGCls labels/scores, SGDet/PhrDet boxes too
@@ -158,16 +158,6 @@ def _pad(tensors: Sequence[Any], value: float) -> Tensor:
     return pad_rows(tensors, value)
 
 
-def _boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
-    """xyxy boxes [N, 4] as float32 (shape checked; values are checked on the batch)."""
-    if boxes.numel() == 0:
-        return boxes.reshape(0, 4).float()
-    if boxes.dim() != 2 or boxes.shape[1] != 4:
-        raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [N, 4] (xyxy), '
-                         f'got {list(boxes.shape)}')
-    return boxes.float()
-
-
 def _entries(values: Tensor, count: int, sample: Any, field: str, reason: str = '') -> Tensor:
     values = values.reshape(-1)
     if values.numel() != count:
@@ -210,7 +200,7 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     pred_instances, pred_relations = get_field(sample, 'pred_instances'), get_field(sample, 'pred_relations')
     rel_scores = member(pred_relations, 'scores', sample, 'pred_relations.scores', device)
     device = rel_scores.device
-    gt_boxes = _boxes(member(gt_instances, 'bboxes', sample, 'gt_instances.bboxes', device), sample,
+    gt_boxes = box_shape(member(gt_instances, 'bboxes', sample, 'gt_instances.bboxes', device), sample,
                       'gt_instances.bboxes')
     num_gt_objects = gt_boxes.shape[0]
     gt_labels = _entries(member(gt_instances, 'labels', sample, 'gt_instances.labels', device), num_gt_objects,
@@ -237,7 +227,7 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
             pred_boxes = gt_boxes  # no boxes from the model: its labels are on the GT boxes
             reason = ' (one per GT box: `pred_instances` has no `bboxes`)'
         else:
-            pred_boxes = _boxes(member(pred_instances, 'bboxes', sample, 'pred_instances.bboxes', device), sample,
+            pred_boxes = box_shape(member(pred_instances, 'bboxes', sample, 'pred_instances.bboxes', device), sample,
                                 'pred_instances.bboxes')
             if mode == 'sgcls':
                 model_objects = pred_boxes.shape[0]

@@ -164,14 +164,19 @@ def check_tensor(kind: str, values: Tensor, sample: Any, path: str, bound: Optio
         raise ValueError(describe(rule, 0, sample))
 
 
-def check_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
-    """One sample's xyxy boxes [N, 4] under the box rule (shape too); returns them as float32."""
+def box_shape(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """One sample's xyxy boxes as float32 [N, 4] (an empty value becomes [0, 4]); other shapes raise."""
     if boxes.numel() == 0:
         return boxes.reshape(0, 4).float()
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [N, 4] (xyxy), '
                          f'got {list(boxes.shape)}')
-    boxes = boxes.float()
+    return boxes.float()
+
+
+def check_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """One sample's xyxy boxes [N, 4] under the box rule (shape too); returns them as float32."""
+    boxes = box_shape(boxes, sample, field)
     check_tensor('boxes', boxes, sample, field)
     return boxes
 
