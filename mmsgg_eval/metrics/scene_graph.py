@@ -17,7 +17,7 @@ from torch import Tensor
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
-from ..structures import MODES, collate_scene_graphs, get_field
+from ..structures import MODES, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
@@ -64,7 +64,8 @@ class SceneGraphMetric(RowMetric):
 
     Args:
         mode: 'predcls' | 'sgcls' | 'sgdet' | 'phrdet'. PredCls replaces predicted boxes/labels by the GT and
-            object scores by 1; SGCls uses GT boxes with predicted labels/scores; PhrDet matches union boxes.
+            object scores by 1; SGCls uses the model's boxes (GT boxes only when it gives none) with its
+            labels/scores, as the legacy evaluator; PhrDet matches union boxes.
         topk: the K of R@K.
         iou_thr: IoU threshold, compared with ``>=``.
         iou_plus_one: legacy +1-pixel IoU; None = ``dataset_meta['iou_plus_one']`` (VG150/GQA200: True),
@@ -90,6 +91,8 @@ class SceneGraphMetric(RowMetric):
             its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
             all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
+        strict_counts: PredCls/SGCls images whose predicted object list is shorter or longer than the GT are
+            evaluated as the legacy evaluator does, with one warning per evaluation (False), or refused (True).
     """
 
     default_prefix: Optional[str] = None
@@ -103,7 +106,7 @@ class SceneGraphMetric(RowMetric):
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, strict_counts: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
         for name, value, allowed in (('rank', rank, ('score', 'given')), ('mr_average', mr_average, ('all', 'present')),
@@ -130,6 +133,7 @@ class SceneGraphMetric(RowMetric):
         self.match = match
         self.user_zeroshot = as_zeroshot_triplets(zeroshot_triplets)
         self.user_groups = predicate_groups
+        self.object_counts = ObjectCounts(strict=strict_counts)
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
         self._zs_meta: Any = None
@@ -221,7 +225,7 @@ class SceneGraphMetric(RowMetric):
         if any(missing):
             samples = [_as_unpredicted(s, len(predicates)) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates),
-                                     with_masks=self.match == 'mask')
+                                     with_masks=self.match == 'mask', counts=self.object_counts)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
@@ -251,6 +255,13 @@ class SceneGraphMetric(RowMetric):
         }
 
     # ------------------------------------------------------------------ reduced tables become keys
+    def evaluate(self, size: int) -> Dict[str, float]:
+        """As :meth:`RowMetric.evaluate`, after one warning about object lists whose length differs from the
+        GT (PredCls/SGCls, evaluated as the legacy code does unless ``strict_counts``)."""
+        self.flush()
+        self.object_counts.warn(self.mode)
+        return super().evaluate(size)
+
     def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
         return {k: v for k, v in summary['metrics'].items() if k.split('@')[0] in self.report_keys}
 
