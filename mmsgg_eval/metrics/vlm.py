@@ -36,7 +36,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 
 from ..registry import METRICS
-from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
+from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
 from .accumulator import RowAccumulator
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
