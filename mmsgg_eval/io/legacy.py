@@ -82,8 +82,9 @@ def load_legacy_results(path: str, unsafe: bool = False) -> Any:
     try:
         return torch_safe_load(path)
     except pickle.UnpicklingError as err:
-        found = re.search(r'Unsupported global: GLOBAL (\S+)', str(err))
-        what = f'refuses to build {found.group(1)!r}' if found else f'refused the file ({str(err).splitlines()[0]})'
+        found = re.search(r'(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)', str(err))
+        what = f'refuses to build {found.group(1)!r}' if found else 'refused the file (it holds more than tensors, ' \
+            'arrays, builtin containers and the legacy BoxList)'
         raise UnsafePickleError(path, f'safe loading (torch.load(weights_only=True)) {what}') from None
 
 
