@@ -239,6 +239,10 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
                              on_sample=bar.update if bar is not None else None, size=size)
     try:
         results = offline_evaluate(evaluator, samples, batch_size)
+    except InputFileError:
+        raise
+    except ValueError as err:  # a metric refused a sample (it names the sample and the field): name the file
+        raise InputFileError(predictions, f'invalid prediction: {err}') from err
     finally:
         if bar is not None:
             print(file=sys.stderr)

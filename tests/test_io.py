@@ -404,6 +404,18 @@ def test_allowed_missing_samples_count_as_recall_zero_by_default(sample, tmp_pat
     assert partial['sgdet/R@50'] == forced['sgdet/R@50']
 
 
+def test_cli_metric_refusal_names_the_file_and_sample(sample, tmp_path, capsys):
+    recs = predictions_for(sample['dataset'])
+    recs[3]['pred_instances']['labels'][0] = 999
+    path = tmp_path / 'labels.jsonl'
+    path.write_text('\n'.join(json.dumps(r) for r in recs))
+    with pytest.raises(SystemExit) as info:
+        cli(sample, path, tmp_path)
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and 'Traceback' not in err and len(err.strip().splitlines()) == 2
+    assert 'labels.jsonl: invalid prediction: ' in err and 'sample_idx=3' in err and 'pred_instances.labels' in err
+
+
 def test_cli_refused_pickle_names_the_flag(sample, tmp_path, capsys):
     path = tmp_path / 'evil.pkl'
     with open(path, 'wb') as f:
