@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.datasets import VG150Dataset
-from mmsgg_eval.datasets.sample_data import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main
 from mmsgg_eval.io.errors import InputFileError, MissingSamplesError, TruncatedStreamError, UnsafePickleError
 from mmsgg_eval.io.jsonl import iter_jsonl
 from mmsgg_eval.io.samples import MISSING_KEY, CoveredSamples, DatasetSamples
 from mmsgg_eval.io.stream import MARK, PredictionStream, StreamWriter, iter_records
 from mmsgg_eval.io.vlm import iter_vlm_answers, parse_vlm_output
+from tests.test_offline_eval import predictions_for, sample  # noqa: F401  (module fixture: the VG150 sample data)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
@@ -284,43 +283,16 @@ def test_missing_samples_are_fed_as_marked_empty_predictions(sample):
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope='module')
-def sample(tmp_path_factory):
-    out = tmp_path_factory.mktemp('io')
-    make_sample_data(str(out), datasets=['vg150'])
-    root = str(out / 'vg150') + '/'
-    dataset = VG150Dataset(data_root=root, split='test', num_val_images=8, pipeline=[])
-    return dict(root=root, dataset=dataset, options={'test_dataloader.dataset.data_root': root},
-                cli=['--cfg-options', f'test_dataloader.dataset.data_root={root}'])
-
-
-def predictions_for(dataset, keep=None):
-    """SGDet-style JSONL records: GT boxes moved by 1 px, every ordered pair, random scores, the GT predicate
-    boosted on half of the GT pairs."""
-    rng = np.random.default_rng(0)
-    out = []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        boxes = (np.array([inst['bbox'] for inst in info['instances']], dtype=np.float32) + 1.0).reshape(-1, 4)
-        labels = [inst['bbox_label'] for inst in info['instances']]
-        n = len(labels)
-        pairs = [[a, b] for a in range(n) for b in range(n) if a != b]
-        scores = rng.random((len(pairs), 51))
-        for s, o, p in np.asarray(info['relations']).reshape(-1, 3).tolist():
-            if rng.random() < 0.5:
-                scores[pairs.index([s, o]), p + 1] = 2.0
-        if keep is None or i in keep:
-            out.append({'sample_idx': i, 'pred_instances': {'bboxes': boxes.tolist(), 'labels': labels,
-                                                            'scores': [0.9] * n},
-                        'pred_relations': {'pair_idxs': pairs, 'scores': scores.tolist()}})
-    return out
+def keeping(dataset, keep):
+    """JSONL records (:func:`predictions_for`) of the samples in ``keep`` only."""
+    return predictions_for(dataset, drop=set(range(len(dataset))) - set(keep))
 
 
 def stream_for(dataset, path, keep=None, close=True):
     """A prediction stream (GT of the dataset + the JSONL predictions as tensors), as tools/test.py writes."""
     index = DatasetSamples(dataset)
     recs = []
-    for r in predictions_for(dataset, keep):
+    for r in (predictions_for(dataset) if keep is None else keeping(dataset, keep)):
         s = index.gt(r['sample_idx'])
         s.update({g: {k: torch.as_tensor(np.asarray(v)) for k, v in r[g].items()}
                   for g in ('pred_instances', 'pred_relations')})
@@ -329,9 +301,13 @@ def stream_for(dataset, path, keep=None, close=True):
 
 
 # ---------------------------------------------------------------------------------------------- CLI
+def cli_options(sample):
+    return ['--cfg-options', f'test_dataloader.dataset.data_root={sample["root"]}']
+
+
 def cli(sample, path, tmp_path, *extra, fmt=None):
     args = [CONFIG, str(path), '--metrics', 'SGRecall', '--mode', 'sgdet', '--work-dir', str(tmp_path / 'o'),
-            '--no-progress', *extra, *sample['cli']]
+            '--no-progress', *extra, *cli_options(sample)]
     return main(args + (['--format', fmt] if fmt else []))
 
 
@@ -383,7 +359,7 @@ def test_cli_partial_jsonl_fails_unless_allowed(sample, tmp_path, capsys):
     dataset = sample['dataset']
     n = len(dataset)
     path = tmp_path / 'part.jsonl'
-    path.write_text('\n'.join(json.dumps(r) for r in predictions_for(dataset, keep=set(range(5)))))
+    path.write_text('\n'.join(json.dumps(r) for r in keeping(dataset, range(5))))
     with pytest.raises(SystemExit) as info:
         cli(sample, path, tmp_path)
     err = capsys.readouterr().err
@@ -398,7 +374,7 @@ def test_cli_partial_jsonl_fails_unless_allowed(sample, tmp_path, capsys):
 def test_allowed_missing_samples_count_as_recall_zero_by_default(sample, tmp_path):
     dataset = sample['dataset']
     path = tmp_path / 'part.jsonl'
-    path.write_text('\n'.join(json.dumps(r) for r in predictions_for(dataset, keep=set(range(5)))))
+    path.write_text('\n'.join(json.dumps(r) for r in keeping(dataset, range(5))))
     partial = cli(sample, path, tmp_path, '--allow-missing')  # default skip_empty_predictions=True
     forced = cli(sample, path, tmp_path, '--allow-missing', '--metric-options', 'skip_empty_predictions=False')
     assert partial['sgdet/R@50'] == forced['sgdet/R@50']
@@ -436,13 +412,13 @@ def test_cli_user_error_without_traceback_and_debug(sample, tmp_path):
     path = tmp_path / 'bad.jsonl'
     path.write_text('{"sample_idx": "abc"}\n')
     base = ['-m', 'mmsgg_eval.eval', CONFIG, str(path), '--metrics', 'SGRecall', '--no-progress',
-            '--work-dir', str(tmp_path / 'o'), *sample['cli']]
+            '--work-dir', str(tmp_path / 'o'), *cli_options(sample)]
     out = run_python(base)
     assert out.returncode == 1 and 'Traceback' not in out.stderr, out.stderr[-3000:]
     assert "bad.jsonl:1: `sample_idx` must be a non-negative integer (the dataset index), got 'abc'" in out.stderr
     out = run_python(base + ['--debug'])
     assert out.returncode == 1 and 'Traceback' in out.stderr and 'InputFileError' in out.stderr
-    out = run_python(['-m', 'mmsgg_eval.eval', CONFIG, str(tmp_path / 'absent.jsonl'), *sample['cli']])
+    out = run_python(['-m', 'mmsgg_eval.eval', CONFIG, str(tmp_path / 'absent.jsonl'), *cli_options(sample)])
     assert out.returncode == 1 and 'predictions file not found' in out.stderr and 'Traceback' not in out.stderr
 
 
@@ -452,7 +428,7 @@ def test_vlm_binary_answer_is_a_failed_sample(sample, tmp_path):
     n = len(dataset)
     lines = [json.dumps({'sample_idx': i, 'output': '{"objects": [], "relationships": []}'}).encode()
              for i in range(n)]
-    lines[2] = b'{"sample_idx": 2, "output": "\x89PNG\r\x1a\xff\xfe"}'
+    lines[2] = b'{"sample_idx": 2, "output": "\x89PNG\xff\xfe"}'
     path = tmp_path / 'vlm.jsonl'
     path.write_bytes(b'\n'.join(lines) + b'\n')
     (where, identity, text), = [x for x in iter_vlm_answers(str(path)) if x[1]['sample_idx'] == 2]
@@ -473,7 +449,7 @@ def test_vlm_missing_answers_fail_unless_allowed(sample, tmp_path, capsys):
     path = tmp_path / 'vlm.jsonl'
     path.write_text('\n'.join(json.dumps({'sample_idx': i, 'output': '{"objects": [], "relationships": []}'})
                               for i in range(n - 2)))
-    args = [CONFIG, str(path), '--format', 'vlm', '--no-progress', '--work-dir', str(tmp_path / 'o'), *sample['cli']]
+    args = [CONFIG, str(path), '--format', 'vlm', '--no-progress', '--work-dir', str(tmp_path / 'o'), *cli_options(sample)]
     with pytest.raises(SystemExit):
         main(args)
     assert f'2 of the {n} dataset samples have no prediction' in capsys.readouterr().err
