@@ -27,26 +27,17 @@ import argparse
 import os.path as osp
 import pickle
 import sys
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from mmsgg_eval.io.errors import InputFileError
-from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples, Located
+from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
+from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples
 
-FORMATS = ('dump', 'jsonl', 'vlm', 'legacy', 'grounding')
 SG_METRICS = ('SGRecall', 'SGMeanRecall')
 #: Options of the grounding reader (the other ``--metric-options`` go to the metric).
 GROUNDING_READER_OPTIONS = ('bbox_format', 'coord_scale')
 #: Exceptions printed as one message by :func:`main` (anything else is a bug and keeps its traceback).
 USER_ERRORS = (ValueError, OSError, KeyError, SyntaxError, pickle.UnpicklingError)
-
-
-def guess_format(path: str) -> str:
-    name = path.lower()
-    if name.endswith('.jsonl') or name.endswith('.json'):
-        return 'jsonl'
-    if name.endswith('.pytorch') or name.endswith('.pth') or name.endswith('.pt'):
-        return 'legacy'
-    return 'dump'
 
 
 def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
@@ -74,71 +65,6 @@ def metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> Li
             if m.get('type') in SG_METRICS:
                 m['mode'] = mode
     return metrics
-
-
-def _dump_samples(path: str, dataset: DatasetSamples, unsafe: bool, allow_missing: bool) -> Iterator[Located]:
-    from mmsgg_eval.io.stream import PredictionStream
-    stream = PredictionStream(path, unsafe=unsafe, allow_truncated=allow_missing)
-    for index, record in stream:
-        if index <= 1 and stream.header is not None:
-            written_for = stream.header.get('dataset_length')
-            if written_for is not None and written_for != len(dataset):
-                raise InputFileError(path, f'was written for a dataset of {written_for} samples, the dataset of '
-                                           f'the config has {len(dataset)}: wrong config or split?')
-        yield f'{path} record #{index}', record
-
-
-def _jsonl_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
-    from mmsgg_eval.io.jsonl import iter_jsonl
-    for where, prediction in iter_jsonl(path):
-        idx = dataset.resolve(where, prediction)
-        sample = dataset.gt(idx)
-        sample.update(prediction)
-        sample['sample_idx'] = idx
-        yield where, sample
-
-
-def _vlm_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
-    from mmsgg_eval.io.vlm import iter_vlm_answers
-    for where, identity, text in iter_vlm_answers(path):
-        idx = dataset.resolve(where, identity)
-        yield where, dict(dataset.gt(idx), pred_text=text)
-
-
-def _legacy_samples(path: str, dataset: DatasetSamples, mode: str, unsafe: bool) -> Tuple[Iterator[Located], int]:
-    """Samples of a legacy dump and their number: the dump holds its own GT and defines the evaluated images."""
-    from mmengine.logging import print_log
-
-    from mmsgg_eval.io.legacy import iter_legacy_samples, legacy_records, load_legacy_results
-    obj = load_legacy_results(path, unsafe=unsafe)
-    size = len(legacy_records(obj)[0])
-    if size != len(dataset):
-        print_log(f'{path}: the legacy dump holds {size} images, the dataset of the config {len(dataset)}; the '
-                  f'images of the dump are evaluated with its own GT (the config gives the vocabulary)',
-                  logger='current', level=30)
-    located = ((f'{path} prediction #{s["sample_idx"]}', s) for s in iter_legacy_samples(obj, mode=mode, source=path))
-    return located, size
-
-
-def read_samples(fmt: str, path: str, dataset: DatasetSamples, mode: str = 'sgdet', unsafe: bool = False,
-                 allow_missing: bool = False, reader_options: Optional[dict] = None
-                 ) -> Tuple[Iterable[Located], Optional[Callable[[int], Dict[str, Any]]], Optional[int]]:
-    """``(located samples, missing-sample builder (None: the default), number of samples to cover (None: the
-    dataset length))`` of a predictions file."""
-    if fmt == 'dump':
-        return _dump_samples(path, dataset, unsafe, allow_missing), None, None
-    if fmt == 'jsonl':
-        return _jsonl_samples(path, dataset), None, None
-    if fmt == 'vlm':
-        return _vlm_samples(path, dataset), lambda idx: dict(dataset.gt(idx), pred_text=None), None
-    if fmt == 'legacy':
-        located, size = _legacy_samples(path, dataset, mode, unsafe)
-        return located, None, size
-    if fmt == 'grounding':
-        from mmsgg_eval.io.grounding import grounding_gt, iter_grounding_samples
-        return (iter_grounding_samples(path, dataset, **(reader_options or {})),
-                lambda idx: grounding_gt(dataset, idx), None)
-    raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
 
 
 def offline_evaluate(evaluator: Any, samples: CoveredSamples, chunk_size: int) -> Dict[str, Any]:
@@ -212,7 +138,6 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     if fmt not in FORMATS:
         raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
     dataset = build_dataset(cfg)
-    index = DatasetSamples(dataset)
     work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
     options = dict(metric_options or {})
     reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
@@ -228,15 +153,10 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     evaluator = Evaluator(cfgs)
     evaluator.dataset_meta = dataset.metainfo
 
-    records, missing_sample, size = read_samples(fmt, predictions, index, sg_mode, unsafe_load, allow_missing,
-                                                 reader_options)
-    size = len(dataset) if size is None else size
-    bar = None
+    samples = open_predictions(fmt, predictions, dataset, sg_mode, unsafe_load, allow_missing, reader_options)
     if progress:
         from mmengine.utils import ProgressBar
-        bar = ProgressBar(size)
-    samples = CoveredSamples(records, index, predictions, allow_missing, missing_sample,
-                             on_sample=bar.update if bar is not None else None, size=size)
+        samples.on_sample = ProgressBar(len(samples)).update
     try:
         results = offline_evaluate(evaluator, samples, batch_size)
     except InputFileError:
@@ -244,14 +164,14 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     except ValueError as err:  # a metric refused a sample (it names the sample and the field): name the file
         raise InputFileError(predictions, f'invalid prediction: {err}') from err
     finally:
-        if bar is not None:
+        if progress:
             print(file=sys.stderr)
     if samples.missing:
         results['offline/missing_predictions'] = len(samples.missing)
     path = write_metrics_json(results, work_dir)
     missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
         if samples.missing else ''
-    print(f'{size} samples evaluated{missing}; metrics written to {path}')
+    print(f'{len(samples)} samples evaluated{missing}; metrics written to {path}')
     return results
 
 

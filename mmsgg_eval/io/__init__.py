@@ -2,6 +2,8 @@
 
 Modules (each importable alone; the package imports nothing above it: no metric, no runner):
 
+* :mod:`~mmsgg_eval.io.formats`: :func:`~mmsgg_eval.io.formats.open_predictions`, every format below behind
+  one call, giving the data samples of a file that cover a dataset;
 * :mod:`~mmsgg_eval.io.stream`: the prediction stream of ``tools/test.py --out`` (header, one record per
   sample, closing record) with :class:`~mmsgg_eval.io.stream.StreamWriter` and
   :class:`~mmsgg_eval.io.stream.PredictionStream`;
