@@ -251,6 +251,12 @@ def test_dump_metric_writes_a_complete_stream_on_two_ranks(tmp_path):
      r'`pred_relations.pair_idxs` holds non-integer values .*expected integers'),
     ({'sample_idx': 0, 'pred_relations': {'pair_idxs': [[0, 1]], 'scores': [[0.1, 0.2]], 'labels': [True]}},
      r'`pred_relations.labels` \[0\] = True: expected integers'),
+    ({'sample_idx': 0, 'pred_relations': {'pair_idxs': [[0, 1]], 'scores': [[0.1, 0.2]], 'labels': [False]}},
+     r'`pred_relations.labels` \[0\] = False: expected integers'),
+    ({'sample_idx': 0, 'pred_instances': {'labels': [1, True]}, 'pred_relations': {'pair_idxs': [], 'scores': []}},
+     r'`pred_instances.labels` \[1\] = True: expected integers'),
+    ({'sample_idx': 0, 'pred_relations': {'pair_idxs': [[0, 1]], 'scores': [['0.5', 0.2]]}},
+     r"`pred_relations.scores` \[0\]\[0\] = '0.5': expected numbers"),
     ({'sample_idx': 0, 'pred_relations': {'pair_idxs': [[0, 1], [1, 0]], 'scores': [[0.1, 0.2]]}},
      r'`pred_relations` lengths differ \(`pred_relations.pair_idxs` 2, `pred_relations.scores` 1\)'),
     ({'sample_idx': 0, 'pred_relations': {'pair_idxs': [[0, 1, 2]], 'scores': [[0.1, 0.2]]}},
@@ -442,6 +448,25 @@ def test_cli_user_error_without_traceback_and_debug(sample, tmp_path):
     assert out.returncode == 1 and 'Traceback' in out.stderr and 'InputFileError' in out.stderr
     out = run_python(['-m', 'mmsgg_eval.eval', CONFIG, str(tmp_path / 'absent.jsonl'), *cli_options(sample)])
     assert out.returncode == 1 and 'predictions file not found' in out.stderr and 'Traceback' not in out.stderr
+
+
+def test_cli_partial_grounding_fails_unless_allowed(tmp_path, capsys):
+    from mmsgg_eval.datasets import RSVGDDataset
+    from mmsgg_eval.datasets.sample_data import make_sample_data
+    make_sample_data(str(tmp_path), datasets=['rsvgd'])
+    root = str(tmp_path / 'rsvgd') + '/'
+    dataset = RSVGDDataset(data_root=root, split='test', pipeline=[])
+    n = len(dataset)
+    preds = [{'sample_idx': i, 'bbox': dataset.get_data_info(i)['instances'][0]['bbox']} for i in range(1, n)]
+    path = tmp_path / 'boxes.json'
+    path.write_text(json.dumps(preds))
+    args = [osp.join(ROOT, 'configs', 'rsvgd', 'grounding_rsvgd.py'), str(path), '--format', 'grounding',
+            '--work-dir', str(tmp_path / 'o'), '--no-progress', '--cfg-options', f'test_dataloader.dataset.data_root={root}']
+    with pytest.raises(SystemExit):
+        main(args)
+    assert f'boxes.json: 1 of the {n} dataset samples have no prediction (first sample_idx: 0)' in capsys.readouterr().err
+    res = main(args + ['--allow-missing'])
+    assert res['grounding/Pr@0.5'] == pytest.approx(100.0 * (n - 1) / n) and res['offline/missing_predictions'] == 1
 
 
 # ---------------------------------------------------------------------------------------------- VLM answers

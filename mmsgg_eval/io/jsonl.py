@@ -43,6 +43,12 @@ def iter_json_lines(path: str, undecodable: str = 'error') -> Iterator[Tuple[int
     ``undecodable``: a line that is not UTF-8 is an error naming the line and byte (``'error'``), or is
     decoded with ``surrogateescape`` (``'escape'``: the caller decides what such a value means).
     """
+    for lineno, record, _ in iter_json_text_lines(path, undecodable):
+        yield lineno, record
+
+
+def iter_json_text_lines(path: str, undecodable: str = 'error') -> Iterator[Tuple[int, Dict[str, Any], str]]:
+    """:func:`iter_json_lines` with the decoded text of each line as a third element."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f'predictions file not found: {os.path.abspath(path)}')
     with open(path, 'rb') as f:
@@ -67,7 +73,7 @@ def iter_json_lines(path: str, undecodable: str = 'error') -> Iterator[Tuple[int
             if not isinstance(record, dict):
                 raise InputFileError(describe(path, lineno), f'must be a JSON object, got a JSON '
                                                              f'{type(record).__name__}')
-            yield lineno, record
+            yield lineno, record, line
 
 
 def _first_non_number(value: Any, at: Tuple[int, ...] = ()) -> Optional[Tuple[Tuple[int, ...], Any]]:
@@ -94,24 +100,33 @@ def _ragged_rows(value: List[Any]) -> str:
 
 
 def as_array(value: Any, where: str, sample: Optional[str], field: str, integer: bool,
-             tail: Optional[Tuple[int, ...]]) -> np.ndarray:
+             tail: Optional[Tuple[int, ...]], may_hold_booleans: bool = True) -> np.ndarray:
     """A JSON list as a numpy array (int64 / float64) of shape [n] + ``tail`` (``tail=None``: [n] or [n, k]);
-    anything else raises :class:`InputFileError` saying what was expected."""
+    anything else raises :class:`InputFileError` saying what was expected.
+
+    ``may_hold_booleans=False`` (the line has no ``true`` / ``false``) skips the element-wise scan for
+    booleans, which numpy would otherwise turn into 0 / 1 silently; other non-numbers are found by numpy.
+    """
     kind = 'integers' if integer else 'numbers'
     shape = '[n]' if tail == () else f'[n, {tail[0]}]' if tail else '[n] or [n, k]'
     if not isinstance(value, list):
         raise InputFileError(where, f'must be a list of {kind} {shape}, got {value_repr(value)}', sample, field)
-    bad = _first_non_number(value)
-    if bad is not None:
-        index = ''.join(f'[{i}]' for i in bad[0])
-        raise InputFileError(where, f'{index} = {value_repr(bad[1])}: expected {kind} {shape}', sample, field)
     try:
-        arr = np.asarray(value)
-    except ValueError:
+        arr = None if may_hold_booleans else np.asarray(value)
+    except ValueError:  # ragged
         arr = None
-    if arr is None or arr.dtype == object:
-        raise InputFileError(where, f'is not a rectangular array ({_ragged_rows(value)}); expected {shape}',
-                             sample, field)
+    if arr is None or arr.dtype.kind not in 'iuf':  # find the first offending entry for the message
+        bad = _first_non_number(value)
+        if bad is not None:
+            index = ''.join(f'[{i}]' for i in bad[0])
+            raise InputFileError(where, f'{index} = {value_repr(bad[1])}: expected {kind} {shape}', sample, field)
+        try:
+            arr = np.asarray(value)
+        except ValueError:
+            arr = None
+        if arr is None or arr.dtype == object:
+            raise InputFileError(where, f'is not a rectangular array ({_ragged_rows(value)}); expected {shape}',
+                                 sample, field)
     if arr.size == 0:
         return np.zeros((0,) + (tail or ()), np.int64 if integer else np.float64)
     if not np.isfinite(arr).all():
@@ -127,8 +142,9 @@ def as_array(value: Any, where: str, sample: Optional[str], field: str, integer:
     return arr
 
 
-def read_prediction(record: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """One JSONL object -> data-sample fields (numpy arrays; identity unchecked, see the module docstring)."""
+def read_prediction(record: Dict[str, Any], where: str, may_hold_booleans: bool = True) -> Dict[str, Any]:
+    """One JSONL object -> data-sample fields (numpy arrays; identity unchecked, see the module docstring).
+    ``may_hold_booleans``: see :func:`as_array`."""
     ident = record.get('sample_idx', record.get('img_id'))
     if 'sample_idx' not in record and 'img_id' not in record:
         raise InputFileError(where, 'has no `sample_idx` (dataset index) or `img_id`; expected one of them')
@@ -145,7 +161,7 @@ def read_prediction(record: Dict[str, Any], where: str) -> Dict[str, Any]:
         arrays = {}
         for key, item in value.items():
             integer, tail = fields.get(key, (False, None))
-            arrays[key] = as_array(item, where, sample, f'{group}.{key}', integer, tail)
+            arrays[key] = as_array(item, where, sample, f'{group}.{key}', integer, tail, may_hold_booleans)
         counts = [(key, arrays[key].shape[0]) for key in COUNTED[group] if key in arrays]
         if len({n for _, n in counts}) > 1:
             listed = ', '.join(f'`{group}.{k}` {n}' for k, n in counts)
@@ -167,6 +183,6 @@ def read_prediction(record: Dict[str, Any], where: str) -> Dict[str, Any]:
 
 def iter_jsonl(path: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
     """``(location, prediction fields)`` of each line of a JSONL predictions file (module docstring)."""
-    for lineno, record in iter_json_lines(path):
+    for lineno, record, line in iter_json_text_lines(path):
         where = describe(path, lineno)
-        yield where, read_prediction(record, where)
+        yield where, read_prediction(record, where, may_hold_booleans='true' in line or 'false' in line)
