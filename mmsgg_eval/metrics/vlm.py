@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..registry import METRICS
-from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
+from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, sample_field
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
