@@ -430,3 +430,50 @@ def test_offline_cli_protocol(tmp_path):
     report = json.loads((tmp_path / 'o' / 'sgdet.metrics.json').read_text())
     assert report['conventions']['protocol'] == 'r1sgg'
     assert report['conventions']['recall'].startswith('pooled')
+
+
+# ---------------------------------------------------------------------------------------------- shared work
+def test_metrics_with_different_protocols_share_no_rows_or_summaries():
+    """Two metrics of one evaluator whose protocols differ only by name (the openpsg preset overridden back to
+    the sgb settings) join no common compute group and keep their own conventions; the numbers agree."""
+    samples, _ = random_dataset(21, 12, 'sgdet')
+    legacy = SGRecall(mode='sgdet')
+    renamed = SGRecall(mode='sgdet', protocol='openpsg', rank='score', iou_plus_one=None, match='box')
+    metrics = [legacy, renamed]
+    for m in metrics:
+        m.dataset_meta = META
+    for start in range(0, len(samples), 3):
+        batch = samples[start:start + 3]  # the same objects for both, as mmengine's Evaluator passes them
+        for m in metrics:
+            m.process({}, batch)
+    assert legacy.compute_key() != renamed.compute_key() and legacy.summary_key() != renamed.summary_key()
+    results = [m.evaluate(len(samples)) for m in metrics]
+    assert results[0] == results[1]
+    assert legacy.last_report['conventions']['protocol'] == 'sgb'
+    assert renamed.last_report['conventions']['protocol'] == 'openpsg'
+    assert renamed.last_report['conventions']['overrides'] == {'rank': 'score', 'iou_plus_one': None, 'match': 'box'}
+    assert 'protocol=openpsg' in renamed.last_report['text'] and 'protocol=sgb' in legacy.last_report['text']
+
+
+def test_sgbench_missing_predictions_are_never_skipped_and_have_no_detection():
+    """An image flagged ``prediction_missing`` counts as an image predicted with nothing at all (R 0, InstR 0),
+    also when images without predictions are otherwise skipped."""
+    samples, _ = random_dataset(22, 20, 'sgdet', empty_pred_prob=0.0)
+    # keep the images that the two runs below treat alike: no GT relation, or predicted pairs
+    samples = [s for s in samples if not len(s['gt_relations']['labels']) or len(s['pred_relations']['pair_idxs'])]
+    samples = [dict(s, sample_idx=i) for i, s in enumerate(samples)]
+    missing = [i for i, s in enumerate(samples) if len(s['gt_relations']['labels'])][:4]
+    empty = [dict(s) for s in samples]
+    for i in missing:
+        empty[i]['pred_instances'] = dict(bboxes=torch.zeros((0, 4)), labels=torch.zeros(0, dtype=torch.long),
+                                          scores=torch.zeros(0))
+        empty[i]['pred_relations'] = dict(pair_idxs=torch.zeros((0, 2), dtype=torch.long),
+                                          scores=torch.zeros((0, NUM_PREDICATES + 1)))
+        samples[i] = {k: v for k, v in samples[i].items() if k not in ('pred_instances', 'pred_relations')}
+        samples[i]['prediction_missing'] = True
+    flagged = SGBenchMetric(mode='sgdet', skip_empty_predictions=True)
+    res = evaluate(flagged, samples)
+    expected = evaluate(SGBenchMetric(mode='sgdet', skip_empty_predictions=False), empty)
+    assert res == expected and res['InstR'] > 0
+    assert flagged.last_report['num_missing_predictions'] == len(missing)
+    assert res != evaluate(SGBenchMetric(mode='sgdet', skip_empty_predictions=True), empty)  # those are skipped

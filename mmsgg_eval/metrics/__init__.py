@@ -1,10 +1,14 @@
-"""MMEngine metrics registered in mmdet's ``METRICS`` registry."""
+"""MMEngine metrics registered in mmdet's ``METRICS`` registry; the evaluation metrics are built on
+:class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
+from .base import ComputeGroup, RowMetric, extra_results_of
+from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
 from .relclip import RelCLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .sgbench import SGBenchMetric
 from .vlm import VLMSceneGraphMetric
 
-__all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr', 'RelCLIPScore',
-           'VLMSceneGraphMetric', 'SGBenchMetric']
+__all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
+           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'VLMSceneGraphMetric', 'DumpSceneGraphPredictions',
+           'SGBenchMetric']

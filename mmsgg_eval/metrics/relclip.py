@@ -1,4 +1,4 @@
-"""``RelCLIPScore``: reference-free relation metric with a CLIP-family model (SPEC section 4, seed 003).
+"""``RelCLIPScore``: reference-free relation metric with a CLIP-family model (``docs/metrics.md``).
 
 Per image (boxes xyxy in ORIGINAL image pixels):
 
@@ -26,23 +26,22 @@ Modes: ``'sgdet'`` (default) uses the predicted boxes and labels. ``'sgcls'`` / 
 boxes (and in PredCls the GT labels) exactly as ``SGRecall`` does; predicted object i then IS GT object i
 (no IoU matching, so duplicate GT boxes stay distinct objects).
 
-Distributed: each ``process()`` stores one row per image (m, k and the sums of s and of the Ref scores) in a
-:class:`RowAccumulator`; ``evaluate()`` reduces once and de-duplicates sampler padding by ``sample_idx``.
+Distributed: each ``process()`` stores one row per image (m, k and the sums of s and of the Ref scores);
+``evaluate()`` (:class:`~mmsgg_eval.metrics.base.RowMetric`) reduces once and de-duplicates sampler padding by
+``sample_idx``.
 """
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
-from mmengine.evaluator import BaseMetric
-from mmengine.logging import print_log
 from torch import Tensor
 
 from ..encoders import DEFAULT_PREPROCESS, build_encoder, crop_regions
 from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name
-from .accumulator import RowAccumulator
+from .base import RowMetric, Schema, Tables, warn_user
 
 RELCLIP_MODES = ('predcls', 'sgcls', 'sgdet')
 
@@ -78,7 +77,7 @@ def decode_image(path: str, backend_args: Optional[dict] = None) -> Tensor:
 
 
 @METRICS.register_module()
-class RelCLIPScore(BaseMetric):
+class RelCLIPScore(RowMetric):
     """RelCLIPScore / CLIPScore / RefRelCLIPScore of predicted relations, in percent (see module docstring).
 
     Args:
@@ -97,6 +96,8 @@ class RelCLIPScore(BaseMetric):
         backend_args: MMEngine file backend arguments for reading ``img_path``.
         collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for MMEngine.
         prefix: key prefix (default 'relclip').
+        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and counts (main rank).
+        report_dir: when set, ``{prefix}.metrics.json`` (the summary) is written there (main rank).
     """
     default_prefix: Optional[str] = 'relclip'
 
@@ -104,8 +105,10 @@ class RelCLIPScore(BaseMetric):
                  penalty: bool = True, iou_thr: float = 0.5, alpha: float = 1e-5, batch_size: int = 64,
                  device: Optional[str] = None, mode: str = 'sgdet', rank: str = 'score',
                  backend_args: Optional[dict] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
-        super().__init__(collect_device=collect_device, prefix=prefix)
+                 prefix: Optional[str] = None, outfile_prefix: Optional[str] = None,
+                 report_dir: Optional[str] = None) -> None:
+        super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
+                         prefix=prefix)
         if mode not in RELCLIP_MODES:
             raise ValueError(f'RelCLIPScore mode must be one of {RELCLIP_MODES}, got {mode!r}')
         if rank not in ('score', 'given'):
@@ -128,13 +131,14 @@ class RelCLIPScore(BaseMetric):
         self.mode = mode
         self.rank = rank
         self.backend_args = backend_args
-        self.accumulator = RowAccumulator({'images': {
-            'num_objects': (torch.int32, ()), 'num_counted': (torch.int32, ()), 'sum_score': (torch.float64, ()),
-            'num_ref': (torch.int32, ()), 'sum_ref': (torch.float64, ())}})
         self._text_cache: Dict[str, Tensor] = {}
         self._encoder_device: Optional[torch.device] = None
         self._warned_shape = False
-        self.last_report: Optional[Dict[str, Any]] = None
+
+    def row_schema(self) -> Schema:
+        return {'images': {'num_objects': (torch.int32, ()), 'num_counted': (torch.int32, ()),
+                           'sum_score': (torch.float64, ()), 'num_ref': (torch.int32, ()),
+                           'sum_ref': (torch.float64, ())}}
 
     # ------------------------------------------------------------------ dataset facts
     def _names(self, key: str) -> List[str]:
@@ -217,11 +221,9 @@ class RelCLIPScore(BaseMetric):
         counted = ok & ~dup
         return counted, order, batch.gc_predicate_at(order, valid), gt_sub, gt_obj
 
-    # ------------------------------------------------------------------ per batch
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """Score the counted relations of one batch; keep one row per image."""
-        if not data_samples:
-            return
+    # ------------------------------------------------------------------ a pool becomes rows
+    def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
+        """Score the counted relations of one batch; one row per image."""
         classes, predicates = self._names('classes'), self._names('predicates')
         batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates), device=self._device)
         device = batch.device
@@ -258,9 +260,9 @@ class RelCLIPScore(BaseMetric):
                                                    gt_obj[image_of, position], text_emb, classes, predicates)
             ref_sums.index_add_(0, image_of[ref_ok], harmonic_mean(s[ref_ok], b[ref_ok].double()))
             ref_counts += torch.bincount(image_of[ref_ok], minlength=num_images)
-        self.accumulator.add({'images': {
+        return {'images': {
             'sample_idx': batch.sample_idx, 'num_objects': num_objects, 'num_counted': counted.sum(1),
-            'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums}})
+            'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums}}
 
     def _load_images(self, samples: Sequence[Any], image_of: Tensor, boxes: Tensor) -> Tuple[List[Tensor], Tensor]:
         """Decode each needed image once (uint8 on the batch device); rescale boxes if the file size differs
@@ -308,10 +310,11 @@ class RelCLIPScore(BaseMetric):
         b = torch.where(has_ref, best.clamp(min=0), b)
         return has_ref, b
 
-    # ------------------------------------------------------------------ epoch end
-    def summarize(self, images: Dict[str, Tensor]) -> Dict[str, Any]:
+    # ------------------------------------------------------------------ reduced tables become keys
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         """Dataset keys (percent) from de-duplicated per-image rows (summed in ``sample_idx`` order, so the
         result does not depend on the world size)."""
+        images = tables['images']
         order = torch.argsort(images['sample_idx'])
         images = {name: col[order] for name, col in images.items()}
         evaluated = images['num_objects'] >= 2
@@ -327,25 +330,16 @@ class RelCLIPScore(BaseMetric):
             return 100.0 * float(values.mean()) if n else 0.0
 
         metrics = {'RelCLIPScore': mean(rel), 'CLIPScore': mean(mean_s), 'RefRelCLIPScore': mean(ref)}
+        if n == 0:
+            warn_user('RelCLIPScore: no image with >= 2 GT objects was evaluated; all keys are 0')
         return {'metrics': metrics, 'num_images': n, 'num_samples': int(images['sample_idx'].numel()),
                 'num_relations': int(k.sum()), 'num_ref_relations': int(num_ref.sum()),
                 'mean_relations_per_image': float(k.mean()) if n else 0.0}
 
-    def evaluate(self, size: int) -> Dict[str, float]:
-        images = self.accumulator.reduce_to_cpu(size, 'RelCLIPScore')['images']
-        summary = self.summarize(images)
-        self.last_report = summary
-        if summary['num_images'] == 0:
-            print_log('RelCLIPScore: no image with >= 2 GT objects was evaluated; all keys are 0', logger='current',
-                      level=30)
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         m = summary['metrics']
-        print_log(f"RelCLIPScore ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
-                  f"{type(self.encoder).__name__}): {summary['num_images']} images, "
-                  f"{summary['num_relations']} relations (mean k {summary['mean_relations_per_image']:.2f}), "
-                  f"RelCLIPScore {m['RelCLIPScore']:.2f}, CLIPScore {m['CLIPScore']:.2f}, "
-                  f"RefRelCLIPScore {m['RefRelCLIPScore']:.2f} ({summary['num_ref_relations']} relations)",
-                  logger='current')
-        return {f'{self.prefix}/{key}': value for key, value in m.items()}
-
-    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
-        raise NotImplementedError('RelCLIPScore reduces row tables in evaluate()')
+        return (f"RelCLIPScore ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
+                f"{type(self.encoder).__name__}): {summary['num_images']} images, "
+                f"{summary['num_relations']} relations (mean k {summary['mean_relations_per_image']:.2f}), "
+                f"RelCLIPScore {m['RelCLIPScore']:.2f}, CLIPScore {m['CLIPScore']:.2f}, "
+                f"RefRelCLIPScore {m['RefRelCLIPScore']:.2f} ({summary['num_ref_relations']} relations)")

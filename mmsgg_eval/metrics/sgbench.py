@@ -5,7 +5,8 @@ highest IoU (plain IoU, ``>= 0.5``) among those with its label, predicted triple
 assignment and must equal a GT triplet's (subject GT, object GT, predicate); GT triplets are de-duplicated,
 predicted triplets repeating an earlier (subject, object, predicate) index triplet are dropped before the
 first K are taken (:mod:`mmsgg_eval.functional.instance_matching`). Images without GT relations are
-skipped; images without predictions count 0.
+skipped; images without predictions count 0 (an image marked ``prediction_missing`` has no detection either:
+its InstR is 0).
 
 Keys (percent, except PRank):
 
@@ -21,9 +22,10 @@ Keys (percent, except PRank):
   over all (image, predicate) cells with a value (a raw rank, not a percentage).
 
 The state is a few integers per distinct GT relation and per image, reduced across ranks like
-:class:`~mmsgg_eval.metrics.SGRecall` (de-duplicated by ``sample_idx``).
+:class:`~mmsgg_eval.metrics.SGRecall` (de-duplicated by ``sample_idx``); the life cycle (pooling, one reduce,
+report, files) is :class:`~mmsgg_eval.metrics.base.RowMetric`'s.
 """
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 from torch import Tensor
@@ -35,9 +37,8 @@ from ..functional.limits import K_ALL, NO_HIT
 from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
 from ..structures import collate_scene_graphs
-from .accumulator import RowAccumulator
-from .protocols import UNSET
-from .scene_graph import SceneGraphMetric
+from .base import Schema, Tables, first_occurrences, prediction_missing
+from .scene_graph import SceneGraphMetric, _as_unpredicted
 
 
 @METRICS.register_module()
@@ -59,24 +60,32 @@ class SGBenchMetric(SceneGraphMetric):
             raise ValueError('SGBenchMetric: instance matching is not defined for phrdet (union boxes)')
         super().__init__(mode=mode, topk=topk, protocol=protocol, **kwargs)
         self._rank_cap = NO_HIT
-        self.accumulator = RowAccumulator({
-            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()),
+
+    def row_schema(self) -> Schema:
+        return {
+            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ()),
                        'num_gt_objects': (torch.int32, ()), 'num_matched_objects': (torch.int32, ())},
             'relations': {'predicate': (torch.int32, ()), 'first_pair': (torch.bool, ()),
                           'rank_gc': (torch.int32, ()), 'rank_pair': (torch.int32, ()), 'prank': (torch.int32, ())},
-        })
+        }
 
-    def _rows_key(self) -> tuple:
-        return ('sgbench',) + super()._rows_key()
+    # compute_key() / summary_key() are SceneGraphMetric's: they start with protocol_target ('sgbench') and the
+    # resolved protocol, so an SGBenchMetric never shares rows or summaries with SGRecall / SGMeanRecall.
 
-    def _summary_key(self, size: int) -> tuple:
-        return ('sgbench',) + super()._summary_key(size)
-
-    def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
+    def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
+        """Instance-match a pool: per image its distinct GT triplets, predicted pairs, GT objects and matched GT
+        objects; per distinct GT relation its first-hit ranks and predicate rank. A ``sample_idx`` repeated
+        within the pool counts once; an image marked ``prediction_missing`` predicts nothing."""
+        samples = first_occurrences(samples)
         classes, predicates = self.classes, self.predicates
+        missing = [prediction_missing(s) for s in samples]
+        if any(missing):
+            samples = [_as_unpredicted(s, len(predicates)) if m else s for s, m in zip(samples, missing)]
         use_masks = self.match == 'mask'
-        batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates), with_masks=use_masks)
+        batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates), with_masks=use_masks,
+                                     counts=self.object_counts)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        missing_t = torch.tensor(missing, dtype=torch.bool, device=batch.device)
         pred_valid, gt_obj_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
         iou = object_iou_matrix(batch, self.plus_one, use_masks)
         assigned = assign_detections(iou, batch.pred_labels, pred_valid, batch.gt_labels, gt_obj_valid, self.iou_thr)
@@ -98,29 +107,28 @@ class SGBenchMetric(SceneGraphMetric):
             assigned, batch.rel_pairs[..., 0].gather(1, gc_order), batch.rel_pairs[..., 1].gather(1, gc_order),
             gc_pred, gc_valid, gt_sub, gt_obj, batch.gt_predicates, gt_valid, base)
 
-        ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, self.ng_topk,
+        ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch.scores, batch.rel_valid, self.ng_topk,
                                                               subject_score.float() * object_score.float())
         prank = predicate_ranks(assigned, batch.rel_pairs[..., 0].gather(1, ng_pair),
                                 batch.rel_pairs[..., 1].gather(1, ng_pair), ng_pred, ng_valid, gt_sub, gt_obj,
                                 batch.gt_predicates, gt_valid, base)
         first_pair = first_occurrence(gt_sub.long() * base + gt_obj.long(), gt_valid)
-        inst = matched_instances(assigned, batch.gt_boxes.shape[1]) & gt_obj_valid
+        # a missing prediction stands on the GT objects only so that every mode reads it: no detection counts
+        inst = matched_instances(assigned, batch.gt_boxes.shape[1]) & gt_obj_valid & ~missing_t[:, None]
 
         image_of = torch.arange(gt_valid.shape[0], device=batch.device)[:, None].expand_as(gt_valid)[gt_valid]
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': gt_valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
+                       'missing': missing_t, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': batch.gt_predicates[gt_valid],
                           'first_pair': first_pair[gt_valid], 'rank_gc': rank_gc[gt_valid],
                           'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
         }
 
-    def summarize(self, tables: Dict[str, Dict[str, Tensor]]) -> Dict[str, Any]:
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         images, rels = tables['images'], tables['relations']
         num_predicates = len(self.predicates)
-        evaluated = images['num_gt'] > 0
-        if self.skip_empty_predictions:
-            evaluated &= images['num_pred'] > 0
+        evaluated = self._evaluated_images(images)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
         rel = {n: c[keep] for n, c in rels.items()}
         ks = list(self.topk) + [K_ALL]
@@ -159,10 +167,11 @@ class SGBenchMetric(SceneGraphMetric):
             per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
         return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
+                'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': None, 'groups': {}, 'conventions': self.conventions}
 
-    def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        super()._log_report(summary, {k: v for k, v in keys.items() if '@' in k and not k.endswith('@inf')})
-        from ..reports import log_block
-        log_block('SGBench: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items()
-                                          if '@' not in k or k.endswith('@inf')))
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
+        table = super().format_report(summary, {k: v for k, v in keys.items()
+                                                if '@' in k and not k.endswith('@inf')})
+        return table + '\nSGBench: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items()
+                                                if '@' not in k or k.endswith('@inf'))
