@@ -6,7 +6,8 @@ Inputs (``--format``, default from the file name):
 * ``jsonl``: per-image predictions in the JSONL format of :mod:`mmsgg_eval.predictions_io` (GT from the
   dataset of the config);
 * ``vlm``: JSONL of raw multimodal-LLM answers (:func:`mmsgg_eval.vlm.iter_vlm_jsonl`), scored by
-  ``VLMSceneGraphMetric`` (FailureRate, Recall, mRecall, AP@50, ...);
+  ``VLMSceneGraphMetric`` (FailureRate, Recall, mRecall, AP@50, ...), or by the config's ``vlm_evaluator``
+  list when it has one (e.g. ``RelCLIPScore`` on the model's own words, configs/relclip/);
 * ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.legacy`);
 * ``grounding``: a JSON list of ``{sample_idx or img_id, bbox}`` scored by ``GroundingPr``
   (:mod:`mmsgg_eval.grounding_io`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
@@ -150,8 +151,9 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
         path = write_metrics_json(results, work_dir)
         print(f'{len(dataset)} samples evaluated; metrics written to {path}')
         return results
-    if fmt == 'vlm':
-        metric_cfgs = [dict(type=m) for m in (metrics or ['VLMSceneGraphMetric'])]
+    if fmt == 'vlm':  # the config's `vlm_evaluator` (e.g. configs/relclip/) when it has one
+        metric_cfgs = [dict(type=m) if isinstance(m, str) else dict(m)
+                       for m in (metrics or cfg.get('vlm_evaluator') or ['VLMSceneGraphMetric'])]
     else:
         metric_cfgs = _metric_cfgs(cfg, metrics, mode)
     for m in metric_cfgs:
