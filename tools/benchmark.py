@@ -154,7 +154,7 @@ def main():
     parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
     parser.add_argument('--device', nargs='+', default=None, help='default: cpu, and cuda when available')
     parser.add_argument('--repeat', type=int, default=3, help='best of R runs')
-    parser.add_argument('--relclip', action='store_true', help='also measure RelCLIPScore / alignment-study relations/s')
+    parser.add_argument('--relclip', action='store_true', help='also RelCLIPScore / alignment-study relations/s')
     parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
