@@ -449,6 +449,19 @@ def _size_field(size: Any, key: str) -> Optional[int]:
     return None if value is None else int(value)
 
 
+def _load_hf_dir(owner: str, model_path: str, model_class: str) -> Tuple[nn.Module, Any, ImagePreprocess]:
+    """(model, tokenizer, preprocessing) of a LOCAL transformers directory (``from_pretrained(...,
+    local_files_only=True)`` of ``transformers.<model_class>``, the tokenizer and the image processor)."""
+    transformers = _require('transformers', 'hf', owner)
+    if not os.path.isdir(model_path):
+        raise FileNotFoundError(f'{owner}: model_path={model_path!r} is not a local directory '
+                                f'(hub ids are not downloaded; save the model with save_pretrained first)')
+    model = getattr(transformers, model_class).from_pretrained(model_path, local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
+    return model, tokenizer, HFCLIPEncoder.preprocess_from_processor(processor)
+
+
 @ENCODERS.register_module()
 class HFCLIPEncoder(BaseCLIPEncoder):
     """A transformers CLIP-style dual encoder (``get_image_features`` / ``get_text_features``) from a local dir.
@@ -469,21 +482,14 @@ class HFCLIPEncoder(BaseCLIPEncoder):
 
     def __init__(self, model_path: str, score: Optional[str] = None, precision: str = 'fp32',
                  device: Union[str, torch.device] = 'cpu', max_length: Optional[int] = None) -> None:
-        transformers = _require('transformers', 'hf', type(self).__name__)
-        if not os.path.isdir(model_path):
-            raise FileNotFoundError(f'{type(self).__name__}: model_path={model_path!r} is not a local directory '
-                                    f'(hub ids are not downloaded; save the model with save_pretrained first)')
         super().__init__(score=score or self.default_score, precision=precision)
-        model = transformers.AutoModel.from_pretrained(model_path, local_files_only=True)
+        model, self.tokenizer, self.preprocess = _load_hf_dir(type(self).__name__, model_path, 'AutoModel')
         for name in ('get_image_features', 'get_text_features'):
             if not hasattr(model, name):
                 raise TypeError(f'{type(model).__name__} from {model_path} has no {name}(); '
                                 f'{type(self).__name__} needs a CLIP-style dual encoder')
         self.model = model.to(device=device, dtype=_DTYPES[precision]).eval()
         self.model_path = model_path
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
-        self.preprocess = self.preprocess_from_processor(processor)
         text_cfg = getattr(model.config, 'text_config', model.config)
         self.max_length = int(max_length or getattr(text_cfg, 'max_position_embeddings', 77))
 
@@ -568,20 +574,14 @@ class BLIP2ITMEncoder(BaseCLIPEncoder):
 
     def __init__(self, model_path: str, precision: str = 'fp32', device: Union[str, torch.device] = 'cpu',
                  max_length: Optional[int] = None) -> None:
-        transformers = _require('transformers', 'hf', type(self).__name__)
-        if not os.path.isdir(model_path):
-            raise FileNotFoundError(f'{type(self).__name__}: model_path={model_path!r} is not a local directory '
-                                    f'(hub ids are not downloaded; save the model with save_pretrained first)')
         super().__init__(score='cosine', precision=precision)
-        model = transformers.Blip2ForImageTextRetrieval.from_pretrained(model_path, local_files_only=True)
+        model, self.tokenizer, self.preprocess = _load_hf_dir(type(self).__name__, model_path,
+                                                              'Blip2ForImageTextRetrieval')
         if not getattr(model.config.qformer_config, 'use_qformer_text_input', False):
             raise ValueError(f'{model_path}: BLIP-2 image-text matching needs '
                              f'qformer_config.use_qformer_text_input=True')
         self.model = model.to(device=device, dtype=_DTYPES[precision]).eval()
         self.model_path = model_path
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
-        self.preprocess = HFCLIPEncoder.preprocess_from_processor(processor)
         self.max_length = int(max_length or model.config.qformer_config.max_position_embeddings)
 
     def _tokens(self, texts: List[str]) -> Dict[str, Tensor]:

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -38,6 +38,16 @@ def _write_images(samples: List[Dict], root: str, seed: int) -> None:
         s['img_path'], s['ori_shape'] = path, (height, width)
 
 
+def _setup(device: str, num_images: Optional[int], batch_size: Optional[int], model_name: str, precision: str,
+           seed: int) -> Tuple[bool, int, int, Any]:
+    """(cuda?, images (default 16 on CPU, 512 on CUDA), crops per tower call (64 / 256), random-weight encoder)."""
+    from ..encoders import OpenCLIPEncoder
+    cuda = str(device).startswith('cuda')
+    torch.manual_seed(seed)
+    encoder = OpenCLIPEncoder(model_name, random_init=True, precision=precision, device=device)
+    return cuda, num_images or (512 if cuda else 16), batch_size or (256 if cuda else 64), encoder
+
+
 def run_relclip_benchmark(device: str = 'cpu', num_images: Optional[int] = None, samples_per_batch: int = 8,
                           batch_size: Optional[int] = None, topk: int = 20,
                           model_name: str = 'ViT-B-32-quickgelu', precision: str = 'fp32',
@@ -57,15 +67,10 @@ def run_relclip_benchmark(device: str = 'cpu', num_images: Optional[int] = None,
     """
     from mmengine.logging import MMLogger
 
-    from ..encoders import OpenCLIPEncoder
     from ..metrics.relclip import RelCLIPScore
     from .workloads import make_workload, meta
     MMLogger.get_instance('mmengine', log_level='WARNING')
-    cuda = str(device).startswith('cuda')
-    num_images = num_images or (512 if cuda else 16)
-    batch_size = batch_size or (256 if cuda else 64)
-    torch.manual_seed(seed)
-    encoder = OpenCLIPEncoder(model_name, random_init=True, precision=precision, device=device)
+    cuda, num_images, batch_size, encoder = _setup(device, num_images, batch_size, model_name, precision, seed)
     with tempfile.TemporaryDirectory() as root:
         warm = make_workload('triplets', samples_per_batch, seed=seed + 1, device=device)
         data = make_workload('triplets', num_images, seed=seed, device=device)
@@ -138,13 +143,8 @@ def run_alignment_benchmark(device: str = 'cpu', num_images: Optional[int] = Non
     (default 16 on CPU, 512 on CUDA); returns ``relations_per_s`` (GT relations ranked per second, end to end:
     decoding, cropping, image tower, every candidate text) and the settings."""
     from ..analysis import run_relation_alignment
-    from ..encoders import OpenCLIPEncoder
     from .workloads import make_workload, meta
-    cuda = str(device).startswith('cuda')
-    num_images = num_images or (512 if cuda else 16)
-    batch_size = batch_size or (256 if cuda else 64)
-    torch.manual_seed(seed)
-    encoder = OpenCLIPEncoder(model_name, random_init=True, precision=precision, device=device)
+    cuda, num_images, batch_size, encoder = _setup(device, num_images, batch_size, model_name, precision, seed)
     with tempfile.TemporaryDirectory() as root:
         data = make_workload('triplets', num_images + 2, seed=seed, device='cpu')
         _write_images(data, root, seed)
