@@ -594,21 +594,29 @@ class BLIP2ITMEncoder(BaseCLIPEncoder):
 
     def _text_features(self, texts: List[str]) -> Tensor:
         tokens = self._tokens(texts)
-        out = self.model.qformer(input_ids=tokens['input_ids'], attention_mask=tokens['attention_mask'])
-        return self.model.text_projection(out.last_hidden_state[:, 0, :])
+        embeds = self.model.embeddings(input_ids=tokens['input_ids'])
+        out = self.model.qformer(query_embeds=embeds, query_length=0, attention_mask=tokens['attention_mask'])
+        return self.model.text_projection(out.last_hidden_state[:, 0, :].to(self.model.text_projection.weight.dtype))
 
     @torch.no_grad()
     def pair_scores(self, image_features: Tensor, texts: Sequence[str]) -> Tensor:
-        """s = softmax(itm_logits)[:, 1] of each (image_features[i], texts[i]) pair -> [N] float32."""
-        image_embeds = image_features.to(device=self.device, dtype=self.dtype)
+        """s = softmax(itm_logits)[:, 1] of each (image_features[i], texts[i]) pair -> [N] float32.
+
+        The query tokens attend to the image patches and, with the text, form the Q-Former input exactly as
+        ``Blip2ForImageTextRetrieval.forward(..., use_image_text_matching_head=True)`` (the query positions
+        are always attended, whether or not a processor inserted image tokens into the text)."""
+        qformer_dtype = self.model.query_tokens.dtype
+        image_embeds = image_features.to(device=self.device, dtype=qformer_dtype)
         tokens = self._tokens(list(texts))
-        image_mask = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
         query = self.model.query_tokens.expand(image_embeds.shape[0], -1, -1)
         query_mask = torch.ones(query.shape[:-1], dtype=torch.long, device=self.device)
-        out = self.model.qformer(input_ids=tokens['input_ids'], query_embeds=query,
+        image_mask = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
+        embeds = self.model.embeddings(input_ids=tokens['input_ids'], query_embeds=query)
+        out = self.model.qformer(query_embeds=embeds, query_length=query.shape[1],
                                  attention_mask=torch.cat([query_mask, tokens['attention_mask']], dim=1),
                                  encoder_hidden_states=image_embeds, encoder_attention_mask=image_mask)
-        logits = self.model.itm_head(out.last_hidden_state[:, :query.shape[1], :]).mean(dim=1)
+        hidden = out.last_hidden_state[:, :query.shape[1], :].to(self.model.itm_head.weight.dtype)
+        logits = self.model.itm_head(hidden).mean(dim=1)
         return torch.softmax(logits.float(), dim=-1)[:, 1]
 
 

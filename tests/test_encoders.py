@@ -309,7 +309,7 @@ def test_blip2_itm_encoder_matches_the_models_own_head(tmp_path):
     tokens = enc.tokenizer(texts, padding=True, return_tensors='pt')
     with torch.no_grad():
         out = enc.model(pixel_values=enc.preprocess(images), input_ids=tokens['input_ids'],
-                        attention_mask=tokens['attention_mask'], use_image_text_matching=True)
+                        attention_mask=tokens['attention_mask'], use_image_text_matching_head=True)
     match = torch.softmax(out.logits_per_image, dim=-1)[:, 1]  # class 1 = "match" (one softmax)
     assert s.shape == (3,) and torch.allclose(s, match, atol=1e-5)
     assert not torch.allclose(s, 1 - match, atol=1e-3)  # the no-match class would be a different score
@@ -318,7 +318,7 @@ def test_blip2_itm_encoder_matches_the_models_own_head(tmp_path):
     # text embedding: the Q-Former's projected [CLS] feature (the ITC text embedding of the same model)
     with torch.no_grad():
         itc = enc.model(pixel_values=enc.preprocess(images), input_ids=tokens['input_ids'],
-                        attention_mask=tokens['attention_mask'], use_image_text_matching=False)
+                        attention_mask=tokens['attention_mask'], use_image_text_matching_head=False)
     assert torch.allclose(torch.nn.functional.normalize(enc.encode_text(texts), dim=-1), itc.text_embeds,
                           atol=1e-5)
 
@@ -339,8 +339,8 @@ def test_relation_scorer_joint_and_dual_paths():
     from mmsgg_eval.encoders import RelationScorer
 
     class Dual:
-        def encode_image(self, images):
-            return torch.tensor([[3.0, 4.0], [1.0, 0.0]])[: images.shape[0]]
+        def encode_image(self, images):  # black crop -> [3, 4], white crop -> [1, 0]
+            return torch.tensor([[1.0, 0.0] if float(x.mean()) > 0.5 else [3.0, 4.0] for x in images])
 
         def encode_text(self, texts):
             return torch.tensor([[1.0, 0.0] if t == 'a' else [0.0, -2.0] for t in texts])
@@ -349,7 +349,7 @@ def test_relation_scorer_joint_and_dual_paths():
         def pair_scores(self, features, texts):
             return features[:, 0] * torch.tensor([1.0 if t == 'a' else 0.5 for t in texts])
 
-    crops = torch.zeros(2, 3, 4, 4)
+    crops = torch.stack([torch.zeros(3, 4, 4), torch.ones(3, 4, 4)])
     dual = RelationScorer(Dual(), batch_size=1)
     feats = dual.image_features(crops)
     assert torch.allclose(feats.norm(dim=1), torch.ones(2))  # normalised for dual encoders
