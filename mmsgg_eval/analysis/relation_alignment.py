@@ -4,7 +4,8 @@ alignment study: its Table 1 and the confused triplets of its Table 2).
 For every GT relation (subject s, predicate p, object o) of a dataset, the union of the GT subject and object
 boxes is cropped from the image and scored (s = the encoder's score, as in ``RelCLIPScore``) against the text
 of every predicate in L(s, o): the predicates annotated at least once, anywhere in the analysed dataset (split),
-for the same (subject class, object class), the GT predicate included. Then
+for the same (subject class, object class), the GT predicate included (``extra_triplets``, e.g. the training
+split's ``train_triplets``, adds predicates seen elsewhere for the class pairs of the split). Then
 
 * score: s of the GT triplet;
 * theta = 1 - rank0(p) / |L| (eq. 7 of the paper), rank0(p) = 0-based rank of the GT predicate in L ordered
@@ -51,13 +52,19 @@ def _info_graph(info: Dict[str, Any], where: str) -> Tuple[np.ndarray, np.ndarra
     return boxes, labels, rels
 
 
-def candidate_predicates(graphs: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Dict[Tuple[int, int],
-                                                                                             List[int]]:
-    """(subject class, object class) -> sorted predicates annotated at least once for that class pair."""
+def candidate_predicates(graphs: Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]],
+                         extra_triplets: Optional[Any] = None) -> Dict[Tuple[int, int], List[int]]:
+    """(subject class, object class) -> sorted predicates annotated at least once for that class pair in
+    ``graphs`` (boxes, labels, relations), plus those of ``extra_triplets`` ([T, 3] (subject class, object class,
+    predicate)) for the class pairs the graphs have."""
     seen: Dict[Tuple[int, int], set] = defaultdict(set)
     for _, labels, rels in graphs:
         for s, o, p in rels.tolist():
             seen[(int(labels[s]), int(labels[o]))].add(int(p))
+    if extra_triplets is not None:
+        for s, o, p in np.asarray(extra_triplets, np.int64).reshape(-1, 3).tolist():
+            if (s, o) in seen:
+                seen[(s, o)].add(p)
     return {key: sorted(value) for key, value in seen.items()}
 
 
@@ -115,7 +122,8 @@ def _decode(path: str, backend_args: Optional[dict]) -> Tensor:
 
 def run_relation_alignment(dataset: Any, encoder: Any, template: str = '{subject} {predicate} {object}',
                            batch_size: int = 64, images_per_chunk: int = 16, device: Optional[str] = None,
-                           backend_args: Optional[dict] = None, progress: bool = True) -> AlignmentRows:
+                           backend_args: Optional[dict] = None, progress: bool = True,
+                           extra_triplets: Optional[Any] = None) -> AlignmentRows:
     """Score every GT relation of ``dataset`` against its candidate predicates (see the module docstring).
 
     Args:
@@ -129,6 +137,8 @@ def run_relation_alignment(dataset: Any, encoder: Any, template: str = '{subject
         device: where crops are made and the encoder runs (default: CUDA when available, else CPU).
         backend_args: MMEngine file backend arguments for ``img_path``.
         progress: show a progress bar (images).
+        extra_triplets: more annotated (subject class, object class, predicate) triplets for the candidate lists
+            (e.g. ``dataset.metainfo['train_triplets']``).
     """
     meta = dataset.metainfo
     classes, predicates = [str(c) for c in meta['classes']], [str(p) for p in meta['predicates']]
@@ -138,7 +148,7 @@ def run_relation_alignment(dataset: Any, encoder: Any, template: str = '{subject
         info = dataset.get_data_info(i)
         graphs.append(_info_graph(info, f'dataset sample {i} ({info.get("img_path")})'))
         infos.append(info)
-    candidates = candidate_predicates(graphs)
+    candidates = candidate_predicates(graphs, extra_triplets)
     scorer = RelationScorer(encoder, batch_size)
     scorer.place(dev)
     text_of: Dict[Tuple[int, int, int], int] = {}
@@ -304,10 +314,12 @@ def encoder_from_config(cfg: Any) -> Tuple[Optional[dict], Optional[str]]:
 
 def run_from_config(config: str, encoder: Optional[dict] = None, template: Optional[str] = None,
                     out_dir: Optional[str] = None, split_key: str = 'test_dataloader',
-                    cfg_options: Optional[dict] = None, num_confused: int = 10, **kwargs: Any) -> Dict[str, Any]:
+                    cfg_options: Optional[dict] = None, num_confused: int = 10, with_train_triplets: bool = False,
+                    **kwargs: Any) -> Dict[str, Any]:
     """The study on the GT of a config's dataset (annotations only); writes JSON + Markdown to ``out_dir``
     (default ``work_dirs/relation_alignment``) and returns the summary. ``encoder`` / ``template`` default to
-    :func:`encoder_from_config`; other keyword arguments go to :func:`run_relation_alignment`."""
+    :func:`encoder_from_config`; ``with_train_triplets`` adds the dataset's ``train_triplets`` to the candidate
+    lists; other keyword arguments go to :func:`run_relation_alignment`."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
 
@@ -324,11 +336,17 @@ def run_from_config(config: str, encoder: Optional[dict] = None, template: Optio
                          f'RelCLIPScore-style metric with `encoder`)')
     template = template or cfg_template or '{subject} {predicate} {object}'
     dataset = build_dataset(cfg, split_key)
-    rows = run_relation_alignment(dataset, encoder, template=template, **kwargs)
     meta = dataset.metainfo
+    extra = None
+    if with_train_triplets:
+        extra = meta.get('train_triplets')
+        if extra is None:
+            raise SystemExit(f'{config}: the dataset metainfo has no train_triplets (--with-train-triplets)')
+    rows = run_relation_alignment(dataset, encoder, template=template, extra_triplets=extra, **kwargs)
     summary = alignment_summary(rows, meta['classes'], meta['predicates'], num_confused, template)
     name = type(dataset).__name__
     summary.update(config=config, dataset=dict(summary['dataset'], name=name), template=template,
+                   candidates='split + train_triplets' if with_train_triplets else 'split',
                    encoder={k: str(v) for k, v in dict(encoder).items()} if isinstance(encoder, dict)
                    else type(encoder).__name__)
     paths = write_alignment_report(summary, out_dir or os.path.join('work_dirs', 'relation_alignment'),

@@ -31,12 +31,15 @@ def main(argv=None):
     parser.add_argument('--batch-size', type=int, default=64, help='crops per image-tower call')
     parser.add_argument('--images-per-chunk', type=int, default=16, help='images decoded and cropped together')
     parser.add_argument('--num-confused', type=int, default=10, help='confused triplet pairs reported')
+    parser.add_argument('--with-train-triplets', action='store_true',
+                        help="candidate predicates also from the dataset's train_triplets (default: the split only)")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     parser.add_argument('--no-progress', action='store_true')
     args = parser.parse_args(argv)
     summary = run_from_config(args.config, encoder=args.encoder, template=args.template, out_dir=args.out_dir,
                               split_key=args.split_key, cfg_options=args.cfg_options,
-                              num_confused=args.num_confused, device=args.device, batch_size=args.batch_size,
+                              num_confused=args.num_confused, with_train_triplets=args.with_train_triplets,
+                              device=args.device, batch_size=args.batch_size,
                               images_per_chunk=args.images_per_chunk, progress=not args.no_progress)
     print(json.dumps({'dataset': summary['dataset'], 'files': summary['files']}, indent=2))
     return summary
