@@ -647,3 +647,34 @@ def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, con
         samples.append(s)
     metric.process({}, samples)
     assert metric.evaluate(len(samples)) == pytest.approx(res, abs=1e-6)
+
+
+def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
+    """configs/relclip/relclip_vlm_psg.py as shipped (VLMSceneGraphMetric + RelCLIPScore with region keys), the
+    NegCLIP checkpoint replaced by a tiny local open_clip model."""
+    pytest.importorskip('open_clip')
+    from mmsgg_eval.eval import evaluate_file
+    from tests import test_encoders
+    model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
+    dataset = psg_sample['dataset']
+    answers = []
+    for line in vlm_answers(dataset, failed=()):  # pixel boxes -> the 0-1000 canvas of the shipped config
+        info = dataset.get_data_info(line['sample_idx'])
+        if line['output'].startswith('```'):
+            graph = json.loads(line['output'][len('```json\n'):-len('\n```')])
+            for obj in graph['objects']:
+                x1, y1, x2, y2 = obj['bbox']
+                obj['bbox'] = [x1 / info['width'] * 1000, y1 / info['height'] * 1000, x2 / info['width'] * 1000,
+                               y2 / info['height'] * 1000]
+            line = dict(line, output=json.dumps(graph))
+        answers.append(line)
+    path = tmp_path / 'answers.jsonl'
+    path.write_text('\n'.join(json.dumps(x) for x in answers))
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    res = evaluate_file(osp.join(root, 'configs', 'relclip', 'relclip_vlm_psg.py'), str(path), fmt='vlm',
+                        work_dir=str(tmp_path / 'out'), progress=False,
+                        cfg_options={'test_dataloader.dataset.data_root': psg_sample['root'],
+                                     'vlm_evaluator.1.encoder.model_name': f'local-dir:{model}',
+                                     'vlm_evaluator.1.encoder.pretrained': None})
+    assert res['vlm/FailureRate'] == 0.0 and 0.0 <= res['negclip/CLIPScore'] <= 100.0  # random weights: ~0
+    assert {'negclip/Precision', 'negclip/CLIPScore@low_ratio', 'negclip/RefRelCLIPScore@far'} <= set(res)
