@@ -678,3 +678,29 @@ def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
                                      'vlm_evaluator.1.encoder.pretrained': None})
     assert res['vlm/FailureRate'] == 0.0 and 0.0 <= res['negclip/CLIPScore'] <= 100.0  # random weights: ~0
     assert {'negclip/Precision', 'negclip/CLIPScore@low_ratio', 'negclip/RefRelCLIPScore@far'} <= set(res)
+
+
+def _dist_worker_words(rank: int, world_size: int, image_path: str) -> Dict[str, float]:
+    samples = words_dataset(image_path)
+    shard = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
+    return run_metric(shard, batch=2, region_breakdown=True)
+
+
+def words_dataset(image_path: str) -> List[dict]:
+    """The distributed dataset, half of it in the texts contract (model words), varied box geometry."""
+    out = []
+    for i, s in enumerate(dataset(image_path)):
+        if i % 2:
+            words = [('guy', 'leaning_against', 'pony')] + [('man', 'on', 'street')] * 3
+            s = with_texts(s, words[:s['pred_relations']['pair_idxs'].shape[0]])
+        out.append(s)
+    return out
+
+
+def test_distributed_equals_single_process_with_words_and_regions(image_path):
+    """3 gloo ranks, 7 samples (uneven shards, padding duplicates), words + region rows: identical results."""
+    single = run_metric(words_dataset(image_path), batch=3, region_breakdown=True)
+    assert single['Precision'] == single['Precision']  # not NaN: some relations carry a GT relation
+    for result in run_distributed(_dist_worker_words, 3, image_path):
+        assert result.keys() == single.keys()
+        assert all(result[k] == single[k] or (math.isnan(result[k]) and math.isnan(single[k])) for k in single)

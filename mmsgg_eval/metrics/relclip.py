@@ -1,5 +1,5 @@
 """``RelCLIPScore`` (and ``RelBLIPScore`` / ``RelSIGLIPScore``): reference-free relation metrics with an
-image-text model (definitions in docs/metrics.md and README "RelCLIPScore").
+image-text model (README, "Other metrics").
 
 Per image (boxes xyxy in ORIGINAL image pixels):
 
