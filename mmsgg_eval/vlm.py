@@ -580,6 +580,7 @@ def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int
     sample['pred_relations'] = {'pair_idxs': torch.from_numpy(np.ascontiguousarray(pairs, np.int64)).reshape(-1, 2),
                                 'labels': torch.from_numpy(np.ascontiguousarray(rel_labels, np.int64)),
                                 'scores': torch.from_numpy(np.ascontiguousarray(rel_scores, np.float32))}
+
     def array(value: np.ndarray, dtype) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(value, dtype))
 
