@@ -1,34 +1,44 @@
 """Offline evaluation of saved predictions: ``python -m mmsgg_eval.eval CONFIG PREDICTIONS [options]``.
 
-Inputs (``--format``, default from the file name):
+Inputs (``--format``, default from the file name; the readers are in :mod:`mmsgg_eval.io`):
 
-* ``dump``: the stream written by ``tools/test.py --out`` (or an mmengine ``DumpResults`` list pickle);
-* ``jsonl``: per-image predictions in the JSONL format of :mod:`mmsgg_eval.predictions_io` (GT from the
-  dataset of the config);
-* ``vlm``: JSONL of raw multimodal-LLM answers (:func:`mmsgg_eval.vlm.iter_vlm_jsonl`), scored by
-  ``VLMSceneGraphMetric`` (FailureRate, Recall, mRecall, AP@50, ...), or by the config's ``vlm_evaluator``
-  list when it has one (e.g. ``RelCLIPScore`` on the model's own words, configs/relclip/);
-* ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.legacy`);
+* ``dump``: the prediction stream written by ``tools/test.py --out`` (:mod:`mmsgg_eval.io.stream`: header,
+  one record per sample, closing record; older streams and mmengine ``DumpResults`` lists are read too);
+* ``jsonl``: per-image predictions, one JSON object per line (:mod:`mmsgg_eval.io.jsonl`; GT from the dataset);
+* ``vlm``: JSONL of raw multimodal-LLM answers (:mod:`mmsgg_eval.io.vlm`), scored by ``VLMSceneGraphMetric``
+  (FailureRate, Recall, mRecall, AP@50, ...), or by the config's ``vlm_evaluator`` list when it has one
+  (e.g. ``RelCLIPScore`` on the model's own words, configs/relclip/);
+* ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.io.legacy`);
 * ``grounding``: a JSON list of ``{sample_idx or img_id, bbox}`` scored by ``GroundingPr``
-  (:mod:`mmsgg_eval.grounding_io`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
+  (:mod:`mmsgg_eval.io.grounding`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
 
-The metrics are the config's ``test_evaluator`` unless ``--metrics`` names others. Reports (metrics.json, the
+The metrics are the config's ``test_evaluator`` unless ``--metrics`` names others; an mmengine ``Evaluator``
+is built from them and fed the samples in chunks (``Evaluator.offline_evaluate``). The predictions must cover
+the dataset of the config exactly once: a sample predicted twice, a truncated stream, or samples without a
+prediction make the command fail, naming how many and which samples are missing, unless ``--allow-missing``
+is given; then every missing sample is scored as an empty prediction (recall 0, never skipped) and the count
+is printed and written to metrics.json (``offline/missing_predictions``). Reports (metrics.json, the
 per-predicate long-tail chart, Markdown tables) are written to ``--work-dir``. No GPU is needed; files are
 streamed, never loaded whole (except the legacy format, which is one torch object).
+
+Exit status: 0 on success; 1 on a user error (bad or truncated file, refused pickle, missing samples, invalid
+predictions), printed as one message without a traceback (``--debug`` shows it); 2 for bad arguments.
 """
 import argparse
 import os.path as osp
+import pickle
 import sys
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
+from mmsgg_eval.io.errors import InputFileError
+from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
+from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples
 
-def _guess_format(path: str) -> str:
-    name = path.lower()
-    if name.endswith('.jsonl') or name.endswith('.json'):
-        return 'jsonl'
-    if name.endswith('.pytorch') or name.endswith('.pth') or name.endswith('.pt'):
-        return 'legacy'
-    return 'dump'
+SG_METRICS = ('SGRecall', 'SGMeanRecall')
+#: Options of the grounding reader (the other ``--metric-options`` go to the metric).
+GROUNDING_READER_OPTIONS = ('bbox_format', 'coord_scale')
+#: Exceptions printed as one message by :func:`main` (anything else is a bug and keeps its traceback).
+USER_ERRORS = (ValueError, OSError, KeyError, SyntaxError, pickle.UnpicklingError)
 
 
 def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
@@ -36,102 +46,86 @@ def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
     from mmsgg_eval.registry import DATASETS
     loader = cfg.get(split_key) or cfg.get('val_dataloader')
     if loader is None:
-        raise SystemExit(f'the config has no {split_key}.dataset')
+        raise ValueError(f'the config has no {split_key}.dataset (nor val_dataloader.dataset)')
     return DATASETS.build(dict(loader['dataset'], pipeline=[]))
 
 
-def _metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> List[dict]:
+def metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> List[dict]:
+    """Metric configs: ``names`` (types or metric config dicts) or the config's test/val evaluator, with ``mode``
+    for SG metrics."""
     if names:
-        out = []
-        for name in names:
-            entry: Dict[str, Any] = dict(type=name)
-            if mode and name in ('SGRecall', 'SGMeanRecall'):
-                entry['mode'] = mode
-            out.append(entry)
-        return out
-    evaluator = cfg.get('test_evaluator') or cfg.get('val_evaluator')
-    if evaluator is None:
-        raise SystemExit('no metric: give --metrics or a config with test_evaluator')
-    metrics = evaluator.get('metrics', evaluator) if isinstance(evaluator, dict) and 'metrics' in evaluator \
-        else evaluator
-    metrics = [dict(m) for m in (metrics if isinstance(metrics, (list, tuple)) else [metrics])]
+        metrics = [dict(type=name) if isinstance(name, str) else dict(name) for name in names]
+    else:
+        evaluator = cfg.get('test_evaluator') or cfg.get('val_evaluator')
+        if evaluator is None:
+            raise ValueError('no metric: give --metrics or a config with test_evaluator')
+        if isinstance(evaluator, dict) and 'metrics' in evaluator:
+            evaluator = evaluator['metrics']
+        metrics = [dict(m) for m in (evaluator if isinstance(evaluator, (list, tuple)) else [evaluator])]
     if mode:
         for m in metrics:
-            if m.get('type') in ('SGRecall', 'SGMeanRecall'):
+            if m.get('type') in SG_METRICS:
                 m['mode'] = mode
     return metrics
 
 
-def _with_gt(records: Iterable[Dict[str, Any]], dataset: Any) -> Iterator[Dict[str, Any]]:
-    """Attach the dataset's GT (and identity) to prediction records that carry only predictions."""
-    from mmsgg_eval.vlm import gt_from_data_info
-    by_img_id: Optional[Dict[Any, int]] = None
-    for record in records:
-        if 'sample_idx' in record:
-            idx = int(record['sample_idx'])
-        else:
-            if by_img_id is None:
-                by_img_id = {}
-                for i in range(len(dataset)):
-                    by_img_id.setdefault(str(dataset.get_data_info(i)['img_id']), i)
-            key = str(record['img_id'])
-            if key not in by_img_id:
-                raise ValueError(f'prediction line {record.get("_line", "?")}: img_id {key!r} is not in the dataset')
-            idx = by_img_id[key]
-        if not 0 <= idx < len(dataset):
-            raise ValueError(f'prediction line {record.get("_line", "?")}: sample_idx {idx} outside the dataset '
-                             f'(0..{len(dataset) - 1})')
-        info = dict(dataset.get_data_info(idx), sample_idx=idx)
-        merged = gt_from_data_info(info)
-        merged.update({k: v for k, v in record.items() if k != '_line'})
-        merged['sample_idx'] = idx
-        yield merged
+def offline_evaluate(evaluator: Any, samples: CoveredSamples, chunk_size: int) -> Dict[str, Any]:
+    """``evaluator.offline_evaluate`` over the samples, then check that the input holds nothing more."""
+    results = evaluator.offline_evaluate(samples, chunk_size=chunk_size)
+    samples.finish()
+    return results
 
 
-def _vlm_records(path: str, dataset: Any) -> Iterator[Dict[str, Any]]:
-    from mmsgg_eval.vlm import iter_vlm_jsonl
-    for id_key, id_value, text in iter_vlm_jsonl(path):
-        key = 'sample_idx' if id_key == 'sample_idx' else 'img_id'
-        yield {key: id_value, 'pred_text': text}
+def evaluate_grounding_predictions(predictions: Any, dataset: Any, bbox_format: str = 'xyxy',
+                                   coord_scale: Optional[float] = None, batch_size: int = 1024,
+                                   allow_missing: bool = True, **metric_kwargs: Any) -> Dict[str, float]:
+    """Evaluate grounding predictions against a dataset with ``GroundingPr`` (one process).
 
+    Args:
+        predictions: path of a JSON predictions file, or its loaded content (format: :mod:`mmsgg_eval.io.grounding`).
+        dataset: any object with ``__len__``, ``get_data_info(i)`` (mmdet-style dict with ``img_id``,
+            ``instances`` [{'bbox': xyxy pixels, 'ignore_flag'}], ``width``, ``height``) and optionally
+            ``metainfo``; e.g. :class:`mmsgg_eval.datasets.RSVGDDataset`.
+        bbox_format: 'xyxy' (default) or 'xywh' for the predicted boxes.
+        coord_scale: None (boxes in pixels) or S when boxes are on a [0, S] canvas (1 = normalised,
+            1000 = the usual VLM canvas): x is scaled by width / S and y by height / S.
+        batch_size: samples per ``process()`` call.
+        allow_missing: dataset samples without an entry count as IoU 0 (default); False makes them an error.
+        **metric_kwargs: ``GroundingPr`` arguments (thresholds, strict, multiple_gt, prefix, ...).
 
-def _missing_as_empty(records: Iterable[Dict[str, Any]], dataset: Any, mark: str) -> Iterator[Dict[str, Any]]:
-    """Yield the records, then one empty prediction per dataset sample never seen (never silently dropped)."""
-    seen = set()
-    for record in records:
-        seen.add(int(record['sample_idx']))
-        yield record
-    missing = [i for i in range(len(dataset)) if i not in seen]
-    if missing:
-        from mmengine.logging import print_log
-        print_log(f'{len(missing)} dataset samples have no prediction; they count as empty predictions '
-                  f'(first: sample_idx={missing[:5]})', logger='current', level=30)
-    import numpy as np
-    for i in missing:
-        info = dict(dataset.get_data_info(i), sample_idx=i)
-        from mmsgg_eval.vlm import gt_from_data_info
-        sample = gt_from_data_info(info)
-        if mark == 'vlm':
-            sample['pred_text'] = None
-        else:
-            sample['pred_instances'] = {'bboxes': np.zeros((0, 4), np.float32), 'labels': np.zeros(0, np.int64),
-                                        'scores': np.zeros(0, np.float32)}
-            sample['pred_relations'] = {'pair_idxs': np.zeros((0, 2), np.int64), 'scores': np.zeros(0, np.float32),
-                                        'labels': np.zeros(0, np.int64)}
-        yield sample
+    Returns:
+        The metric's dict, e.g. ``{'grounding/Pr@0.5': 81.2, ..., 'grounding/cumIoU': 0.78}``.
+    """
+    from mmengine.evaluator import Evaluator
+
+    from mmsgg_eval.io.grounding import grounding_gt, iter_grounding_samples
+    from mmsgg_eval.metrics import GroundingPr
+    index = DatasetSamples(dataset)
+    source = predictions if isinstance(predictions, str) else 'grounding predictions'
+    samples = CoveredSamples(iter_grounding_samples(predictions, index, bbox_format, coord_scale, source), index,
+                             source, allow_missing=allow_missing, missing_sample=lambda i: grounding_gt(index, i),
+                             quiet=True)
+    evaluator = Evaluator([GroundingPr(**metric_kwargs)])
+    meta = getattr(dataset, 'metainfo', None)
+    evaluator.dataset_meta = dict(meta) if meta else {}
+    return offline_evaluate(evaluator, samples, batch_size)
 
 
 def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Optional[List[str]] = None,
                   mode: Optional[str] = None, work_dir: Optional[str] = None, batch_size: int = 64,
                   cfg_options: Optional[dict] = None, unsafe_load: bool = False,
-                  progress: bool = True, metric_options: Optional[dict] = None) -> Dict[str, Any]:
-    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict."""
+                  progress: bool = True, metric_options: Optional[dict] = None,
+                  allow_missing: bool = False) -> Dict[str, Any]:
+    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict.
+
+    ``allow_missing``: score dataset samples without a prediction (or cut off by a truncated stream) as empty
+    predictions instead of failing with :class:`~mmsgg_eval.io.errors.MissingSamplesError`.
+    """
     from mmengine.config import Config
     from mmengine.evaluator import Evaluator
     from mmengine.registry import init_default_scope
 
-    import mmsgg_eval  # noqa: F401
-    from mmsgg_eval.predictions_io import iter_jsonl, iter_records
+    import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
     from mmsgg_eval.runner_utils import write_metrics_json
 
     if not osp.isfile(config):
@@ -142,67 +136,56 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmdet'))
-    fmt = _guess_format(predictions) if fmt == 'auto' else fmt
+    fmt = guess_format(predictions) if fmt == 'auto' else fmt
+    if fmt not in FORMATS:
+        raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
     dataset = build_dataset(cfg)
     work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
-    if fmt == 'grounding':
-        from mmsgg_eval.grounding_io import evaluate_grounding_predictions
-        results = evaluate_grounding_predictions(predictions, dataset, **(metric_options or {}))
-        path = write_metrics_json(results, work_dir)
-        print(f'{len(dataset)} samples evaluated; metrics written to {path}')
-        return results
-    if fmt == 'vlm':  # the config's `vlm_evaluator` (e.g. configs/relclip/) when it has one
-        metric_cfgs = [dict(type=m) if isinstance(m, str) else dict(m)
-                       for m in (metrics or cfg.get('vlm_evaluator') or ['VLMSceneGraphMetric'])]
-    else:
-        metric_cfgs = _metric_cfgs(cfg, metrics, mode)
-    for m in metric_cfgs:
-        m.update(metric_options or {})
-        if m.get('type') in ('SGRecall', 'SGMeanRecall') and m.get('report_dir') is None:
+    options = dict(metric_options or {})
+    reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
+        if fmt == 'grounding' else {}
+    if fmt == 'vlm' and not metrics:  # the config's `vlm_evaluator` (e.g. configs/relclip/) when it has one
+        metrics = cfg.get('vlm_evaluator') or ['VLMSceneGraphMetric']
+        metrics = [metrics] if isinstance(metrics, dict) else list(metrics)
+    elif fmt == 'grounding' and not metrics:
+        metrics = ['GroundingPr']
+    cfgs = metric_cfgs(cfg, metrics, mode)
+    for m in cfgs:
+        m.update(options)
+        if m.get('type') in SG_METRICS and m.get('report_dir') is None:
             m['report_dir'] = work_dir
-    evaluator = Evaluator(metric_cfgs)
+    sg_mode = mode or next((m.get('mode') for m in cfgs if m.get('mode')), 'sgdet')
+    evaluator = Evaluator(cfgs)
     evaluator.dataset_meta = dataset.metainfo
 
-    if fmt == 'dump':
-        records: Iterable[Dict[str, Any]] = iter_records(predictions, unsafe=unsafe_load)
-    elif fmt == 'jsonl':
-        records = _missing_as_empty(_with_gt(iter_jsonl(predictions), dataset), dataset, 'jsonl')
-    elif fmt == 'vlm':
-        records = _missing_as_empty(_with_gt(_vlm_records(predictions, dataset), dataset), dataset, 'vlm')
-    elif fmt == 'legacy':
-        from mmsgg_eval.legacy import iter_legacy_samples, load_legacy_results
-        sg_mode = mode or next((m.get('mode') for m in metric_cfgs if m.get('mode')), 'sgdet')
-        records = iter_legacy_samples(load_legacy_results(predictions, unsafe=unsafe_load), mode=sg_mode)
-    else:
-        raise ValueError(f'unknown format {fmt!r}')
-
-    bar = None
+    samples = open_predictions(fmt, predictions, dataset, sg_mode, unsafe_load, allow_missing, reader_options)
     if progress:
         from mmengine.utils import ProgressBar
-        bar = ProgressBar(len(dataset))
-    batch: List[Dict[str, Any]] = []
-    count = 0
-    for record in records:
-        batch.append(record)
-        if len(batch) == batch_size:
-            evaluator.process(batch)
-            count += len(batch)
-            if bar is not None:
-                for _ in batch:
-                    bar.update()
-            batch = []
-    if batch:
-        evaluator.process(batch)
-        count += len(batch)
-        if bar is not None:
-            for _ in batch:
-                bar.update()
-    if progress:
-        print(file=sys.stderr)
-    results = evaluator.evaluate(len(dataset))
+        samples.on_sample = ProgressBar(len(samples)).update
+    try:
+        results = offline_evaluate(evaluator, samples, batch_size)
+    except InputFileError:
+        raise
+    except ValueError as err:  # a metric refused a sample (it names the sample and the field): name the file
+        raise InputFileError(predictions, f'invalid prediction: {err}') from err
+    finally:
+        if progress:
+            print(file=sys.stderr)
+    if samples.missing:
+        results['offline/missing_predictions'] = len(samples.missing)
     path = write_metrics_json(results, work_dir)
-    print(f'{count} samples evaluated; metrics written to {path}')
+    missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
+        if samples.missing else ''
+    print(f'{len(samples)} samples evaluated{missing}; metrics written to {path}')
     return results
+
+
+def _message(err: BaseException) -> str:
+    if hasattr(err, 'cli_message'):
+        return err.cli_message()
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    return str(err) or type(err).__name__
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -210,9 +193,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.eval',
                                      description='Evaluate saved scene-graph / grounding predictions offline')
     parser.add_argument('config', help='config with the dataset (test_dataloader) and test_evaluator')
-    parser.add_argument('predictions', help='tools/test.py --out stream, JSONL predictions, VLM JSONL or '
-                                            'legacy eval_results.pytorch')
-    parser.add_argument('--format', default='auto', choices=['auto', 'dump', 'jsonl', 'vlm', 'legacy', 'grounding'])
+    parser.add_argument('predictions', help='tools/test.py --out stream, JSONL predictions, VLM JSONL, '
+                                            'legacy eval_results.pytorch or grounding JSON')
+    parser.add_argument('--format', default='auto', choices=('auto',) + FORMATS)
     parser.add_argument('--metrics', nargs='+', help='metric types instead of the config test_evaluator')
     parser.add_argument('--mode', choices=['predcls', 'sgcls', 'sgdet', 'phrdet'],
                         help='scene-graph mode for SGRecall/SGMeanRecall')
@@ -221,13 +204,24 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     parser.add_argument('--metric-options', nargs='+', action=DictAction,
                         help='extra metric arguments, e.g. iou_plus_one=False skip_empty_predictions=False')
+    parser.add_argument('--allow-missing', action='store_true',
+                        help='evaluate although some dataset samples have no prediction (or the stream is '
+                             'truncated): they are scored as empty predictions (recall 0) and counted in '
+                             'metrics.json')
     parser.add_argument('--unsafe-load', action='store_true',
                         help='load pickles with the unrestricted unpickler (only for files you trust)')
     parser.add_argument('--no-progress', action='store_true')
+    parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
-    return evaluate_file(args.config, args.predictions, args.format, args.metrics, args.mode, args.work_dir,
-                         args.batch_size, args.cfg_options, args.unsafe_load, not args.no_progress,
-                         args.metric_options)
+    try:
+        return evaluate_file(args.config, args.predictions, args.format, args.metrics, args.mode, args.work_dir,
+                             args.batch_size, args.cfg_options, args.unsafe_load, not args.no_progress,
+                             args.metric_options, args.allow_missing)
+    except USER_ERRORS as err:
+        if args.debug:
+            raise
+        print(f'{parser.prog}: error: {_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == '__main__':

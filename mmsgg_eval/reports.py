@@ -20,8 +20,10 @@ FAMILY_TITLES = {
 def format_scene_graph_report(summary: Dict[str, Any], keys: Dict[str, float], mode: str, dataset: str,
                               metric_name: str, ks: Sequence[int], with_per_predicate: bool = True) -> str:
     """Text block in the spirit of the legacy ``SGG eval:`` output (values in percent)."""
+    missing = summary.get('num_missing_predictions') or 0
+    missing_text = f' | without prediction={missing} (recall 0)' if missing else ''
     lines = [f'====== {metric_name} | mode={mode} | dataset={dataset} | images evaluated={summary["num_images"]}'
-             f' (of {summary["num_samples"]}) | GT relations={summary["num_gt_relations"]} ======']
+             f' (of {summary["num_samples"]}){missing_text} | GT relations={summary["num_gt_relations"]} ======']
     families = []
     for key in keys:
         fam = key.split('@')[0]
@@ -264,13 +266,28 @@ def write_scene_graph_reports(summary: Dict[str, Any], out_dir: str, prefix: str
              'png': os.path.join(out_dir, f'{stem}per_predicate.png'),
              'markdown': os.path.join(out_dir, f'{stem}tables.md')}
     payload = {'dataset': dataset, 'mode': mode, 'ks': [_k_label(k) for k in ks]}
-    payload.update({k: v for k, v in summary.items() if k not in ('report_files',)})
-    with open(paths['json'], 'w', encoding='utf-8') as f:
-        json.dump(json_safe(payload), f, indent=2, allow_nan=False)
+    payload.update(summary)
+    _write_json(paths['json'], payload)
     plot_per_predicate_recall(summary, paths['png'], _chart_k(ks, chart_k), dataset, mode, figsize, dpi)
     with open(paths['markdown'], 'w', encoding='utf-8') as f:
         f.write(format_markdown_tables(summary, ks, dataset, mode))
     return paths
+
+
+def _write_json(path: str, payload: Dict[str, Any]) -> None:
+    """``payload`` as strict JSON (NaN -> null), without the logged text and the list of report files."""
+    payload = {k: v for k, v in payload.items() if k not in ('text', 'report_files')}
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(json_safe(payload), f, indent=2, allow_nan=False)
+
+
+def write_summary_json(summary: Dict[str, Any], out_dir: str, prefix: str) -> str:
+    """Write ``{prefix}.metrics.json`` (``metrics.json`` when ``prefix`` is empty): a metric's whole summary
+    (every key under ``metrics``, counts, NaN -> null) into ``out_dir``; returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f'{prefix}.metrics.json' if prefix else 'metrics.json')
+    _write_json(path, summary)
+    return path
 
 
 def log_block(text: str) -> None:

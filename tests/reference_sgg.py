@@ -1,7 +1,12 @@
-"""Slow, obviously-correct reference of the legacy scene-graph protocol, written from SPEC.md section 2.
+"""Slow, obviously-correct reference of the legacy Scene-Graph-Benchmark protocol (R@K, ngR@K, zR@K,
+mR@K, A@K), written from its definition.
 
 Plain Python loops over images, predictions and GT relations; numpy float32 scalars reproduce the legacy
 float32 arithmetic (IoU and triplet scores) so threshold decisions are identical. Not used by the package.
+
+Objects per mode, as in the legacy evaluator: PredCls uses the GT boxes and labels with object scores 1 (the
+predicted pair indices index that list); SGCls the model's boxes (``pred_boxes``; the GT boxes only when the
+sample has none) with the predicted labels and scores; SGDet / PhrDet everything predicted.
 """
 from typing import Dict, List, Optional, Sequence
 
@@ -35,7 +40,8 @@ def image_lists(s: dict, mode: str, ng_topk: int, rank: str, num_predicates: int
     if mode == 'predcls':
         boxes, labels, obj_scores = gt_boxes, gt_labels, [1.0] * len(gt_boxes)
     elif mode == 'sgcls':
-        boxes, labels, obj_scores = gt_boxes, s['pred_labels'], s['pred_scores']
+        boxes = s['pred_boxes'] if s.get('pred_boxes') is not None else gt_boxes
+        labels, obj_scores = s['pred_labels'], s['pred_scores']
     else:
         boxes, labels, obj_scores = s['pred_boxes'], s['pred_labels'], s['pred_scores']
     pairs, scores = s['rel_pairs'], s['rel_scores']
@@ -88,7 +94,7 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
                       ng_topk: int = 100, rank: str = 'score', skip_empty: bool = True,
                       mr_average: str = 'all', recall_average: str = 'image',
                       zeroshot: Optional[set] = None, groups: Optional[Dict[str, List[int]]] = None) -> dict:
-    """All SPEC 2.4 keys in percent. ``zeroshot``: set of 0-based (subject class, object class, predicate)."""
+    """All keys in percent (R, ngR, zR, ngzR, A, mR, ngmR, group mR, F, AVG). ``zeroshot``: set of 0-based (subject class, object class, predicate)."""
     phrase = mode == 'phrdet'
     rec = {('R', k): [] for k in ks}
     rec.update({('ngR', k): [] for k in ks})

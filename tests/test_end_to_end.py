@@ -46,7 +46,7 @@ def direct_metrics(pred_file, root):
     import mmsgg_eval  # noqa: F401
     from mmsgg_eval.datasets import VG150Dataset
     from mmsgg_eval.metrics import SGMeanRecall, SGRecall
-    from mmsgg_eval.predictions_io import iter_records
+    from mmsgg_eval.io.stream import iter_records
     dataset = VG150Dataset(data_root=root, split='test', num_val_images=8, pipeline=[])
     records = list(iter_records(pred_file))
     assert sorted(r['sample_idx'] for r in records) == list(range(len(dataset)))

@@ -26,12 +26,14 @@ class TinyDataset:
 
 
 def test_counts_and_background_channel():
-    counts = count_frequency_statistics(TinyDataset(), num_classes=2, num_predicates=3, progress=False)
+    counts = count_frequency_statistics(TinyDataset(), num_classes=2, num_predicates=3, progress=False,
+                                        background='unlabelled')
     # (0 -> 1): predicate 2 twice, predicate 0 once; background: no (0 -> 1) pair without relation
     assert counts[0, 1].tolist() == [0, 1, 0, 2]
     # (1 -> 0): three candidate pairs without relation, (1 -> 1): two
     assert counts[1, 0, 0] == 3 and counts[1, 1, 0] == 2 and counts[1, 1, 1:].sum() == 0
-    overlap = count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False)
+    overlap = count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False,
+                                         background='unlabelled')
     # only overlapping pairs count as background: image 0 (1->0) and image 1 (1->0); (1,1) pairs are apart
     assert overlap[1, 0, 0] == 2 and overlap[1, 1, 0] == 0
     assert (overlap[..., 1:] == counts[..., 1:]).all()  # foreground counts do not depend on overlap
@@ -41,7 +43,7 @@ def test_predictions_are_the_normalised_distribution():
     model = FrequencyBaseline(num_classes=2, num_predicates=3)
     with pytest.raises(RuntimeError, match='statistics'):
         model.predict([{'gt_instances': {'bboxes': torch.zeros(2, 4), 'labels': torch.tensor([0, 1])}}])
-    model.fit(count_frequency_statistics(TinyDataset(), 2, 3, progress=False))
+    model.fit(count_frequency_statistics(TinyDataset(), 2, 3, progress=False, background='unlabelled'))
     sample = {'gt_instances': {'bboxes': torch.tensor([[0., 0, 10, 10], [5, 5, 15, 15]]),
                                'labels': torch.tensor([0, 1])}}
     out = model.predict([sample])[0]
@@ -53,7 +55,8 @@ def test_predictions_are_the_normalised_distribution():
     assert pairs[0] == [0, 1]  # ranked first: best predicate probability 2/3 vs 0
     assert out['pred_mode'] == 'predcls'
     overlap_model = FrequencyBaseline(2, 3, must_overlap=True)
-    overlap_model.fit(count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False))
+    overlap_model.fit(count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False,
+                                                 background='unlabelled'))
     far = {'gt_instances': {'bboxes': torch.tensor([[0., 0, 10, 10], [50, 50, 60, 60]]),
                             'labels': torch.tensor([0, 1])}}
     far_scores = overlap_model.predict([far])[0]['pred_relations'].scores
@@ -67,3 +70,130 @@ def test_modes():
     model.fit(np.ones((2, 2, 4)))
     with pytest.raises(ValueError, match='sgcls mode needs predicted object labels'):
         model.predict([{'gt_instances': {'bboxes': torch.zeros(2, 4), 'labels': torch.tensor([0, 1])}}])
+
+
+# ---------------------------------------------------------------------------- MOTIFS / legacy statistics
+def test_motifs_background_channel_by_hand():
+    # image 0: A=[0,0,10,10] (class 0), B=[5,5,15,15] (1), C=[50,50,60,60] (1); image 1: A (0), B (1)
+    freq = count_frequency_statistics(TinyDataset(), 2, 3, progress=False)
+    # every ordered pair counts, with or without a relation, plus one per class pair:
+    # (0,1): image 0 A->B, A->C, image 1 A->B = 3 (+1); (1,0): 3 (+1); (1,1): B->C, C->B = 2 (+1); (0,0): 0 (+1)
+    assert freq[..., 0].tolist() == [[1, 4], [4, 3]]
+    overlap = count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False)
+    # only A<->B overlap (positive area), in both images
+    assert overlap[..., 0].tolist() == [[1, 3], [3, 1]]
+    assert (freq[..., 1:] == overlap[..., 1:]).all() and freq[0, 1, 1:].tolist() == [1, 0, 2]
+    # an image where no pair overlaps contributes ALL its pairs (legacy box_filter), touching is no overlap
+    apart = TinyDataset()
+    apart.infos = [dict(instances=[dict(bbox=[0, 0, 10, 10], bbox_label=1), dict(bbox=[10, 0, 20, 10], bbox_label=1)],
+                        relations=np.zeros((0, 3), np.int64))]
+    assert count_frequency_statistics(apart, 2, 3, must_overlap=True, progress=False)[1, 1, 0] == 2 + 1
+    with pytest.raises(ValueError, match='background'):
+        count_frequency_statistics(apart, 2, 3, background='none', progress=False)
+
+
+def legacy_get_vg_statistics(root, num_val_im, must_overlap):
+    """Scene-Graph-Benchmark ``get_VG_statistics`` restated from its code: ``load_graphs`` of the training split
+    with filter_non_overlap=True (``boxlist_iou`` +1 convention, float32, on the 1024-scale boxes; images
+    left without a relation dropped), fg over every remaining relation, bg over ``box_filter`` pairs
+    (``bbox_overlaps(to_move=0) > 0``, all pairs when none), then bg += 1. 1-based classes, [C+1, C+1, P+1]."""
+    import h5py
+    with h5py.File(f'{root}/VG-SGG-with-attri.h5', 'r') as f:
+        h5 = {k: f[k][()] for k in f}
+    mask = (h5['split'] == 0) & (h5['img_to_first_box'] >= 0) & (h5['img_to_first_rel'] >= 0)
+    index = np.flatnonzero(mask)[num_val_im:]
+    boxes_all = h5['boxes_1024'].astype(np.int32).copy()
+    boxes_all[:, :2] = boxes_all[:, :2] - boxes_all[:, 2:] / 2
+    boxes_all[:, 2:] = boxes_all[:, :2] + boxes_all[:, 2:]
+    n_cls, n_pred = 6, 5
+    fg = np.zeros((n_cls, n_cls, n_pred), np.int64)
+    bg = np.zeros((n_cls, n_cls), np.int64)
+    for i in index:
+        b0, b1 = h5['img_to_first_box'][i], h5['img_to_last_box'][i]
+        r0, r1 = h5['img_to_first_rel'][i], h5['img_to_last_rel'][i]
+        boxes = boxes_all[b0:b1 + 1]
+        classes = h5['labels'][b0:b1 + 1, 0]
+        rels = np.column_stack([h5['relationships'][r0:r1 + 1] - b0, h5['predicates'][r0:r1 + 1, 0]])
+        t = torch.as_tensor(boxes, dtype=torch.float32)
+        lt = torch.max(t[:, None, :2], t[:, :2])
+        rb = torch.min(t[:, None, 2:], t[:, 2:])
+        wh = (rb - lt + 1).clamp(min=0)
+        inter = wh[..., 0] * wh[..., 1]
+        area = (t[:, 2] - t[:, 0] + 1) * (t[:, 3] - t[:, 1] + 1)
+        iou = (inter / (area[:, None] + area - inter)).numpy()
+        inc = np.where(iou[rels[:, 0], rels[:, 1]] > 0.0)[0]
+        if inc.size == 0:
+            continue
+        rels = rels[inc]
+        for s, o, p in rels:
+            fg[classes[s], classes[o], p] += 1
+        lt = np.maximum(boxes[:, None, :2], boxes[None, :, :2]).astype(float)
+        rb = np.minimum(boxes[:, None, 2:], boxes[None, :, 2:]).astype(float)
+        wh = (rb - lt).clip(min=0)
+        overlaps = wh[..., 0] * wh[..., 1] > 0
+        np.fill_diagonal(overlaps, 0)
+        everything = ~np.eye(len(boxes), dtype=bool)
+        pairs = np.column_stack(np.where(overlaps if must_overlap and overlaps.any() else everything))
+        for s, o in pairs:
+            bg[classes[s], classes[o]] += 1
+    bg += 1
+    fg[:, :, 0] = bg
+    return fg
+
+
+def legacy_statistics_files(tmp_path):
+    """Hand-built VG150 files where the overlap filter matters: boxes (cx, cy, w, h at 1024) on 500 x 375 images."""
+    from tests.test_datasets_vg150 import im, write_vg
+    a, touching, far = [100, 100, 40, 40], [130, 100, 20, 40], [600, 300, 40, 40]
+    # `edge` starts at x = 1024 (500 px, past the last column 499); `right` (980..1040) overlaps it
+    right, edge = [1010, 300, 60, 40], [1044, 300, 40, 40]
+    images = [im(1, 0, n_obj=2, rels=[(0, 1)], preds=[2]),  # val
+              # a-touching share the column x = 120 (+1 convention: overlap; positive area: none); a-far apart
+              im(2, 0, boxes=[a, touching, far], labels=[1, 2, 3], rels=[(0, 1), (0, 2), (2, 0)], preds=[1, 2, 3]),
+              im(3, 0, boxes=[a, far], labels=[1, 3], rels=[(0, 1)], preds=[1]),  # only a far pair: image dropped
+              # right -> edge overlap (clipping would collapse `edge` onto x = 499), duplicates counted
+              im(4, 0, boxes=[right, edge, a], labels=[4, 5, 4], rels=[(0, 1), (0, 1)], preds=[4, 4]),
+              im(5, 2, n_obj=2, rels=[(0, 1)], preds=[3])]  # test
+    return write_vg(str(tmp_path / 'vg'), images)
+
+
+def test_vg150_training_statistics_legacy_and_all(tmp_path):
+    from mmsgg_eval.datasets import VG150Dataset
+    root = legacy_statistics_files(tmp_path)
+    legacy = VG150Dataset(data_root=root, split='test', num_val_images=1, lazy_init=True).metainfo
+    # legacy (default): image 2 keeps only a->touching (predicate 1), image 3 has no overlapping relation,
+    # image 4 keeps its duplicate pair twice (predicate 4)
+    assert legacy['predicate_counts'] == [1, 0, 0, 2]
+    assert legacy['train_triplets'].tolist() == [[0, 1, 0], [3, 4, 3]]
+    full = VG150Dataset(data_root=root, split='test', num_val_images=1, lazy_init=True,
+                        train_statistics='all').metainfo
+    assert full['predicate_counts'] == [2, 1, 1, 2]
+    assert full['train_triplets'].tolist() == [[0, 1, 0], [0, 2, 0], [0, 2, 1], [2, 0, 2], [3, 4, 3]]
+    reference = legacy_get_vg_statistics(root, 1, must_overlap=True)
+    assert legacy['predicate_counts'] == reference[1:, 1:, 1:].sum((0, 1)).tolist()
+    with pytest.raises(ValueError, match='train_statistics'):
+        VG150Dataset(data_root=root, num_val_images=1, train_statistics='filtered')
+    # the split itself with the legacy filter: image 3 is gone, image 2 keeps one relation
+    train = VG150Dataset(data_root=root, split='train', num_val_images=1, filter_non_overlap=True,
+                         duplicate_rels='keep')
+    assert [train.get_data_info(i)['img_id'] for i in range(len(train))] == [2, 4]
+    assert train.get_data_info(0)['relations'].tolist() == [[0, 1, 0]]
+    assert train.get_data_info(1)['relations'].tolist() == [[0, 1, 3], [0, 1, 3]]
+    assert len(VG150Dataset(data_root=root, split='train', num_val_images=1)) == 3  # default: no filter
+    unclipped = VG150Dataset(data_root=root, split='train', num_val_images=1, clip_boxes=False)
+    assert unclipped.get_data_info(2)['instances'][1]['bbox'][2] > 499  # past the border, not clamped
+
+
+@pytest.mark.parametrize('must_overlap', [False, True])
+def test_freq_statistics_equal_the_legacy_get_vg_statistics(tmp_path, must_overlap):
+    from mmsgg_eval.datasets import VG150Dataset
+    root = legacy_statistics_files(tmp_path)
+    train = VG150Dataset(data_root=root, split='train', num_val_images=1, **VG150Dataset.FREQUENCY_STATISTICS_ARGS)
+    ours = count_frequency_statistics(train, 5, 4, must_overlap=must_overlap, progress=False)
+    reference = legacy_get_vg_statistics(root, 1, must_overlap)
+    assert ours.tolist() == reference[1:, 1:].tolist()
+    # the unclipped boxes matter: clipped, `edge` collapses onto x = 499 and no longer overlaps `far`
+    clipped = VG150Dataset(data_root=root, split='train', num_val_images=1, filter_non_overlap=True,
+                           duplicate_rels='keep')
+    if must_overlap:
+        assert count_frequency_statistics(clipped, 5, 4, must_overlap=True, progress=False).tolist() != ours.tolist()

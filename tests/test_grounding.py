@@ -1,4 +1,4 @@
-"""Tests of GroundingPr (SPEC section 3) against the exact loop reference in tests/reference_grounding.py."""
+"""Tests of GroundingPr against the exact loop reference in tests/reference_grounding.py."""
 import json
 import os
 import random
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.grounding_io import evaluate_grounding_predictions
+from mmsgg_eval.eval import evaluate_grounding_predictions
 from mmsgg_eval.metrics import GroundingPr
 from mmsgg_eval.metrics.grounding import grounding_statistics
 from mmsgg_eval.registry import METRICS
@@ -411,3 +411,85 @@ def test_real_rsvgd_sample(fixtures_dir, tmp_path):
     assert out == {f'grounding/{k}': (1.0 if 'IoU' in k else 100.0) for k in KEYS}
     out = evaluate_grounding_predictions([{'img_id': info['img_id'], 'bbox': box}], dataset, strict=True)
     assert out['grounding/Pr@0.9'] == 100.0 and out['grounding/cumIoU'] == 1.0
+
+
+# ---------------------------------------------------------------------------- protocol='mgvlf'
+def mgvlf_box_by_rule(box, width, height, size=640):
+    """The original RSVG test loop's GT box, written scalar by scalar from its code path (Python floats for
+    the letterbox, int() for the integer array, numpy float32 for the way back, Python round for the clamp)."""
+    ratio = float(size) / max(width, height)
+    new_w, new_h = round(width * ratio), round(height * ratio)
+    dw, dh = (size - new_w) / 2, (size - new_h) / 2
+    pads = (dw, dh, dw, dh)
+    letterboxed = [min(max(int(v * ratio + d), 0), size - 1) for v, d in zip(box, pads)]
+    r32 = np.float32(ratio)
+    back = [float((np.float32(q) - np.float32(d)) / r32) for q, d in zip(letterboxed, pads)]
+    clamp_w, clamp_h = round(new_w / float(r32)), round(new_h / float(r32))
+    return [max(back[0], 0.0), max(back[1], 0.0), min(back[2], clamp_w), min(back[3], clamp_h)]
+
+
+def test_mgvlf_gt_boxes_follow_the_original_rule():
+    from mmsgg_eval.functional.grounding import mgvlf_gt_boxes
+    rng = random.Random(19)
+    sizes = [(800, 800), (800, 533), (801, 600), (333, 777), (1000, 999)]
+    boxes, widths, heights, expected = [], [], [], []
+    for _ in range(400):
+        w, h = rng.choice(sizes)
+        x1, y1 = rng.randint(0, w - 2), rng.randint(0, h - 2)
+        box = [x1, y1, rng.randint(x1 + 1, w), rng.randint(y1 + 1, h)]
+        boxes.append(box), widths.append(w), heights.append(h)
+        expected.append(mgvlf_box_by_rule(box, w, h))
+    got = mgvlf_gt_boxes(torch.tensor(boxes, dtype=torch.float64), torch.tensor(widths), torch.tensor(heights))
+    assert got.dtype == torch.float64
+    assert got.tolist() == expected  # bit for bit
+    moved = (got != torch.tensor(boxes, dtype=torch.float64)).any(1).float().mean()
+    assert moved > 0.5  # most boxes move
+    # the rule by hand: 800 x 800 (ratio 0.8): floor(0.8 x) / 0.8, the edge 800 -> 639 / 0.8 = 798.75
+    assert mgvlf_box_by_rule([11, 13, 101, 800], 800, 800) == [10.0, 12.5, 100.0, 798.75]
+    # 800 x 533: dh = 107, y 533 -> trunc(533.4) = 533 -> 532.5, clamped at round(426 / 0.8f) = 532
+    assert mgvlf_box_by_rule([100, 500, 200, 533], 800, 533) == [100.0, 500.0, 200.0, 532.0]
+
+
+def test_mgvlf_protocol_differs_from_exact():
+    cases = [
+        # IoU exactly 0.5 against an unmoved GT (multiples of 5 survive the 0.8 scale): a hit for >=, not for >
+        {'gt': [0, 0, 100, 100], 'pred': [[0, 0, 50, 100]], 'scores': None},
+        # a 10 px box: GT [1, 1, 11, 11] becomes [0, 0, 10, 10]; the XML box as prediction scores 81 / 119
+        {'gt': [1, 1, 11, 11], 'pred': [[1, 1, 11, 11]], 'scores': None},
+        # a box on the right edge: x2 = 800 becomes 798.75
+        {'gt': [700, 0, 800, 100], 'pred': [[700, 0, 800, 100]], 'scores': None},
+    ]
+    exact = run_metric(cases)
+    mgvlf = run_metric(cases, protocol='mgvlf')
+    assert exact == run_metric(cases, protocol='exact', strict=False)
+    ious = [Fraction(1, 2), Fraction(81, 119), Fraction(9875, 10000)]
+    assert exact['Pr@0.5'] == 100.0 and exact['Pr@0.9'] == pytest.approx(200 / 3)
+    assert exact['meanIoU'] == pytest.approx((0.5 + 1 + 1) / 3, abs=1e-15)
+    # mgvlf: IoU 1/2 is no hit (strict), 81/119 = 0.68 hits 0.5 and 0.6, 0.9875 hits every threshold
+    assert mgvlf['Pr@0.5'] == pytest.approx(200 / 3) and mgvlf['Pr@0.6'] == pytest.approx(200 / 3)
+    assert mgvlf['Pr@0.7'] == pytest.approx(100 / 3) and mgvlf['Pr@0.9'] == pytest.approx(100 / 3)
+    assert mgvlf['meanIoU'] == pytest.approx(float(sum(ious) / 3), rel=1e-12)
+    # strict can still be chosen explicitly: the quantised GT with >=
+    loose = run_metric(cases, protocol='mgvlf', strict=False)
+    assert loose['Pr@0.5'] == 100.0 and loose['meanIoU'] == mgvlf['meanIoU']
+
+
+def test_mgvlf_protocol_clamps_and_needs_the_image_size():
+    # 800 x 533: GT y2 533 -> 532 and the prediction's y2 is clamped at 532 too (IoU 31 / 32)
+    metric = GroundingPr(protocol='mgvlf')
+    sample = {'sample_idx': 0, 'ori_shape': (533, 800),
+              'gt_instances': {'bboxes': torch.tensor([[100., 500, 200, 533]])},
+              'pred_instances': {'bboxes': torch.tensor([[100., 501, 200, 540]])}}
+    metric.process(None, [sample])
+    out = metric.evaluate(1)
+    assert out['grounding/meanIoU'] == 31 / 32
+    exact = GroundingPr()
+    exact.process(None, [sample])
+    assert exact.evaluate(1)['grounding/meanIoU'] == 32 / 40
+    with pytest.raises(ValueError, match="protocol='mgvlf'.*image size"):
+        GroundingPr(protocol='mgvlf').process(None, [{'sample_idx': 0, 'gt_instances': sample['gt_instances'],
+                                                       'pred_instances': sample['pred_instances']}])
+    with pytest.raises(ValueError, match='protocol must be one of'):
+        GroundingPr(protocol='MGVLF')
+    with pytest.raises(ValueError, match='mgvlf_size'):
+        GroundingPr(protocol='mgvlf', mgvlf_size=0)

@@ -9,10 +9,10 @@ import types
 import pytest
 import torch
 
-from mmsgg_eval.legacy import (BOXLIST_PATH, LegacyBoxList, convert_legacy_results, iter_legacy_samples,
+from mmsgg_eval.io.legacy import (BOXLIST_PATH, LegacyBoxList, convert_legacy_results, iter_legacy_samples,
                                legacy_gt_to_fields, legacy_to_data_sample, load_legacy_results)
 from mmsgg_eval.metrics.scene_graph import SGRecall
-from mmsgg_eval.vlm import PLACEHOLDER_BOX
+from mmsgg_eval.io.vlm import PLACEHOLDER_BOX
 
 NUM_PRED = 5
 META = dict(classes=['a', 'b', 'c', 'd'], predicates=[f'p{i}' for i in range(NUM_PRED)], iou_plus_one=True)

@@ -9,7 +9,7 @@ from mmsgg_eval.datasets import VG150Dataset
 from mmsgg_eval.datasets.sample_data import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
-from mmsgg_eval.vlm import gt_from_data_info
+from mmsgg_eval.io.vlm import gt_from_data_info
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
@@ -81,7 +81,7 @@ def test_missing_predictions_count_as_empty(sample, tmp_path):
     path = tmp_path / 'preds.jsonl'
     path.write_text('\n'.join(json.dumps(r) for r in records))
     res = main([CONFIG, str(path), '--metrics', 'SGRecall', '--mode', 'sgdet', '--work-dir', str(tmp_path / 'o'),
-                '--no-progress', '--metric-options', 'skip_empty_predictions=False',
+                '--no-progress', '--allow-missing', '--metric-options', 'skip_empty_predictions=False',
                 '--cfg-options', f'test_dataloader.dataset.data_root={sample["root"]}'])
     full = predictions_for(sample['dataset'])
     empty = [{'sample_idx': i, 'pred_instances': {'bboxes': np.zeros((0, 4)), 'labels': [], 'scores': []},
@@ -132,7 +132,7 @@ def test_vlm_answers(sample, tmp_path):
 def test_legacy_dump_through_the_cli(sample, tmp_path):
     """A legacy eval_results.pytorch (BoxList records) is re-scored with the dataset's vocabulary."""
     import torch
-    from mmsgg_eval.legacy import convert_legacy_results
+    from mmsgg_eval.io.legacy import convert_legacy_results
     from tests.test_legacy import fake_maskrcnn_benchmark
     with fake_maskrcnn_benchmark() as BoxList:
         gts, preds = [], []

@@ -518,7 +518,7 @@ def test_vlm_answers_offline_use_the_models_words(psg_sample, tmp_path):
 
 
 def test_vlm_parse_keeps_the_models_words():
-    from mmsgg_eval.vlm import parse_vlm_output, to_data_sample
+    from mmsgg_eval.io.vlm import parse_vlm_output, to_data_sample
     text = json.dumps({'objects': [{'id': 'Traffic_Light.1', 'bbox': [0, 0, 10, 10]},
                                    {'id': 'o2', 'label': ' Horse ', 'bbox': [0, 0, 1000, 1000]}],
                        'relationships': [{'subject': 'Traffic_Light.1', 'predicate': 'Leaning-Against ',
@@ -639,7 +639,7 @@ def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, con
     cfg.merge_from_dict(options)
     metric = METRICS.build(cfg.test_evaluator[0])
     metric.dataset_meta = dataset.metainfo
-    from mmsgg_eval.vlm import gt_from_data_info
+    from mmsgg_eval.io.vlm import gt_from_data_info
     samples = []
     for r in records:
         s = gt_from_data_info(dict(dataset.get_data_info(r['sample_idx']), sample_idx=r['sample_idx']))

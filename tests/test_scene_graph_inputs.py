@@ -3,11 +3,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from mmsgg_eval.metrics import SGRecall
-from mmsgg_eval.structures import read_scene_graph as READ_SCENE_GRAPH
+from mmsgg_eval.structures.reader import read_scene_graph as READ_SCENE_GRAPH
 from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
 from tests.test_scene_graph_metrics import META
 
@@ -21,10 +22,10 @@ def good_sample():
                 pred_relations=dict(pair_idxs=torch.tensor([[0, 1]]), scores=torch.rand(1, 6)))
 
 
-def check_error(mutate, field, mode='sgdet'):
+def check_error(mutate, field, mode='sgdet', **options):
     sample = good_sample()
     mutate(sample)
-    metric = SGRecall(mode=mode)
+    metric = SGRecall(mode=mode, **options)
     metric.dataset_meta = META
     with pytest.raises(ValueError) as info:
         metric.process({}, [sample])
@@ -72,7 +73,7 @@ def test_bad_input_names_sample_and_field(mutate, field):
 def test_predcls_with_wrong_object_count():
     def mutate(s):
         s['pred_instances']['bboxes'] = torch.zeros(3, 4)
-    check_error(mutate, 'pred_instances.bboxes', mode='predcls')
+    check_error(mutate, 'pred_instances.bboxes', mode='predcls', strict_counts=True)
 
 
 def test_bad_arguments():
@@ -140,7 +141,7 @@ BATCH_FIELDS = ('sample_idx', 'pred_boxes', 'pred_labels', 'pred_scores', 'gt_bo
 @pytest.mark.parametrize('fixed_pairs', [None, 9])
 def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pairs):
     """Dict samples are read field by field (no per-sample reader); the batch equals the per-sample one."""
-    from mmsgg_eval import structures
+    from mmsgg_eval.structures import reader as structures
     from tests.sgg_samples import random_dataset
     samples, _ = random_dataset(3, 12, mode, fixed_pairs=fixed_pairs, num_classes=4, num_predicates=5)
     if mode == 'predcls':  # a PredCls model echoing the GT boxes (or none) stays on the field-wise reader
@@ -164,7 +165,7 @@ def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pair
     for name in BATCH_FIELDS:
         a, b = getattr(fast, name), getattr(slow, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
-    assert (fast.rel_dense is not None) == (fixed_pairs is not None)
+    assert (fast.scores.dense is not None) == (fixed_pairs is not None)
 
 
 def test_fieldwise_reader_takes_mmdet_boxes_and_falls_back_on_other_containers():
@@ -216,3 +217,142 @@ def test_pooled_samples_raise_when_their_pool_is_processed():
         immediate.process({}, [bad])
     with pytest.raises(ValueError, match='pool_samples'):
         SGRecall(pool_samples=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Value rules: the same on every reader path (field-wise dict reader, per-sample reader) and every batch size.
+def _as_elements(sample):
+    """The same sample with data elements instead of dicts (the per-sample reader's path)."""
+    from mmengine.structures import InstanceData
+    out = dict(sample)
+    for key in ('gt_instances', 'pred_instances'):
+        if key in out:
+            out[key] = InstanceData(**out[key])
+    return out
+
+
+def _batch_of(sample, count=6):
+    """``sample`` among other good samples of other lengths (a pooled batch)."""
+    others = []
+    for i in range(count):
+        other = good_sample()
+        other['sample_idx'] = 100 + i
+        if i % 2:  # three GT objects and two relations: other lengths than ``sample``
+            other['gt_instances'] = dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29], [5, 5, 30, 30]]),
+                                         labels=torch.tensor([0, 1, 2]))
+            other['gt_relations'] = dict(pair_idxs=torch.tensor([[0, 1], [2, 0]]), labels=torch.tensor([2, 1]))
+        others.append(other)
+    return others[:3] + [sample] + others[3:]
+
+
+BAD_VALUES = [
+    (lambda s: s['gt_instances'].update(labels=torch.tensor([0., 1.5])), 'gt_instances.labels', 'integers'),
+    (lambda s: s['pred_instances'].update(labels=torch.tensor([0.5, 1.])), 'pred_instances.labels', 'integers'),
+    (lambda s: s['pred_relations'].update(pair_idxs=torch.tensor([[0.9, 1.9]])), 'pred_relations.pair_idxs',
+     'integers'),
+    (lambda s: s['gt_relations'].update(pair_idxs=torch.tensor([[0., 1.2]])), 'gt_relations.pair_idxs', 'integers'),
+    (lambda s: s['gt_relations'].update(labels=torch.tensor([float('nan')])), 'gt_relations.labels', 'integers'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('-inf'), 0, 0, 0, 0]])),
+     'pred_relations.scores', 'NaN or inf'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('nan'), 0, 0, 0, 0]])),
+     'pred_relations.scores', 'NaN or inf'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, 0.2, -0.3, 0, 0, 0]])),
+     'pred_relations.scores', 'negative'),
+    (lambda s: s['pred_instances'].update(scores=torch.tensor([0.9, -0.1])), 'pred_instances.scores', 'negative'),
+    (lambda s: s['pred_instances'].update(scores=torch.tensor([0.9, float('-inf')])), 'pred_instances.scores',
+     'NaN or inf'),
+]
+
+
+@pytest.mark.parametrize('mutate,field,reason', BAD_VALUES)
+@pytest.mark.parametrize('large', [False, True])
+@pytest.mark.parametrize('elements', [False, True])
+def test_value_rules_do_not_depend_on_reader_or_batch_size(monkeypatch, mutate, field, reason, large, elements):
+    from mmsgg_eval.structures import reader
+    if large:
+        monkeypatch.setattr(reader, 'SMALL_BATCH_ROWS', 0)  # per-image score views
+    bad = good_sample()
+    mutate(bad)
+    for mode in ('predcls', 'sgcls', 'sgdet') if 'pred_instances' not in field else ('sgcls', 'sgdet'):
+        for samples in ([bad], _batch_of(bad)):
+            if elements:
+                samples = [_as_elements(s) for s in samples]
+            with pytest.raises(ValueError, match=rf'sample_idx=7, img_id=2343.*`{field}`.*{reason}'):
+                reader.collate_scene_graphs(samples, mode, 4, 5)
+
+
+def test_fractional_gt_labels_in_a_pooled_batch_of_other_lengths():
+    """The pooled batch used to pad a float field into an integer tensor (fractions truncated)."""
+    bad = good_sample()
+    bad['gt_instances']['labels'] = torch.tensor([0., 1.5])
+    metric = SGRecall(mode='sgdet', pool_samples=7)
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match=r'sample_idx=7.*gt_instances\.labels.*integers'):
+        for sample in _batch_of(bad):
+            metric.process({}, [sample])
+        metric.flush()
+
+
+def test_integer_valued_floats_and_large_scores_are_accepted():
+    """3.0 is an index; scores above 1 rank as their products say (any non-negative scale)."""
+    from mmsgg_eval.structures import collate_scene_graphs
+    sample = good_sample()
+    floats = good_sample()
+    floats['gt_instances']['labels'] = torch.tensor([0., 1.])
+    floats['pred_relations']['pair_idxs'] = torch.tensor([[0., 1.]])
+    floats['pred_relations']['scores'] = sample['pred_relations']['scores']
+    a, b = collate_scene_graphs([sample], 'sgdet', 4, 5), collate_scene_graphs([floats], 'sgdet', 4, 5)
+    assert torch.equal(a.gt_labels, b.gt_labels) and torch.equal(a.rel_pairs, b.rel_pairs)
+    assert b.gt_labels.dtype == torch.long
+    scaled = good_sample()
+    scaled['pred_relations']['scores'] = sample['pred_relations']['scores'] * 100
+    scaled['pred_instances']['scores'] = sample['pred_instances']['scores'] * 100
+    collate_scene_graphs([scaled], 'sgdet', 4, 5)
+
+
+def test_self_pairs_are_evaluated_as_the_legacy_evaluator_does():
+    """Self-pairs (s == o) in GT and predictions are neither refused nor filtered: the legacy evaluator
+    matches them like any other pair."""
+    from tests.reference_sgg import reference_metrics
+    sample = good_sample()
+    sample['gt_relations'] = dict(pair_idxs=torch.tensor([[0, 0], [0, 1]]), labels=torch.tensor([2, 2]))
+    sample['pred_relations'] = dict(pair_idxs=torch.tensor([[0, 0], [1, 1]]),
+                                    scores=torch.tensor([[0.1, 0, 0, 0.8, 0, 0], [0.1, 0, 0, 0.9, 0, 0]]))
+    ref = dict(gt_boxes=sample['gt_instances']['bboxes'].tolist(), gt_labels=[0, 1], gt_rels=[(0, 0, 2), (0, 1, 2)],
+               pred_boxes=sample['pred_instances']['bboxes'].tolist(), pred_labels=[0, 1], pred_scores=[0.9, 0.8],
+               rel_pairs=[(0, 0), (1, 1)], rel_scores=sample['pred_relations']['scores'].tolist(), rel_labels=None)
+    expected = reference_metrics([ref], 5, 'sgdet', ks=(1, 2))
+    assert expected['R@2'] == 50.0
+    metric = SGRecall(mode='sgdet', topk=(1, 2))
+    metric.dataset_meta = META
+    metric.process({}, [sample])
+    got = metric.evaluate(1)
+    assert got['sgdet/R@1'] == expected['R@1'] and got['sgdet/R@2'] == expected['R@2']
+
+
+@pytest.mark.parametrize('idx,accepted', [(3, True), (np.int64(3), True), (torch.tensor(3), True),
+                                          (3.0, False), ('3', False), (-1, False), (True, False),
+                                          (np.float32(2), False)])
+def test_sample_idx_must_be_a_non_negative_integer(idx, accepted):
+    from mmsgg_eval.structures import collate_scene_graphs, sample_index
+    sample = good_sample()
+    sample['sample_idx'] = idx
+    for candidate in (sample, _as_elements(sample)):
+        if accepted:
+            assert sample_index(candidate) == 3
+            assert collate_scene_graphs([candidate], 'sgdet', 4, 5).sample_idx.tolist() == [3]
+        else:
+            with pytest.raises(ValueError, match=r'`sample_idx` must be a non-negative integer'):
+                collate_scene_graphs([candidate], 'sgdet', 4, 5)
+
+
+def test_sample_idx_repeated_within_one_batch():
+    """The reader refuses a repeat within one batch; the metrics first keep the first occurrence of a
+    ``sample_idx`` (sampler padding), so they never hand it one."""
+    from mmsgg_eval.structures import collate_scene_graphs
+    with pytest.raises(ValueError, match=r'sample_idx=7.*appears twice'):
+        collate_scene_graphs([good_sample(), good_sample()], 'sgdet', 4, 5)
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    metric.process({}, [good_sample(), good_sample()])
+    assert metric.evaluate(1)['sgdet/R@20'] in (0.0, 100.0)

@@ -1,4 +1,4 @@
-"""VLM scene-graph parsing (mmsgg_eval.vlm) and VLMSceneGraphMetric (FailureRate, Recall, mRecall, AP@50)."""
+"""VLM scene-graph parsing (mmsgg_eval.io.vlm) and VLMSceneGraphMetric (FailureRate, Recall, mRecall, AP@50)."""
 import contextlib
 import io
 import json
@@ -10,7 +10,7 @@ import torch
 
 from mmsgg_eval.metrics.scene_graph import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.vlm import K_ALL, VLMSceneGraphMetric, coco_ap50
-from mmsgg_eval.vlm import (FAILURE_CODES, PLACEHOLDER_BOX, NameMapper, ParseResult, build_mappers, class_from_id,
+from mmsgg_eval.io.vlm import (FAILURE_CODES, PLACEHOLDER_BOX, NameMapper, ParseResult, build_mappers, class_from_id,
                             failed_data_sample, gt_from_data_info, iter_vlm_jsonl, normalize_name,
                             parse_vlm_output, to_data_sample)
 

@@ -19,8 +19,8 @@ def parse_args(argv=None):
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='directory for logs and metrics.json')
-    parser.add_argument('--out', type=str, help='dump predictions to a pickle file for offline evaluation '
-                                                '(tools/eval_offline.py)')
+    parser.add_argument('--out', type=str, help='write the predictions to a prediction stream (.pkl) for offline '
+                                                'evaluation (python -m mmsgg_eval.eval CONFIG FILE)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. env_cfg.dist_cfg.backend=gloo')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
@@ -64,12 +64,13 @@ def main(argv=None):
     if args.out is not None:
         if not args.out.endswith(('.pkl', '.pickle')):
             raise SystemExit('--out must be a .pkl or .pickle file')
-        from mmsgg_eval.predictions_io import DumpSceneGraphPredictions
-        runner.test_evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out))
+        from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
+        runner.test_evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out, config=args.config))
     metrics = runner.test()
     from mmengine.dist import is_main_process
     if is_main_process():
-        path = write_metrics_json(metrics, cfg.work_dir)
+        from mmsgg_eval.metrics import extra_results_of  # per-predicate tables: metrics.json, not the log line
+        path = write_metrics_json({**metrics, **extra_results_of(runner.test_evaluator.metrics)}, cfg.work_dir)
         print(f'metrics written to {path}')
     return metrics
 

@@ -1,4 +1,4 @@
-"""Shared machinery of the dataset wrappers (SPEC section 5).
+"""Shared machinery of the dataset wrappers.
 
 Conventions of every wrapper:
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from mmengine.dataset import BaseDataset
 
-# How duplicate GT relations of one image are treated (SPEC 5; legacy behaviour differs per split/dataset).
+# How duplicate GT relations of one image are treated (the legacy behaviour differs per split and dataset).
 DUPLICATE_MODES = ('keep', 'drop_triplets', 'one_per_pair')
 
 

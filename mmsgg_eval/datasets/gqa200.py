@@ -1,4 +1,4 @@
-"""GQA200 (200 classes / 100 predicates) from the SHA-GCL files (SPEC section 5).
+"""GQA200 (200 classes / 100 predicates) from the SHA-GCL files.
 
 Follows ``maskrcnn_benchmark/data/datasets/gqa.py`` of dongxingning/SHA-GCL-for-SGG (``load_info``,
 ``load_graphs``, ``get_groundtruth(evaluation=True)``):
@@ -11,6 +11,13 @@ Follows ``maskrcnn_benchmark/data/datasets/gqa.py`` of dongxingning/SHA-GCL-for-
 * boxes are pixel xyxy, cast to float32 and clamped to [0, W-1] x [0, H-1] (W, H from ``img_info_all``);
   classes 1..200 and predicates 1..100 become 0-based; ``__background__`` is dropped from the vocabulary.
 * duplicate relations are kept outside the training split (training: one per pair, first in file order).
+* training statistics (``predicate_counts``, ``train_triplets``) count every training relation, duplicates
+  included: the reference ``get_GQA_statistics`` builds its training set with ``filter_duplicate_rels=False``
+  and, unlike VG150, its ``load_graphs`` ignores ``filter_non_overlap`` (no overlap filter).
+
+Checked while reading: every box row is 4 numbers with x2 >= x1 and y2 >= y1 (empty boxes are kept), every
+relationship row 3 integers; anything else raises :class:`DatasetFormatError` naming the file, the image
+(file name and position), the field and the row.
 """
 import logging
 import os.path as osp
@@ -41,12 +48,40 @@ def load_gqa200_vocabulary(info_file: str, data_root: str = '') -> Dict[str, Lis
     return out
 
 
+def _rows(values: Any, width: int, dtype: Any, where: str, field: str, expected: str) -> np.ndarray:
+    """``values`` as a [K, width] array, or DatasetFormatError naming the image, the field and the first bad row."""
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):  # ragged rows or non-numbers
+        out = None
+    if out is None or out.ndim != 2 or out.shape[1] != width:
+        if not isinstance(values, (list, tuple)):
+            raise DatasetFormatError(f'{where}: {field} must be a list of rows {expected}, got '
+                                     f'{type(values).__name__}')
+        for k, row in enumerate(values):
+            if not isinstance(row, (list, tuple)) or len(row) != width or \
+                    not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row):
+                raise DatasetFormatError(f'{where}: {field}[{k}] = {row!r}, expected {expected}')
+        raise DatasetFormatError(f'{where}: {field} must be rows {expected}')  # pragma: no cover - defensive
+    bad = np.flatnonzero(~np.isfinite(out).all(1))
+    if bad.size:
+        k = int(bad[0])
+        raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()} is not finite, expected {expected}')
+    if np.dtype(dtype).kind in 'iu':
+        bad = np.flatnonzero((out != np.round(out)).any(1))
+        if bad.size:
+            k = int(bad[0])
+            raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()}, expected {expected}')
+    return out.astype(dtype)
+
+
 def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_position: Optional[int],
-                       data_root: str = '') -> Dict[str, Any]:
+                       data_root: str = '', clip: bool = True) -> Dict[str, Any]:
     """Kept images of a GQA200 split file (file order) with their objects and relations, validated.
 
-    Returns records (img_path-less dicts: filename, width, height, position), boxes float32 [N, 4] (clipped),
-    labels [N] 0-based, obj_counts [I], image_of_rel [R], relations [R, 3] (local s, o, 0-based predicate).
+    Returns records (img_path-less dicts: filename, width, height, position), boxes float32 [N, 4] (clipped to
+    the image unless ``clip=False``), labels [N] 0-based, obj_counts [I], image_of_rel [R], relations [R, 3]
+    (local s, o, 0-based predicate).
     """
     data = load_json(path, 'GQA200 annotation file', data_root)
     for key in GQA_KEYS:
@@ -61,13 +96,22 @@ def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_po
         if pos == skip_position or len(r) == 0 or len(b) == 0:
             continue
         where = f'{path}: image {name!r} (position {pos})'
-        b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-        c = np.asarray(c, dtype=np.int64).reshape(-1)
-        r = np.asarray(r, dtype=np.int64)
+        b = _rows(b, 4, np.float64, where, 'gt_boxes_all', '[x1, y1, x2, y2] (pixels)')
+        inverted = np.flatnonzero((b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1]))
+        if inverted.size:
+            k = int(inverted[0])
+            raise DatasetFormatError(f'{where}: gt_boxes_all[{k}] = {b[k].tolist()}, expected x2 >= x1 and '
+                                     f'y2 >= y1 ({inverted.size} such boxes)')
+        try:
+            c = np.asarray(c, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise DatasetFormatError(f'{where}: gt_classes_all must be a flat list of integer classes') from None
+        if not np.all(c == np.round(c)):
+            raise DatasetFormatError(f'{where}: gt_classes_all holds non-integer classes {c.tolist()[:5]}')
+        c = c.astype(np.int64)
+        r = _rows(r, 3, np.int64, where, 'relationships_all', '[subject, object, predicate] (integers)')
         if len(c) != len(b):
             raise DatasetFormatError(f'{where}: {len(b)} boxes but {len(c)} classes')
-        if r.ndim != 2 or r.shape[1] != 3:
-            raise DatasetFormatError(f'{where}: relationships must be [[subject, object, predicate], ...]')
         check_range(c, 1, num_classes, lambda i: f'{where}, object {i}', 'class')
         check_range(r[:, :2], 0, len(b) - 1, lambda i: f'{where}, relationship {i // 2}', 'object index')
         check_range(r[:, 2], 1, num_predicates, lambda i: f'{where}, relationship {i}', 'predicate')
@@ -87,7 +131,7 @@ def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_po
     heights = np.repeat([rec['height'] for rec in records], obj_counts)
     all_boxes = np.concatenate(boxes).astype(np.float32) if boxes else np.zeros((0, 4), np.float32)
     return dict(records=records,
-                boxes=clip_boxes_legacy(all_boxes, widths, heights),
+                boxes=clip_boxes_legacy(all_boxes, widths, heights) if clip else all_boxes,
                 labels=np.concatenate(labels) if labels else np.zeros(0, np.int64),
                 obj_counts=obj_counts,
                 image_of_rel=np.repeat(np.arange(len(records)), rel_counts),
@@ -108,7 +152,13 @@ class GQA200Dataset(SceneGraphDataset):
         num_val_images: size of val (the first kept test images).
         skip_legacy_bad_image: skip raw position 5579 of the val/test file like the legacy loader.
         duplicate_rels: see :class:`SceneGraphDataset`.
+        clip_boxes: clamp boxes to the image (True, the legacy evaluation GT); False keeps the file's boxes, as
+            ``get_GQA_statistics`` sees them (used for the frequency-baseline background).
     """
+
+    # dataset arguments under which the training split is the one the reference frequency statistics
+    # (``get_GQA_statistics``) count on: duplicates kept, boxes as in the file, no overlap filter
+    FREQUENCY_STATISTICS_ARGS = dict(duplicate_rels='keep', clip_boxes=False)
 
     METAINFO = dict(dataset_name='GQA200', iou_plus_one=True)
     EXTRA_FILES = ('info_file', 'train_file')
@@ -116,7 +166,9 @@ class GQA200Dataset(SceneGraphDataset):
     def __init__(self, data_root: str = '', ann_file: Optional[str] = None,
                  info_file: str = 'GQA_200_ID_Info.json', train_file: Optional[str] = 'GQA_200_Train.json',
                  data_prefix: Optional[dict] = None, split: str = 'test', num_val_images: int = 5000,
-                 skip_legacy_bad_image: bool = True, duplicate_rels: Optional[str] = None, **kwargs: Any) -> None:
+                 skip_legacy_bad_image: bool = True, duplicate_rels: Optional[str] = None, clip_boxes: bool = True,
+                 **kwargs: Any) -> None:
+        self.clip_boxes = bool(clip_boxes)
         if ann_file is None:
             ann_file = 'GQA_200_Train.json' if split == 'train' else 'GQA_200_Test.json'
         self.info_file = info_file
@@ -130,7 +182,7 @@ class GQA200Dataset(SceneGraphDataset):
     def _parsed(self, path: str, split: str, num_classes: int, num_predicates: int) -> Dict[str, Any]:
         skip = LEGACY_BAD_POSITION if self.skip_legacy_bad_image and split in ('val', 'test') else None
         return self._cached(f'{split}:{path}', lambda: parse_gqa200_split(path, num_classes, num_predicates, skip,
-                                                                           self.data_root))
+                                                                           self.data_root, clip=self.clip_boxes))
 
     def _file_metainfo(self) -> Dict[str, Any]:
         vocab = load_gqa200_vocabulary(self.info_file, self.data_root)

@@ -1,4 +1,4 @@
-"""PSG (Panoptic Scene Graph: 133 classes / 56 predicates) from ``psg.json`` (SPEC section 5).
+"""PSG (Panoptic Scene Graph: 133 classes / 56 predicates) from ``psg.json``.
 
 Follows ``openpsg/datasets/psg.py`` of Jingkang50/OpenPSG (``PanopticSceneGraphDataset`` with
 ``all_bboxes=True``, as its relation configs use):
@@ -12,7 +12,13 @@ Follows ``openpsg/datasets/psg.py`` of Jingkang50/OpenPSG (``PanopticSceneGraphD
 * test keeps several predicates per pair but drops exact duplicate triplets (first occurrence kept); train
   keeps one relation per pair (OpenPSG draws it at random, here the first one).
 * masks: the panoptic PNG at ``seg_map_path`` decodes to segment ids R + 256 G + 65536 B; see
-  :class:`~mmsgg_eval.datasets.transforms.LoadSceneGraphAnnotations`.
+  :class:`~mmsgg_eval.datasets.transforms.LoadSceneGraphAnnotations` (it requires the PNG to have the
+  image's size and every segment id to occur in it).
+* training statistics count every training relation (all predicates of a pair, duplicates included).
+
+Checked while reading: every annotation has ``bbox`` (4 numbers, x2 >= x1 and y2 >= y1 after the XYWH
+conversion) and ``category_id``, every segment an integer ``id``, every relation 3 integers; anything else
+raises :class:`DatasetFormatError` naming the file, the image_id, the entry and the field.
 """
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence
@@ -24,6 +30,14 @@ from .base import DatasetFormatError, SceneGraphDataset, check_range, graph_stat
 
 PSG_KEYS = ('thing_classes', 'stuff_classes', 'predicate_classes', 'test_image_ids', 'data')
 BOX_MODE_XYXY_ABS, BOX_MODE_XYWH_ABS = 0, 1  # detectron2 BoxMode values
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return _is_number(value) and float(value).is_integer()
 
 
 def parse_psg_records(path: str, records: Sequence[dict], num_classes: int,
@@ -40,6 +54,18 @@ def parse_psg_records(path: str, records: Sequence[dict], num_classes: int,
         if len(anns) != len(segs):
             raise DatasetFormatError(f'{where}: {len(anns)} annotations but {len(segs)} segments_info entries '
                                      f'(they must be index-aligned)')
+        for k, a in enumerate(anns):
+            for key in ('bbox', 'category_id'):
+                if not isinstance(a, dict) or key not in a:
+                    raise DatasetFormatError(f'{where}: annotations[{k}] lacks {key!r} (each annotation needs '
+                                             f'bbox [x1, y1, x2, y2] and category_id)')
+            box = a['bbox']
+            if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(_is_number(v) for v in box):
+                raise DatasetFormatError(f'{where}: annotations[{k}].bbox = {box!r}, expected 4 numbers '
+                                         f'[x1, y1, x2, y2] (or x, y, w, h with bbox_mode 1)')
+            if not _is_integer(a['category_id']):
+                raise DatasetFormatError(f'{where}: annotations[{k}].category_id = {a["category_id"]!r}, expected '
+                                         f'an integer')
         b = np.asarray([a['bbox'] for a in anns], dtype=np.float64).reshape(-1, 4)
         modes = np.asarray([a.get('bbox_mode', BOX_MODE_XYXY_ABS) for a in anns], dtype=np.int64)
         if np.any((modes != BOX_MODE_XYXY_ABS) & (modes != BOX_MODE_XYWH_ABS)):
@@ -47,9 +73,26 @@ def parse_psg_records(path: str, records: Sequence[dict], num_classes: int,
                                      f'(0 = XYXY_ABS, 1 = XYWH_ABS)')
         xywh = modes == BOX_MODE_XYWH_ABS
         b[xywh, 2:] += b[xywh, :2]
+        bad = np.flatnonzero(~np.isfinite(b).all(1) | (b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1]))
+        if bad.size:
+            k = int(bad[0])
+            raise DatasetFormatError(f'{where}: annotations[{k}].bbox = {anns[k]["bbox"]!r} (bbox_mode '
+                                     f'{int(modes[k])}), expected finite numbers with x2 >= x1 and y2 >= y1')
         c = np.asarray([a['category_id'] for a in anns], dtype=np.int64)
         check_range(c, 0, num_classes - 1, lambda i: f'{where}, annotation {i}', 'category_id')
-        r = np.asarray(d['relations'], dtype=np.int64).reshape(-1, 3)
+        rel_rows = d['relations']
+        for k, rel in enumerate(rel_rows):
+            if not isinstance(rel, (list, tuple)) or len(rel) != 3 or not all(_is_integer(v) for v in rel):
+                raise DatasetFormatError(f'{where}: relations[{k}] = {rel!r}, expected [subject, object, '
+                                         f'predicate] (3 integers)')
+        for k, seg in enumerate(segs):
+            if not isinstance(seg, dict) or 'id' not in seg or not _is_integer(seg['id']):
+                raise DatasetFormatError(f'{where}: segments_info[{k}] has no integer `id` (got '
+                                         f'{seg.get("id") if isinstance(seg, dict) else seg!r}); the id is the '
+                                         f'segment\'s colour R + 256 G + 65536 B in the panoptic PNG')
+            if 'category_id' not in seg:
+                raise DatasetFormatError(f'{where}: segments_info[{k}] lacks `category_id`')
+        r = np.asarray(rel_rows, dtype=np.int64).reshape(-1, 3)
         check_range(r[:, :2], 0, len(anns) - 1, lambda i: f'{where}, relation {i // 2}', 'object index')
         check_range(r[:, 2], 0, num_predicates - 1, lambda i: f'{where}, relation {i}', 'predicate')
         boxes.append(b)

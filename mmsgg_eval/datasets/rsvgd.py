@@ -1,10 +1,14 @@
-"""RSVGD (DIOR-RSVG visual grounding) from ``Annotations/*.xml`` and the split files (SPEC section 5).
+"""RSVGD (DIOR-RSVG visual grounding) from ``Annotations/*.xml`` and the split files.
 
 Follows ``data_loader.py`` of ZhanYang-nwpu/RSVG-pytorch: the ``<object>`` elements of all XML files are
 enumerated with one global counter, files in sorted order (numeric stems such as ``00001.xml`` sort by
 number, which equals the filename order of the zero-padded DIOR names); ``{split}.txt`` holds one global
 index per line. A sample is one (image, description, box); samples come in enumeration order (the legacy loop
 order), each index once. Boxes are the integer ``bndbox`` pixels (xyxy, original frame), not clipped.
+
+Checked while reading: ``<size>`` is positive and every ``<bndbox>`` is finite with xmax >= xmin and ymax >=
+ymin (a degenerate box is kept); anything else raises :class:`DatasetFormatError` naming the XML file and the
+``<object>``.
 """
 import os
 import os.path as osp
@@ -47,6 +51,8 @@ def parse_rsvgd_xml(path: str) -> Dict[str, Any]:
         height = int(size.findtext('height')) if size is not None else DIOR_IMAGE_SIZE
     except (TypeError, ValueError):
         raise DatasetFormatError(f'{path}: <size> needs integer <width> and <height>') from None
+    if width <= 0 or height <= 0:
+        raise DatasetFormatError(f'{path}: <size> is {width} x {height}, expected positive <width> and <height>')
     objects = []
     for k, obj in enumerate(root.findall('object')):
         where = f'{path}: <object> #{k}'
@@ -57,6 +63,9 @@ def parse_rsvgd_xml(path: str) -> Dict[str, Any]:
             coords = [float(box.findtext(t)) for t in ('xmin', 'ymin', 'xmax', 'ymax')]
         except (TypeError, ValueError):
             raise DatasetFormatError(f'{where}: <bndbox> needs numeric xmin, ymin, xmax, ymax') from None
+        if not all(np.isfinite(coords)) or coords[2] < coords[0] or coords[3] < coords[1]:
+            raise DatasetFormatError(f'{where}: <bndbox> (xmin, ymin, xmax, ymax) = {coords}, expected finite pixels '
+                                     f'with xmax >= xmin and ymax >= ymin')
         text = obj.findtext('description')
         if text is None or not text.strip():
             raise DatasetFormatError(f'{where} has no <description>')

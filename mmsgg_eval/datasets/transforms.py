@@ -1,18 +1,19 @@
 """Pipeline transforms that load scene-graph / grounding annotations and pack them into data samples.
 
 Evaluation pipelines (mmdet 3.x style) load annotations AFTER ``Resize``: the ground truth stays in the
-ORIGINAL image frame (SPEC section 1), while ``img_shape`` / ``scale_factor`` describe the network input.
+ORIGINAL image frame, while ``img_shape`` / ``scale_factor`` describe the network input.
 
 ``mmcv.transforms.BaseTransform`` is pure Python; ``mmdet.structures`` is imported lazily when a sample is
 packed (with a plain MMEngine data element as fallback when mmdet is absent), so importing this module needs
 no compiled mmcv ops.
 """
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..registry import TRANSFORMS
+from .base import DatasetFormatError
 
 try:
     from mmcv.transforms import BaseTransform
@@ -36,20 +37,40 @@ def panoptic_png_to_ids(png: np.ndarray) -> np.ndarray:
     return png[..., 0] + 256 * png[..., 1] + 65536 * png[..., 2]
 
 
-def load_panoptic_masks(path: str, segment_ids: Sequence[int], backend_args: Optional[dict] = None) -> np.ndarray:
-    """Boolean masks [N, H, W] of the given segment ids from a panoptic PNG (original image frame)."""
+def load_panoptic_masks(path: str, segment_ids: Sequence[int], backend_args: Optional[dict] = None,
+                        expected_size: Optional[Tuple[int, int]] = None, sample: str = '') -> np.ndarray:
+    """Boolean masks [N, H, W] of the given segment ids from a panoptic PNG (original image frame).
+
+    Raises :class:`DatasetFormatError` naming the PNG (and ``sample``, e.g. the image) when the file is not a
+    readable image, when its size differs from ``expected_size`` = (height, width) of the image, or when a
+    segment id does not occur in it (an empty mask: the PNG and the annotation disagree).
+    """
     import io
 
     from mmengine.fileio import get
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
+    where = f'{path}' + (f' ({sample})' if sample else '')
     try:
         data = get(path, backend_args=backend_args)
     except FileNotFoundError:
-        raise FileNotFoundError(f'panoptic segmentation PNG not found: looked for {path!r}') from None
-    with Image.open(io.BytesIO(data)) as img:
-        rgb = np.asarray(img.convert('RGB'))
+        raise FileNotFoundError(f'panoptic segmentation PNG not found: looked for {path!r}'
+                                + (f' ({sample})' if sample else '')) from None
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            rgb = np.asarray(img.convert('RGB'))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise DatasetFormatError(f'{where}: not a readable panoptic PNG ({type(err).__name__}: {err})') from None
     ids = panoptic_png_to_ids(rgb)
+    if expected_size is not None and tuple(ids.shape) != tuple(int(v) for v in expected_size):
+        raise DatasetFormatError(f'{where}: the panoptic PNG is {ids.shape[1]} x {ids.shape[0]} (width x height) '
+                                 f'but the image is {int(expected_size[1])} x {int(expected_size[0])}')
     seg = np.asarray(list(segment_ids), dtype=np.int64)
+    present = np.isin(seg, np.unique(ids))
+    if not present.all():
+        k = int(np.flatnonzero(~present)[0])
+        raise DatasetFormatError(f'{where}: segments_info[{k}] has id {int(seg[k])}, which does not occur in the '
+                                 f'panoptic PNG (id = R + 256 G + 65536 B); {int((~present).sum())} of {len(seg)} '
+                                 f'segments are missing')
     return ids[None, :, :] == seg[:, None, None]
 
 
@@ -98,7 +119,10 @@ class LoadSceneGraphAnnotations(BaseTransform):
             segments = results.get('segments_info', [])
             if len(segments) != len(instances):
                 raise ValueError(f'{results["seg_map_path"]}: {len(segments)} segments for {len(instances)} instances')
-            masks = load_panoptic_masks(results['seg_map_path'], [s['id'] for s in segments], self.backend_args)
+            size = (results['height'], results['width']) if 'height' in results and 'width' in results else None
+            image = results.get('img_id', results.get('img_path'))
+            masks = load_panoptic_masks(results['seg_map_path'], [s['id'] for s in segments], self.backend_args,
+                                        expected_size=size, sample=f'image {image!r}')
             if self.mask_format == 'bitmap':
                 from mmdet.structures.mask import BitmapMasks
                 masks = BitmapMasks(masks.astype(np.uint8), masks.shape[1], masks.shape[2])

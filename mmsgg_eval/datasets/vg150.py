@@ -1,7 +1,8 @@
-"""VG150 (Visual Genome, 150 classes / 50 predicates) from the Scene-Graph-Benchmark files (SPEC section 5).
+"""VG150 (Visual Genome, 150 classes / 50 predicates) from the Scene-Graph-Benchmark files.
 
 Follows ``maskrcnn_benchmark/data/datasets/visual_genome.py`` of KaihuaTang/Scene-Graph-Benchmark.pytorch
-(``load_info``, ``load_image_filenames``, ``load_graphs``, ``get_groundtruth(evaluation=True)``):
+(``load_info``, ``load_image_filenames``, ``load_graphs``, ``get_groundtruth(evaluation=True)``,
+``get_VG_statistics``):
 
 * ``image_data.json`` loses the corrupted images 1592, 1722, 4616, 4617 BEFORE it is aligned with the h5:
   h5 image row i is the i-th remaining entry.
@@ -9,14 +10,24 @@ Follows ``maskrcnn_benchmark/data/datasets/visual_genome.py`` of KaihuaTang/Scen
   val = the FIRST ``num_val_images`` split-0 images of that mask, train = the rest.
 * boxes_1024 (cx, cy, w, h) -> x1 = cx - w / 2 stored back into the integer array (truncation toward 0),
   x2 = x1 + w; then / 1024 * max(W, H) (W, H from image_data.json), float32, clamped to [0, W-1] x [0, H-1];
-  empty boxes are kept.
+  boxes that clamping makes empty are kept (legacy ``clip_to_image(remove_empty=False)``).
 * relationships hold GLOBAL object rows, made local by subtracting img_to_first_box.
 * duplicate relations are kept outside the training split; the training split keeps one relation per pair
   (legacy draws it at random, here deterministically the first one).
 * labels / predicates are 1-based in the file and 0-based here.
+* training statistics (``predicate_counts``, ``train_triplets``) follow ``get_VG_statistics``: its training
+  set is built with ``filter_non_overlap=True``, so a relation counts only when its subject and object boxes
+  overlap (IoU > 0 with the +1-pixel convention on the 1024-scale integer boxes, i.e. min(x2) - max(x1) + 1
+  > 0 and the same in y); duplicates are counted. ``train_statistics='all'`` counts every training relation.
+* ``filter_non_overlap=True`` applies the same filter to the training split itself (the legacy training
+  loader with ``REQUIRE_BOX_OVERLAP`` in SGDet, and the set ``get_VG_statistics`` counts on): relations
+  without overlap are dropped, and images left without a relation are dropped.
 
-Not reproduced: the legacy training-only ``filter_non_overlap`` option and its check that image files exist
-(the real files have all 108,073 images).
+Checked while reading (the legacy loader asserts the same on the whole file): every ``boxes_1024`` row of
+the indexed images has w > 0 and h > 0, and every ``image_data.json`` record has a positive width and
+height; anything else raises :class:`DatasetFormatError` naming the image and the row.
+
+Not reproduced: the legacy check that image files exist (the real files have all 108,073 images).
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -69,11 +80,19 @@ def read_vg150_h5(path: str, data_root: str = '') -> Dict[str, np.ndarray]:
     """The h5 arrays needed for indexing (all read at once; ``labels``/``predicates`` flattened to 1-D)."""
     require_file(path, 'VG150 h5 file', data_root)
     out = {}
-    with h5py.File(path, 'r') as f:
+    try:
+        f = h5py.File(path, 'r')
+    except OSError as err:  # garbage or truncated header: h5py's message does not name the file
+        raise DatasetFormatError(f'{path}: not a readable HDF5 file ({err})') from None
+    with f:
         for key in H5_KEYS:
             if key not in f:
                 raise DatasetFormatError(f'{path}: missing h5 dataset {key!r} (a VG-SGG h5 has {list(H5_KEYS)})')
-            out[key] = f[key][()]
+            try:
+                out[key] = f[key][()]
+            except (OSError, ValueError, TypeError) as err:  # truncated data, unreadable chunk
+                raise DatasetFormatError(f'{path}: h5 dataset {key!r} cannot be read ({type(err).__name__}: '
+                                         f'{err}); the file may be truncated') from None
     for key in ('labels', 'predicates'):
         out[key] = out[key].reshape(len(out[key]), -1)[:, 0]
     n_img = len(out['split'])
@@ -109,11 +128,26 @@ def decode_vg150_boxes(boxes_1024: np.ndarray, longer_side: np.ndarray) -> np.nd
     0, as the legacy in-place assignment does); x2 = x1 + w in that dtype; then ``/ 1024 * longer_side``
     (float64, exact) cast to float32. ``longer_side`` = max(W, H) of each box's image.
     """
+    xyxy = legacy_xyxy_1024(boxes_1024)
+    return (xyxy / BOX_SCALE * np.asarray(longer_side, np.float64)[:, None]).astype(np.float32)
+
+
+def legacy_xyxy_1024(boxes_1024: np.ndarray) -> np.ndarray:
+    """``boxes_1024`` rows (cx, cy, w, h) to xyxy at the 1024 scale in the file's integer dtype, as the legacy
+    in-place conversion: x1 = cx - w / 2 computed in float64 and truncated toward 0, x2 = x1 + w."""
     boxes = np.asarray(boxes_1024)
     wh = boxes[:, 2:]
     x1y1 = (boxes[:, :2] - wh / 2).astype(boxes.dtype)
-    xyxy = np.concatenate([x1y1, x1y1 + wh], axis=1)
-    return (xyxy / BOX_SCALE * np.asarray(longer_side, np.float64)[:, None]).astype(np.float32)
+    return np.concatenate([x1y1, x1y1 + wh], axis=1)
+
+
+def boxes_touch_plus_one(boxes_a: np.ndarray, boxes_b: np.ndarray) -> np.ndarray:
+    """Element-wise IoU > 0 of integer xyxy boxes in the +1-pixel convention (legacy ``boxlist_iou``):
+    min(x2) - max(x1) + 1 > 0 and min(y2) - max(y1) + 1 > 0 (boxes with w, h >= 1, so the union is > 0)."""
+    a, b = np.asarray(boxes_a, np.int64), np.asarray(boxes_b, np.int64)
+    iw = np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]) + 1
+    ih = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]) + 1
+    return (iw > 0) & (ih > 0)
 
 
 @DATASETS.register_module()
@@ -132,10 +166,22 @@ class VG150Dataset(SceneGraphDataset):
             ``zeroshot_triplet.pytorch``, put in
             ``metainfo['zeroshot_triplets']`` for the metrics.
         duplicate_rels: see :class:`SceneGraphDataset` (default: keep for val/test, one per pair for train).
+        train_statistics: 'legacy' (default): ``predicate_counts`` / ``train_triplets`` as the legacy
+            ``get_VG_statistics`` counts them (training relations whose boxes overlap, duplicates included);
+            'all': every training relation, duplicates included.
+        filter_non_overlap: training split only: drop relations whose boxes do not overlap and the images
+            left without relation (legacy ``filter_non_overlap``); default False (the legacy PredCls / SGCls
+            training loader).
+        clip_boxes: clamp boxes to the image (True, the legacy evaluation GT); False keeps the decoded boxes
+            unclipped, as ``get_VG_statistics`` sees them (used for the frequency-baseline background).
 
     ``metainfo``: classes (150), predicates (50), dataset_name 'VG150', iou_plus_one True, predicate_counts and
-    train_triplets of the training split (all its relations, duplicates included, as the legacy statistics).
+    train_triplets of the training split (see ``train_statistics``).
     """
+
+    # dataset arguments under which the training split is the one the legacy frequency statistics
+    # (``get_VG_statistics``, used by MOTIFS' FREQ) count on: overlap-filtered, duplicates kept, boxes unclipped
+    FREQUENCY_STATISTICS_ARGS = dict(filter_non_overlap=True, duplicate_rels='keep', clip_boxes=False)
 
     METAINFO = dict(dataset_name='VG150', iou_plus_one=True)
     EXTRA_FILES = ('dict_file', 'image_file', 'zeroshot_file')
@@ -143,7 +189,14 @@ class VG150Dataset(SceneGraphDataset):
     def __init__(self, data_root: str = '', ann_file: str = 'VG-SGG-with-attri.h5',
                  dict_file: str = 'VG-SGG-dicts-with-attri.json', image_file: str = 'image_data.json',
                  data_prefix: Optional[dict] = None, split: str = 'test', num_val_images: int = 5000,
-                 zeroshot_file: Optional[str] = None, duplicate_rels: Optional[str] = None, **kwargs: Any) -> None:
+                 zeroshot_file: Optional[str] = None, duplicate_rels: Optional[str] = None,
+                 train_statistics: str = 'legacy', filter_non_overlap: bool = False, clip_boxes: bool = True,
+                 **kwargs: Any) -> None:
+        if train_statistics not in ('legacy', 'all'):
+            raise ValueError(f"VG150Dataset: train_statistics must be 'legacy' or 'all', got {train_statistics!r}")
+        self.train_statistics = train_statistics
+        self.filter_non_overlap = bool(filter_non_overlap)
+        self.clip_boxes = bool(clip_boxes)
         self.dict_file = dict_file
         self.image_file = image_file
         self.zeroshot_file = zeroshot_file
@@ -167,9 +220,14 @@ class VG150Dataset(SceneGraphDataset):
             except (KeyError, TypeError, ValueError):
                 raise DatasetFormatError(f'{self.image_file}: every record needs an integer image_id') from None
             for i, d in enumerate(kept):
-                if not isinstance(d.get('width'), int) or not isinstance(d.get('height'), int):
+                w, h = d.get('width'), d.get('height')
+                if not isinstance(w, int) or not isinstance(h, int) or isinstance(w, bool) or isinstance(h, bool):
                     raise DatasetFormatError(f'{self.image_file}: record of image_id {d["image_id"]} (position '
                                              f'{i} after removing corrupted ids) lacks integer width/height')
+                if w <= 0 or h <= 0:
+                    raise DatasetFormatError(f'{self.image_file}: record of image_id {d["image_id"]} (position '
+                                             f'{i} after removing corrupted ids): width {w} x height {h}, expected '
+                                             f'positive pixel sizes')
             n_h5 = len(self._h5()['split'])
             if len(kept) != n_h5:
                 raise DatasetFormatError(
@@ -205,6 +263,14 @@ class VG150Dataset(SceneGraphDataset):
         obj_rows = ranges(first_box, obj_counts)
         rel_rows = ranges(first_rel, rel_counts)
         image_of_rel = np.repeat(np.arange(len(rows)), rel_counts)
+        sizes = h5['boxes_1024'][obj_rows, 2:]
+        bad = np.flatnonzero((sizes <= 0).any(1))
+        if bad.size:
+            i = int(bad[0])
+            img = int(np.searchsorted(np.cumsum(obj_counts), i, 'right'))
+            raise DatasetFormatError(f'{self._describe(int(rows[img]))}, object row {obj_rows[i]}: boxes_1024 '
+                                     f'(cx, cy, w, h) = {h5["boxes_1024"][obj_rows[i]].tolist()}, expected w > 0 '
+                                     f'and h > 0 ({bad.size} such rows)')
         labels = h5['labels'][obj_rows].astype(np.int64)
         check_range(labels, 1, num_classes,
                     lambda i: self._describe(int(rows[np.searchsorted(np.cumsum(obj_counts), i, 'right')])) +
@@ -226,6 +292,31 @@ class VG150Dataset(SceneGraphDataset):
         return dict(obj_rows=obj_rows, obj_counts=obj_counts, image_of_rel=image_of_rel, relations=relations,
                     labels=labels - 1)
 
+    def _overlapping(self, graphs: Dict[str, np.ndarray]) -> np.ndarray:
+        """bool [R]: the relation's subject and object boxes overlap (legacy ``filter_non_overlap`` test)."""
+        counts = np.asarray(graphs['obj_counts'], np.int64)
+        base = (np.cumsum(counts) - counts)[graphs['image_of_rel']]
+        rels = graphs['relations']
+        xyxy = legacy_xyxy_1024(self._h5()['boxes_1024'][graphs['obj_rows']])
+        return boxes_touch_plus_one(xyxy[base + rels[:, 0]], xyxy[base + rels[:, 1]])
+
+    @staticmethod
+    def _keep_relations(graphs: Dict[str, np.ndarray], keep: np.ndarray) -> Dict[str, np.ndarray]:
+        """``graphs`` with only the relations where ``keep`` (objects unchanged)."""
+        return dict(graphs, image_of_rel=graphs['image_of_rel'][keep], relations=graphs['relations'][keep])
+
+    @staticmethod
+    def _keep_images(rows: np.ndarray, graphs: Dict[str, np.ndarray],
+                     keep: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """(rows, graphs) restricted to the images where ``keep`` [I] (order kept)."""
+        counts = np.asarray(graphs['obj_counts'], np.int64)
+        obj_keep = np.repeat(keep, counts)
+        new_pos = np.cumsum(keep) - 1
+        rel_keep = keep[graphs['image_of_rel']]
+        return rows[keep], dict(obj_rows=graphs['obj_rows'][obj_keep], obj_counts=counts[keep],
+                                image_of_rel=new_pos[graphs['image_of_rel'][rel_keep]],
+                                relations=graphs['relations'][rel_keep], labels=graphs['labels'][obj_keep])
+
     # ------------------------------------------------------------------ metainfo and data list
     def _file_metainfo(self) -> Dict[str, Any]:
         classes, predicates = load_vg150_vocabulary(self.dict_file, self.data_root)
@@ -235,6 +326,8 @@ class VG150Dataset(SceneGraphDataset):
             meta['zeroshot_triplets'] = str(self.zeroshot_file)
         train = self._graphs(vg150_split_rows(self._h5(), 'train', self.num_val_images), len(classes),
                              len(predicates))
+        if self.train_statistics == 'legacy':  # get_VG_statistics: training set with filter_non_overlap=True
+            train = self._keep_relations(train, self._overlapping(train))
         stats = graph_statistics(train, len(predicates))
         meta.update(stats)
         if not stats:
@@ -246,13 +339,18 @@ class VG150Dataset(SceneGraphDataset):
     def load_data_list(self) -> List[dict]:
         rows = vg150_split_rows(self._h5(), self.split, self.num_val_images)
         graphs = self._graphs(rows, len(self._metainfo['classes']), len(self._metainfo['predicates']))
+        if self.filter_non_overlap and self.split == 'train':
+            graphs = self._keep_relations(graphs, self._overlapping(graphs))
+            rows, graphs = self._keep_images(rows, graphs, np.bincount(graphs['image_of_rel'],
+                                                                        minlength=len(rows)) > 0)
         info = self._image_info()
         widths = np.array([info[r]['width'] for r in rows], dtype=np.int64)
         heights = np.array([info[r]['height'] for r in rows], dtype=np.int64)
         counts = graphs['obj_counts']
         obj_w, obj_h = np.repeat(widths, counts), np.repeat(heights, counts)
         boxes = decode_vg150_boxes(self._h5()['boxes_1024'][graphs['obj_rows']], np.maximum(obj_w, obj_h))
-        boxes = clip_boxes_legacy(boxes, obj_w, obj_h)
+        if self.clip_boxes:
+            boxes = clip_boxes_legacy(boxes, obj_w, obj_h)
         records = []
         for r, w, h in zip(rows.tolist(), widths.tolist(), heights.tolist()):
             image_id = int(info[r]['image_id'])
@@ -261,5 +359,5 @@ class VG150Dataset(SceneGraphDataset):
                                     graphs['relations'], self.duplicate_mode)
 
 
-__all__: Sequence[str] = ('VG150Dataset', 'CORRUPTED_IMAGE_IDS', 'decode_vg150_boxes', 'load_vg150_vocabulary',
-                          'read_vg150_h5', 'vg150_split_rows')
+__all__: Sequence[str] = ('VG150Dataset', 'CORRUPTED_IMAGE_IDS', 'boxes_touch_plus_one', 'decode_vg150_boxes',
+                          'legacy_xyxy_1024', 'load_vg150_vocabulary', 'read_vg150_h5', 'vg150_split_rows')

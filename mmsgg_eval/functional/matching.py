@@ -1,4 +1,4 @@
-"""Many-to-many triplet matching (SPEC 2.2) and first-hit ranks, on padded batches.
+"""Many-to-many triplet matching and first-hit ranks, on padded batches.
 
 A predicted triplet j hits GT relation g when subject class, predicate and object class are equal and both
 the subject IoU and the object IoU are >= ``iou_thr`` (or, for phrase detection, the IoU of the union boxes).

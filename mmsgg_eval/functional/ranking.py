@@ -1,4 +1,4 @@
-"""Ranked relation lists (SPEC 2.1) on padded batches.
+"""Ranked relation lists (graph-constrained, no-graph-constraint) on padded batches.
 
 All functions take a batch of B images padded to a common length; ``valid`` masks mark real entries.
 Scores are float32; ordering is descending and STABLE (ties keep their input order), so a list that is

@@ -1,4 +1,4 @@
-"""Per-GT-relation statistics for all K at once, and their aggregation into R@K / mR@K (SPEC 2.3-2.4).
+"""Per-GT-relation statistics for all K at once, and their aggregation into R@K / mR@K.
 
 ``scene_graph_ranks`` turns a padded batch into, for each GT relation, the 0-based position of the first
 prediction that hits it in each ranked list (graph-constrained, no-graph-constraint, GT-pair sub-list).
@@ -44,38 +44,40 @@ def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) 
         (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
 
 
-def no_graph_constraint_list(batch, ng_topk: int, pair_score: Tensor):
+def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor):
     """Exact stable top-``ng_topk`` of all (pair, predicate) scores ``pair_score * prob`` of every image.
 
+    ``scores``: the batch's :class:`~mmsgg_eval.functional.scores.RelationScores`; ``rel_valid`` [B, R] the
+    real pairs; ``pair_score`` [B, R] subject score x object score (non-negative).
     Only pairs whose best entry reaches the ``ng_topk``-th best pair can contribute (an entry below that
     threshold has ``ng_topk`` strictly larger best-entries above it), so the score matrices are pruned to
     those candidate pairs before ranking; ties at the threshold are all kept, and candidates keep their
     row-major order, so the result equals a stable sort of the full matrix.
     Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``.
     """
-    num_pred = batch.num_predicates
-    if batch.rel_dense is not None:
+    num_pred = scores.num_predicates
+    if scores.dense is not None:
         # every image has the same pairs count (fixed top-K outputs): rank the whole [B, R * P] matrix at once
-        scores = batch.rel_dense * pair_score[..., None]
-        valid = (batch.rel_dense != float('-inf')).flatten(1) if batch.has_single_label else None
-        flat_order, flat_valid = stable_topk(scores.flatten(1), valid, ng_topk)
+        ranked = scores.dense * pair_score[..., None]
+        valid = (scores.dense != float('-inf')).flatten(1) if scores.has_single_label else None
+        flat_order, flat_valid = stable_topk(ranked.flatten(1), valid, ng_topk)
         return flat_order // max(num_pred, 1), flat_order % max(num_pred, 1), flat_valid
-    best = pair_score * batch.gc_prob  # == max over p of pair_score * prob_p (rounding is monotone)
-    order, valid = stable_topk(best, batch.rel_valid, ng_topk)
+    best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
+    order, valid = stable_topk(best, rel_valid, ng_topk)
     inf = torch.tensor(float('inf'), device=best.device)
     kth = torch.where(valid, best.gather(1, order), inf).amin(dim=1, keepdim=True) if order.shape[1] \
         else best.new_full((best.shape[0], 1), float('-inf'))
     enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
     threshold = torch.where(enough, kth, -inf)
-    candidate = batch.rel_valid & (best >= threshold)
+    candidate = rel_valid & (best >= threshold)
     image, pos = candidate.nonzero(as_tuple=True)  # row-major: image, then pair order
-    raw = batch.score_rows(image, pos)
+    raw = scores.rows(image, pos)
     counts = torch.bincount(image, minlength=best.shape[0])
     width = int(counts.max()) if pos.numel() else 0
     slot = torch.arange(pos.numel(), device=pos.device) - (torch.cumsum(counts, 0) - counts)[image]
-    scores = raw * pair_score[image, pos][:, None]
-    cand_scores = scores.new_full((best.shape[0], width, num_pred), float('-inf'))
-    cand_scores[image, slot] = scores
+    entry_scores = raw * pair_score[image, pos][:, None]
+    cand_scores = entry_scores.new_full((best.shape[0], width, num_pred), float('-inf'))
+    cand_scores[image, slot] = entry_scores
     cand_valid = torch.zeros_like(cand_scores, dtype=torch.bool)
     cand_valid[image, slot] = raw != float('-inf')
     cand_pair = torch.zeros((best.shape[0], width), dtype=torch.long, device=pos.device)
@@ -95,9 +97,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     within a list has rank ``NO_HIT`` (2**30).
     ``rank_by='given'`` keeps the input order of the pairs for the graph-constrained list.
     """
+    scores = batch.scores  # the predicate scores, in the layout the reader chose
     subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
     object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
-    gc_score = triplet_scores(batch.gc_prob, subject_score, object_score)
+    gc_score = triplet_scores(scores.best, subject_score, object_score)
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     if phrase:
         def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
@@ -113,7 +116,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
             return ranked_list_hits(subject_ok, object_ok, batch.rel_pairs[..., 0].gather(1, pair_index),
                                     batch.rel_pairs[..., 1].gather(1, pair_index), pred_of_entry, valid,
-                                    batch.gt_predicates, batch.num_predicates)
+                                    batch.gt_predicates, scores.num_predicates)
 
     lists = []  # (name, pair index [B, J], entry valid [B, J], predicate [B, J], sub-list mask or None)
     if rank_by == 'given':
@@ -122,10 +125,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_valid = batch.rel_valid[:, :length]
     else:
         gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
-    lists.append(('gc', gc_order, gc_valid, batch.gc_predicate_at(gc_order, gc_valid), None))
+    lists.append(('gc', gc_order, gc_valid, scores.predicate_at(gc_order, gc_valid), None))
 
     pair_score = subject_score.float() * object_score.float()
-    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(batch, ng_topk, pair_score)
+    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score)
     lists.append(('ngc', ng_pair, ng_valid, ng_pred, None))
 
     if with_pair_accuracy:
@@ -136,10 +139,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
             # the sub-list positions are counted by first_hit_rank through list_valid
-            lists.append(('pair_acc', order, in_gt, batch.gc_predicate_at(order, in_gt), in_gt))
+            lists.append(('pair_acc', order, in_gt, scores.predicate_at(order, in_gt), in_gt))
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            lists.append(('pair_acc', acc_order, acc_valid, batch.gc_predicate_at(acc_order, acc_valid), None))
+            lists.append(('pair_acc', acc_order, acc_valid, scores.predicate_at(acc_order, acc_valid), None))
 
     # one hit matrix for all lists side by side, then each list's first hit
     hits = list_hits(torch.cat([entry[1] for entry in lists], 1), torch.cat([entry[2] for entry in lists], 1),

@@ -1,9 +1,13 @@
-"""MMEngine metrics registered in mmdet's ``METRICS`` registry."""
+"""MMEngine metrics registered in mmdet's ``METRICS`` registry; the evaluation metrics are built on
+:class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
+from .base import ComputeGroup, RowMetric, extra_results_of
+from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
 from .relclip import RelBLIPScore, RelCLIPScore, RelSIGLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .vlm import VLMSceneGraphMetric
 
-__all__ = ['RowAccumulator', 'SceneGraphMetric', 'SGRecall', 'SGMeanRecall', 'GroundingPr', 'RelCLIPScore',
-           'RelBLIPScore', 'RelSIGLIPScore', 'VLMSceneGraphMetric']
+__all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
+           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'RelBLIPScore', 'RelSIGLIPScore', 'VLMSceneGraphMetric',
+           'DumpSceneGraphPredictions']

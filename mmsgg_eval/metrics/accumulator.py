@@ -1,8 +1,8 @@
-"""Per-sample row tables, reduced across ranks once, with sampler-padding de-duplication (SPEC 2.6).
+"""Per-sample row tables, reduced across ranks once, with sampler-padding de-duplication.
 
-Metrics declare tables of small per-sample rows (e.g. one row per image, one row per GT relation holding
-its first-hit ranks), append rows in ``process()`` on the samples' device, and call :meth:`reduce` once in
-``evaluate()``. Every row carries the ``sample_idx`` of the sample it belongs to. MMEngine's
+Metrics (:class:`~mmsgg_eval.metrics.base.RowMetric`) declare tables of small per-sample rows (e.g. one row
+per image, one row per GT relation holding its first-hit ranks), append rows in ``process()`` on the samples'
+device, and call :meth:`reduce` once in ``evaluate()``. Every row carries the ``sample_idx`` of the sample it belongs to. MMEngine's
 ``DefaultSampler`` pads the last round with repeated samples, so one ``sample_idx`` can be processed on
 several ranks (or twice on one): :meth:`reduce` keeps, for each ``sample_idx``, only the rows of its first
 occurrence (lowest rank, then earliest ``add`` call). What crosses ranks is one length exchange and one

@@ -1,4 +1,4 @@
-"""``GroundingPr``: visual grounding accuracy for RSVGD / DIOR-RSVG and similar benchmarks (SPEC section 3).
+"""``GroundingPr``: visual grounding accuracy for RSVGD / DIOR-RSVG and similar benchmarks (``docs/metrics.md``).
 
 One sample = one (image, query) pair with exactly one GT box. The scored prediction is the highest-scoring
 box of ``pred_instances`` (the first box on ties or when there are no scores). Boxes are xyxy in ORIGINAL
@@ -19,13 +19,22 @@ comparison lies within rounding distance of the threshold are re-decided with :c
 on the exact coordinate values, so the answer never depends on rounding or on the device.
 
 Distributed. ``process()`` stores one row per sample (``sample_idx``, intersection, union, IoU, threshold
-hits) in a :class:`RowAccumulator`; ``evaluate()`` reduces once across ranks and de-duplicates the
-samples repeated by ``DefaultSampler`` padding, so every world size gives identical numbers. Sums are
-taken in ``sample_idx`` order with :func:`math.fsum` (correctly rounded, order independent).
+hits); ``evaluate()`` (:class:`~mmsgg_eval.metrics.base.RowMetric`) reduces once across ranks and
+de-duplicates the samples repeated by ``DefaultSampler`` padding, so every world size gives identical
+numbers. Sums are taken in ``sample_idx`` order with :func:`math.fsum` (correctly rounded, order
+independent).
+
+Protocols (``docs/protocols.md``): ``protocol='exact'`` (default) scores against the GT box as given (the
+XML box); ``protocol='mgvlf'`` reproduces the original RSVG (MGVLF) test loop: the GT box goes through its
+letterbox quantisation (:func:`mmsgg_eval.functional.grounding.mgvlf_gt_boxes`), predictions are clamped as
+that loop clamps them, and a hit is IoU > τ. It needs each sample's image size (``ori_shape`` or
+``width``/``height``).
 
 Edge cases: a sample without a prediction counts as IoU 0 (intersection 0, union = GT area); a sample
 without a GT box raises ``ValueError`` naming it; several GT boxes raise unless ``multiple_gt='first'``;
-a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with x2 >= x1 and y2 >= y1.
+a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with x2 >= x1 and y2 >= y1. A
+sample marked ``prediction_missing`` (no prediction given for it) counts as IoU 0 and is counted in
+``num_missing_predictions``.
 """
 import math
 import warnings
@@ -33,16 +42,16 @@ from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from mmengine.evaluator import BaseMetric
-from mmengine.logging import print_log
 from torch import Tensor
 
+from ..functional.grounding import MGVLF_IMAGE_SIZE, mgvlf_clamp_predictions, mgvlf_gt_boxes
 from ..registry import METRICS
-from ..reports import dump_metric_json, log_block
+from ..reports import dump_metric_json
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
-from .accumulator import RowAccumulator
+from .base import RowMetric, Schema, Tables, missing_flags, warn_user
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+PROTOCOLS = ('exact', 'mgvlf')
 # float64 comparisons closer than this (relative) to the threshold are re-decided exactly; the float64
 # rounding error of q*I - p*U is below 2e-15 * (q*I + p*U).
 _NEAR_TIE = 1e-10
@@ -72,12 +81,18 @@ def _to_box_tensor(value: Tensor, sample: Any, field: str) -> Tensor:
     return value.reshape(-1, 4).to(torch.float64)
 
 
-def _image_extent(sample: Any) -> Optional[float]:
-    """max(height, width) of the original image in pixels from ``ori_shape`` or ``width``/``height``."""
+def _image_size(sample: Any) -> Tuple[Any, Any]:
+    """(width, height) of the original image in pixels from ``ori_shape`` (h, w) or ``width``/``height``;
+    entries are None when the sample carries neither."""
     shape = get_field(sample, 'ori_shape')
     if shape is not None and len(shape) >= 2:
-        return float(max(shape[0], shape[1]))
-    width, height = get_field(sample, 'width'), get_field(sample, 'height')
+        return shape[1], shape[0]
+    return get_field(sample, 'width'), get_field(sample, 'height')
+
+
+def _image_extent(sample: Any) -> Optional[float]:
+    """max(height, width) of the original image in pixels, or None when unknown."""
+    width, height = _image_size(sample)
     if width is not None and height is not None:
         return float(max(width, height))
     return None
@@ -155,8 +170,11 @@ def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], met
                             dataset: str, strict: bool) -> str:
     """Per-threshold table (hits and Pr in percent) followed by meanIoU / cumIoU."""
     op = '>' if strict else '>='
+    missing = summary.get('num_missing_predictions') or 0
     lines = [f'====== {metric_name} | dataset={dataset} | samples={summary["num_samples"]} | '
-             f'without prediction={summary["num_without_prediction"]} | hit: IoU {op} threshold ======']
+             f'without prediction={summary["num_without_prediction"]}'
+             + (f' (of which {missing} not predicted at all)' if missing else '')
+             + f' | protocol={summary.get("protocol", "exact")} | hit: IoU {op} threshold ======']
     header = f'{"key":<10}  {"IoU " + op + " τ":>10}  {"hits":>8}  {"Pr (%)":>8}'
     lines += [header, '-' * len(header)]
     for name, hits in summary['hits'].items():
@@ -169,16 +187,21 @@ def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], met
 
 
 @METRICS.register_module()
-class GroundingPr(BaseMetric):
-    """Pr@τ (percent), meanIoU and cumIoU ([0, 1]) of single-box visual grounding (SPEC section 3).
+class GroundingPr(RowMetric):
+    """Pr@τ (percent), meanIoU and cumIoU ([0, 1]) of single-box visual grounding (see the module docstring).
 
     Args:
         thresholds: IoU thresholds τ, read as exact decimals (0.7 = 7/10).
-        strict: False (default, the benchmark definition): a hit is IoU >= τ; True: IoU > τ (MGVLF code).
+        strict: False: a hit is IoU >= τ (the benchmark definition); True: IoU > τ (MGVLF code). None
+            (default): False for ``protocol='exact'``, True for ``protocol='mgvlf'``.
+        protocol: 'exact' (default): the GT box as given; 'mgvlf': the GT box quantised by the original
+            RSVG test loop's letterbox and predictions clamped like it (see ``docs/protocols.md``).
+        mgvlf_size: letterbox side of the original run (its ``--size``, default 640); 'mgvlf' only.
         multiple_gt: 'error' (default): a sample with more than one GT box raises ValueError;
             'first': score against the first GT box.
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the per-sample
-            IoUs (sorted by ``sample_idx``).
+            IoUs (sorted by ``sample_idx``); main rank only.
+        report_dir: when set, ``{prefix}.metrics.json`` (the summary) is written there; main rank only.
         collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for config compatibility.
         prefix: key prefix, default ``grounding``.
 
@@ -189,12 +212,22 @@ class GroundingPr(BaseMetric):
 
     default_prefix: Optional[str] = 'grounding'
 
-    def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: bool = False,
+    def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: Optional[bool] = None,
                  multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, protocol: str = 'exact', mgvlf_size: int = MGVLF_IMAGE_SIZE,
+                 report_dir: Optional[str] = None) -> None:
         if multiple_gt not in ('error', 'first'):
             raise ValueError(f"multiple_gt must be 'error' or 'first', got {multiple_gt!r}")
-        super().__init__(collect_device=collect_device, prefix=prefix)
+        if protocol not in PROTOCOLS:
+            raise ValueError(f'protocol must be one of {PROTOCOLS}, got {protocol!r}')
+        if isinstance(mgvlf_size, bool) or not isinstance(mgvlf_size, int) or mgvlf_size < 2:
+            raise ValueError(f'mgvlf_size must be an integer >= 2 (the letterbox side in pixels), got {mgvlf_size!r}')
+        self.protocol = protocol
+        self.mgvlf_size = mgvlf_size
+        if strict is None:
+            strict = protocol == 'mgvlf'
+        super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
+                         prefix=prefix)
         self.thresholds: Tuple[Any, ...] = tuple(thresholds)
         self.exact_thresholds = tuple(as_fraction(t) for t in self.thresholds)
         for raw, t in zip(self.thresholds, self.exact_thresholds):
@@ -205,16 +238,14 @@ class GroundingPr(BaseMetric):
             raise ValueError(f'duplicate thresholds: {self.thresholds}')
         self.strict = bool(strict)
         self.multiple_gt = multiple_gt
-        self.outfile_prefix = outfile_prefix
-        num_t = len(self.thresholds)
-        self.accumulator = RowAccumulator({
-            'samples': {'inter': (torch.float64, ()), 'union': (torch.float64, ()), 'iou': (torch.float64, ()),
-                        'hits': (torch.bool, (num_t,)), 'has_pred': (torch.bool, ()),
-                        'unit_pred': (torch.bool, ()), 'large_image': (torch.bool, ())},
-        })
-        self.last_report: Optional[Dict[str, Any]] = None
 
-    # ------------------------------------------------------------------ per batch
+    def row_schema(self) -> Schema:
+        return {'samples': {'inter': (torch.float64, ()), 'union': (torch.float64, ()), 'iou': (torch.float64, ()),
+                            'hits': (torch.bool, (len(self.thresholds),)), 'has_pred': (torch.bool, ()),
+                            'unit_pred': (torch.bool, ()), 'large_image': (torch.bool, ()),
+                            'missing': (torch.bool, ())}}
+
+    # ------------------------------------------------------------------ a pool becomes rows
     def _read(self, sample: Any) -> Tuple[Optional[int], Tensor, Optional[Tensor], Optional[Tensor]]:
         """(sample_idx, GT box [4], predicted boxes [N, 4] or None, scores [N] or None), float64."""
         gt = optional(sample, 'gt_instances.bboxes')
@@ -239,13 +270,29 @@ class GroundingPr(BaseMetric):
                 if scores.numel() != boxes.shape[0]:
                     raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has {scores.numel()} '
                                      f'entries for {boxes.shape[0]} boxes')
+        if self.protocol == 'mgvlf':
+            gt, boxes = self._mgvlf_boxes(sample, gt, boxes)
         return sample_index(sample), gt[0], boxes, scores
 
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+    def _mgvlf_boxes(self, sample: Any, gt: Tensor, boxes: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """GT quantised and predictions clamped as the original MGVLF test loop does (image size needed)."""
+        width, height = _image_size(sample)
+        if width is None or height is None or not float(width) > 0 or not float(height) > 0:
+            raise ValueError(f"{sample_name(sample)}: GroundingPr(protocol='mgvlf') needs the original image size "
+                             f'(metainfo `ori_shape` (h, w) or `width`/`height`), got width={width!r}, '
+                             f'height={height!r}')
+        w = torch.full((gt.shape[0],), float(width), dtype=torch.float64)
+        h = torch.full((gt.shape[0],), float(height), dtype=torch.float64)
+        gt = mgvlf_gt_boxes(gt.cpu(), w, h, self.mgvlf_size).to(gt.device)
+        if boxes is not None and boxes.shape[0]:
+            n = boxes.shape[0]
+            boxes = mgvlf_clamp_predictions(boxes.cpu(), w[:1].expand(n), h[:1].expand(n),
+                                            self.mgvlf_size).to(boxes.device)
+        return gt, boxes
+
+    def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Select each sample's top-scoring box and store its intersection, union, IoU and hits."""
-        if not data_samples:
-            return
-        items = [self._read(s) for s in data_samples]
+        items = [self._read(s) for s in samples]
         device = items[0][1].device
         bsz = len(items)
         gt = torch.stack([it[1].to(device) for it in items])
@@ -269,30 +316,19 @@ class GroundingPr(BaseMetric):
         idx = torch.tensor([-1 if it[0] is None else it[0] for it in items], dtype=torch.long, device=device)
         if (idx < 0).any():
             self.accumulator.number_missing(idx, type(self).__name__)
-        extent = torch.tensor([_image_extent(s) or -1.0 for s in data_samples], dtype=torch.float64,
+        extent = torch.tensor([_image_extent(s) or -1.0 for s in samples], dtype=torch.float64,
                               device=device)
         # unknown image size: the GT box itself tells whether the image frame is larger than 1 pixel
         large = torch.where(extent > 0, extent > 1, (gt > 1).any(1))
         unit = has_pred & ((pred >= 0) & (pred <= 1)).all(1)
-        self.accumulator.add({'samples': {'sample_idx': idx, 'inter': stats['inter'], 'union': stats['union'],
-                                          'iou': stats['iou'], 'hits': stats['hits'], 'has_pred': has_pred,
-                                          'unit_pred': unit, 'large_image': large}})
+        return {'samples': {'sample_idx': idx, 'inter': stats['inter'], 'union': stats['union'],
+                            'iou': stats['iou'], 'hits': stats['hits'], 'has_pred': has_pred,
+                            'unit_pred': unit, 'large_image': large, 'missing': missing_flags(samples, device)}}
 
-    # ------------------------------------------------------------------ epoch end
-    def evaluate(self, size: Optional[int] = None) -> Dict[str, Any]:
-        """Reduce the rows of all ranks once, de-duplicate sampler padding and compute every key."""
-        rows = self.accumulator.reduce_to_cpu(size, type(self).__name__)['samples']  # sorted by sample_idx
-        summary = self.summarize(rows)
-        self.last_report = summary
-        keys = summary['metrics']
-        self._check_normalised(rows)
-        self._log_report(summary, keys)
-        if self.outfile_prefix:
-            self._dump(summary, rows)
-        return {f'{self.prefix}/{k}': v for k, v in keys.items()}
-
-    def summarize(self, rows: Dict[str, Tensor]) -> Dict[str, Any]:
+    # ------------------------------------------------------------------ reduced tables become keys
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         """Keys from de-duplicated rows sorted by ``sample_idx``: Pr in percent, IoUs in [0, 1]."""
+        rows = tables['samples']
         num = int(rows['sample_idx'].numel())
         hits = [int(h) for h in rows['hits'].sum(0).tolist()] if num else [0] * len(self.threshold_keys)
         m: Dict[str, float] = {}
@@ -304,8 +340,13 @@ class GroundingPr(BaseMetric):
         m['meanIoU'] = math.fsum(rows['iou'].tolist()) / num if num else float('nan')
         m['cumIoU'] = math.fsum(rows['inter'].tolist()) / sum_union if sum_union > 0 else \
             (0.0 if num else float('nan'))
+        self._check_normalised(rows)
         return {'metrics': m, 'hits': dict(zip(self.threshold_keys, hits)), 'num_samples': num,
-                'num_without_prediction': int((~rows['has_pred']).sum()), 'strict': self.strict}
+                'num_without_prediction': int((~rows['has_pred']).sum()),
+                'num_missing_predictions': int(rows['missing'].sum()), 'strict': self.strict,
+                'protocol': self.protocol,
+                'per_sample': {'sample_idx': rows['sample_idx'].tolist(), 'iou': rows['iou'].tolist(),
+                               'has_prediction': rows['has_pred'].tolist()}}
 
     def _check_normalised(self, rows: Dict[str, Tensor]) -> None:
         """Warn once when every scored prediction lies in [0, 1] while the images are larger."""
@@ -313,26 +354,18 @@ class GroundingPr(BaseMetric):
         if not bool(has_pred.any()):
             return
         if bool((rows['unit_pred'] & rows['large_image'])[has_pred].all()):
-            msg = (f'{type(self).__name__}: every predicted box coordinate lies in [0, 1] while the images are '
-                   f'larger than 1 pixel: the predictions look NORMALISED, but boxes must be in original image '
-                   f'pixels (xyxy). Multiply by the image width/height (e.g. mmdet rescale=True) before '
-                   f'evaluation; the numbers below are not meaningful.')
-            warnings.warn(msg, UserWarning)
-            print_log(msg, logger='current', level=30)
+            warn_user(f'{type(self).__name__}: every predicted box coordinate lies in [0, 1] while the images '
+                      f'are larger than 1 pixel: the predictions look NORMALISED, but boxes must be in original '
+                      f'image pixels (xyxy). Multiply by the image width/height (e.g. mmdet rescale=True) before '
+                      f'evaluation; the numbers below are not meaningful.')
 
-    def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        meta = self.dataset_meta or {}
-        text = format_grounding_report(summary, keys, type(self).__name__,
-                                       str(meta.get('dataset_name', 'unknown dataset')), self.strict)
-        self.last_report['text'] = text
-        log_block(text)
+    # ------------------------------------------------------------------ reporting
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
+        return format_grounding_report(summary, keys, type(self).__name__,
+                                       str(self._meta('dataset_name', 'unknown dataset')), self.strict)
 
-    def _dump(self, summary: Dict[str, Any], rows: Dict[str, Tensor]) -> None:
-        dump_metric_json(self.outfile_prefix, self.prefix, {
-            'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict,
+    def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
+        return dump_metric_json(self.outfile_prefix, self.file_stem(), {
+            'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict, 'protocol': self.protocol,
             'num_samples': summary['num_samples'], 'num_without_prediction': summary['num_without_prediction'],
-            'per_sample': {'sample_idx': rows['sample_idx'].tolist(), 'iou': rows['iou'].tolist(),
-                           'has_prediction': rows['has_pred'].tolist()}})
-
-    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
-        raise NotImplementedError('GroundingPr reduces row tables in evaluate()')
+            'num_missing_predictions': summary['num_missing_predictions'], 'per_sample': summary['per_sample']})

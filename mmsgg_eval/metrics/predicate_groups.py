@@ -1,4 +1,4 @@
-"""Head / body / tail predicate groups for mR@K_head/_body/_tail (SPEC 2.4)."""
+"""Head / body / tail predicate groups for mR@K_head/_body/_tail (``docs/metrics.md``)."""
 from typing import Dict, List, Optional, Sequence
 
 # BGNN / PySGG split of the VG150 predicates.

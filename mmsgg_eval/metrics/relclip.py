@@ -1,5 +1,5 @@
 """``RelCLIPScore`` (and ``RelBLIPScore`` / ``RelSIGLIPScore``): reference-free relation metrics with an
-image-text model (README, "Other metrics").
+image-text model (``docs/metrics.md``; README, "Other metrics").
 
 Per image (boxes xyxy in ORIGINAL image pixels):
 
@@ -38,7 +38,7 @@ Texts (``text_source``):
     is only used for ``Precision``; without it a predicate word counts as the dataset predicate of the same
     normalised name;
   - raw VLM answers (``pred_text`` / ``pred_graph`` / ``vlm_result`` as for ``VLMSceneGraphMetric``, parsed
-    with the ``vlm`` options): :func:`mmsgg_eval.vlm.to_data_sample` keeps every object and relation in the
+    with the ``vlm`` options): :func:`mmsgg_eval.io.vlm.to_data_sample` keeps every object and relation in the
     model's words under ``open_vocab`` (the same contract), objects whose class is not a dataset class
     included.
 
@@ -60,24 +60,22 @@ boxes (and in PredCls the GT labels) exactly as ``SGRecall`` does; predicted obj
 (no IoU matching, so duplicate GT boxes stay distinct objects).
 
 Distributed: each ``process()`` stores one row per image (m, k and the sums of s and of the Ref scores) and one
-row per counted relation in a :class:`RowAccumulator`; ``evaluate()`` reduces once and de-duplicates sampler
-padding by ``sample_idx``.
+row per counted relation (table ``relations``: s, Ref score, precision hit, size ratio, distance);
+``evaluate()`` (:class:`~mmsgg_eval.metrics.base.RowMetric`) reduces once and de-duplicates sampler padding by
+``sample_idx``.
 """
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
-from mmengine.evaluator import BaseMetric
-from mmengine.logging import print_log
 from torch import Tensor
 
 from ..encoders import RelationScorer
 from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name, to_tensor
-from ..vlm import normalize_name, to_data_sample
-from .accumulator import RowAccumulator
+from ..io.vlm import normalize_name, to_data_sample
+from .base import RowMetric, Schema, Tables, warn_user
 
 RELCLIP_MODES = ('predcls', 'sgcls', 'sgdet')
 TEXT_SOURCES = ('auto', 'open', 'closed')
@@ -140,7 +138,7 @@ def region_quantities(sub_boxes: Tensor, obj_boxes: Tensor, image_wh: Tensor) ->
 
 
 @METRICS.register_module()
-class RelCLIPScore(BaseMetric):
+class RelCLIPScore(RowMetric):
     """RelCLIPScore / CLIPScore / RefRelCLIPScore of predicted relations, in percent (see module docstring).
 
     Args:
@@ -166,6 +164,8 @@ class RelCLIPScore(BaseMetric):
         backend_args: MMEngine file backend arguments for reading ``img_path``.
         collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for MMEngine.
         prefix: key prefix (default 'relclip').
+        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and counts (main rank).
+        report_dir: when set, ``{prefix}.metrics.json`` (the summary) is written there (main rank).
     """
     default_prefix: Optional[str] = 'relclip'
     #: the "CLIP" of the key names (RelCLIPScore, CLIPScore, RefRelCLIPScore)
@@ -179,8 +179,10 @@ class RelCLIPScore(BaseMetric):
                  text_source: str = 'auto', vlm: Optional[dict] = None, region_breakdown: bool = False,
                  ratio_thr: float = 0.2, distance_thr: float = 0.2,
                  backend_args: Optional[dict] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
-        super().__init__(collect_device=collect_device, prefix=prefix)
+                 prefix: Optional[str] = None, outfile_prefix: Optional[str] = None,
+                 report_dir: Optional[str] = None) -> None:
+        super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
+                         prefix=prefix)
         if mode not in RELCLIP_MODES:
             raise ValueError(f'{type(self).__name__} mode must be one of {RELCLIP_MODES}, got {mode!r}')
         if rank not in ('score', 'given'):
@@ -219,13 +221,16 @@ class RelCLIPScore(BaseMetric):
         self.ratio_thr = float(ratio_thr)
         self.distance_thr = float(distance_thr)
         self.backend_args = backend_args
-        self.accumulator = RowAccumulator({
-            'images': {'num_objects': (torch.int32, ()), 'num_counted': (torch.int32, ()),
-                       'sum_score': (torch.float64, ()), 'num_ref': (torch.int32, ()), 'sum_ref': (torch.float64, ())},
-            'relations': {'score': (torch.float64, ()), 'has_ref': (torch.bool, ()), 'ref': (torch.float64, ()),
-                          'hit': (torch.bool, ()), 'ratio': (torch.float32, ()), 'distance': (torch.float32, ())}})
         self._warned_shape = False
-        self.last_report: Optional[Dict[str, Any]] = None
+
+    def row_schema(self) -> Schema:
+        """One row per image (``images``) and one per counted relation (``relations``)."""
+        return {'images': {'num_objects': (torch.int32, ()), 'num_counted': (torch.int32, ()),
+                           'sum_score': (torch.float64, ()), 'num_ref': (torch.int32, ()),
+                           'sum_ref': (torch.float64, ())},
+                'relations': {'score': (torch.float64, ()), 'has_ref': (torch.bool, ()), 'ref': (torch.float64, ()),
+                              'hit': (torch.bool, ()), 'ratio': (torch.float32, ()),
+                              'distance': (torch.float32, ())}}
 
     # ------------------------------------------------------------------ dataset facts and texts
     def _names(self, key: str) -> List[str]:
@@ -385,11 +390,9 @@ class RelCLIPScore(BaseMetric):
         counted = ok & ~dup
         return counted, order, batch.gc_predicate_at(order, valid), gt_sub, gt_obj
 
-    # ------------------------------------------------------------------ per batch
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """Score the counted relations of one batch; keep one row per image and one per counted relation."""
-        if not data_samples:
-            return
+    # ------------------------------------------------------------------ a pool becomes rows
+    def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
+        """Score the counted relations of one pool; one row per image and one per counted relation."""
         classes, predicates = self._names('classes'), self._names('predicates')
         predicate_index = {normalize_name(p): i for i, p in reversed(list(enumerate(predicates)))}
         prepared = [self._prepare(s, predicate_index) for s in data_samples]
@@ -438,10 +441,10 @@ class RelCLIPScore(BaseMetric):
                                                 image_wh[image_of])
             relations.update(score=s, has_ref=ref_ok, ref=torch.where(ref_ok, ref, torch.zeros_like(ref)),
                              hit=hit & ref_ok, ratio=ratio, distance=distance)
-        self.accumulator.add({
+        return {
             'images': {'sample_idx': batch.sample_idx, 'num_objects': num_objects, 'num_counted': counted.sum(1),
                        'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums},
-            'relations': relations})
+            'relations': relations}
 
     def _load_images(self, samples: Sequence[Any], image_of: Tensor) -> Tuple[List[Tensor], Tensor, Tensor]:
         """Decode each needed image once (uint8 on the batch device). Returns the images, the per-sample box
@@ -495,16 +498,16 @@ class RelCLIPScore(BaseMetric):
         b = torch.where(has_ref, best.clamp(min=0), b)
         return has_ref, b, hit
 
-    # ------------------------------------------------------------------ epoch end
+    # ------------------------------------------------------------------ reduced tables become keys
     def key_names(self) -> Tuple[str, str, str]:
         """(penalised, plain, Ref) key names, e.g. ('RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore')."""
         n = self.score_name
         return f'Rel{n}Score', f'{n}Score', f'RefRel{n}Score'
 
-    def summarize(self, images: Dict[str, Tensor],
-                  relations: Optional[Dict[str, Tensor]] = None) -> Dict[str, Any]:
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         """Dataset keys (percent) from de-duplicated per-image rows (summed in ``sample_idx`` order, so the
         result does not depend on the world size) and, for the region breakdown, per-relation rows."""
+        images, relations = tables['images'], tables.get('relations')
         order = torch.argsort(images['sample_idx'])
         images = {name: col[order] for name, col in images.items()}
         evaluated = images['num_objects'] >= 2
@@ -523,6 +526,8 @@ class RelCLIPScore(BaseMetric):
         metrics = {rel_key: mean(rel), plain_key: mean(mean_s), ref_key: mean(ref)}
         if self.region_breakdown:
             metrics.update(self.region_keys(relations))
+        if n == 0:
+            warn_user(f'{type(self).__name__}: no image with >= 2 GT objects was evaluated; all keys are 0')
         return {'metrics': metrics, 'num_images': n, 'num_samples': int(images['sample_idx'].numel()),
                 'num_relations': int(k.sum()), 'num_ref_relations': int(num_ref.sum()),
                 'mean_relations_per_image': float(k.mean()) if n else 0.0}
@@ -549,26 +554,14 @@ class RelCLIPScore(BaseMetric):
             out[f'Precision@{name}'] = pct(hit, g & has_ref)
         return out
 
-    def evaluate(self, size: int) -> Dict[str, float]:
-        tables = self.accumulator.reduce_to_cpu(size, type(self).__name__)
-        summary = self.summarize(tables['images'], tables.get('relations'))
-        self.last_report = summary
-        name = type(self).__name__
-        if summary['num_images'] == 0:
-            print_log(f'{name}: no image with >= 2 GT objects was evaluated; all keys are 0', logger='current',
-                      level=30)
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         m = summary['metrics']
         rel_key, plain_key, ref_key = self.key_names()
-        print_log(f"{name} ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
-                  f"{type(self.encoder).__name__}): {summary['num_images']} images, "
-                  f"{summary['num_relations']} relations (mean k {summary['mean_relations_per_image']:.2f}), "
-                  f"{rel_key} {m[rel_key]:.2f}, {plain_key} {m[plain_key]:.2f}, "
-                  f"{ref_key} {m[ref_key]:.2f} ({summary['num_ref_relations']} relations)",
-                  logger='current')
-        return {f'{self.prefix}/{key}': value for key, value in m.items()}
-
-    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
-        raise NotImplementedError(f'{type(self).__name__} reduces row tables in evaluate()')
+        return (f"{type(self).__name__} ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
+                f"{type(self.encoder).__name__}): {summary['num_images']} images, "
+                f"{summary['num_relations']} relations (mean k {summary['mean_relations_per_image']:.2f}), "
+                f"{rel_key} {m[rel_key]:.2f}, {plain_key} {m[plain_key]:.2f}, "
+                f"{ref_key} {m[ref_key]:.2f} ({summary['num_ref_relations']} relations)")
 
 
 @METRICS.register_module()

@@ -1,32 +1,37 @@
-"""``SGRecall`` and ``SGMeanRecall``: the legacy VG150/GQA200/PSG scene-graph protocol (SPEC section 2).
+"""``SGRecall`` and ``SGMeanRecall``: the legacy VG150/GQA200/PSG scene-graph protocol (definitions and
+conventions: ``docs/metrics.md``).
 
-Each ``process()`` call validates its batch, ranks and matches it on the samples' device
-(:mod:`mmsgg_eval.functional`), and stores a few integers per GT relation (its first-hit rank in each
-ranked list). ``evaluate()`` reduces those rows across ranks once, removes sampler padding by
-``sample_idx`` and derives every key for every K. Values are percentages.
+Both are presets of one :class:`SceneGraphMetric`: they compute the same rows and the same summary and
+differ only in the keys they return. Each pool of samples is validated, ranked and matched on the samples'
+device (:mod:`mmsgg_eval.functional`) into a few integers per GT relation (its first-hit rank in each
+ranked list); ``evaluate()`` reduces those rows across ranks once, removes sampler padding by
+``sample_idx`` and derives every key for every K (:class:`~mmsgg_eval.metrics.base.RowMetric`). Values are
+percentages. An ``SGRecall`` and an ``SGMeanRecall`` with the same settings in one evaluator share that work
+through a :class:`~mmsgg_eval.metrics.base.ComputeGroup`: the second ranks nothing and sends nothing.
 """
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Union
 
 import torch
-from mmengine.evaluator import BaseMetric
 from torch import Tensor
 
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..registry import METRICS
-from ..structures import MODES, collate_scene_graphs, get_field, sample_index
+from ..structures import MODES, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
-from ..reports import dump_metric_json, format_scene_graph_report, log_block, write_scene_graph_reports
-from .accumulator import RowAccumulator, same_objects
+from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
+from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
 from .predicate_groups import resolve_groups
 
-# rows of the last processed batch, and the last epoch summary, shared by SGRecall / SGMeanRecall with
-# identical settings in one evaluator (they see the same batches)
-_LAST_ROWS: Dict[str, Any] = {}
-_LAST_SUMMARY: Dict[str, Any] = {}
-
-
 POOL_SCORE_ROWS = 1 << 18  # predicted pairs (score rows) a pool may hold: ~53 MB of 51-column float32 scores
+
+
+def exact_tensor_key(t: Optional[Tensor]) -> Optional[tuple]:
+    """A hashable key equal for two tensors exactly when ``torch.equal`` holds (same dtype): the contents."""
+    if t is None:
+        return None
+    t = t.detach().cpu().contiguous()
+    return (str(t.dtype), tuple(t.shape), t.numpy().tobytes())
 
 
 def _score_rows(sample: Any) -> int:
@@ -36,24 +41,31 @@ def _score_rows(sample: Any) -> int:
     return int(shape[0]) if shape else 0
 
 
-def _first_occurrences(samples: List[Any]) -> List[Any]:
-    """``samples`` without repeated ``sample_idx`` (samples without one are all kept)."""
-    seen, keep = set(), []
-    for sample in samples:
-        idx = sample_index(sample)
-        if idx is None or idx not in seen:
-            keep.append(sample)
-            if idx is not None:
-                seen.add(idx)
-    return keep if len(keep) < len(samples) else samples
+def _as_unpredicted(sample: Any, num_predicates: int) -> Any:
+    """A sample marked ``prediction_missing`` with an explicitly empty prediction that every mode reads
+    (objects on the GT, no predicted pair): its GT relations are all missed. Data elements pass unchanged."""
+    if not isinstance(sample, dict):
+        return sample
+    labels = get_field(get_field(sample, 'gt_instances'), 'labels')
+    boxes = get_field(get_field(sample, 'gt_instances'), 'bboxes')
+    if labels is None or boxes is None:
+        return sample  # the reader names the missing GT field
+    device = getattr(labels, 'device', torch.device('cpu'))
+    out = dict(sample)
+    out['pred_instances'] = {'bboxes': boxes, 'labels': labels, 'scores': torch.ones(len(labels), device=device)}
+    out['pred_relations'] = {'pair_idxs': torch.zeros((0, 2), dtype=torch.long, device=device),
+                             'scores': torch.zeros((0, num_predicates + 1), device=device)}
+    out.pop('pred_mode', None)
+    return out
 
 
-class SceneGraphMetric(BaseMetric):
+class SceneGraphMetric(RowMetric):
     """Shared machinery of :class:`SGRecall` and :class:`SGMeanRecall`.
 
     Args:
         mode: 'predcls' | 'sgcls' | 'sgdet' | 'phrdet'. PredCls replaces predicted boxes/labels by the GT and
-            object scores by 1; SGCls uses GT boxes with predicted labels/scores; PhrDet matches union boxes.
+            object scores by 1; SGCls uses the model's boxes (GT boxes only when it gives none) with its
+            labels/scores, as the legacy evaluator; PhrDet matches union boxes.
         topk: the K of R@K.
         iou_thr: IoU threshold, compared with ``>=``.
         iou_plus_one: legacy +1-pixel IoU; None = ``dataset_meta['iou_plus_one']`` (VG150/GQA200: True),
@@ -61,6 +73,7 @@ class SceneGraphMetric(BaseMetric):
         ng_topk: length of the no-graph-constraint list.
         rank: 'score' (stable sort by predicate prob x subject score x object score) or 'given'.
         skip_empty_predictions: images without predicted pairs are skipped (legacy) or count as recall 0.
+            An image marked ``prediction_missing`` (the user gave no prediction for it) is never skipped.
         mr_average: 'all' (sum over all P predicates / P, legacy) or 'present'.
         recall_average: 'image' (mean of per-image recalls, legacy) or 'micro' (sum of hits / sum of GT).
         match: 'box' or 'mask' (PSG; needs ``gt_instances.masks`` / ``pred_instances.masks``).
@@ -69,18 +82,22 @@ class SceneGraphMetric(BaseMetric):
             ``dataset_meta['train_triplets']`` (evaluated GT triplets unseen in training), else no zR.
         predicate_groups: {group: [predicate names]}; None = VG150 preset for VG150, else thirds by
             training frequency (``dataset_meta['predicate_counts']``).
-        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives all keys and per-predicate
-            recalls.
+        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.{file_tag}.json`` (``file_tag`` 'recall' for
+            SGRecall, 'mean_recall' for SGMeanRecall) receives the keys and per-predicate recalls.
         report_dir: when set, ``{prefix}.metrics.json``, ``{prefix}.per_predicate.png`` (long-tail bar chart)
-            and ``{prefix}.tables.md`` are written there (tools/test.py sets it to the work dir).
+            and ``{prefix}.tables.md`` are written there, once per evaluator (tools/test.py sets it to the work
+            dir). They hold every key, so SGRecall and SGMeanRecall with equal settings write them once.
         pool_samples: samples pooled across ``process()`` calls and ranked as one batch (1 = each call on
             its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
             all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
+        strict_counts: PredCls/SGCls images whose predicted object list is shorter or longer than the GT are
+            evaluated as the legacy evaluator does, with one warning per evaluation (False), or refused (True).
     """
 
     default_prefix: Optional[str] = None
     report_keys: Sequence[str] = ()
+    _reports_per_predicate = False
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = 0.5,
                  iou_plus_one: Optional[bool] = None, ng_topk: int = 100, rank: str = 'score',
@@ -89,7 +106,7 @@ class SceneGraphMetric(BaseMetric):
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
+                 prefix: Optional[str] = None, strict_counts: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
         for name, value, allowed in (('rank', rank, ('score', 'given')), ('mr_average', mr_average, ('all', 'present')),
@@ -102,9 +119,8 @@ class SceneGraphMetric(BaseMetric):
         topk = tuple(int(k) for k in topk)
         if not topk or min(topk) < 1:
             raise ValueError(f'topk must be positive integers, got {topk}')
-        if int(pool_samples) < 1:
-            raise ValueError(f'pool_samples must be >= 1, got {pool_samples}')
-        super().__init__(collect_device=collect_device, prefix=prefix or mode)
+        super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, pool_samples=pool_samples,
+                         collect_device=collect_device, prefix=prefix or mode)
         self.mode = mode
         self.topk = topk
         self.iou_thr = float(iou_thr)
@@ -117,27 +133,42 @@ class SceneGraphMetric(BaseMetric):
         self.match = match
         self.user_zeroshot = as_zeroshot_triplets(zeroshot_triplets)
         self.user_groups = predicate_groups
-        self.outfile_prefix = outfile_prefix
-        self.report_dir = report_dir
-        self.pool_samples = int(pool_samples)
-        self._pending: List[Any] = []
-        self._pending_rows = 0
+        self.object_counts = ObjectCounts(strict=strict_counts)
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
+        self._zs_meta: Any = None
+        self._zs_codes: Optional[Tensor] = None
+        self._zs_cache: Dict[str, Optional[Tensor]] = {}
+
+    # ------------------------------------------------------------------ rows and sharing
+    def row_schema(self) -> Schema:
         rank_dtype = torch.int16 if self._rank_cap == RANK_CAP_INT16 else torch.int32
-        self.accumulator = RowAccumulator({
-            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ())},
+        return {
+            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ())},
             'relations': {'predicate': (torch.int16, ()), 'triplet': (torch.int32, ()),
                           'zeroshot': (torch.bool, ()), 'rank_gc': (rank_dtype, ()),
                           'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
-        })
-        self.last_report: Optional[Dict[str, Any]] = None
+        }
+
+    def compute_key(self) -> Hashable:
+        """Every setting the rows depend on, exactly (zero-shot codes by content, class and predicate names,
+        and ``pool_samples``, so that members of a group pool identically on every rank)."""
+        return ('scene_graph', self.mode, self._rank_cap, max(self.topk), self.ng_topk, self.iou_thr,
+                self.plus_one, self.rank, self.match, tuple(self.classes), tuple(self.predicates),
+                exact_tensor_key(self._zeroshot_codes(torch.device('cpu'))), self.pool_samples)
+
+    def summary_key(self) -> Hashable:
+        """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
+        return (self.topk, self.skip_empty_predictions, self.mr_average, self.recall_average,
+                exact_tensor_key(self.user_zeroshot), repr(self.user_groups))
+
+    def pool_weight(self, samples: Sequence[Any]) -> int:
+        return sum(_score_rows(s) for s in samples)
+
+    def pool_capacity(self) -> Optional[int]:
+        return POOL_SCORE_ROWS
 
     # ------------------------------------------------------------------ dataset facts
-    def _meta(self, key: str, default: Any = None) -> Any:
-        meta = self.dataset_meta or {}
-        return meta.get(key, default)
-
     @property
     def classes(self) -> List[str]:
         classes = self._meta('classes')
@@ -153,10 +184,12 @@ class SceneGraphMetric(BaseMetric):
             raise ValueError(f'{type(self).__name__}: dataset_meta has no `predicates`')
         return list(predicates)
 
-    def _require_meta(self) -> None:
+    def before_epoch(self) -> None:
+        """A missing ``dataset_meta`` fails at the first ``process()``, not at the first pool."""
         for key in ('classes', 'predicates'):
             if self._meta(key) is None:
                 getattr(self, key)  # raises the explanatory error
+        super().before_epoch()
 
     @property
     def plus_one(self) -> bool:
@@ -165,70 +198,34 @@ class SceneGraphMetric(BaseMetric):
         return bool(self._meta('iou_plus_one', False))
 
     def _zeroshot_codes(self, device: torch.device) -> Optional[Tensor]:
-        """Sorted integer codes of the given zero-shot triplets (cached per dataset_meta), or None."""
-        meta_zs = self._meta('zeroshot_triplets')
-        cache_key = (id(self._dataset_meta), str(device))
-        if getattr(self, '_zs_cache_key', None) != cache_key:
+        """Sorted integer codes of the given zero-shot triplets (cached per dataset_meta object), or None."""
+        if self._zs_meta is not self.dataset_meta or not self._zs_cache:
             triplets = self.user_zeroshot
+            meta_zs = self._meta('zeroshot_triplets')
             if triplets is None and meta_zs is not None:
                 triplets = as_zeroshot_triplets(meta_zs)
             codes = None
             if triplets is not None:
                 codes = torch.sort(triplet_keys(triplets[:, 0], triplets[:, 1], triplets[:, 2], len(self.classes),
-                                                len(self.predicates))).values.to(device)
-            self._zs_cache_key, self._zs_codes = cache_key, codes
-        return self._zs_codes
+                                                len(self.predicates))).values
+            self._zs_meta, self._zs_codes, self._zs_cache = self.dataset_meta, codes, {'cpu': codes}
+        where = str(device)
+        if where not in self._zs_cache:
+            self._zs_cache[where] = None if self._zs_codes is None else self._zs_codes.to(device)
+        return self._zs_cache[where]
 
-    # ------------------------------------------------------------------ per batch
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """Pool the samples; every ``pool_samples`` samples, rank and match them as one batch and store
-        per-GT-relation first-hit ranks (no predictions are kept once a pool is processed).
-
-        Pooling makes the speed independent of the dataloader's batch size (mmdet tests with batches of 1).
-        Pooled samples are referenced, not copied: do not modify them in place after ``process()``. A bad
-        sample raises when its pool is processed (at the latest in ``evaluate()``), naming the sample.
-        """
-        self._require_meta()  # a missing dataset_meta fails at once, not at the first pool
-        self._pending.extend(data_samples)
-        self._pending_rows += sum(_score_rows(s) for s in data_samples)
-        if len(self._pending) >= self.pool_samples or self._pending_rows >= POOL_SCORE_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        """Rank and match the pooled samples now.
-
-        When SGRecall and SGMeanRecall with the same settings pool the same sample objects (one evaluator),
-        the second reuses the rows of the first instead of ranking and matching again. A sample_idx repeated
-        within the pool (sampler padding) is processed once: the first occurrence counts (SPEC 2.6).
-        """
-        samples, self._pending, self._pending_rows = self._pending, [], 0
-        if not samples:
-            return
-        samples = _first_occurrences(samples)
-        key = self._rows_key()
-        if _LAST_ROWS.get('key') == key and same_objects(_LAST_ROWS.get('samples'), samples):
-            rows = _LAST_ROWS['rows']
-        else:
-            rows = self._compute_rows(samples)
-            _LAST_ROWS.update(key=key, samples=samples, rows=rows)
-        self.accumulator.add(rows)
-
-    def _rows_key(self) -> tuple:
-        zs = self._zeroshot_codes(torch.device('cpu'))
-        zs_key = None if zs is None else (zs.numel(), int(zs.sum()))
-        return (self.mode, self._rank_cap, max(self.topk), self.ng_topk, self.iou_thr, self.plus_one, self.rank,
-                self.match, len(self.classes), len(self.predicates), zs_key)
-
-    def _summary_key(self, size: int) -> tuple:
-        """Everything :meth:`summarize` depends on besides the rows."""
-        return (type(self).__mro__[1], size, self.mode, self.topk, self.skip_empty_predictions, self.mr_average,
-                self.recall_average, repr(self.user_zeroshot is None or self.user_zeroshot.tolist()),
-                repr(self.user_groups), id(self._dataset_meta))
-
-    def _compute_rows(self, data_samples: Sequence[Any]) -> Dict[str, Dict[str, Tensor]]:
+    # ------------------------------------------------------------------ a pool becomes rows
+    def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
+        """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
+        missing; per GT relation its predicate, triplet code, zero-shot flag and first-hit ranks. A
+        ``sample_idx`` repeated within the pool (sampler padding) is processed once: the first counts."""
+        samples = first_occurrences(samples)
         classes, predicates = self.classes, self.predicates
-        batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates),
-                                     with_masks=self.match == 'mask')
+        missing = [prediction_missing(s) for s in samples]
+        if any(missing):
+            samples = [_as_unpredicted(s, len(predicates)) if m else s for s, m in zip(samples, missing)]
+        batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates),
+                                     with_masks=self.match == 'mask', counts=self.object_counts)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
@@ -249,62 +246,57 @@ class SceneGraphMetric(BaseMetric):
             zeroshot = torch.zeros_like(codes, dtype=torch.bool)
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         return {
-            'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds},
+            'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
+                       'missing': torch.tensor(missing, dtype=torch.bool, device=batch.device)},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': pred, 'triplet': codes,
                           'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid].clamp(max=self._rank_cap),
                           'rank_ngc': ranks['ngc'][valid].clamp(max=self._rank_cap),
                           'rank_pair': pair_rank[valid].clamp(max=self._rank_cap)},
         }
 
-    # ------------------------------------------------------------------ epoch end
-    def evaluate(self, size: int) -> Dict[str, Any]:
+    # ------------------------------------------------------------------ reduced tables become keys
+    def evaluate(self, size: int) -> Dict[str, float]:
+        """As :meth:`RowMetric.evaluate`, after one warning about object lists whose length differs from the
+        GT (PredCls/SGCls, evaluated as the legacy code does unless ``strict_counts``)."""
         self.flush()
-        key = self._summary_key(size)
-        if _LAST_SUMMARY.get('key') == key and self.accumulator.holds_same_rows(_LAST_SUMMARY.get('sources')):
-            # SGRecall + SGMeanRecall in one evaluator: same rows on every rank, so the same reduced tables
-            summary = dict(_LAST_SUMMARY['summary'])
-            self.accumulator.reset()
-        else:
-            sources = self.accumulator.sources
-            tables = self.accumulator.reduce_to_cpu(size, type(self).__name__)
-            summary = self.summarize(tables)
-            _LAST_SUMMARY.update(key=key, sources=sources, summary=dict(summary))
-        _LAST_ROWS.clear()
-        self.last_report = summary
-        keys = {k: v for k, v in summary['metrics'].items() if self._wanted(k)}
-        metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
-        if self._reports_per_predicate:
-            metrics[f'{self.prefix}/per_predicate_recall'] = summary['per_predicate']
-        self._log_report(summary, keys)
-        from mmengine.dist import is_main_process
-        if is_main_process():
-            if self.outfile_prefix:
-                self._dump(summary, keys)
-            if self.report_dir:
-                        summary['report_files'] = write_scene_graph_reports(
-                    summary, self.report_dir, self.prefix, self.topk,
-                    self._meta('dataset_name', 'unknown dataset'), self.mode)
-        return metrics
+        self.object_counts.warn(self.mode)
+        return super().evaluate(size)
 
-    _reports_per_predicate = False
+    def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
+        return {k: v for k, v in summary['metrics'].items() if k.split('@')[0] in self.report_keys}
 
-    def _wanted(self, key: str) -> bool:
-        return key.split('@')[0] in self.report_keys
+    def _evaluated_images(self, images: Dict[str, Tensor]) -> Tensor:
+        """[N] bool: images that count. Images without GT relations never count; with
+        ``skip_empty_predictions`` images without predicted pairs are skipped (legacy), except those whose
+        prediction is missing (the user did not predict them: they count as recall 0)."""
+        evaluated = images['num_gt'] > 0
+        if self.skip_empty_predictions:
+            evaluated &= (images['num_pred'] > 0) | images['missing']
+        if not bool(evaluated.any()):
+            num = int(images['sample_idx'].numel())
+            no_gt = int((images['num_gt'] == 0).sum())
+            reason = f'{no_gt} without GT relations'
+            if self.skip_empty_predictions:
+                reason += (f', {int(((images["num_gt"] > 0) & (images["num_pred"] == 0)).sum())} without any '
+                           f'predicted pair (skipped: skip_empty_predictions=True)')
+            warn_user(f'{type(self).__name__} ({self.prefix}): no image was evaluated ({num} samples: {reason}); '
+                  f'every recall is 0')
+        return evaluated
 
-    def summarize(self, tables: Dict[str, Dict[str, Tensor]]) -> Dict[str, Any]:
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         """All keys (percent) and the per-predicate table from de-duplicated row tables."""
         images, rels = tables['images'], tables['relations']
         num_pred_classes = len(self.predicates)
-        evaluated = images['num_gt'] > 0
-        if self.skip_empty_predictions:
-            evaluated &= images['num_pred'] > 0
-        eval_idx = images['sample_idx'][evaluated]
+        eval_idx = images['sample_idx'][self._evaluated_images(images)]
         num_images = int(eval_idx.numel())
-        sorted_idx, order = torch.sort(eval_idx)
-        pos = torch.searchsorted(sorted_idx, rels['sample_idx']).clamp(max=max(num_images - 1, 0))
-        keep = (sorted_idx[pos] == rels['sample_idx']) if num_images else torch.zeros_like(rels['sample_idx'],
-                                                                                               dtype=torch.bool)
-        image_of = order[pos][keep]
+        if num_images:
+            sorted_idx, order = torch.sort(eval_idx)
+            pos = torch.searchsorted(sorted_idx, rels['sample_idx']).clamp(max=num_images - 1)
+            keep = sorted_idx[pos] == rels['sample_idx']
+            image_of = order[pos][keep]
+        else:
+            keep = torch.zeros_like(rels['sample_idx'], dtype=torch.bool)
+            image_of = torch.zeros(0, dtype=torch.long)
         rel = {n: c[keep] for n, c in rels.items()}
         ks = self.topk
         m: Dict[str, float] = {}
@@ -339,10 +331,9 @@ class SceneGraphMetric(BaseMetric):
             put('zR', recall_from_ranks(rank_gc, image_of, num_images, ks, rel_mask=zs_mask, average=avg))
             put('ngzR', recall_from_ranks(rank_ngc, image_of, num_images, ks, rel_mask=zs_mask, average=avg))
         if self.mode in ('predcls', 'sgcls'):
-            hits = torch.stack([(rel['rank_pair'].long() < k).sum() for k in ks]).double() if ks else None
             total = float(rel['predicate'].numel())
-            for k, h in zip(ks, hits.tolist()):
-                m[f'A@{k}'] = 100.0 * h / total if total else 0.0
+            for k in ks:
+                m[f'A@{k}'] = 100.0 * float((rel['rank_pair'].long() < k).sum()) / total if total else 0.0
 
         pred = rel['predicate'].long()
         per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_pred_classes, ks, avg)
@@ -357,8 +348,7 @@ class SceneGraphMetric(BaseMetric):
             return values[:, idx].sum(1) / idx.numel()
 
         everyone = range(num_pred_classes)
-        mr = mean_over(per_pred, everyone)
-        put('mR', mr)
+        put('mR', mean_over(per_pred, everyone))
         put('ngmR', mean_over(ng_per_pred, everyone))
         groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
         for name, members in groups.items():
@@ -380,32 +370,48 @@ class SceneGraphMetric(BaseMetric):
             per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
         return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
+                'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()}}
 
     # ------------------------------------------------------------------ reporting
-    def _log_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        log_block(format_scene_graph_report(summary, keys, mode=self.mode,
-                                            dataset=self._meta('dataset_name', 'unknown dataset'),
-                                            metric_name=type(self).__name__, ks=self.topk,
-                                            with_per_predicate=self._reports_per_predicate))
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
+        return format_scene_graph_report(summary, keys, mode=self.mode,
+                                         dataset=self._meta('dataset_name', 'unknown dataset'),
+                                         metric_name=type(self).__name__, ks=self.topk,
+                                         with_per_predicate=self._reports_per_predicate)
 
-    def _dump(self, summary: Dict[str, Any], keys: Dict[str, float]) -> None:
-        dump_metric_json(self.outfile_prefix, self.prefix, {
+    def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
+        return dump_metric_json(self.outfile_prefix, self.file_stem(), {
             'mode': self.mode, 'keys': keys, 'per_predicate': summary['per_predicate'],
-            'num_images': summary['num_images'], 'zeroshot': summary['zeroshot']})
+            'num_images': summary['num_images'], 'num_missing_predictions': summary['num_missing_predictions'],
+            'zeroshot': summary['zeroshot']})
 
-    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
-        raise NotImplementedError('scene-graph metrics reduce row tables in evaluate()')
+    def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
+        return write_scene_graph_reports(summary, self.report_dir, stem, self.topk,
+                                         self._meta('dataset_name', 'unknown dataset'), self.mode)
+
+    def extra_results(self) -> Dict[str, Any]:
+        """``{prefix}/num_missing_predictions`` and (SGMeanRecall) ``{prefix}/per_predicate_recall`` of the
+        last evaluation, for ``metrics.json``."""
+        if self.last_report is None:
+            return {}
+        out: Dict[str, Any] = {f'{self.prefix}/num_missing_predictions': self.last_report['num_missing_predictions']}
+        if self._reports_per_predicate:
+            out[f'{self.prefix}/per_predicate_recall'] = self.last_report['per_predicate']
+        return out
 
 
 @METRICS.register_module()
 class SGRecall(SceneGraphMetric):
     """R@K, ngR@K, zR@K, ngzR@K and (PredCls/SGCls) A@K, in percent. See :class:`SceneGraphMetric`."""
     report_keys = ('R', 'ngR', 'zR', 'ngzR', 'A')
+    file_tag = 'recall'
 
 
 @METRICS.register_module()
 class SGMeanRecall(SceneGraphMetric):
-    """mR@K, ngmR@K, mR@K_head/_body/_tail, F@K, AVG@K and the per-predicate recall table, in percent."""
+    """mR@K, ngmR@K, mR@K_head/_body/_tail, F@K and AVG@K in percent; the per-predicate recall table is in
+    the logged report, the report files, ``outfile_prefix`` and :meth:`extra_results` (metrics.json)."""
     report_keys = ('mR', 'ngmR', 'F', 'AVG')
+    file_tag = 'mean_recall'
     _reports_per_predicate = True

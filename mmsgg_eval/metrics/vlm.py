@@ -1,4 +1,4 @@
-"""``VLMSceneGraphMetric``: scene graphs written as JSON by multimodal LLMs (SPEC 2.7, seed ``002``).
+"""``VLMSceneGraphMetric``: scene graphs written as JSON by multimodal LLMs (``docs/metrics.md``).
 
 Keys (percent): ``FailureRate`` (samples whose output is not a structurally valid graph, see
 :mod:`mmsgg_eval.vlm`), ``Recall`` / ``mRecall`` (every predicted triplet, no K; a failed sample predicts
@@ -19,9 +19,11 @@ Input data samples carry the GT of the data contract (``gt_instances``, ``gt_rel
 * ``pred_graph``: an already-decoded JSON value;
 * ``vlm_result``: a :class:`mmsgg_eval.vlm.ParseResult` parsed by the caller.
 
-Distributed state: a :class:`RowAccumulator` with one row per sample (failure code, counts) and one row per
-predicted / GT object (box, label, score) for AP, plus the per-GT-relation rows of the inner scene-graph
-metric; all are de-duplicated by ``sample_idx``.
+Distributed state (:class:`~mmsgg_eval.metrics.base.RowMetric`): one row per sample (failure code, counts),
+one row per predicted / GT object (box, label, score) for AP, and the per-image / per-GT-relation rows of the
+inner scene-graph metric, all in ONE accumulator: one reduce, de-duplicated by ``sample_idx``. A sample
+marked ``prediction_missing`` (no answer given for it) predicts nothing and is counted in
+``num_missing_predictions``.
 """
 import contextlib
 import io
@@ -32,12 +34,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from mmengine.evaluator import BaseMetric
-from mmengine.logging import print_log
 
 from ..registry import METRICS
-from ..vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
-from .accumulator import RowAccumulator
+from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
+from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, sample_field
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 
@@ -89,7 +89,7 @@ def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], 
 
 
 @METRICS.register_module()
-class VLMSceneGraphMetric(BaseMetric):
+class VLMSceneGraphMetric(RowMetric):
     """FailureRate, Recall, mRecall, AP@50 (and ordered R@K / mR@K) of VLM JSON scene graphs, in percent.
 
     Args:
@@ -104,8 +104,9 @@ class VLMSceneGraphMetric(BaseMetric):
             object scores when the model gives them; ties keep the output order).
         iou_thr / iou_plus_one / mr_average / recall_average / predicate_groups: as in ``SGRecall``.
         ap_max_dets: detections per image kept by COCO AP (pycocotools' default 100).
-        report_dir: when set, ``write_scene_graph_reports`` writes ``metrics.json``, the per-predicate PNG and
-            the Markdown table there after every evaluation.
+        report_dir: when set, ``write_scene_graph_reports`` writes ``{prefix}.metrics.json``, the per-predicate
+            PNG and the Markdown table there after every evaluation (main rank only).
+        outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the summary.
         prefix: key prefix (default 'vlm').
     """
 
@@ -117,8 +118,9 @@ class VLMSceneGraphMetric(BaseMetric):
                  iou_plus_one: Optional[bool] = None, mr_average: str = 'all', recall_average: str = 'image',
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None, ap_max_dets: int = 100,
                  report_dir: Optional[str] = None, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None) -> None:
-        super().__init__(collect_device=collect_device, prefix=prefix or self.default_prefix)
+                 prefix: Optional[str] = None, outfile_prefix: Optional[str] = None) -> None:
+        super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
+                         prefix=prefix or self.default_prefix)
         if box_format not in ('xyxy', 'xywh'):
             raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
         if isinstance(synonyms, str):
@@ -133,21 +135,25 @@ class VLMSceneGraphMetric(BaseMetric):
             raise ValueError(f'topk must be positive integers below {K_ALL}, got {self.topk}')
         self.rank = rank
         self.ap_max_dets = int(ap_max_dets)
-        self.report_dir = report_dir
+        # scores the converted samples (rows and summary); never fed by an evaluator itself
         self.inner = SceneGraphMetric(mode='sgdet', topk=(K_ALL,) + self.topk, iou_thr=iou_thr,
                                       iou_plus_one=iou_plus_one, rank=rank, skip_empty_predictions=False,
                                       mr_average=mr_average, recall_average=recall_average,
                                       predicate_groups=predicate_groups, collect_device=collect_device,
                                       prefix=self.prefix)
-        self.accumulator = RowAccumulator({
-            'samples': {'code': (torch.int32, ()), 'num_objects': (torch.int32, ()),
-                        'num_relations': (torch.int32, ()), 'num_unknown_relations': (torch.int32, ())},
-            'pred_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ()), 'score': (torch.float32, ())},
-            'gt_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ())},
-        })
         self._mappers = None
         self._mappers_key = None
-        self.last_report: Optional[Dict[str, Any]] = None
+
+    def row_schema(self) -> Schema:
+        schema = {
+            'samples': {'code': (torch.int32, ()), 'num_objects': (torch.int32, ()),
+                        'num_relations': (torch.int32, ()), 'num_unknown_relations': (torch.int32, ()),
+                        'missing': (torch.bool, ())},
+            'pred_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ()), 'score': (torch.float32, ())},
+            'gt_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ())},
+        }
+        schema.update(self.inner.row_schema())  # 'images' and 'relations' of the scene-graph rows
+        return schema
 
     # ------------------------------------------------------------------ helpers
     def _sync_meta(self) -> None:
@@ -168,48 +174,40 @@ class VLMSceneGraphMetric(BaseMetric):
         return parse_vlm_output(text, image_size, self.inner.classes, self.inner.predicates, self.canvas,
                                 self.box_tolerance, self.box_format, mappers=self.mappers())
 
-    @staticmethod
-    def _field(sample: Any, key: str) -> Any:
-        if isinstance(sample, Mapping):
-            if key in sample:
-                return sample[key]
-            meta = sample.get('metainfo')
-            return meta.get(key) if isinstance(meta, Mapping) else None
-        if hasattr(sample, 'metainfo') and key in sample.metainfo:
-            return sample.metainfo[key]
-        return getattr(sample, key, None)
-
     def _sample_idx(self, sample: Any) -> int:
-        idx = self._field(sample, 'sample_idx')
+        idx = sample_field(sample, 'sample_idx')
         if idx is not None:
             return int(idx)
         return int(self.accumulator.number_missing(torch.tensor([-1]), 'VLMSceneGraphMetric')[0])
 
     def _result_of(self, sample: Any) -> ParseResult:
-        result = self._field(sample, 'vlm_result')
+        result = sample_field(sample, 'vlm_result')
         if result is not None:
             return result
-        shape = self._field(sample, 'ori_shape')
+        shape = sample_field(sample, 'ori_shape')
         if shape is None:
-            shape = (self._field(sample, 'height'), self._field(sample, 'width'))
+            shape = (sample_field(sample, 'height'), sample_field(sample, 'width'))
         if shape is None or shape[0] is None:
             raise ValueError('VLMSceneGraphMetric: a sample needs `ori_shape` (H, W) metainfo to rescale the boxes')
         image_size = (float(shape[1]), float(shape[0]))
         if isinstance(sample, Mapping) and 'pred_text' not in sample and 'pred_graph' in sample:
             return self.parse(sample['pred_graph'], image_size)
-        text = self._field(sample, 'pred_text')
+        text = sample_field(sample, 'pred_text')
         if text is None:
-            graph = self._field(sample, 'pred_graph')
+            graph = sample_field(sample, 'pred_graph')
             if graph is not None:
                 return self.parse(graph, image_size)
         return self.parse(text, image_size)
 
-    # ------------------------------------------------------------------ per batch
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+    # ------------------------------------------------------------------ a pool becomes rows
+    def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, torch.Tensor]]:
+        """Parse each answer, convert it to a scene-graph sample and keep its counts, its objects (for AP) and
+        the scene-graph rows of the converted samples."""
         self._sync_meta()
+        data_samples = first_occurrences(data_samples)  # sampler padding within one call counts once
         converted: List[Dict[str, Any]] = []
         sample_rows = {k: [] for k in ('sample_idx', 'code', 'num_objects', 'num_relations',
-                                       'num_unknown_relations')}
+                                       'num_unknown_relations', 'missing')}
         pred_rows = {k: [] for k in ('sample_idx', 'box', 'label', 'score')}
         gt_rows = {k: [] for k in ('sample_idx', 'box', 'label')}
         for sample in data_samples:
@@ -222,6 +220,7 @@ class VLMSceneGraphMetric(BaseMetric):
             sample_rows['num_objects'].append(result.num_objects)
             sample_rows['num_relations'].append(result.num_relations)
             sample_rows['num_unknown_relations'].append(ds['vlm']['num_unknown_relations'])
+            sample_rows['missing'].append(prediction_missing(sample))
             if result.ok:
                 known = result.labels >= 0
                 n = int(known.sum())
@@ -233,15 +232,13 @@ class VLMSceneGraphMetric(BaseMetric):
             gt_rows['sample_idx'].append(torch.full((gt_boxes.shape[0],), idx, dtype=torch.long))
             gt_rows['box'].append(gt_boxes)
             gt_rows['label'].append(ds['gt_instances']['labels'].long().cpu().reshape(-1))
-        if not converted:
-            return
-        self.inner.process(data_batch, converted)
 
         def cat(parts, shape, dtype):
             return torch.cat(parts).to(dtype) if parts else torch.zeros(shape, dtype=dtype)
 
-        self.accumulator.add({
-            'samples': {k: torch.tensor(v, dtype=torch.long) for k, v in sample_rows.items()},
+        rows = {
+            'samples': {k: torch.tensor(v, dtype=torch.bool if k == 'missing' else torch.long)
+                        for k, v in sample_rows.items()},
             'pred_objects': {'sample_idx': cat(pred_rows['sample_idx'], (0,), torch.long),
                              'box': cat(pred_rows['box'], (0, 4), torch.float32),
                              'label': cat(pred_rows['label'], (0,), torch.int32),
@@ -249,34 +246,20 @@ class VLMSceneGraphMetric(BaseMetric):
             'gt_objects': {'sample_idx': cat(gt_rows['sample_idx'], (0,), torch.long),
                            'box': cat(gt_rows['box'], (0, 4), torch.float32),
                            'label': cat(gt_rows['label'], (0,), torch.int32)},
-        })
+        }
+        rows.update({t: {n: c.cpu() for n, c in cols.items()} for t, cols in self.inner.compute_rows(converted).items()})
+        return rows
 
-    # ------------------------------------------------------------------ epoch end
-    def evaluate(self, size: int) -> Dict[str, Any]:
+    # ------------------------------------------------------------------ reduced tables become keys
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
         self._sync_meta()
-        tables = self.accumulator.reduce_to_cpu(size, 'VLMSceneGraphMetric')
-        self.inner.flush()
-        inner_tables = self.inner.accumulator.reduce_to_cpu(None, 'VLMSceneGraphMetric')
-        summary = self.summarize(tables, inner_tables)
-        self.last_report = summary
-        metrics = {f'{self.prefix}/{k}': v for k, v in summary['metrics'].items()}
-        self._log(summary)
-        if self.report_dir:
-            from ..reports import write_scene_graph_reports
-            summary['report_files'] = write_scene_graph_reports(
-                summary, self.report_dir, self.prefix, summary['ks'],
-                str((self.dataset_meta or {}).get('dataset_name', 'unknown dataset')), 'sgdet (VLM)')
-        return metrics
-
-    def summarize(self, tables: Dict[str, Dict[str, torch.Tensor]],
-                  inner_tables: Dict[str, Dict[str, torch.Tensor]]) -> Dict[str, Any]:
         samples = tables['samples']
         num_samples = int(samples['sample_idx'].numel())
         codes = samples['code'].long()
         failed = int((codes != 0).sum())
         reasons = {FAILURE_CODES[c]: int((codes == c).sum()) for c in range(1, len(FAILURE_CODES))
                    if int((codes == c).sum())}
-        sg = self.inner.summarize(inner_tables)
+        sg = self.inner.summarize({'images': tables['images'], 'relations': tables['relations']})
         m: Dict[str, float] = {'FailureRate': 100.0 * failed / num_samples if num_samples else 0.0}
         m['Recall'] = sg['metrics'][f'R@{K_ALL}']
         m['mRecall'] = sg['metrics'][f'mR@{K_ALL}']
@@ -307,23 +290,35 @@ class VLMSceneGraphMetric(BaseMetric):
                 'failure_reasons': reasons, 'num_gt_relations': sg['num_gt_relations'],
                 'num_pred_relations': int(samples['num_relations'].sum()),
                 'num_unknown_relations': int(samples['num_unknown_relations'].sum()),
+                'num_missing_predictions': int(samples['missing'].sum()),
                 'num_pred_objects': int(tables['pred_objects']['sample_idx'].numel()),
                 'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
                 'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
                 'canvas': self.canvas}
 
-    def _log(self, summary: Dict[str, Any]) -> None:
-        m = summary['metrics']
-        lines = [f'====== VLMSceneGraphMetric | dataset={(self.dataset_meta or {}).get("dataset_name", "unknown")} | '
-                 f'samples={summary["num_samples"]} (failed {summary["num_failed"]}) | GT relations='
-                 f'{summary["num_gt_relations"]} ======',
-                 '  '.join(f'{k}: {v:.4f}' for k, v in m.items())]
+    # ------------------------------------------------------------------ reporting
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
+        missing = summary['num_missing_predictions']
+        lines = [f'====== VLMSceneGraphMetric | dataset={self._meta("dataset_name", "unknown")} | '
+                 f'samples={summary["num_samples"]} (failed {summary["num_failed"]}'
+                 + (f', {missing} without any answer' if missing else '')
+                 + f') | GT relations={summary["num_gt_relations"]} ======',
+                 '  '.join(f'{k}: {v:.4f}' for k, v in summary['metrics'].items())]
         if summary['failure_reasons']:
             lines.append('failures: ' + ', '.join(f'{k}={v}' for k, v in summary['failure_reasons'].items()))
         if summary['num_unknown_relations']:
             lines.append(f'{summary["num_unknown_relations"]} predicted relations use names unknown to the dataset '
                          f'(add a synonym map?)')
-        print_log('\n' + '\n'.join(lines), logger='current')
+        return '\n'.join(lines)
 
-    def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
-        raise NotImplementedError('VLMSceneGraphMetric reduces row tables in evaluate()')
+    def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
+        from ..reports import write_scene_graph_reports
+        return write_scene_graph_reports(summary, self.report_dir, stem, summary['ks'],
+                                         str(self._meta('dataset_name', 'unknown dataset')), 'sgdet (VLM)')
+
+    def extra_results(self) -> Dict[str, Any]:
+        """``{prefix}/per_predicate_recall`` and ``{prefix}/num_missing_predictions`` for ``metrics.json``."""
+        if self.last_report is None:
+            return {}
+        return {f'{self.prefix}/per_predicate_recall': self.last_report['per_predicate'],
+                f'{self.prefix}/num_missing_predictions': self.last_report['num_missing_predictions']}

@@ -1,9 +1,10 @@
 """The frequency baseline of Zellers et al. (MOTIFS): FREQ and FREQ+OVERLAP, as an MMEngine model.
 
-Statistics, counted on a training split: for every (subject class, object class) the number of GT relations
-of each predicate, and a background channel = the number of candidate ordered pairs of that class pair that
-carry no GT relation (FREQ+OVERLAP: only pairs whose boxes overlap count, and at test time pairs whose boxes
-do not overlap get the background only). At test time every ordered pair of objects gets the normalised
+Statistics, counted on a training split (:func:`count_frequency_statistics`): for every (subject class,
+object class) the number of GT relations of each predicate, and a background channel counted as MOTIFS
+counts it (every candidate ordered pair, FREQ+OVERLAP: the overlapping ones, plus one; option
+``background='unlabelled'``: the pairs without a GT relation). At test time, FREQ+OVERLAP gives pairs whose
+boxes do not overlap the background only. At test time every ordered pair of objects gets the normalised
 distribution ``counts[c_s, c_o] / counts[c_s, c_o].sum()`` as ``pred_relations.scores`` [R, P+1] (column 0 =
 no relation); pairs are sorted by max predicate probability x subject score x object score (the metric ranks
 again, stably). It needs no image: it is an honest, training-free baseline to exercise the whole stack.
@@ -26,9 +27,35 @@ def boxes_overlap(boxes_a: np.ndarray, boxes_b: np.ndarray) -> np.ndarray:
     return (w > 0) & (h > 0)
 
 
+BACKGROUND_MODES = ('motifs', 'unlabelled')
+
+
 def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: int,
-                               must_overlap: bool = False, progress: bool = True) -> np.ndarray:
-    """Count ``[C, C, P+1]`` int64 statistics over a dataset's ``get_data_info`` records (see module doc)."""
+                               must_overlap: bool = False, progress: bool = True,
+                               background: str = 'motifs') -> np.ndarray:
+    """Count ``[C, C, P+1]`` int64 statistics over a dataset's ``get_data_info`` records.
+
+    Channel ``1 + p`` of ``[c_s, c_o]``: GT relations with predicate p (0-based) between a subject of class
+    c_s and an object of class c_o, every relation of the records counted (duplicates too). Channel 0 (no
+    relation), by ``background``:
+
+    * ``'motifs'`` (default): what MOTIFS' FREQ / FREQ+OVERLAP and Scene-Graph-Benchmark's
+      ``get_VG_statistics`` + ``FrequencyBias`` learn: every ordered pair of distinct objects of an image
+      counts, pairs carrying a GT relation included; with ``must_overlap`` only pairs whose boxes share a
+      region of positive area (continuous convention, no +1), and ALL pairs of an image where no pair
+      overlaps; then 1 is added for every class pair (their ``bg_matrix += 1``).
+    * ``'unlabelled'``: only the ordered pairs without a GT relation (with ``must_overlap``: only the
+      overlapping ones, no fallback), no +1.
+
+    The legacy statistics are counted on the training split as the legacy code builds it for them (for VG150:
+    overlap-filtered, duplicates kept, boxes unclipped); the datasets list those arguments in
+    ``FREQUENCY_STATISTICS_ARGS`` and ``tools/build_freq_baseline.py`` applies them. This follows
+    Scene-Graph-Benchmark's ``get_VG_statistics(must_overlap=...)``; the first MOTIFS release
+    (rowanz/neural-motifs ``eval_rel_count.py``) differs in two details: its background overlap test uses the
+    +1-pixel convention (touching boxes overlap) and its FREQ (no overlap) counts on the unfiltered split.
+    """
+    if background not in BACKGROUND_MODES:
+        raise ValueError(f'background must be one of {BACKGROUND_MODES}, got {background!r}')
     counts = np.zeros((num_classes, num_classes, num_predicates + 1), dtype=np.int64)
     n = len(dataset)
     bar = None
@@ -46,15 +73,23 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
             np.add.at(counts, (labels[rels[:, 0]], labels[rels[:, 1]], rels[:, 2] + 1), 1)
         if m >= 2:
             sub, obj = np.nonzero(~np.eye(m, dtype=bool))
-            has_rel = np.zeros((m, m), dtype=bool)
-            if rels.size:
-                has_rel[rels[:, 0], rels[:, 1]] = True
-            bg = ~has_rel[sub, obj]
-            if must_overlap:
-                bg &= boxes_overlap(boxes[sub], boxes[obj])
+            if background == 'motifs':
+                bg = np.ones(len(sub), dtype=bool)
+                if must_overlap:
+                    overlap = boxes_overlap(boxes[sub], boxes[obj])
+                    bg = overlap if overlap.any() else bg  # no overlapping pair: all pairs (legacy box_filter)
+            else:
+                has_rel = np.zeros((m, m), dtype=bool)
+                if rels.size:
+                    has_rel[rels[:, 0], rels[:, 1]] = True
+                bg = ~has_rel[sub, obj]
+                if must_overlap:
+                    bg &= boxes_overlap(boxes[sub], boxes[obj])
             np.add.at(counts, (labels[sub[bg]], labels[obj[bg]], 0), 1)
         if bar is not None:
             bar.update()
+    if background == 'motifs':
+        counts[..., 0] += 1
     return counts
 
 

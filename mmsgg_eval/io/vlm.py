@@ -1,4 +1,4 @@
-"""Parsing scene graphs written by multimodal LLMs (SPEC 2.7, seed ``002``).
+"""Scene graphs written by multimodal LLMs: the JSON parser and the answers file (JSONL).
 
 A VLM answers with text that contains a JSON scene graph::
 
@@ -7,7 +7,7 @@ A VLM answers with text that contains a JSON scene graph::
 
 :func:`parse_vlm_output` turns the RAW model text into a :class:`ParseResult` (boxes in image pixels,
 0-based labels) and decides whether it is a *structurally valid graph*; :func:`to_data_sample` turns a
-result plus the ground truth into a data sample of the SPEC section 1 contract (single-label relations),
+result plus the ground truth into a data-sample dict (CPU tensors, single-label relations),
 which :class:`~mmsgg_eval.metrics.SGRecall` / ``SGMeanRecall`` score in ``'sgdet'`` mode with
 ``rank='given'`` and ``skip_empty_predictions=False``. Nothing here touches the network.
 
@@ -31,6 +31,8 @@ Structural validity (``ParseResult.ok``; anything else makes the sample a failur
     * ``'box_out_of_canvas'``: a coordinate outside ``[-tol, canvas + tol]`` with ``tol = box_tolerance x
       canvas`` (default 1 %: -10..1010 on the 0-1000 canvas). Coordinates within the tolerance are clipped
       to the canvas; rescaled boxes are clipped to the image ``[0, W] x [0, H]``.
+    * ``'not_text'``: the answer is not text (bytes that are not UTF-8, e.g. a binary answer in the JSONL
+      file); the sample is a failure like the others, never a crash.
     * ``'duplicate_id'``: two objects with the same id (references would be ambiguous).
     * ``'dangling_id'``: a relationship whose subject or object id is not among the objects.
     An empty graph (``{"objects": [], "relationships": []}``) is valid; it predicts nothing (recall 0).
@@ -57,6 +59,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .errors import InputFileError, describe
+from .jsonl import iter_json_lines
+from .samples import PLACEHOLDER_BOX, gt_fields, gt_from_data_info
+
 __all__ = [
     'FAILURE_CODES', 'PLACEHOLDER_BOX', 'ParseResult', 'NameMapper', 'normalize_name', 'class_from_id',
     'build_mappers', 'extract_json_text', 'parse_vlm_output', 'parse_scene_graph', 'to_data_sample',
@@ -65,11 +71,7 @@ __all__ = [
 
 #: ``ParseResult.code`` values; index in this tuple = the integer code stored by the metric.
 FAILURE_CODES = ('ok', 'no_json', 'invalid_json', 'not_object', 'missing_field', 'wrong_type', 'bad_box',
-                 'box_out_of_canvas', 'duplicate_id', 'dangling_id')
-
-#: Box of the placeholder object that unknown-name relations point to in :func:`to_data_sample`: far outside
-#: every image, so its IoU with any GT box is 0 under both IoU conventions (and for union boxes).
-PLACEHOLDER_BOX = (-1.0e5, -1.0e5, -1.0e5, -1.0e5)
+                 'box_out_of_canvas', 'duplicate_id', 'dangling_id', 'not_text')
 
 _CLASS_FIELDS = ('label', 'category', 'class', 'name')
 _SCORE_FIELDS = ('score', 'confidence')
@@ -446,14 +448,19 @@ def parse_vlm_output(text: Any, image_size: Tuple[float, float], classes: Sequen
     """Parse RAW model text into a :class:`ParseResult` (never raises for bad model output).
 
     ``text`` may also be an already-decoded JSON value (dict/list), which skips the text extraction.
-    ``None`` (no answer at all) is a ``'no_json'`` failure. Other arguments: :func:`parse_scene_graph`.
+    ``None`` (no answer at all) is a ``'no_json'`` failure; ``bytes`` are decoded as UTF-8, and bytes that
+    are not UTF-8 are a ``'not_text'`` failure. Other arguments: :func:`parse_scene_graph`.
     """
     if mappers is None:
         mappers = build_mappers(classes, predicates, synonyms)
     if text is None:
         return ParseResult.failure('no_json', 'no output')
-    if isinstance(text, bytes):
-        text = text.decode('utf-8', errors='replace')
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode('utf-8')
+        except UnicodeDecodeError as err:
+            return ParseResult.failure('not_text', f'the answer is not UTF-8 text (byte 0x{text[err.start]:02x} '
+                                                   f'at offset {err.start})')
     if isinstance(text, str):
         try:
             graph = _decode_first_graph(text)
@@ -466,68 +473,9 @@ def parse_vlm_output(text: Any, image_size: Tuple[float, float], classes: Sequen
 
 
 # ---------------------------------------------------------------------------------------------- data samples
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    if hasattr(obj, 'metainfo') and key in getattr(obj, 'metainfo', {}):
-        return obj.metainfo[key]
-    return getattr(obj, key, default)
-
-
-def _tensor(value: Any, dtype: torch.dtype, shape_tail: Tuple[int, ...] = ()) -> torch.Tensor:
-    if hasattr(value, 'tensor') and isinstance(value.tensor, torch.Tensor):  # mmdet boxes
-        value = value.tensor
-    t = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-    return t.to(dtype).reshape((-1,) + shape_tail)
-
-
-def gt_from_data_info(info: Mapping) -> Dict[str, Any]:
-    """GT fields of the data contract from an mmdet-style ``get_data_info`` dict (``instances`` with
-    ``bbox``/``bbox_label``, ``relations`` [G, 3] (subject, object, 0-based predicate), ``width``/``height``)."""
-    instances = info.get('instances', [])
-    rels = np.asarray(info.get('relations', np.zeros((0, 3))), np.int64).reshape(-1, 3)
-    out = {
-        'gt_instances': {'bboxes': torch.tensor([i['bbox'] for i in instances], dtype=torch.float32).reshape(-1, 4),
-                         'labels': torch.tensor([i['bbox_label'] for i in instances], dtype=torch.long)},
-        'gt_relations': {'pair_idxs': torch.from_numpy(rels[:, :2].copy()),
-                         'labels': torch.from_numpy(rels[:, 2].copy())},
-    }
-    for key in ('sample_idx', 'img_id', 'img_path'):
-        if key in info:
-            out[key] = info[key]
-    if 'height' in info and 'width' in info:
-        out['ori_shape'] = (int(info['height']), int(info['width']))
-    return out
-
-
-def _gt_fields(gt: Any) -> Dict[str, Any]:
-    if gt is None:
-        return {}
-    if isinstance(gt, Mapping) and 'instances' in gt and 'gt_instances' not in gt:
-        return gt_from_data_info(gt)
-    out: Dict[str, Any] = {}
-    inst, rels = _get(gt, 'gt_instances'), _get(gt, 'gt_relations')
-    if inst is not None:
-        gi = {'bboxes': _tensor(_get(inst, 'bboxes'), torch.float32, (4,)),
-              'labels': _tensor(_get(inst, 'labels'), torch.long)}
-        if _get(inst, 'masks') is not None:
-            gi['masks'] = _get(inst, 'masks')
-        out['gt_instances'] = gi
-    if rels is not None:
-        out['gt_relations'] = {'pair_idxs': _tensor(_get(rels, 'pair_idxs'), torch.long, (2,)),
-                               'labels': _tensor(_get(rels, 'labels'), torch.long)}
-    for key in ('sample_idx', 'img_id', 'img_path', 'ori_shape'):
-        value = _get(gt, key)
-        if value is not None:
-            out[key] = value
-    return out
-
-
 def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int] = None,
                    img_id: Any = None) -> Dict[str, Any]:
-    """Data sample (SPEC section 1, plain dict of CPU tensors) of one parsed answer, scored by
+    """Data sample (plain dict of CPU tensors) of one parsed answer, scored by
     ``SGRecall``/``SGMeanRecall(mode='sgdet', rank='given', skip_empty_predictions=False)``.
 
     ``pred_instances``: the objects of known class (``bboxes``, ``labels``, ``scores``); ``pred_relations``:
@@ -543,7 +491,7 @@ def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int
     ``scores``) and ``pred_relations`` (``pair_idxs``, 1-D ``scores``, ``labels`` (-1 = not a dataset
     predicate) and ``texts``: one (subject, predicate, object) triplet of words per relation).
     """
-    sample = _gt_fields(gt)
+    sample = gt_fields(gt)
     if sample_idx is not None:
         sample['sample_idx'] = int(sample_idx)
     if img_id is not None:
@@ -612,6 +560,11 @@ TEXT_KEYS = ('output', 'response', 'text', 'prediction', 'answer')
 ID_KEYS = ('sample_idx', 'img_id', 'image_id', 'id')
 
 
+def _has_surrogates(text: str) -> bool:
+    """True for text decoded with ``surrogateescape`` from bytes that are not UTF-8."""
+    return any('\udc80' <= ch <= '\udcff' for ch in text)
+
+
 def iter_vlm_jsonl(path: str) -> Iterator[Tuple[str, Any, Any]]:
     """Stream a JSONL file of VLM answers, one record per line::
 
@@ -620,12 +573,32 @@ def iter_vlm_jsonl(path: str) -> Iterator[Tuple[str, Any, Any]]:
 
     The sample identity is the first of :data:`ID_KEYS` present and the text the first of :data:`TEXT_KEYS`
     (``null`` or absent = no output, a failure). The text may also be a JSON object (an already-decoded
-    graph). Yields ``(id_key, id_value, text)``; a line that is not a JSON object raises ValueError.
+    graph). An answer holding bytes that are not UTF-8 is yielded as those ``bytes`` (a ``'not_text'``
+    failure of :func:`parse_vlm_output`, counted in FailureRate). Yields ``(id_key, id_value, text)``; a line
+    that is not a JSON object, or without a usable identity, raises :class:`~mmsgg_eval.io.errors.InputFileError`
+    naming the line.
     """
-    from .predictions_io import iter_json_lines
-    for lineno, record in iter_json_lines(path):
+    for _, id_key, id_value, text in _iter_answers(path):
+        yield id_key, id_value, text
+
+
+def iter_vlm_answers(path: str) -> Iterator[Tuple[str, Dict[str, Any], Any]]:
+    """``(location, identity, text)`` per line of a VLM answers file: ``identity`` holds ``sample_idx`` or
+    ``img_id`` (``image_id`` / ``id`` are read as ``img_id``), ``text`` as in :func:`iter_vlm_jsonl`."""
+    for where, id_key, id_value, text in _iter_answers(path):
+        yield where, {'sample_idx' if id_key == 'sample_idx' else 'img_id': id_value}, text
+
+
+def _iter_answers(path: str) -> Iterator[Tuple[str, str, Any, Any]]:
+    for lineno, record in iter_json_lines(path, undecodable='escape'):
+        where = describe(path, lineno)
         id_key = next((k for k in ID_KEYS if k in record), None)
         if id_key is None:
-            raise ValueError(f'{path}:{lineno}: no sample identity (one of {ID_KEYS})')
+            raise InputFileError(where, f'has no sample identity; expected one of {", ".join(ID_KEYS)}')
+        id_value = record[id_key]
+        if isinstance(id_value, str) and _has_surrogates(id_value):
+            raise InputFileError(where, 'is not UTF-8 text; expected a string or integer', field=id_key)
         text = next((record[k] for k in TEXT_KEYS if k in record), None)
-        yield id_key, record[id_key], text
+        if isinstance(text, str) and _has_surrogates(text):
+            text = text.encode('utf-8', 'surrogateescape')
+        yield where, id_key, id_value, text

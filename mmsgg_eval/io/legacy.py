@@ -27,10 +27,10 @@ Conversion (:func:`legacy_to_data_sample`)
     predicates become 0-based, ``pred_rel_scores`` is kept WITH its background column (our [R, P+1] format,
     which the metrics rank exactly as the legacy evaluator does). Objects predicted as background (label 0,
     which can never match a GT object) keep their slot but get a box far outside the image
-    (:data:`mmsgg_eval.vlm.PLACEHOLDER_BOX`) and label 0, so that they still never match (SGDet/PhrDet; in
+    (:data:`mmsgg_eval.io.samples.PLACEHOLDER_BOX`) and label 0, so that they still never match (SGDet/PhrDet; in
     SGCls the boxes are the GT boxes and such a label is an error). ``sample_idx`` = list position.
 
-Safe loading (:func:`load_legacy_results`)
+Safe loading (:func:`load_legacy_results`, unpicklers in :mod:`mmsgg_eval.io.pickles`)
     Pickles can run arbitrary code. By default ``torch.load(weights_only=True)`` is used with ONE extra allowed
     class: ``maskrcnn_benchmark.structures.bounding_box.BoxList`` is rebuilt as the inert :class:`LegacyBoxList`
     (attributes only, no code from the file runs). Plain pickle files (``.pkl``) go through a restricted
@@ -38,135 +38,21 @@ Safe loading (:func:`load_legacy_results`)
     ``torch.load(weights_only=True)``). ``unsafe=True`` unpickles anything (only for files you trust); the
     BoxList class is still mapped to :class:`LegacyBoxList`, so maskrcnn_benchmark need not be installed.
 """
-import io
+import os
 import pickle
+import re
 import zipfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-import numpy as np
 import torch
 
-from .vlm import PLACEHOLDER_BOX
+from ..structures import get_field, to_tensor
+from .errors import InputFileError, UnsafePickleError
+from .pickles import BOXLIST_PATH, LegacyBoxList, RemappingPickleModule, torch_safe_load, unpickler
+from .samples import PLACEHOLDER_BOX
 
 __all__ = ['LegacyBoxList', 'load_legacy_results', 'legacy_to_data_sample', 'legacy_gt_to_fields',
-           'convert_legacy_results', 'iter_legacy_samples', 'BOXLIST_PATH']
-
-#: Import path under which the legacy code pickled its boxes.
-BOXLIST_PATH = 'maskrcnn_benchmark.structures.bounding_box.BoxList'
-
-
-class LegacyBoxList:
-    """Inert stand-in for the legacy ``BoxList``: ``bbox``, ``size`` (W, H), ``mode``, ``extra_fields``."""
-
-    def __init__(self, bbox: Any = None, image_size: Any = None, mode: str = 'xyxy'):
-        self.bbox = bbox
-        self.size = image_size
-        self.mode = mode
-        self.extra_fields: Dict[str, Any] = {}
-        self.triplet_extra_fields: List[str] = []
-
-    def get_field(self, name: str) -> Any:
-        return self.extra_fields[name]
-
-    def has_field(self, name: str) -> bool:
-        return name in self.extra_fields
-
-    def fields(self) -> List[str]:
-        return list(self.extra_fields)
-
-    def __len__(self) -> int:
-        return int(self.bbox.shape[0]) if self.bbox is not None else 0
-
-    def __repr__(self) -> str:
-        return f'LegacyBoxList(num_boxes={len(self)}, image_size={self.size}, mode={self.mode}, ' \
-               f'fields={self.fields()})'
-
-
-# ---------------------------------------------------------------------------------------------- loading
-def _safe_load_from_bytes(data: bytes) -> Any:
-    """Replacement of ``torch.storage._load_from_bytes`` (how plain pickles store tensor storages)."""
-    return torch.load(io.BytesIO(data), weights_only=True, map_location='cpu')
-
-
-def _numpy_globals() -> Dict[str, Any]:
-    out = {'numpy.ndarray': np.ndarray, 'numpy.dtype': np.dtype}
-    for mod_name in ('numpy.core.multiarray', 'numpy._core.multiarray'):
-        try:
-            mod = __import__(mod_name, fromlist=['_reconstruct', 'scalar'])
-        except ImportError:
-            continue
-        out[f'{mod_name}._reconstruct'] = mod._reconstruct
-        out[f'{mod_name}.scalar'] = mod.scalar
-    return out
-
-
-def _safe_globals() -> Dict[str, Any]:
-    import collections
-    import torch._utils as tu
-    allowed: Dict[str, Any] = {
-        'builtins.set': set, 'builtins.frozenset': frozenset, 'builtins.slice': slice, 'builtins.range': range,
-        'builtins.complex': complex, 'builtins.bytearray': bytearray,
-        'collections.OrderedDict': collections.OrderedDict,
-        'torch._utils._rebuild_tensor_v2': tu._rebuild_tensor_v2,
-        'torch._utils._rebuild_tensor': tu._rebuild_tensor,
-        'torch.storage._load_from_bytes': _safe_load_from_bytes,
-        'torch.Size': torch.Size,
-        BOXLIST_PATH: LegacyBoxList,
-    }
-    if hasattr(tu, '_rebuild_parameter'):
-        allowed['torch._utils._rebuild_parameter'] = tu._rebuild_parameter
-    allowed.update(_numpy_globals())
-    return allowed
-
-
-class SafeUnpickler(pickle.Unpickler):
-    """Unpickler that resolves only allow-listed globals (numpy dtypes by their class names too)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        full = f'{module}.{name}'
-        allowed = _safe_globals()
-        if full in allowed:
-            return allowed[full]
-        if module in ('numpy.dtypes',) and name.endswith('DType'):  # numpy >= 1.25 dtype classes
-            import numpy.dtypes as nd
-            cls = getattr(nd, name, None)
-            if cls is not None:
-                return cls
-        raise pickle.UnpicklingError(
-            f'refusing to load {full!r} from an untrusted pickle (safe mode); pass unsafe=True only for a file '
-            f'you trust')
-
-
-class _RemappingUnpickler(pickle.Unpickler):
-    """Unrestricted unpickler (``unsafe=True``) that maps the legacy BoxList to :class:`LegacyBoxList`."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if f'{module}.{name}' == BOXLIST_PATH:
-            return LegacyBoxList
-        return super().find_class(module, name)
-
-
-class _RemappingPickleModule:
-    """``pickle_module`` for ``torch.load(weights_only=False)`` with the BoxList mapping."""
-    Unpickler = _RemappingUnpickler
-    __name__ = 'mmsgg_eval_legacy_pickle'
-
-    @staticmethod
-    def load(f, **kwargs):
-        return _RemappingUnpickler(f, **kwargs).load()
-
-
-def _torch_safe_load(path: str) -> Any:
-    entry = (LegacyBoxList, BOXLIST_PATH)
-    try:
-        ctx = torch.serialization.safe_globals([entry])
-    except (AttributeError, TypeError):  # pragma: no cover - torch < 2.5
-        shim = type('BoxList', (LegacyBoxList,), {'__module__': BOXLIST_PATH.rsplit('.', 1)[0]})
-        torch.serialization.add_safe_globals([shim])
-        return torch.load(path, map_location='cpu', weights_only=True)
-    with ctx:
-        return torch.load(path, map_location='cpu', weights_only=True)
-
+           'convert_legacy_results', 'iter_legacy_samples', 'legacy_records', 'BOXLIST_PATH']
 
 _TORCH_LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
 
@@ -177,51 +63,52 @@ def load_legacy_results(path: str, unsafe: bool = False) -> Any:
     Safe by default (see the module docstring); ``unsafe=True`` runs the full unpickler: only for files you
     trust. Returns the stored object (typically ``{'groundtruths': [...], 'predictions': [...]}``).
     """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'legacy results file not found: {os.path.abspath(path)}')
     if not zipfile.is_zipfile(path):
         # a plain pickle, or the pre-1.6 torch format whose first pickle is a magic number
         with open(path, 'rb') as f:
-            first = (_RemappingUnpickler(f) if unsafe else SafeUnpickler(f)).load()
+            try:
+                first = unpickler(f, unsafe).load()
+            except UnsafePickleError as err:
+                raise err.located(path) from None
+            except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as err:
+                raise InputFileError(path, f'is neither a torch file nor a readable pickle '
+                                           f'({type(err).__name__}: {err})') from None
         if not (isinstance(first, int) and first == _TORCH_LEGACY_MAGIC):
             return first
     if unsafe:
-        return torch.load(path, map_location='cpu', weights_only=False, pickle_module=_RemappingPickleModule)
+        return torch.load(path, map_location='cpu', weights_only=False, pickle_module=RemappingPickleModule)
     try:
-        return _torch_safe_load(path)
+        return torch_safe_load(path)
     except pickle.UnpicklingError as err:
-        raise pickle.UnpicklingError(
-            f'{path}: safe loading (torch.load(weights_only=True)) refused this file: {err}\n'
-            f'If you trust the file, pass unsafe=True.') from None
+        found = re.search(r'(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)', str(err))
+        what = f'refuses to build {found.group(1)!r}' if found else 'refused the file (it holds more than tensors, ' \
+            'arrays, builtin containers and the legacy BoxList)'
+        raise UnsafePickleError(path, f'safe loading (torch.load(weights_only=True)) {what}') from None
 
 
 # ---------------------------------------------------------------------------------------------- conversion
-def _field(record: Any, name: str, default: Any = None) -> Any:
-    """A BoxList extra field, a dict key, or an attribute."""
-    extra = getattr(record, 'extra_fields', None)
+def boxlist_value(record: Any, name: str, default: Any = None) -> Any:
+    """A BoxList extra field (``extra_fields[name]``), else the key or attribute ``name`` of the record."""
+    extra = get_field(record, 'extra_fields')
     if isinstance(extra, Mapping) and name in extra:
         return extra[name]
-    if isinstance(record, Mapping):
-        if name in record:
-            return record[name]
-        extra = record.get('extra_fields')
-        if isinstance(extra, Mapping) and name in extra:
-            return extra[name]
-        return default
-    return getattr(record, name, default)
+    return get_field(record, name, default)
 
 
-def _as_tensor(value: Any, dtype: torch.dtype) -> torch.Tensor:
-    t = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-    return t.to(dtype)
+def _as_tensor(value: Any, dtype: torch.dtype, what: str = '') -> torch.Tensor:
+    return to_tensor(value, None, what, torch.device('cpu')).to(dtype)
 
 
 def _xyxy(record: Any, what: str) -> torch.Tensor:
-    bbox = _field(record, 'bbox')
+    bbox = boxlist_value(record, 'bbox')
     if bbox is None:
-        bbox = _field(record, 'boxes')
+        bbox = boxlist_value(record, 'boxes')
     if bbox is None:
         raise ValueError(f'{what}: no `bbox` (BoxList) or `boxes` field')
     boxes = _as_tensor(bbox, torch.float32).reshape(-1, 4)
-    mode = _field(record, 'mode', 'xyxy') or 'xyxy'
+    mode = boxlist_value(record, 'mode', 'xyxy') or 'xyxy'
     if mode == 'xywh':  # legacy BoxList convention: x2 = x1 + (w - 1).clamp(0)
         x1, y1, w, h = boxes.unbind(1)
         boxes = torch.stack([x1, y1, x1 + (w - 1).clamp(min=0), y1 + (h - 1).clamp(min=0)], 1)
@@ -231,7 +118,7 @@ def _xyxy(record: Any, what: str) -> torch.Tensor:
 
 
 def _image_size(record: Any) -> Optional[tuple]:
-    size = _field(record, 'size')
+    size = boxlist_value(record, 'size')
     if size is None:
         return None
     try:
@@ -244,12 +131,12 @@ def _image_size(record: Any) -> Optional[tuple]:
 def legacy_gt_to_fields(gt: Any, what: str = 'groundtruth') -> Dict[str, Any]:
     """``gt_instances`` / ``gt_relations`` (0-based) from a legacy GT BoxList or dict."""
     boxes = _xyxy(gt, what)
-    labels = _as_tensor(_field(gt, 'labels'), torch.long).reshape(-1)
+    labels = _as_tensor(boxlist_value(gt, 'labels'), torch.long).reshape(-1)
     if labels.numel() and labels.min() < 1:
         raise ValueError(f'{what}: GT labels must be 1-based (got {int(labels.min())})')
-    tuples = _field(gt, 'relation_tuple')
-    if tuples is None and _field(gt, 'relation') is not None:
-        matrix = _as_tensor(_field(gt, 'relation'), torch.long)
+    tuples = boxlist_value(gt, 'relation_tuple')
+    if tuples is None and boxlist_value(gt, 'relation') is not None:
+        matrix = _as_tensor(boxlist_value(gt, 'relation'), torch.long)
         nz = matrix.nonzero()
         tuples = torch.cat([nz, matrix[nz[:, 0], nz[:, 1]][:, None]], 1)
     if tuples is None:
@@ -264,23 +151,25 @@ def legacy_gt_to_fields(gt: Any, what: str = 'groundtruth') -> Dict[str, Any]:
 
 
 def legacy_to_data_sample(pred: Any, gt: Any = None, sample_idx: Optional[int] = None, mode: str = 'sgdet',
-                          img_id: Any = None) -> Dict[str, Any]:
+                          img_id: Any = None, source: str = 'legacy') -> Dict[str, Any]:
     """One legacy prediction record (BoxList / dict, see the module docstring) -> data-sample dict.
 
     ``gt``: the legacy GT record of the same image (converted too) or a dict that already holds
-    ``gt_instances``/``gt_relations`` (e.g. from our dataset wrapper), or None (add GT later).
+    ``gt_instances``/``gt_relations`` (e.g. from our dataset wrapper), or None (add GT later). ``source``
+    (e.g. the file name) starts error messages.
     """
-    what = f'legacy prediction {sample_idx if sample_idx is not None else ""}'.strip()
+    number = f' #{sample_idx}' if sample_idx is not None else ''
+    what = f'{source}: prediction{number}'
     boxes = _xyxy(pred, what)
     num = boxes.shape[0]
-    labels = _field(pred, 'pred_labels')
+    labels = boxlist_value(pred, 'pred_labels')
     if labels is None:
         raise ValueError(f'{what}: no `pred_labels` field')
     labels = _as_tensor(labels, torch.long).reshape(-1)
-    scores = _field(pred, 'pred_scores')
+    scores = boxlist_value(pred, 'pred_scores')
     scores = torch.ones(num) if scores is None else _as_tensor(scores, torch.float32).reshape(-1)
-    pairs = _field(pred, 'rel_pair_idxs')
-    rel_scores = _field(pred, 'pred_rel_scores')
+    pairs = boxlist_value(pred, 'rel_pair_idxs')
+    rel_scores = boxlist_value(pred, 'pred_rel_scores')
     if pairs is None or rel_scores is None:
         raise ValueError(f'{what}: needs `rel_pair_idxs` and `pred_rel_scores` (relation head output)')
     pairs = _as_tensor(pairs, torch.long).reshape(-1, 2)
@@ -302,7 +191,7 @@ def legacy_to_data_sample(pred: Any, gt: Any = None, sample_idx: Optional[int] =
         if isinstance(gt, Mapping) and 'gt_instances' in gt:
             sample.update(gt)
         else:
-            sample.update(legacy_gt_to_fields(gt, f'legacy groundtruth {sample_idx}'))
+            sample.update(legacy_gt_to_fields(gt, f'{source}: groundtruth{number}'))
     size = _image_size(pred)
     if size is not None and 'ori_shape' not in sample:
         sample['ori_shape'] = (size[1], size[0])
@@ -315,7 +204,7 @@ def legacy_to_data_sample(pred: Any, gt: Any = None, sample_idx: Optional[int] =
     return sample
 
 
-def _records(obj: Any) -> tuple:
+def legacy_records(obj: Any) -> tuple:
     """(predictions, groundtruths or None) of a loaded legacy object."""
     if isinstance(obj, Mapping) and 'predictions' in obj:
         return list(obj['predictions']), (list(obj['groundtruths']) if obj.get('groundtruths') is not None
@@ -325,26 +214,31 @@ def _records(obj: Any) -> tuple:
         return [obj[k] for k in keys], None
     if isinstance(obj, Sequence):
         return list(obj), None
-    raise ValueError(f'unrecognised legacy results object of type {type(obj).__name__}; expected '
-                     f"{{'predictions': [...], 'groundtruths': [...]}} or a list of BoxList")
+    raise InputFileError('legacy results', f'unrecognised object of type {type(obj).__name__}; expected '
+                                             f"{{'predictions': [...], 'groundtruths': [...]}} or a list of BoxList")
 
 
 def iter_legacy_samples(obj: Any, mode: str = 'sgdet', gts: Optional[Sequence[Any]] = None,
-                        with_gt: bool = True) -> Iterator[Dict[str, Any]]:
+                        with_gt: bool = True, source: Optional[str] = None) -> Iterator[Dict[str, Any]]:
     """Yield data-sample dicts (``sample_idx`` = position) from a loaded legacy object or a file path.
 
     GT comes from ``gts`` when given (e.g. our dataset's samples, same order), else from the file's
-    ``groundtruths`` when ``with_gt``.
+    ``groundtruths`` when ``with_gt``. ``source`` names the input in messages (default: the path, or
+    'legacy').
     """
     if isinstance(obj, str):
+        source = source or obj
         obj = load_legacy_results(obj)
-    preds, file_gts = _records(obj)
+    source = source or 'legacy'
+    preds, file_gts = legacy_records(obj)
     if gts is None and with_gt:
         gts = file_gts
     if gts is not None and len(gts) != len(preds):
-        raise ValueError(f'{len(preds)} predictions but {len(gts)} ground-truth records')
+        raise InputFileError(source, f'holds {len(preds)} predictions but {len(gts)} ground-truth records; '
+                                     f'expected one of each per image')
     for i, pred in enumerate(preds):
-        yield legacy_to_data_sample(pred, gts[i] if gts is not None else None, sample_idx=i, mode=mode)
+        yield legacy_to_data_sample(pred, gts[i] if gts is not None else None, sample_idx=i, mode=mode,
+                                    source=source)
 
 
 def convert_legacy_results(path_or_obj: Any, mode: str = 'sgdet', unsafe: bool = False,

@@ -1,0 +1,109 @@
+"""Every offline predictions format behind one call: :func:`open_predictions` gives the data samples of a file
+that cover a dataset (:class:`~mmsgg_eval.io.samples.CoveredSamples`), ready for an evaluator.
+
+Formats: ``dump`` (the prediction stream, :mod:`~mmsgg_eval.io.stream`), ``jsonl``
+(:mod:`~mmsgg_eval.io.jsonl`, GT from the dataset), ``vlm`` (answers file, :mod:`~mmsgg_eval.io.vlm`, GT from
+the dataset), ``legacy`` (:mod:`~mmsgg_eval.io.legacy`, GT from the dump, which defines the evaluated images)
+and ``grounding`` (:mod:`~mmsgg_eval.io.grounding`, GT from the dataset).
+"""
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from .errors import InputFileError
+from .samples import CoveredSamples, DatasetSamples, Located
+
+FORMATS = ('dump', 'jsonl', 'vlm', 'legacy', 'grounding')
+
+
+def guess_format(path: str) -> str:
+    """Format from the file name: ``.jsonl`` / ``.json`` -> jsonl, ``.pytorch`` / ``.pth`` / ``.pt`` -> legacy,
+    anything else -> dump (the VLM and grounding formats are named explicitly)."""
+    name = path.lower()
+    if name.endswith('.jsonl') or name.endswith('.json'):
+        return 'jsonl'
+    if name.endswith('.pytorch') or name.endswith('.pth') or name.endswith('.pt'):
+        return 'legacy'
+    return 'dump'
+
+
+def _dump_samples(path: str, dataset: DatasetSamples, unsafe: bool, allow_missing: bool) -> Iterator[Located]:
+    from .stream import PredictionStream
+    stream = PredictionStream(path, unsafe=unsafe, allow_truncated=allow_missing)
+    checked = False
+    for index, record in stream:
+        if not checked and stream.header is not None:
+            written_for = stream.header.get('dataset_length')
+            if written_for is not None and written_for != len(dataset):
+                raise InputFileError(path, f'was written for a dataset of {written_for} samples, the dataset of '
+                                           f'the config has {len(dataset)}: wrong config or split?')
+        checked = True
+        yield f'{path} record #{index}', record
+
+
+def _jsonl_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
+    from .jsonl import iter_jsonl
+    for where, prediction in iter_jsonl(path):
+        idx = dataset.resolve(where, prediction)
+        sample = dataset.gt(idx)
+        sample.update(prediction)
+        sample['sample_idx'] = idx
+        yield where, sample
+
+
+def _vlm_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
+    from .vlm import iter_vlm_answers
+    for where, identity, text in iter_vlm_answers(path):
+        idx = dataset.resolve(where, identity)
+        yield where, dict(dataset.gt(idx), pred_text=text)
+
+
+def _legacy_samples(path: str, dataset: DatasetSamples, mode: str, unsafe: bool) -> Tuple[Iterator[Located], int]:
+    """Samples of a legacy dump and their number: the dump holds its own GT and defines the evaluated images."""
+    from mmengine.logging import print_log
+
+    from .legacy import iter_legacy_samples, legacy_records, load_legacy_results
+    obj = load_legacy_results(path, unsafe=unsafe)
+    size = len(legacy_records(obj)[0])
+    if size != len(dataset):
+        print_log(f'{path}: the legacy dump holds {size} images, the dataset of the config {len(dataset)}; the '
+                  f'images of the dump are evaluated with its own GT (the config gives the vocabulary)',
+                  logger='current', level=30)
+    located = ((f'{path} prediction #{s["sample_idx"]}', s) for s in iter_legacy_samples(obj, mode=mode, source=path))
+    return located, size
+
+
+def _read(fmt: str, path: str, dataset: DatasetSamples, mode: str, unsafe: bool, allow_missing: bool,
+          reader_options: Optional[dict]
+          ) -> Tuple[Iterator[Located], Optional[Callable[[int], Dict[str, Any]]], Optional[int]]:
+    """(located samples, missing-sample builder (None: the default), number to cover (None: dataset length))."""
+    if fmt == 'dump':
+        return _dump_samples(path, dataset, unsafe, allow_missing), None, None
+    if fmt == 'jsonl':
+        return _jsonl_samples(path, dataset), None, None
+    if fmt == 'vlm':
+        return _vlm_samples(path, dataset), lambda idx: dict(dataset.gt(idx), pred_text=None), None
+    if fmt == 'legacy':
+        located, size = _legacy_samples(path, dataset, mode, unsafe)
+        return located, None, size
+    if fmt == 'grounding':
+        from .grounding import grounding_gt, iter_grounding_samples
+        return (iter_grounding_samples(path, dataset, **(reader_options or {})),
+                lambda idx: grounding_gt(dataset, idx), None)
+    raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
+
+
+def open_predictions(fmt: str, path: str, dataset: Any, mode: str = 'sgdet', unsafe: bool = False,
+                     allow_missing: bool = False, reader_options: Optional[dict] = None,
+                     on_sample: Optional[Callable[[], None]] = None) -> CoveredSamples:
+    """The data samples of predictions file ``path`` in format ``fmt`` (``'auto'``: from the file name),
+    covering ``dataset`` (a dataset or :class:`~mmsgg_eval.io.samples.DatasetSamples`).
+
+    ``mode``: the scene-graph mode of legacy dumps; ``unsafe``: unrestricted unpickling (trusted files only);
+    ``allow_missing``: samples without a prediction (or cut off a truncated stream) become empty predictions
+    marked ``prediction_missing`` instead of an error; ``reader_options``: ``bbox_format`` / ``coord_scale``
+    of the grounding reader; ``on_sample``: called per sample (progress). Nothing is read before iterating,
+    except a legacy dump (one torch object).
+    """
+    fmt = guess_format(path) if fmt == 'auto' else fmt
+    index = dataset if isinstance(dataset, DatasetSamples) else DatasetSamples(dataset)
+    located, missing_sample, size = _read(fmt, path, index, mode, unsafe, allow_missing, reader_options)
+    return CoveredSamples(located, index, path, allow_missing, missing_sample, on_sample=on_sample, size=size)

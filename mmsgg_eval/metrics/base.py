@@ -1,0 +1,437 @@
+"""One base for every mmsgg_eval metric: pooled ``process()``, per-sample row tables, ONE cross-rank reduce,
+and one epoch-end sequence.
+
+A metric built on :class:`RowMetric` declares three things and nothing else:
+
+* :meth:`~RowMetric.row_schema`: its tables of small per-sample rows (``{table: {column: (dtype, shape)}}``);
+* :meth:`~RowMetric.compute_rows`: how a pool of data samples becomes rows (validation, ranking, matching);
+* :meth:`~RowMetric.summarize`: how the reduced, de-duplicated tables become a summary whose ``'metrics'``
+  hold every key (and optionally :meth:`~RowMetric.select_keys`, :meth:`~RowMetric.format_report`,
+  :meth:`~RowMetric.write_outfile`, :meth:`~RowMetric.write_reports`, :meth:`~RowMetric.extra_results`).
+
+Everything else is here, once:
+
+* ``process()`` pools samples across calls (``pool_samples``; 1 = every call on its own) and turns each pool
+  into rows held by a :class:`~mmsgg_eval.metrics.accumulator.RowAccumulator` (no prediction is kept);
+* ``evaluate(size)`` runs: flush the last pool -> reduce the rows of all ranks once (one length exchange,
+  one byte buffer) and drop sampler padding by ``sample_idx`` -> summarise -> log the report -> write the
+  files (``outfile_prefix``, ``report_dir``) on the MAIN RANK only, once. The numbers are logged before any
+  file is written; a file that cannot be written is reported as an error and does not stop the evaluation
+  (the other metrics of the evaluator still run). Output directories are checked for writability at the
+  first ``process()`` of an epoch, so a bad path fails before the model has run over the dataset;
+* ``evaluate()`` called again without new samples returns the previous result (with a warning);
+* what reaches the runner is scalars only (``{prefix}/{key}: float``); tables (the per-predicate recalls)
+  are in the logged report, the report files and :meth:`RowMetric.extra_results`, which
+  :func:`extra_results_of` gathers for ``metrics.json``.
+
+Relation to MMEngine's ``BaseMetric``. ``BaseMetric.evaluate`` gathers ``self.results`` (a list of
+arbitrary per-sample objects) with ``collect_results``, calls ``compute_metrics(results)`` on rank 0 and
+broadcasts the keys. Here the per-sample state is a set of typed row tables gathered with one all-gather on
+every rank (so every rank computes the same keys and no broadcast is needed); ``self.results`` stays empty.
+``compute_metrics`` keeps its meaning - collected results in, unprefixed keys out - with the reduced tables
+as its input. ``collect_device`` is accepted for config compatibility; the rows travel on the device of the
+samples. Definitions and conventions of the keys: ``docs/metrics.md``.
+
+Sharing work (:class:`ComputeGroup`). ``SGRecall`` and ``SGMeanRecall`` of one evaluator rank and match the
+same samples with the same settings. A metric whose :meth:`~RowMetric.compute_key` is not None joins the
+group of metrics with an EQUAL key (every setting the rows depend on, compared exactly: zero-shot codes by
+their full contents). Within a group, a pool's rows are computed once and reused by a member whose pool
+holds the very same sample objects in the same order (mmengine's ``Evaluator`` passes one list to all its
+metrics), and the reduced tables are reused by a member whose accumulator holds the very same row objects:
+the second metric adds no ranking and sends no byte across ranks. A val and a test evaluator never share
+(their samples are different objects); two metrics with different settings never share (different keys).
+Both decisions depend only on what the rank itself was fed, identically for every member on every rank,
+so no rank skips a collective that another rank enters.
+"""
+import os
+import tempfile
+import warnings
+import weakref
+from abc import abstractmethod
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+import torch
+from mmengine.evaluator import BaseMetric
+from torch import Tensor
+
+from ..structures import get_field, sample_index
+from .accumulator import RowAccumulator, same_objects
+
+Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
+Tables = Dict[str, Dict[str, Tensor]]
+
+
+def sample_field(sample: Any, key: str) -> Any:
+    """``key`` of a data sample: a field or metainfo entry of a data element, a key of a dict, or a key of
+    the dict's ``metainfo`` (None when absent)."""
+    value = get_field(sample, key)
+    if value is None:
+        value = get_field(get_field(sample, 'metainfo'), key)
+    return value
+
+
+def prediction_missing(sample: Any) -> bool:
+    """True when the sample is an image the user did not predict (metainfo ``prediction_missing=True``,
+    set by the readers of prediction files when a dataset sample has no prediction)."""
+    return bool(sample_field(sample, 'prediction_missing'))
+
+
+def first_occurrences(samples: List[Any]) -> List[Any]:
+    """``samples`` without repeated ``sample_idx`` (the first occurrence is kept; samples without one are
+    all kept); the list itself when nothing repeats."""
+    seen, keep = set(), []
+    for sample in samples:
+        idx = sample_index(sample)
+        if idx is None or idx not in seen:
+            keep.append(sample)
+            if idx is not None:
+                seen.add(idx)
+    return keep if len(keep) < len(samples) else samples
+
+
+def missing_flags(samples: Sequence[Any], device: torch.device) -> Tensor:
+    """[N] bool: :func:`prediction_missing` of each sample."""
+    return torch.tensor([prediction_missing(s) for s in samples], dtype=torch.bool, device=device)
+
+
+def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
+    """Create ``path`` if needed and check that a file can be created in it; raise ``OSError`` naming the
+    metric, the argument and the path otherwise."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise OSError(f'{owner}: {argument} needs the directory {path!r}, which cannot be written '
+                      f'({type(err).__name__}: {err}). Fix the path before evaluating.') from err
+
+
+def warn_user(message: str) -> None:
+    """A user-facing warning: through ``warnings`` (tests, notebooks) and the runner's log."""
+    from mmengine.logging import print_log
+    warnings.warn(message, UserWarning, stacklevel=3)
+    print_log(message, logger='current', level=30)
+
+
+class ComputeGroup:
+    """Work shared by the live metrics whose :meth:`RowMetric.compute_key` are equal (see the module docs).
+
+    A group holds the rows of its last computed pool (with the pooled sample objects, so their identity is
+    safe to compare), its last reduced tables (with the row objects they were reduced from), its last
+    summaries and the report files written from them. Groups are found through a registry of weak
+    references: a group lives as long as one of its members.
+
+    Epochs: :attr:`epoch` counts the reductions computed by the group. A member records it when its own
+    epoch starts (first ``process()``), and pool rows are reused only between members of the same epoch, so
+    samples modified in place and fed again after an ``evaluate()`` are always ranked afresh.
+    """
+
+    _registry: 'weakref.WeakValueDictionary[Hashable, ComputeGroup]' = weakref.WeakValueDictionary()
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.epoch = 0
+        self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None
+        self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None
+        self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []
+        self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}
+
+    @classmethod
+    def join(cls, key: Hashable) -> 'ComputeGroup':
+        group = cls._registry.get(key)
+        if group is None:
+            group = cls(key)
+            cls._registry[key] = group
+        return group
+
+    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Dict[str, Any]],
+             epoch: Optional[int]) -> Dict[str, Any]:
+        """The rows of ``samples``: reused when the last pool of the same epoch held the very same objects in
+        the same order, else computed."""
+        if self._pool is not None and self._pool[0] == epoch and same_objects(self._pool[1], samples):
+            return self._pool[2]
+        rows = compute(samples)
+        self._pool = (epoch, samples, rows)
+        return rows
+
+    def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str) -> Tables:
+        """Reduced tables of ``accumulator`` (resetting it): reused when the last reduction was of the very
+        same row objects, else one collective."""
+        sources = accumulator.sources
+        last = self._reduced
+        if last is not None and last[0] and last[1] == size and accumulator.holds_same_rows(last[0]):
+            accumulator.reset()
+            return last[2]
+        tables = accumulator.reduce_to_cpu(size, owner)
+        self._reduced = (sources, size, tables)
+        self._summaries, self._written = [], {}
+        self.epoch += 1
+        return tables
+
+    def summary(self, tables: Tables, settings: Hashable, meta: Any,
+                compute: Callable[[Tables], Dict[str, Any]]) -> Dict[str, Any]:
+        """``compute(tables)``, reused for the same reduced tables, equal summary settings and the same
+        ``dataset_meta`` object (a copy of the summary dict is returned)."""
+        if self._reduced is not None and tables is self._reduced[2]:
+            for key, cached_meta, summary in self._summaries:
+                if key == settings and cached_meta is meta:
+                    return dict(summary)
+            summary = compute(tables)
+            self._summaries.append((settings, meta, dict(summary)))
+            return summary
+        return compute(tables)
+
+    def written_reports(self, target: Tuple[str, ...], summary: Dict[str, Any]) -> Optional[Dict[str, str]]:
+        """Paths of report files already written to ``target`` from an equal summary, or None."""
+        done = self._written.get(target)
+        if done is not None and done[0] == summary:
+            return done[1]
+        return None
+
+    def target_taken(self, target: Tuple[str, ...]) -> bool:
+        """True when another summary was written to ``target`` since the last reduction."""
+        return target in self._written
+
+    def record_reports(self, target: Tuple[str, ...], summary: Dict[str, Any], paths: Dict[str, str]) -> None:
+        self._written.setdefault(target, (summary, paths))
+
+
+class RowMetric(BaseMetric):
+    """Base of the mmsgg_eval metrics (see the module docstring for the life cycle).
+
+    Args:
+        outfile_prefix: when set, :meth:`write_outfile` writes ``{outfile_prefix}.{prefix}[.{file_tag}].json``
+            (main rank only).
+        report_dir: when set, :meth:`write_reports` writes the report files there (main rank only;
+            ``tools/test.py`` sets it to the work dir).
+        pool_samples: samples pooled across ``process()`` calls before they become rows (1 = each call on
+            its own). Results never depend on it.
+        collect_device: accepted for MMEngine config compatibility (rows travel on the samples' device).
+        prefix: key prefix (default :attr:`default_prefix`).
+    """
+
+    #: distinguishes the ``outfile_prefix`` files of metrics sharing a prefix (e.g. 'recall', 'mean_recall')
+    file_tag: Optional[str] = None
+
+    def __init__(self, outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
+                 pool_samples: int = 1, collect_device: str = 'cpu', prefix: Optional[str] = None) -> None:
+        if int(pool_samples) < 1:
+            raise ValueError(f'pool_samples must be >= 1, got {pool_samples}')
+        super().__init__(collect_device=collect_device, prefix=prefix)
+        self.outfile_prefix = outfile_prefix
+        self.report_dir = report_dir
+        self.pool_samples = int(pool_samples)
+        self._pending: List[Any] = []
+        self._pending_rows = 0
+        self._accumulator: Optional[RowAccumulator] = None
+        self._group: Optional[ComputeGroup] = None
+        self._group_epoch: Optional[int] = None  # the group's epoch when this metric's epoch started
+        self._epoch_open = False  # a process() call since the last evaluate()
+        self._last_metrics: Optional[Dict[str, float]] = None
+        self.last_report: Optional[Dict[str, Any]] = None
+
+    # ------------------------------------------------------------------ what a metric declares
+    @abstractmethod
+    def row_schema(self) -> Schema:
+        """``{table: {column: (dtype, trailing shape)}}`` of the per-sample rows (``sample_idx`` implied)."""
+
+    @abstractmethod
+    def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
+        """Rows of a pool of data samples: ``{table: {'sample_idx': [n], column: [n, ...]}}``."""
+
+    @abstractmethod
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
+        """Summary of the reduced, de-duplicated tables: ``{'metrics': {key: float}, ...}``."""
+
+    def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
+        """The keys this metric returns (unprefixed); default every key of ``summary['metrics']``."""
+        return dict(summary['metrics'])
+
+    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
+        """Text block logged at the end of ``evaluate()``."""
+        return f'{type(self).__name__}: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items())
+
+    def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
+        """Write the ``outfile_prefix`` file; default: the keys and the summary. Returns the path."""
+        from ..reports import dump_metric_json, json_safe
+        payload = {'keys': keys}
+        payload.update({k: v for k, v in summary.items() if k not in ('metrics', 'text', 'report_files')})
+        return dump_metric_json(self.outfile_prefix, self.file_stem(), json_safe(payload, nan_as_null=False))
+
+    def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
+        """Write the report files into ``report_dir``; default ``{stem}.metrics.json`` (the summary)."""
+        from ..reports import write_summary_json
+        return {'json': write_summary_json(summary, self.report_dir, stem)}
+
+    def extra_results(self) -> Dict[str, Any]:
+        """Non-scalar results of the last ``evaluate()`` for ``metrics.json`` (prefixed keys), default none."""
+        return {}
+
+    def compute_key(self) -> Optional[Hashable]:
+        """Exact key of everything :meth:`compute_rows` depends on, to share rows with equal metrics (see
+        :class:`ComputeGroup`); None (default) = share nothing."""
+        return None
+
+    def summary_key(self) -> Optional[Hashable]:
+        """Exact key of the settings :meth:`summarize` depends on besides the tables and ``dataset_meta``;
+        None (default) = never reuse another member's summary."""
+        return None
+
+    def pool_weight(self, samples: Sequence[Any]) -> int:
+        """Memory weight of samples (e.g. predicted pairs); a pool is also flushed at :meth:`pool_capacity`."""
+        return 0
+
+    def pool_capacity(self) -> Optional[int]:
+        """Weight at which a pool is flushed whatever its length (None = no limit)."""
+        return None
+
+    # ------------------------------------------------------------------ machinery
+    @property
+    def accumulator(self) -> RowAccumulator:
+        """The row tables of this rank (built from :meth:`row_schema` on first use)."""
+        if self._accumulator is None:
+            self._accumulator = RowAccumulator(self.row_schema())
+        return self._accumulator
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def _meta(self, key: str, default: Any = None) -> Any:
+        return (self.dataset_meta or {}).get(key, default)
+
+    def file_stem(self) -> str:
+        """``{prefix}`` or ``{prefix}.{file_tag}``: the name part of this metric's ``outfile_prefix`` file."""
+        return f'{self.prefix}.{self.file_tag}' if self.file_tag else str(self.prefix)
+
+    def before_epoch(self) -> None:
+        """Checks run at the first ``process()`` of an epoch: the output directories are writable (main
+        rank). Subclasses add theirs (e.g. ``dataset_meta``)."""
+        from mmengine.dist import is_main_process
+        if not is_main_process():
+            return
+        if self.outfile_prefix:
+            ensure_writable_dir(os.path.dirname(os.path.abspath(str(self.outfile_prefix))), self.name,
+                                'outfile_prefix')
+        if self.report_dir:
+            ensure_writable_dir(str(self.report_dir), self.name, 'report_dir')
+
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        """Pool the samples; every ``pool_samples`` samples (or :meth:`pool_capacity` weight) turn them into
+        rows. Pooled samples are referenced, not copied: do not modify them in place after ``process()``."""
+        if not self._epoch_open:
+            self.before_epoch()
+            group = self._compute_group()
+            self._group_epoch = None if group is None else group.epoch
+            self._epoch_open = True
+        self._pending.extend(data_samples)
+        self._pending_rows += self.pool_weight(data_samples)
+        capacity = self.pool_capacity()
+        if len(self._pending) >= self.pool_samples or (capacity is not None and self._pending_rows >= capacity):
+            self.flush()
+
+    def flush(self) -> None:
+        """Turn the pooled samples into rows now (shared with the compute group when it has them)."""
+        samples, self._pending, self._pending_rows = self._pending, [], 0
+        if not samples:
+            return
+        group = self._compute_group()
+        if group is not None and self._epoch_open:
+            rows = group.rows(samples, self.compute_rows, self._group_epoch)
+        else:
+            rows = self.compute_rows(samples)
+        self.accumulator.add(rows)
+
+    def _compute_group(self) -> Optional[ComputeGroup]:
+        key = self.compute_key()
+        if key is None:
+            self._group = None
+        elif self._group is None or self._group.key != key:
+            self._group = ComputeGroup.join(key)
+        return self._group
+
+    def compute_metrics(self, results: Tables) -> Dict[str, float]:
+        """MMEngine's hook, fed the reduced row tables (instead of a list of per-sample results): the
+        unprefixed keys this metric returns; the whole summary is kept in :attr:`last_report`."""
+        group = self._group
+        settings = self.summary_key()
+        if group is not None and settings is not None:
+            summary = group.summary(results, settings, self.dataset_meta, self.summarize)
+        else:
+            summary = self.summarize(results)
+        self.last_report = summary
+        return self.select_keys(summary)
+
+    def evaluate(self, size: int) -> Dict[str, float]:
+        """Flush -> reduce once -> summarise -> log -> write files (main rank); returns scalar keys."""
+        if not self._epoch_open and self._last_metrics is not None:
+            warn_user(f'{self.name}: evaluate() called again without new samples since the last call; returning '
+                  f'the previous result')
+            return dict(self._last_metrics)
+        self.flush()
+        self._compute_group()
+        if self._group is not None:
+            tables = self._group.reduce(self.accumulator, size, self.name)
+        else:
+            tables = self.accumulator.reduce_to_cpu(size, self.name)
+        keys = self.compute_metrics(tables)
+        summary = self.last_report
+        metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
+        self._epoch_open = False
+        self._last_metrics = dict(metrics)
+        from ..reports import log_block
+        summary['text'] = self.format_report(summary, keys)
+        log_block(summary['text'])  # the numbers are in the log before any file is written
+        from mmengine.dist import is_main_process
+        if is_main_process():
+            self._write_files(summary, keys, tables)
+        return metrics
+
+    def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
+        if self.outfile_prefix:
+            self._guarded('outfile_prefix', lambda: self.write_outfile(summary, keys, tables))
+        if self.report_dir:
+            paths = self._guarded('report_dir', lambda: self._write_reports_once(summary, keys))
+            if paths is not None:
+                summary['report_files'] = paths
+
+    def _write_reports_once(self, summary: Dict[str, Any], keys: Dict[str, float]) -> Dict[str, str]:
+        """Report files, written once per group and target: a member with an equal summary reuses the files
+        of the first; one with another summary writes under ``{prefix}.{file_tag}`` so nothing is
+        overwritten."""
+        group = self._group
+        content = {k: v for k, v in summary.items() if k not in ('text', 'report_files')}
+        target = (os.path.abspath(str(self.report_dir)), str(self.prefix))
+        if group is None:
+            return self.write_reports(summary, keys, str(self.prefix))
+        done = group.written_reports(target, content)
+        if done is not None:
+            return done
+        stem = self.file_stem() if group.target_taken(target) else str(self.prefix)
+        paths = self.write_reports(summary, keys, stem)
+        group.record_reports(target, content, paths)
+        return paths
+
+    def _guarded(self, what: str, write: Callable[[], Any]) -> Any:
+        """Run a file writer; an ``OSError`` is logged as an error (the numbers are already in the log and
+        returned) instead of stopping the evaluation of this and the other metrics."""
+        try:
+            return write()
+        except OSError as err:
+            from mmengine.logging import print_log
+            message = (f'{self.name}: could not write the {what} files ({type(err).__name__}: {err}); the '
+                       f'results above are complete and are returned to the runner')
+            print_log(message, logger='current', level=40)
+            warnings.warn(message, UserWarning)
+            return None
+
+
+def extra_results_of(metrics: Sequence[Any]) -> Dict[str, Any]:
+    """The non-scalar results (e.g. ``{prefix}/per_predicate_recall``) of the last ``evaluate()`` of each
+    metric, merged: what ``metrics.json`` adds to the scalar keys an evaluator returns."""
+    out: Dict[str, Any] = {}
+    for metric in metrics:
+        extra = getattr(metric, 'extra_results', None)
+        if callable(extra):
+            out.update(extra())
+    return out

@@ -1,0 +1,188 @@
+"""The value rules of the data contract, written once and applied to padded [B, L, ...] batches.
+
+Every reader (the field-wise reader of dict batches, the per-sample reader of anything else; small or large
+batch; CPU or GPU) builds the same padded tensors and hands them to :func:`validate_padded`, so a value is
+accepted or refused the same way whatever path it took. The rules:
+
+* boxes: finite, xyxy with x2 >= x1 and y2 >= y1;
+* index fields (class labels, predicate labels, pair indices): integer dtype, or floating values that
+  are integers (3.0, not 2.5, NaN or inf), in [0, bound) where the bound is the number of classes /
+  predicates, or the number of objects of the image's list for pair indices;
+* scores (object scores, predicate scores, the background column included): finite and >= 0. Scores rank predictions through products
+  (predicate score x subject score x object score); the legacy models give softmax probabilities, and any
+  non-negative scale (e.g. a VLM's 0-100 confidences) ranks the same way, so values above 1 are accepted;
+  negative values (logits) are refused: they would change the order of those products;
+* self-pairs (subject index == object index) are accepted in predictions and GT: the legacy evaluator
+  neither filters nor refuses them (a predicted self-pair can hit a GT self-pair like any other pair).
+
+One host synchronisation decides the whole batch; only when a rule fails is the first offending sample (in
+batch order), field and entry looked up, for a ValueError that names them.
+"""
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from .fields import sample_name
+
+
+@dataclass
+class FieldRule:
+    """One field of a padded batch and the rule it must satisfy.
+
+    ``kind``: 'boxes' | 'index' | 'score'. ``values`` [B, L, ...]; ``lengths``: real entries per image
+    (None: every image has L). ``bound``: exclusive upper bound of an index field, one int or per image.
+    ``what`` names the indices in messages ('class', 'predicate', 'object'); ``note`` is appended to the
+    message (e.g. which object list pair indices point into).
+    """
+    path: str
+    kind: str
+    values: Tensor
+    lengths: Optional[Sequence[int]] = None
+    bound: Union[int, Sequence[int], None] = None
+    what: str = ''
+    note: Union[str, Callable[[int], str]] = ''
+
+
+def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
+    """[B, L] mask of real (not padding) entries, or None when there is no padding."""
+    if lengths is None or all(n == values.shape[1] for n in lengths):
+        return None
+    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=values.device)
+    return torch.arange(values.shape[1], device=values.device)[None, :] < lengths_t[:, None]
+
+
+def _row_min_max(values: Tensor):
+    """(min, max) of each row of [B, L] (``aminmax`` along a dim is slow for floats on the CPU)."""
+    if values.is_floating_point():
+        return values.amin(1), values.amax(1)
+    return torch.aminmax(values, dim=1)
+
+
+def bad_images(rule: FieldRule) -> Tensor:
+    """[B] bool: images with an entry breaking the rule (padding entries never count).
+
+    Per-image reductions (min / max of each image's entries), so a valid batch costs about one pass over
+    each field.
+    """
+    v = rule.values
+    real = _real(v, rule.lengths)
+    if real is not None:
+        real = real.view(*real.shape, *([1] * (v.dim() - 2)))
+    if rule.kind == 'boxes':  # padding boxes are zeros: finite and ordered
+        bad = ~(torch.isfinite(v).all(-1) & (v[..., 2:] >= v[..., :2]).all(-1))
+        return bad.flatten(1).any(1)
+    if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
+        low, high = _row_min_max(v.flatten(1))
+        return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
+    if real is None:
+        low, high = _row_min_max(v.flatten(1))
+    else:
+        low = torch.where(real, v, torch.zeros_like(v)).flatten(1).amin(1)  # 0: never below the range
+        high = torch.where(real, v, torch.full_like(v, -1)).flatten(1).amax(1)  # -1: never above it
+    bound = rule.bound
+    if not isinstance(bound, int):
+        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
+    bad = (low < 0) | (high >= bound)
+    if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
+        fractional = v != v.round()
+        if real is not None:
+            fractional &= real
+        bad |= fractional.flatten(1).any(1)
+    return bad
+
+
+def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
+                    extra: Optional[List[Tensor]] = None, extra_messages: Optional[List[Callable[[int], str]]] = None
+                    ) -> None:
+    """Raise a ValueError naming the first sample (in batch order) and field that breaks a rule.
+
+    ``extra``: further [B] bool tensors of bad images computed elsewhere (e.g. predicate-score ranges) with
+    ``extra_messages[i](b)`` building their message.
+    """
+    checked = [r for r in rules if r.values.numel()]
+    flags = [bad_images(r) for r in checked]
+    flags += list(extra or [])
+    if not flags:
+        return
+    table = torch.stack([f.to(flags[0].device) for f in flags])  # [F, B]
+    if not bool(table.any()):  # the one host synchronisation of a valid batch
+        return
+    image = int(table.any(0).nonzero()[0, 0])
+    field = int(table[:, image].nonzero()[0, 0])
+    if field >= len(checked):
+        raise ValueError(extra_messages[field - len(checked)](image))
+    raise ValueError(describe(checked[field], image, samples[image]))
+
+
+def describe(rule: FieldRule, image: int, sample: Any) -> str:
+    """Message for the first bad entry of image ``image`` under ``rule``."""
+    length = rule.values.shape[1] if rule.lengths is None else rule.lengths[image]
+    bound = rule.bound if rule.bound is None or isinstance(rule.bound, int) else list(rule.bound)[image]
+    entries = rule.values[image, :length]  # each entry as an image of its own: the same rule finds it
+    per_entry = FieldRule(rule.path, rule.kind, entries.unsqueeze(1), bound=bound, what=rule.what)
+    row = int(bad_images(per_entry).nonzero()[0, 0])
+    value = rule.values[image, row]
+    shown = value.tolist()
+    name = sample_name(sample)
+    note = rule.note(image) if callable(rule.note) else rule.note
+    note = f' {note}' if note else ''
+    if rule.kind == 'boxes':
+        if not bool(torch.isfinite(value).all()):
+            return f'{name}: `{rule.path}`[{row}] = {shown} contains NaN or inf'
+        return (f'{name}: `{rule.path}`[{row}] = {shown} has x2 < x1 or y2 < y1 (boxes must be xyxy in '
+                f'original image pixels)')
+    if rule.kind == 'score':
+        if not bool(torch.isfinite(value)):
+            return f'{name}: `{rule.path}`[{row}] = {shown} contains NaN or inf'
+        return (f'{name}: `{rule.path}`[{row}] = {shown} is negative; scores must be >= 0 (probabilities, '
+                f'e.g. softmax outputs, not logits)')
+    entries = value.reshape(-1)
+    if value.is_floating_point() and not bool((entries == entries.round()).all()):
+        return (f'{name}: `{rule.path}`[{row}] = {shown}: {rule.what} indices must be integers (integer '
+                f'dtype or integer-valued floats){note}')
+    if rule.what == 'object':
+        return (f'{name}: `{rule.path}` has pair {shown} with an index outside [0, {bound}) (the object list '
+                f'has {bound} entries){note}')
+    return (f'{name}: `{rule.path}` has {rule.what} index {shown} outside [0, {bound}) (labels are 0-based '
+            f'into dataset_meta){note}')
+
+
+def score_range_flags(value_range: Tensor) -> Tensor:
+    """[B] bool: an image whose score entries (min, max) include NaN, +-inf or a negative value."""
+    if value_range.numel() == 0:
+        return torch.zeros(value_range.shape[0], dtype=torch.bool, device=value_range.device)
+    return ~(torch.isfinite(value_range).all(1) & (value_range[:, 0] >= 0))
+
+
+def check_tensor(kind: str, values: Tensor, sample: Any, path: str, bound: Optional[int] = None,
+                 what: str = '') -> None:
+    """Apply one rule to the entries of a single sample's field ``values`` [L, ...]."""
+    rule = FieldRule(path, kind, values[None], bound=bound, what=what)
+    if values.numel() and bool(bad_images(rule).any()):
+        raise ValueError(describe(rule, 0, sample))
+
+
+def box_shape(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """One sample's xyxy boxes as float32 [N, 4] (an empty value becomes [0, 4]); other shapes raise."""
+    if boxes.numel() == 0:
+        return boxes.reshape(0, 4).float()
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f'{sample_name(sample)}: `{field}` must have shape [N, 4] (xyxy), '
+                         f'got {list(boxes.shape)}')
+    return boxes.float()
+
+
+def check_boxes(boxes: Tensor, sample: Any, field: str) -> Tensor:
+    """One sample's xyxy boxes [N, 4] under the box rule (shape too); returns them as float32."""
+    boxes = box_shape(boxes, sample, field)
+    check_tensor('boxes', boxes, sample, field)
+    return boxes
+
+
+def check_finite(values: Tensor, sample: Any, field: str) -> Tensor:
+    """``values`` unchanged when every entry is finite; else a ValueError naming the sample and ``field``."""
+    if values.numel() and not bool(torch.isfinite(values).all()):
+        raise ValueError(f'{sample_name(sample)}: `{field}` contains NaN or inf')
+    return values
