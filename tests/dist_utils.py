@@ -99,4 +99,5 @@ def fault_worker_main() -> None:
     except Exception as err:  # noqa: BLE001 - reported to the test
         print(f'failed-at {time.time()}\n{type(err).__name__}: {err}', flush=True)
         sys.exit(1)
+    assert not torch_dist.is_initialized(), 'the process group must be destroyed before exit'
     print('ok', flush=True)
