@@ -4,7 +4,7 @@ import os
 import os.path as osp
 import sys
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 
 class OutputNotWritableError(OSError):
@@ -23,9 +23,19 @@ def check_writable(directory: str, what: str) -> str:
         with tempfile.NamedTemporaryFile(dir=path, prefix='.mmsgg_eval_write_check_'):
             pass
     except OSError as err:
-        raise OutputNotWritableError(f'{what} {path} is not writable: {err.strerror or err}; nothing was '
-                                     f'evaluated (choose another location)') from err
+        blocked = next((p for p in _parents(path) if osp.exists(p) and not osp.isdir(p)), None)
+        reason = f'{blocked} is a file, not a directory' if blocked else (err.strerror or str(err))
+        raise OutputNotWritableError(f'{what} {path} is not writable: {reason}; nothing was evaluated '
+                                     f'(choose another location)') from err
     return path
+
+
+def _parents(path: str) -> List[str]:
+    """``path`` and its ancestors, nearest first."""
+    out = [path]
+    while osp.dirname(out[-1]) != out[-1]:
+        out.append(osp.dirname(out[-1]))
+    return out
 
 
 def write_metrics_json(metrics: Dict[str, Any], work_dir: str, name: Optional[str] = None) -> str:
