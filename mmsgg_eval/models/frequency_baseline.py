@@ -14,9 +14,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from mmengine.model import BaseModel
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..registry import MODEL_WRAPPERS, MODELS
+from ..registry import MODELS
 from ..structures import get_field, sample_name
 
 
@@ -93,7 +93,7 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
     return counts
 
 
-@MODELS.register_module()
+@MODELS.register_module(force=True)  # replaces the placeholder of mmsgg_eval.models (lazy import)
 class FrequencyBaseline(BaseModel):
     """FREQ / FREQ+OVERLAP relation predictor (PredCls; SGCls when samples carry predicted labels/scores).
 
@@ -202,25 +202,3 @@ class FrequencyBaseline(BaseModel):
             sample.pred_relations = pred_relations
             sample.set_metainfo({'pred_mode': mode})  # lets a metric refuse a mode the model does not produce
 
-
-@MODEL_WRAPPERS.register_module()
-class EvalOnlyModelWrapper(nn.Module):
-    """Distributed wrapper for evaluation: forwards ``val_step``/``test_step``, no gradient synchronisation.
-
-    DDP cannot wrap a model without trainable parameters and needs a GPU per rank with ``device_ids``; for
-    evaluation (any backend, CPU or GPU) nothing has to be synchronised but the metrics, which reduce
-    themselves.
-    """
-
-    def __init__(self, module: nn.Module, **kwargs: Any) -> None:
-        super().__init__()
-        self.module = module
-
-    def val_step(self, data: Any) -> Any:
-        return self.module.val_step(data)
-
-    def test_step(self, data: Any) -> Any:
-        return self.module.test_step(data)
-
-    def train_step(self, data: Any, optim_wrapper: Any) -> Any:  # pragma: no cover - evaluation only
-        raise RuntimeError('EvalOnlyModelWrapper is for evaluation; use MMDistributedDataParallel to train')
