@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mmsgg_eval (the configs import it)
+# mmengine 0.10.7 loads checkpoints with torch.load's default (weights_only=True since torch 2.6), which refuses
+# mmengine's own training checkpoints; the demo loads only the checkpoint it has just written
+export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 WORK_DIR=${1:-work_dirs/demo}
 CONFIG=configs/demo/freq_predcls_vg150_sample.py
 DET_CONFIG=configs/demo/faster-rcnn_r18_fpn_vg150_sample.py

@@ -5,7 +5,7 @@ GT boxes come from the samples (``gt_instances``), detections from ``pred_instan
 original image frame, 0-based labels, scores); no annotation file is needed. Each rank matches its images
 (:func:`~mmsgg_eval.functional.detection.coco_match_detections`) and keeps compact rows only: per kept
 detection its score, class and one matched / ignored flag per IoU threshold (at most ``max_dets`` per image
-and class), per image and class the number of GT boxes. Those rows (about 30 bytes per detection) are
+and class), per image and class the number of GT boxes. Those rows (44 bytes per detection with their sample id) are
 reduced across ranks once, de-duplicated by ``sample_idx``, and integrated COCO-style
 (:func:`~mmsgg_eval.functional.detection.coco_precision`). Values are percentages.
 """
