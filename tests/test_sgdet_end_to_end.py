@@ -53,6 +53,25 @@ def read_json(path):
         return json.load(f)
 
 
+def predictions_by_index(path):
+    """{sample_idx: (pred_instances, pred_relations)} of a prediction file (ours or mmdet's DumpDetResults)."""
+    from mmsgg_eval.predictions_io import iter_records
+    return {int(r['sample_idx']): (r['pred_instances'], r['pred_relations'])
+            for r in iter_records(str(path), unsafe=True)}
+
+
+def assert_same_predictions(path_a, path_b):
+    """Every sample's detections and ranked relations are bit-identical (a stronger check than equal metrics on
+    a barely trained detector, whose recalls are mostly 0)."""
+    a, b = predictions_by_index(path_a), predictions_by_index(path_b)
+    assert sorted(a) == sorted(b) == list(range(13))
+    for idx in a:
+        for group_a, group_b in zip(a[idx], b[idx]):
+            assert set(group_a) == set(group_b)
+            for key in group_a:
+                assert torch.equal(torch.as_tensor(group_a[key]), torch.as_tensor(group_b[key])), (idx, key)
+
+
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('sgdet')
@@ -78,17 +97,20 @@ def test_single_process_reports_and_dumps(trained, mode):
     work = trained['tmp'] / f'{mode}_single'
     args = ['tools/test.py', CONFIGS[mode], trained['ckpt'], '--work-dir', str(work),
             '--cfg-options', *trained['options']]
-    if mode == 'sgdet':
-        args[4:4] = ['--out', str(work / 'preds.pkl')]
+    args[3:3] = ['--out', str(work / 'preds.pkl')]
     out = run(args)
     assert out.returncode == 0, out.stderr[-4000:]
-    assert 'loaded a detector checkpoint' in out.stdout + out.stderr
+    log = out.stdout + out.stderr
+    assert 'loaded a detector checkpoint' in log
     metrics = read_json(work / 'metrics.json')
     assert f'{mode}/R@100' in metrics
     if mode == 'sgdet':
         assert {'sgdet/mAP', 'sgdet/AP@50'} <= set(metrics)
         assert 0 <= metrics['sgdet/mAP'] <= metrics['sgdet/AP@50'] <= 100
+        assert 'Detection AP (VG150, 13 images' in log
         check_sgdet_records(work / 'preds.pkl', trained['root'])
+    else:
+        check_sgcls_records(work / 'preds.pkl', trained['root'])
     trained['runs'][mode] = metrics
 
 
@@ -110,6 +132,18 @@ def check_sgdet_records(pred_file, root):
     assert beyond_input > 0
 
 
+def check_sgcls_records(pred_file, root):
+    """SGCls returns the GT boxes after the resize round trip, classified, with all ordered pairs."""
+    from mmsgg_eval.predictions_io import iter_records
+    for r in iter_records(str(pred_file)):
+        boxes, gt = torch.as_tensor(r['pred_instances']['bboxes']), torch.as_tensor(r['gt_instances']['bboxes'])
+        assert boxes.shape == gt.shape and torch.allclose(boxes, gt, atol=1e-3) and r['pred_mode'] == 'sgcls'
+        labels = torch.as_tensor(r['pred_instances']['labels'])
+        assert int(labels.min()) >= 0 and int(labels.max()) < 150
+        n = boxes.shape[0]
+        assert tuple(torch.as_tensor(r['pred_relations']['scores']).shape) == (n * (n - 1), 51)
+
+
 @pytest.mark.parametrize('mode', ['sgdet', 'sgcls'])
 def test_three_gloo_ranks_equal_single_process(trained, mode):
     if mode not in trained['runs']:
@@ -118,9 +152,11 @@ def test_three_gloo_ranks_equal_single_process(trained, mode):
     work = trained['tmp'] / f'{mode}_dist'
     out = run(['-m', 'torch.distributed.run', '--nproc_per_node=3', f'--master_port={free_port()}',
                'tools/test.py', CONFIGS[mode], trained['ckpt'], '--launcher', 'pytorch', '--work-dir', str(work),
-               '--cfg-options', *trained['options'], 'env_cfg.dist_cfg.backend=gloo'])
+               '--out', str(work / 'preds.pkl'), '--cfg-options', *trained['options'],
+               'env_cfg.dist_cfg.backend=gloo'])
     assert out.returncode == 0, out.stderr[-4000:]
     same_numbers(read_json(work / 'metrics.json'), trained['runs'][mode])
+    assert_same_predictions(work / 'preds.pkl', trained['tmp'] / f'{mode}_single' / 'preds.pkl')
 
 
 @pytest.mark.parametrize('mode', ['sgdet', 'sgcls'])
@@ -129,13 +165,14 @@ def test_mmdet_own_test_tool_gives_the_same_numbers(trained, mode):
         pytest.skip('single-process run failed')
     work = trained['tmp'] / f'{mode}_mmdet'
     out = run([mmdet_tool('test.py'), CONFIGS[mode], trained['ckpt'], '--work-dir', str(work),
-               '--cfg-options', *trained['options']])
+               '--out', str(work / 'mmdet_preds.pkl'), '--cfg-options', *trained['options']])
     assert out.returncode == 0, out.stderr[-4000:]
     logs = sorted(glob.glob(str(work / '*' / '*.json')))
     assert logs, os.listdir(work)
     logged = {k[len('test/'):] if k.startswith('test/') else k: v for k, v in read_json(logs[-1]).items()}
     expected = floats(trained['runs'][mode])
     same_numbers({k: logged[k] for k in expected}, expected)
+    assert_same_predictions(work / 'mmdet_preds.pkl', trained['tmp'] / f'{mode}_single' / 'preds.pkl')
 
 
 def test_sgdet_stream_evaluated_offline_gives_the_same_numbers(trained):
