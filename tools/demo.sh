@@ -28,7 +28,7 @@ python3 tools/train.py "$DET_CONFIG" --work-dir "$WORK_DIR/detector" > "$WORK_DI
     || { tail -n 40 "$WORK_DIR/detector/train.log"; exit 1; }
 grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cut -c1-220
 echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
-python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_40.pth" --work-dir "$WORK_DIR/sgdet" \
+python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
     --out "$WORK_DIR/sgdet/predictions.pkl"
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"

@@ -1,6 +1,6 @@
 # The demo detector: configs/vg150/faster-rcnn_r50_fpn_vg150.py on the bundled VG150 sample
 # (python tools/make_sample_data.py), made small enough for a CPU: ResNet-18 from a random start (no
-# download), 192-pixel inputs, a few dozen iterations. Its detections are barely better than chance; it
+# download), 192-pixel inputs, 10 iterations. Its detections are barely better than chance; it
 # exercises the whole SGDet path (tools/demo.sh), not a real detector.
 _base_ = ['../vg150/faster-rcnn_r50_fpn_vg150.py']
 data_root = 'data/sample/vg150/'
@@ -25,7 +25,7 @@ train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                                      pipeline=train_pipeline))
 val_dataloader = dict(num_workers=0, persistent_workers=False, dataset=dict(sample_files, pipeline=test_pipeline))
 test_dataloader = dict(num_workers=0, persistent_workers=False, dataset=dict(sample_files, pipeline=test_pipeline))
-max_iters = 40
+max_iters = 10
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=10)]
 optim_wrapper = dict(optimizer=dict(lr=0.01))

@@ -1,6 +1,6 @@
 # The demo's SGDet: FREQ on the demo detector (faster-rcnn_r18_fpn_vg150_sample.py) on the bundled VG150 sample.
 #   python tools/train.py configs/demo/faster-rcnn_r18_fpn_vg150_sample.py --work-dir work_dirs/demo_det
-#   python tools/test.py configs/demo/freq_sgdet_faster-rcnn_r18_fpn_vg150_sample.py work_dirs/demo_det/iter_40.pth
+#   python tools/test.py configs/demo/freq_sgdet_faster-rcnn_r18_fpn_vg150_sample.py work_dirs/demo_det/iter_10.pth
 # score_thr=0: the demo detector is barely trained, its scores are low; every image keeps 80 detections.
 _base_ = ['../vg150/freq_sgdet_faster-rcnn_r50_fpn_vg150.py']
 data_root = 'data/sample/vg150/'
