@@ -2,6 +2,7 @@
 :class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
 from .base import ComputeGroup, RowMetric, extra_results_of
+from .detection import DetectionAP
 from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
 from .relclip import RelCLIPScore
@@ -9,4 +10,5 @@ from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .vlm import VLMSceneGraphMetric
 
 __all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
-           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'VLMSceneGraphMetric', 'DumpSceneGraphPredictions']
+           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'VLMSceneGraphMetric', 'DetectionAP',
+           'DumpSceneGraphPredictions']

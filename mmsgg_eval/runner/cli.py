@@ -57,6 +57,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run ``tools/test.py``; user errors (missing files, unwritable outputs, failed ranks) exit with a
     message instead of a traceback."""
     args = parse_args(argv)
+    # mmengine 0.10.7 loads checkpoints with torch.load's default, weights_only=True since torch 2.6, which
+    # refuses mmengine's own training checkpoints (message hub, numpy metadata). The checkpoint is the one
+    # the user names on the command line, loaded as mmdet's tools did before torch 2.6.
+    os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
     try:
         return _run(args)
     except (OutputNotWritableError, DistributedEvaluationError) as err:
