@@ -126,7 +126,7 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     from mmengine.registry import init_default_scope
 
     import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
-    from mmsgg_eval.runner_utils import write_metrics_json
+    from mmsgg_eval.runner.results import write_metrics_json
 
     if not osp.isfile(config):
         raise FileNotFoundError(f'config file not found: {config}')

@@ -2,6 +2,7 @@
 :class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
 from .base import ComputeGroup, RowMetric, extra_results_of
+from .detection import DetectionAP
 from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
 from .relclip import RelBLIPScore, RelCLIPScore, RelSIGLIPScore
@@ -10,4 +11,4 @@ from .vlm import VLMSceneGraphMetric
 
 __all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
            'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'RelBLIPScore', 'RelSIGLIPScore', 'VLMSceneGraphMetric',
-           'DumpSceneGraphPredictions']
+           'DetectionAP', 'DumpSceneGraphPredictions']
