@@ -1,10 +1,12 @@
 """mmsgg_eval: exact, distributed scene-graph generation and visual grounding evaluation for MMEngine/MMDet.
 
-Importing this package registers its metrics, datasets, transforms and models in mmdet's registries
-(``custom_imports=dict(imports=['mmsgg_eval'])``). It never imports compiled mmcv ops; mmdet's heavy modules
-are imported lazily where needed.
+Importing this package registers its metrics, datasets, transforms, models and the evaluation-only model
+wrapper in mmdet's registries (``custom_imports=dict(imports=['mmsgg_eval'])``). It stays light: it never
+imports compiled mmcv ops, mmdet's model code, ``transformers`` or ``open_clip``; modules that need them
+(the frequency baseline's ``mmengine.model`` base class, the CLIP encoders' libraries) are imported when
+first used (see :func:`mmsgg_eval.registry.register_lazily`).
 """
 from .version import __version__
-from . import datasets, metrics, models  # noqa: F401,E402  (registration)
+from . import datasets, metrics, models, runner  # noqa: F401,E402  (registration)
 
-__all__ = ['__version__', 'datasets', 'metrics', 'models']
+__all__ = ['__version__', 'datasets', 'metrics', 'models', 'runner']

@@ -1,4 +1,4 @@
-"""CLIP-family image/text encoders for :class:`~mmsgg_eval.metrics.RelCLIPScore` (SPEC section 4).
+"""Image/text encoders for :class:`~mmsgg_eval.metrics.RelCLIPScore` and the relation alignment study.
 
 Every encoder implements one small interface (the *encoder protocol*; any object with these members can be
 passed to the metric, e.g. a test stub):
@@ -12,6 +12,13 @@ passed to the metric, e.g. a test stub):
 * optional ``similarity_to_score(cos: Tensor) -> Tensor``: the per-relation score s from the cosine of
   L2-normalised embeddings. Default ``max(cos, 0)`` (CLIPScore); SigLIP uses its sigmoid probability
   ``sigmoid(cos * exp(logit_scale) + logit_bias)``.
+* optional ``pair_scores(image_features: Tensor[N, ...], texts: list[str]) -> Tensor[N]``: for JOINT
+  image-text scorers (BLIP-2 image-text matching), the score s of each (image, text) pair, where
+  ``image_features`` are rows of ``encode_image``'s output (then not normalised by the caller). When present it
+  replaces the cosine; ``encode_text`` is still used for the text-text similarity of the Ref variant.
+
+:class:`RelationScorer` wraps any encoder with the batching, the text-embedding cache and the scoring rule
+shared by the metric and the alignment study.
 
 Backends, all loaded from LOCAL files only (nothing is ever downloaded):
 
@@ -21,6 +28,8 @@ Backends, all loaded from LOCAL files only (nothing is ever downloaded):
   ``model_name='ViT-B-32-quickgelu', pretrained='/ckpt/negclip.pth'``.
 * :class:`HFCLIPEncoder` / :class:`HFSigLIPEncoder`: transformers (``pip install mmsgg_eval[hf]``),
   ``from_pretrained(local_dir, local_files_only=True)`` of the model, tokenizer and image processor.
+* :class:`BLIP2ITMEncoder`: a transformers ``Blip2ForImageTextRetrieval`` from a local directory; s is the
+  probability of the "match" class of its image-text-matching head, ``softmax(itm_logits)[:, 1]``.
 
 Build from a config with :func:`build_encoder` (``dict(type='OpenCLIPEncoder', model_name=..., pretrained=...)``);
 register custom encoders with ``@ENCODERS.register_module()``.
@@ -35,7 +44,7 @@ from mmengine.registry import Registry
 from torch import Tensor, nn
 
 __all__ = ['ENCODERS', 'build_encoder', 'ImagePreprocess', 'crop_regions', 'BaseCLIPEncoder', 'OpenCLIPEncoder',
-           'HFCLIPEncoder', 'HFSigLIPEncoder', 'is_encoder']
+           'HFCLIPEncoder', 'HFSigLIPEncoder', 'BLIP2ITMEncoder', 'RelationScorer', 'is_encoder']
 
 
 def _build_from_cfg(cfg: Any, registry: Registry, default_args: Optional[dict] = None) -> Any:
@@ -440,6 +449,19 @@ def _size_field(size: Any, key: str) -> Optional[int]:
     return None if value is None else int(value)
 
 
+def _load_hf_dir(owner: str, model_path: str, model_class: str) -> Tuple[nn.Module, Any, ImagePreprocess]:
+    """(model, tokenizer, preprocessing) of a LOCAL transformers directory (``from_pretrained(...,
+    local_files_only=True)`` of ``transformers.<model_class>``, the tokenizer and the image processor)."""
+    transformers = _require('transformers', 'hf', owner)
+    if not os.path.isdir(model_path):
+        raise FileNotFoundError(f'{owner}: model_path={model_path!r} is not a local directory '
+                                f'(hub ids are not downloaded; save the model with save_pretrained first)')
+    model = getattr(transformers, model_class).from_pretrained(model_path, local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
+    return model, tokenizer, HFCLIPEncoder.preprocess_from_processor(processor)
+
+
 @ENCODERS.register_module()
 class HFCLIPEncoder(BaseCLIPEncoder):
     """A transformers CLIP-style dual encoder (``get_image_features`` / ``get_text_features``) from a local dir.
@@ -460,21 +482,14 @@ class HFCLIPEncoder(BaseCLIPEncoder):
 
     def __init__(self, model_path: str, score: Optional[str] = None, precision: str = 'fp32',
                  device: Union[str, torch.device] = 'cpu', max_length: Optional[int] = None) -> None:
-        transformers = _require('transformers', 'hf', type(self).__name__)
-        if not os.path.isdir(model_path):
-            raise FileNotFoundError(f'{type(self).__name__}: model_path={model_path!r} is not a local directory '
-                                    f'(hub ids are not downloaded; save the model with save_pretrained first)')
         super().__init__(score=score or self.default_score, precision=precision)
-        model = transformers.AutoModel.from_pretrained(model_path, local_files_only=True)
+        model, self.tokenizer, self.preprocess = _load_hf_dir(type(self).__name__, model_path, 'AutoModel')
         for name in ('get_image_features', 'get_text_features'):
             if not hasattr(model, name):
                 raise TypeError(f'{type(model).__name__} from {model_path} has no {name}(); '
                                 f'{type(self).__name__} needs a CLIP-style dual encoder')
         self.model = model.to(device=device, dtype=_DTYPES[precision]).eval()
         self.model_path = model_path
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        processor = transformers.AutoImageProcessor.from_pretrained(model_path, local_files_only=True)
-        self.preprocess = self.preprocess_from_processor(processor)
         text_cfg = getattr(model.config, 'text_config', model.config)
         self.max_length = int(max_length or getattr(text_cfg, 'max_position_embeddings', 77))
 
@@ -535,3 +550,156 @@ class HFSigLIPEncoder(HFCLIPEncoder):
     """
     text_padding = 'max_length'
     default_score = 'sigmoid'
+
+
+@ENCODERS.register_module()
+class BLIP2ITMEncoder(BaseCLIPEncoder):
+    """BLIP-2 image-text matching (transformers ``Blip2ForImageTextRetrieval``) from a local directory.
+
+    The score of a (region, text) pair is the probability of the "match" class of the ITM head,
+    ``s = softmax(itm_logits)[:, 1]`` (class 1 = match, as the model was trained; one softmax). The image tower
+    runs once per crop (:meth:`encode_image` returns the vision tower's patch features [N, T, C]); the Q-Former
+    then attends to them once per text (:meth:`pair_scores`). :meth:`encode_text` is the Q-Former's projected
+    text [CLS] embedding (the ITC text feature), used for the text-text similarity of the Ref variant.
+
+    The directory must hold the model (``config.json`` with ``qformer_config.use_qformer_text_input=True`` +
+    weights), its tokenizer and its image processor, as written by ``save_pretrained``.
+
+    Args:
+        model_path: local directory.
+        precision: 'fp32', 'fp16' or 'bf16'.
+        device: where the model is placed.
+        max_length: text truncation length; default the Q-Former's ``max_position_embeddings``.
+    """
+
+    def __init__(self, model_path: str, precision: str = 'fp32', device: Union[str, torch.device] = 'cpu',
+                 max_length: Optional[int] = None) -> None:
+        super().__init__(score='cosine', precision=precision)
+        model, self.tokenizer, self.preprocess = _load_hf_dir(type(self).__name__, model_path,
+                                                              'Blip2ForImageTextRetrieval')
+        if not getattr(model.config.qformer_config, 'use_qformer_text_input', False):
+            raise ValueError(f'{model_path}: BLIP-2 image-text matching needs '
+                             f'qformer_config.use_qformer_text_input=True')
+        self.model = model.to(device=device, dtype=_DTYPES[precision]).eval()
+        self.model_path = model_path
+        self.max_length = int(max_length or model.config.qformer_config.max_position_embeddings)
+
+    def _tokens(self, texts: List[str]) -> Dict[str, Tensor]:
+        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                                return_tensors='pt')
+        return {k: tokens[k].to(self.device) for k in ('input_ids', 'attention_mask')}
+
+    def _image_features(self, pixels: Tensor) -> Tensor:
+        return self.model.vision_model(pixel_values=pixels).last_hidden_state
+
+    def _text_features(self, texts: List[str]) -> Tensor:
+        tokens = self._tokens(texts)
+        embeds = self.model.embeddings(input_ids=tokens['input_ids'])
+        out = self.model.qformer(query_embeds=embeds, query_length=0, attention_mask=tokens['attention_mask'])
+        return self.model.text_projection(out.last_hidden_state[:, 0, :].to(self.model.text_projection.weight.dtype))
+
+    @torch.no_grad()
+    def pair_scores(self, image_features: Tensor, texts: Sequence[str]) -> Tensor:
+        """s = softmax(itm_logits)[:, 1] of each (image_features[i], texts[i]) pair -> [N] float32.
+
+        The query tokens attend to the image patches and, with the text, form the Q-Former input exactly as
+        ``Blip2ForImageTextRetrieval.forward(..., use_image_text_matching_head=True)`` (the query positions
+        are always attended, whether or not a processor inserted image tokens into the text)."""
+        qformer_dtype = self.model.query_tokens.dtype
+        image_embeds = image_features.to(device=self.device, dtype=qformer_dtype)
+        tokens = self._tokens(list(texts))
+        query = self.model.query_tokens.expand(image_embeds.shape[0], -1, -1)
+        query_mask = torch.ones(query.shape[:-1], dtype=torch.long, device=self.device)
+        image_mask = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
+        embeds = self.model.embeddings(input_ids=tokens['input_ids'], query_embeds=query)
+        out = self.model.qformer(query_embeds=embeds, query_length=query.shape[1],
+                                 attention_mask=torch.cat([query_mask, tokens['attention_mask']], dim=1),
+                                 encoder_hidden_states=image_embeds, encoder_attention_mask=image_mask)
+        hidden = out.last_hidden_state[:, :query.shape[1], :].to(self.model.itm_head.weight.dtype)
+        logits = self.model.itm_head(hidden).mean(dim=1)
+        return torch.softmax(logits.float(), dim=-1)[:, 1]
+
+
+class RelationScorer:
+    """Score (image region, triplet text) pairs with any encoder of the protocol.
+
+    * :meth:`crop`: union boxes cropped at the model's input size (:func:`crop_regions`, one call);
+    * :meth:`image_features`: the image tower on crops, ``batch_size`` at a time (L2-normalised for dual
+      encoders, raw for joint scorers);
+    * :meth:`embed_texts`: L2-normalised text embeddings, each distinct string encoded once per scorer and device;
+    * :meth:`scores`: s of pairs (row of the image features, text): ``similarity_to_score(cos)`` (default
+      ``max(cos, 0)``) for dual encoders, ``pair_scores`` for joint scorers, ``batch_size`` pairs at a time;
+    * :meth:`text_similarity`: max(cos, 0) between text embeddings (the Ref variant's b).
+    """
+
+    def __init__(self, encoder: Any, batch_size: int = 64) -> None:
+        self.encoder = build_encoder(encoder)
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f'batch_size must be positive, got {batch_size}')
+        self.text_cache: Dict[str, Tensor] = {}
+        self._device: Optional[torch.device] = None
+
+    @property
+    def joint(self) -> bool:
+        """True for encoders scoring an (image, text) pair jointly (``pair_scores``)."""
+        return callable(getattr(self.encoder, 'pair_scores', None))
+
+    @property
+    def preprocess(self) -> ImagePreprocess:
+        return getattr(self.encoder, 'preprocess', None) or DEFAULT_PREPROCESS
+
+    def place(self, device: torch.device) -> None:
+        """Move the encoder to ``device`` (once; the text cache is per device)."""
+        if self._device != device:
+            if callable(getattr(self.encoder, 'to', None)):
+                self.encoder.to(device)
+            self.text_cache.clear()
+            self._device = device
+
+    def crop(self, images: Sequence[Tensor], image_index: Tensor, boxes: Tensor) -> Tensor:
+        return crop_regions(images, image_index, boxes, self.preprocess)
+
+    def embed_texts(self, texts: Sequence[str], device: torch.device) -> Tensor:
+        """L2-normalised text embeddings [N, D] (float32) on ``device``."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self.text_cache))
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start:start + self.batch_size]
+            emb = F.normalize(torch.as_tensor(self.encoder.encode_text(chunk)).float(), dim=-1).to(device)
+            self.text_cache.update(zip(chunk, emb))
+        if not texts:
+            return torch.zeros((0, 0), device=device)
+        return torch.stack([self.text_cache[t] for t in texts]).to(device)
+
+    def image_features(self, crops: Tensor) -> Tensor:
+        """Image features [R, ...] of crops [R, 3, H, W] at the model input size."""
+        parts = []
+        for i in range(0, crops.shape[0], self.batch_size):
+            feats = torch.as_tensor(self.encoder.encode_image(crops[i:i + self.batch_size])).float()
+            parts.append((feats if self.joint else F.normalize(feats, dim=-1)).to(crops.device))
+        return torch.cat(parts)
+
+    def similarity_to_score(self, cos: Tensor) -> Tensor:
+        fn = getattr(self.encoder, 'similarity_to_score', None)
+        return fn(cos) if callable(fn) else cos.clamp(min=0)
+
+    def scores(self, image_features: Tensor, rows: Tensor, texts: Sequence[str],
+               text_emb: Optional[Tensor] = None) -> Tensor:
+        """s [n] (float32) of the pairs (``image_features[rows[i]]``, ``texts[i]``); ``text_emb`` may pass the
+        embeddings of ``texts`` when already computed (dual encoders)."""
+        device = image_features.device
+        if not len(texts):
+            return torch.zeros(0, device=device)
+        if self.joint:
+            parts = [torch.as_tensor(self.encoder.pair_scores(image_features[rows[i:i + self.batch_size]],
+                                                              list(texts[i:i + self.batch_size]))).float()
+                     .to(device) for i in range(0, len(texts), self.batch_size)]
+            return torch.cat(parts)
+        if text_emb is None:
+            text_emb = self.embed_texts(texts, device)
+        return self.similarity_to_score((image_features[rows] * text_emb).sum(-1))
+
+    @staticmethod
+    def text_similarity(a: Tensor, b: Tensor) -> Tensor:
+        """max(cos, 0) of rows of two L2-normalised embedding matrices of equal shape."""
+        return (a * b).sum(-1).clamp(min=0)

@@ -6,7 +6,8 @@ Inputs (``--format``, default from the file name; the readers are in :mod:`mmsgg
   one record per sample, closing record; older streams and mmengine ``DumpResults`` lists are read too);
 * ``jsonl``: per-image predictions, one JSON object per line (:mod:`mmsgg_eval.io.jsonl`; GT from the dataset);
 * ``vlm``: JSONL of raw multimodal-LLM answers (:mod:`mmsgg_eval.io.vlm`), scored by ``VLMSceneGraphMetric``
-  (FailureRate, Recall, mRecall, AP@50, ...);
+  (FailureRate, Recall, mRecall, AP@50, ...), or by the config's ``vlm_evaluator`` list when it has one
+  (e.g. ``RelCLIPScore`` on the model's own words, configs/relclip/);
 * ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.io.legacy`);
 * ``grounding``: a JSON list of ``{sample_idx or img_id, bbox}`` scored by ``GroundingPr``
   (:mod:`mmsgg_eval.io.grounding`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
@@ -50,9 +51,10 @@ def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
 
 
 def metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> List[dict]:
-    """Metric configs: ``names`` (types) or the config's test/val evaluator, with ``mode`` for SG metrics."""
+    """Metric configs: ``names`` (types or metric config dicts) or the config's test/val evaluator, with ``mode``
+    for SG metrics."""
     if names:
-        metrics = [dict(type=name) for name in names]
+        metrics = [dict(type=name) if isinstance(name, str) else dict(name) for name in names]
     else:
         evaluator = cfg.get('test_evaluator') or cfg.get('val_evaluator')
         if evaluator is None:
@@ -126,7 +128,7 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     from mmengine.registry import init_default_scope
 
     import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
-    from mmsgg_eval.runner_utils import write_metrics_json
+    from mmsgg_eval.runner.results import write_metrics_json
 
     if not osp.isfile(config):
         raise FileNotFoundError(f'config file not found: {config}')
@@ -144,8 +146,11 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     options = dict(metric_options or {})
     reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
         if fmt == 'grounding' else {}
-    if fmt in ('vlm', 'grounding') and not metrics:
-        metrics = ['VLMSceneGraphMetric' if fmt == 'vlm' else 'GroundingPr']
+    if fmt == 'vlm' and not metrics:  # the config's `vlm_evaluator` (e.g. configs/relclip/) when it has one
+        metrics = cfg.get('vlm_evaluator') or ['VLMSceneGraphMetric']
+        metrics = [metrics] if isinstance(metrics, dict) else list(metrics)
+    elif fmt == 'grounding' and not metrics:
+        metrics = ['GroundingPr']
     cfgs = metric_cfgs(cfg, metrics, mode)
     for m in cfgs:
         m.update(options)

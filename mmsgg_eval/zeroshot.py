@@ -1,4 +1,4 @@
-"""Zero-shot triplet sets (SPEC 2.5).
+"""Zero-shot triplet sets: the legacy VG150 file (1-based subject, object, predicate) or a set derived from the data.
 
 Internally a zero-shot set is an int64 tensor [T, 3] of 0-based (subject class, object class, predicate).
 The legacy VG150 file ``zeroshot_triplet.pytorch`` stores the same columns 1-based.

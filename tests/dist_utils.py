@@ -4,10 +4,15 @@
 process group and returns the value each ``worker(rank, world_size, *args)`` returned, in rank order.
 ``padded_shard(n, world_size, rank)`` reproduces MMEngine's ``DefaultSampler(shuffle=False)``: the index
 list is padded with its own first entries up to a multiple of the world size, then strided.
+``fault_worker_main()`` is one rank of an evaluation in which one rank stops or dies (runner tests).
 """
+import datetime
 import os
+import signal
 import socket
+import sys
 import tempfile
+import time
 import traceback
 from typing import Any, Callable, List
 
@@ -32,7 +37,8 @@ def _entry(rank: int, world_size: int, port: int, outdir: str, worker: Callable,
     import pickle
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-    torch_dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    # a bounded timeout: a rank that fails or hangs ends the test instead of blocking the others forever
+    torch_dist.init_process_group('gloo', rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=300))
     try:
         result = ('ok', worker(rank, world_size, *args))
     except BaseException:  # noqa: BLE001 - reported to the parent
@@ -57,3 +63,41 @@ def run_distributed(worker: Callable, world_size: int, *args: Any) -> List[Any]:
                 raise RuntimeError(f'rank {rank} failed:\n{value}')
             results.append(value)
     return results
+
+
+def fault_worker_main() -> None:
+    """``python -c '...fault_worker_main()' RANK WORLD PORT TIMEOUT FAULTY_RANK FAULT`` (FAULT: stop | die).
+
+    Evaluates SGRecall on a small workload through :func:`mmsgg_eval.runner.distributed_evaluation` with
+    ``env_cfg.dist_cfg.timeout=TIMEOUT``; rank FAULTY_RANK stops itself (SIGSTOP, as ``kill -STOP``) or exits
+    just before the metric's cross-rank reduce. Prints ``collective-start T`` before the reduce and
+    ``failed-at T`` with the error on failure (exit code 1), ``ok`` on success.
+    """
+    rank, world, port, timeout, faulty = (int(a) for a in sys.argv[1:6])
+    fault = sys.argv[6]
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    from mmengine.logging import MMLogger
+    from mmsgg_eval.benchmarks.workloads import make_workload, meta
+    from mmsgg_eval.metrics import SGRecall
+    from mmsgg_eval.runner import distributed_evaluation
+    MMLogger.get_instance('mmengine', log_level='WARNING')
+    cfg = dict(env_cfg=dict(dist_cfg=dict(backend='gloo', timeout=timeout)))
+    samples = make_workload('triplets', 6)
+    try:
+        with distributed_evaluation(cfg, 'pytorch'):
+            metric = SGRecall(mode='sgdet')
+            metric.dataset_meta = meta()
+            metric.process({}, [samples[i] for i in padded_shard(len(samples), world, rank)])
+            if rank == faulty:
+                if fault == 'stop':
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                else:
+                    os._exit(3)
+            print(f'collective-start {time.time()}', flush=True)
+            metric.evaluate(len(samples))
+    except Exception as err:  # noqa: BLE001 - reported to the test
+        print(f'failed-at {time.time()}\n{type(err).__name__}: {err}', flush=True)
+        sys.exit(1)
+    assert not torch_dist.is_initialized(), 'the process group must be destroyed before exit'
+    print('ok', flush=True)

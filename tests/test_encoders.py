@@ -47,15 +47,8 @@ def make_openclip_dir(root: str, seed: int = 0) -> str:
 def make_hf_dir(root: str, kind: str, seed: int = 0) -> str:
     """Tiny random transformers CLIP or SigLIP + word-level tokenizer + image processor, via save_pretrained."""
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     torch.manual_seed(seed)
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token='<unk>'))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single='<bos> $A <eos>',
-                                                       special_tokens=[('<bos>', 2), ('<eos>', 3)])
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token='<pad>', unk_token='<unk>',
-                                                     bos_token='<bos>', eos_token='<eos>')
+    tokenizer = word_tokenizer()
     text = dict(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                 num_attention_heads=2, max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=3)
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=224,
@@ -76,6 +69,40 @@ def make_hf_dir(root: str, kind: str, seed: int = 0) -> str:
         model.save_pretrained(root)
     tokenizer.save_pretrained(root)
     processor.save_pretrained(root)
+    return root
+
+
+def word_tokenizer():
+    """A word-level fast tokenizer over WORDS (``<bos> text <eos>``), saved with the tiny models."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token='<unk>'))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single='<bos> $A <eos>',
+                                                       special_tokens=[('<bos>', 2), ('<eos>', 3)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token='<pad>', unk_token='<unk>',
+                                                bos_token='<bos>', eos_token='<eos>')
+
+
+def make_blip2_dir(root: str, seed: int = 0) -> str:
+    """Tiny random BLIP-2 image-text-retrieval model (1-layer vision tower and Q-Former with text input) +
+    word-level tokenizer + BLIP image processor, via save_pretrained; returns the dir."""
+    import transformers
+    torch.manual_seed(seed)
+    config = transformers.Blip2Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=224, patch_size=32),
+        qformer_config=dict(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, encoder_hidden_size=32, max_position_embeddings=16,
+                            use_qformer_text_input=True, pad_token_id=0),
+        num_query_tokens=4, image_text_hidden_size=16)
+    model = transformers.Blip2ForImageTextRetrieval(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        model.save_pretrained(root)
+    word_tokenizer().save_pretrained(root)
+    transformers.BlipImageProcessor(size={'height': 224, 'width': 224}).save_pretrained(root)
     return root
 
 
@@ -266,3 +293,68 @@ def test_build_under_mmdet_scope_is_silent(openclip_dir, capsys):
         enc = build_encoder(dict(type='OpenCLIPEncoder', model_name=f'local-dir:{openclip_dir}'))
     assert enc.preprocess.output_size == (224, 224)
     assert 'WARNING' not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ BLIP-2 ITM
+def test_blip2_itm_encoder_matches_the_models_own_head(tmp_path):
+    pytest.importorskip('transformers')
+    path = make_blip2_dir(str(tmp_path / 'blip2'))
+    enc = build_encoder(dict(type='BLIP2ITMEncoder', model_path=path))
+    assert is_encoder(enc) and enc.preprocess.resize_mode == 'squash' and enc.preprocess.output_size == (224, 224)
+    images = torch.rand(3, 3, 100, 150)
+    texts = ['man riding horse', 'dog near car', 'a photo of a wheel on a street']
+    features = enc.encode_image(images)
+    s = enc.pair_scores(features, texts)
+    # the transformers forward of the same (image, text) pairs with its image-text-matching head
+    tokens = enc.tokenizer(texts, padding=True, return_tensors='pt')
+    with torch.no_grad():
+        out = enc.model(pixel_values=enc.preprocess(images), input_ids=tokens['input_ids'],
+                        attention_mask=tokens['attention_mask'], use_image_text_matching_head=True)
+    match = torch.softmax(out.logits_per_image, dim=-1)[:, 1]  # class 1 = "match" (one softmax)
+    assert s.shape == (3,) and torch.allclose(s, match, atol=1e-5)
+    assert not torch.allclose(s, 1 - match, atol=1e-3)  # the no-match class would be a different score
+    # per-pair scores do not depend on the batch they are computed in
+    assert torch.allclose(enc.pair_scores(features[1:2], texts[1:2]), s[1:2], atol=1e-5)
+    # text embedding: the Q-Former's projected [CLS] feature (the ITC text embedding of the same model)
+    with torch.no_grad():
+        itc = enc.model(pixel_values=enc.preprocess(images), input_ids=tokens['input_ids'],
+                        attention_mask=tokens['attention_mask'], use_image_text_matching_head=False)
+    assert torch.allclose(torch.nn.functional.normalize(enc.encode_text(texts), dim=-1), itc.text_embeds,
+                          atol=1e-5)
+
+
+def test_blip2_refuses_hub_ids_and_text_free_qformer(tmp_path):
+    transformers = pytest.importorskip('transformers')
+    with pytest.raises(FileNotFoundError, match='not a local directory'):
+        build_encoder(dict(type='BLIP2ITMEncoder', model_path='Salesforce/blip2-itm-vit-g'))
+    path = make_blip2_dir(str(tmp_path / 'blip2'))
+    config = transformers.Blip2Config.from_pretrained(path)
+    config.qformer_config.use_qformer_text_input = False
+    config.save_pretrained(path)
+    with pytest.raises(ValueError, match='use_qformer_text_input'):
+        build_encoder(dict(type='BLIP2ITMEncoder', model_path=path))
+
+
+def test_relation_scorer_joint_and_dual_paths():
+    from mmsgg_eval.encoders import RelationScorer
+
+    class Dual:
+        def encode_image(self, images):  # black crop -> [3, 4], white crop -> [1, 0]
+            return torch.tensor([[1.0, 0.0] if float(x.mean()) > 0.5 else [3.0, 4.0] for x in images])
+
+        def encode_text(self, texts):
+            return torch.tensor([[1.0, 0.0] if t == 'a' else [0.0, -2.0] for t in texts])
+
+    class Joint(Dual):
+        def pair_scores(self, features, texts):
+            return features[:, 0] * torch.tensor([1.0 if t == 'a' else 0.5 for t in texts])
+
+    crops = torch.stack([torch.zeros(3, 4, 4), torch.ones(3, 4, 4)])
+    dual = RelationScorer(Dual(), batch_size=1)
+    feats = dual.image_features(crops)
+    assert torch.allclose(feats.norm(dim=1), torch.ones(2))  # normalised for dual encoders
+    assert dual.scores(feats, torch.tensor([0, 0, 1]), ['a', 'b', 'a']).tolist() == pytest.approx([0.6, 0.0, 1.0])
+    joint = RelationScorer(Joint(), batch_size=2)
+    feats = joint.image_features(crops)
+    assert feats[0].tolist() == [3.0, 4.0]  # raw for joint scorers
+    assert joint.scores(feats, torch.tensor([0, 1, 0]), ['a', 'b', 'b']).tolist() == [3.0, 0.5, 1.5]

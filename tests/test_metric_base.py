@@ -162,7 +162,7 @@ def test_metrics_return_scalars_and_tables_reach_metrics_json(tmp_path):
     saved = json.load(open(tmp_path / 'predcls.metrics.json'))
     assert saved['per_predicate'] == json.loads(json.dumps(mean_recall.last_report['per_predicate']))
     # the runner writes metrics.json from the scalars plus the extra results (tools/test.py)
-    from mmsgg_eval.runner_utils import write_metrics_json
+    from mmsgg_eval.runner.results import write_metrics_json
     path = write_metrics_json({**res, **extra}, str(tmp_path / 'work'))
     written = json.load(open(path))
     assert written['predcls/per_predicate_recall'] == saved['per_predicate']

@@ -1,6 +1,8 @@
 """RelCLIPScore: aggregation with a stub encoder whose embeddings make every s known, cropping, caching,
 distributed equality, and an end-to-end run with a tiny real open_clip model."""
+import json
 import math
+import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -26,6 +28,7 @@ TEXTS: Dict[str, List[float]] = {
     'man on street': [0.9, 0.0, 0.0, math.sqrt(1 - 0.81)],
     'horse near street': [0.4, 0.0, math.sqrt(1 - 0.16), 0.0],
     'man has horse': [0.1, 0.0, -math.sqrt(1 - 0.01), 0.0],
+    'guy leaning against pony': [0.7, 0.0, math.sqrt(1 - 0.49), 0.0],  # a model's own words
 }
 DEFAULT_TEXT = [0.1, 0.0, 0.0, math.sqrt(1 - 0.01)]
 
@@ -382,3 +385,322 @@ def test_end_to_end_with_tiny_open_clip(tmp_path):
             s.append((float((e_img * e_txt).sum()) + 1) / 2)
         per_image.append(np.mean(s))
     assert first['CLIPScore'] == pytest.approx(100 * np.mean(per_image), abs=0.05)  # measured ~0.002
+
+
+# ------------------------------------------------------------------------------------------------ own words
+def with_texts(sample: dict, texts: Sequence[tuple], drop_labels: bool = True) -> dict:
+    """Contract for open-vocabulary models: pred_relations.texts; predicate / object labels dropped."""
+    sample = dict(sample, pred_relations=dict(sample['pred_relations'], texts=list(texts)))
+    if drop_labels:
+        sample['pred_relations'].pop('labels', None)
+        sample['pred_instances'] = {k: v for k, v in sample['pred_instances'].items() if k != 'labels'}
+    return sample
+
+
+def test_texts_contract_scores_the_models_words(image_path):
+    # words outside the vocabulary ('guy', 'leaning_against'), labels absent: s comes from the words only
+    rels = [(0, 1, RIDING, 0.9), (0, 2, ON, 0.8)]
+    base = make_sample(0, image_path, [M, H, S], rels, gt_rels=[(0, 1, RIDING)])
+    sample = with_texts(base, [('guy', 'leaning_against', 'pony'), ('man', 'on', 'street')])
+    out = run_metric([sample], penalty=False)
+    s = [s_of('guy leaning against pony'), s_of('man on street')]
+    assert out['CLIPScore'] == pytest.approx(100 * np.mean(s))
+    b = max(text_cos('guy leaning against pony', 'man riding horse'), 0)  # GT text: dataset names
+    a = s[0]
+    assert out['RefRelCLIPScore'] == pytest.approx(100 * 2 * a * b / (a + b))
+    # the same words as the dataset names give exactly the closed-vocabulary numbers
+    same = with_texts(base, [('man', 'riding', 'horse'), ('man', 'on', 'street')])
+    assert run_metric([same]) == pytest.approx(run_metric([base]))
+    # text_source='closed' ignores the words
+    assert run_metric([with_texts(base, [('guy', 'x', 'pony')] * 2, drop_labels=False)], text_source='closed') \
+        == pytest.approx(run_metric([base]))
+
+
+def test_texts_contract_errors(image_path):
+    base = make_sample(3, image_path, [M, H], [(0, 1, RIDING, 0.9)])
+    with pytest.raises(ValueError, match=r'sample_idx=3.*pred_relations.texts.*1 pairs'):
+        run_metric([with_texts(base, [('a', 'b', 'c'), ('d', 'e', 'f')])])
+    with pytest.raises(ValueError, match=r'sample_idx=3.*texts\[0\]'):
+        run_metric([with_texts(base, ['man riding horse'])])
+    with pytest.raises(ValueError, match=r"sample_idx=3.*text_source='open'"):
+        run_metric([base], text_source='open')
+    with pytest.raises(ValueError, match='text_source'):
+        RelCLIPScore(encoder=StubEncoder(), text_source='words')
+
+
+# VLM answers: the words of the model reach the text tower, objects of unknown class included
+VLM_TEXTS = {'guy leaning against pony': [0.6, 0.8, 0.0, 0.0]}  # s = 0.6
+GT_TEXT_VEC = [0.8, 0.0, 0.6, 0.0]  # every dataset-name text; cos with the VLM text = 0.48
+
+
+class WordStubEncoder(StubEncoder):
+    """Image embedding e0; text embeddings: VLM_TEXTS, else GT_TEXT_VEC."""
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        self.text_calls.append(list(texts))
+        return torch.tensor([VLM_TEXTS.get(t, GT_TEXT_VEC) for t in texts], dtype=torch.float32)
+
+
+def _register_word_stub():
+    from mmsgg_eval.encoders import ENCODERS
+    ENCODERS.register_module(name='WordStubEncoder', module=WordStubEncoder, force=True)
+
+
+@pytest.fixture(scope='module')
+def psg_sample(tmp_path_factory):
+    from mmsgg_eval.datasets import PSGDataset
+    from mmsgg_eval.datasets.sample_data import make_sample_data
+    out = tmp_path_factory.mktemp('psg_sample')
+    make_sample_data(str(out), datasets=['psg'])
+    root = str(out / 'psg') + '/'
+    return dict(root=root, dataset=PSGDataset(data_root=root, ann_file='psg.json', data_prefix=dict(img='coco/',
+                                              seg='coco/'), split='test', with_masks=False, pipeline=[]))
+
+
+def unique_relation(info: dict) -> Optional[tuple]:
+    """A GT relation whose subject and object boxes differ from every other GT box (IoU matching is unambiguous)."""
+    boxes = [tuple(inst['bbox']) for inst in info['instances']]
+    for s, o, _ in np.asarray(info['relations']).tolist():
+        if boxes.count(boxes[s]) == 1 and boxes.count(boxes[o]) == 1:
+            return s, o
+    return None
+
+
+def vlm_answers(dataset, failed=(1,)) -> List[dict]:
+    """One answer per image (pixel boxes): a GT relation's boxes, named in the model's own words; images in
+    ``failed`` (and images without a usable relation) get an answer that is no graph."""
+    lines = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        pair = None if i in failed else unique_relation(info)
+        if pair is None:
+            lines.append({'sample_idx': i, 'output': 'I cannot tell.'})
+            continue
+        graph = {'objects': [{'id': 'guy.1', 'bbox': info['instances'][pair[0]]['bbox']},
+                             {'id': 'pony.2', 'bbox': info['instances'][pair[1]]['bbox']}],
+                 'relationships': [{'subject': 'guy.1', 'predicate': 'leaning_against', 'object': 'pony.2'}]}
+        lines.append({'sample_idx': i, 'output': '```json\n' + json.dumps(graph) + '\n```'})
+    return lines
+
+
+def test_vlm_answers_offline_use_the_models_words(psg_sample, tmp_path):
+    """Offline `--format vlm` with a config's vlm_evaluator: hand-derived RelCLIPScore / RefRelCLIPScore."""
+    from mmsgg_eval.eval import evaluate_file
+    _register_word_stub()
+    dataset = psg_sample['dataset']
+    path = tmp_path / 'answers.jsonl'
+    path.write_text('\n'.join(json.dumps(x) for x in vlm_answers(dataset)))
+    config = tmp_path / 'vlm_config.py'
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    config.write_text(
+        f"_base_ = ['{root}/configs/relclip/relclip_vlm_psg.py']\n"
+        "vlm_evaluator = [dict(type='RelCLIPScore', encoder=dict(type='WordStubEncoder'), vlm=dict(canvas=None),\n"
+        "                      rank='given', prefix='words'),\n"
+        "                 dict(type='RelCLIPScore', encoder=dict(type='WordStubEncoder'), vlm=dict(canvas=None),\n"
+        "                      text_source='closed', prefix='closed')]\n")
+    res = evaluate_file(str(config), str(path), fmt='vlm', work_dir=str(tmp_path / 'out'), progress=False,
+                        cfg_options={'test_dataloader.dataset.data_root': psg_sample['root']})
+    s, b = 0.6, 0.48  # cos(e0, [0.6, 0.8, 0, 0]); cos([0.6, 0.8, 0, 0], [0.8, 0, 0.6, 0])
+    ref = 2 * s * b / (s + b)
+    n = len(dataset)
+    answered = [i != 1 and unique_relation(dataset.get_data_info(i)) is not None for i in range(n)]
+    assert sum(answered) >= 2
+    per_image = []
+    for i in range(n):
+        m = len(dataset.get_data_info(i)['instances'])
+        assert m >= 2
+        per_image.append(s / max(math.log(max(m * (m - 1) / 2 - 1, 1)) + 1e-5, 1.0) if answered[i] else 0.0)
+    assert res['words/CLIPScore'] == pytest.approx(100 * s * sum(answered) / n)
+    assert res['words/RefRelCLIPScore'] == pytest.approx(100 * ref * sum(answered) / n)
+    assert res['words/RelCLIPScore'] == pytest.approx(100 * np.mean(per_image))
+    # closed vocabulary: 'guy' / 'pony' are no PSG classes, nothing can be scored
+    assert res['closed/CLIPScore'] == 0.0 and res['closed/RefRelCLIPScore'] == 0.0
+
+
+def test_vlm_parse_keeps_the_models_words():
+    from mmsgg_eval.io.vlm import parse_vlm_output, to_data_sample
+    text = json.dumps({'objects': [{'id': 'Traffic_Light.1', 'bbox': [0, 0, 10, 10]},
+                                   {'id': 'o2', 'label': ' Horse ', 'bbox': [0, 0, 1000, 1000]}],
+                       'relationships': [{'subject': 'Traffic_Light.1', 'predicate': 'Leaning-Against ',
+                                          'object': 'o2'}]})
+    result = parse_vlm_output(text, (100, 100), CLASSES, PREDICATES)
+    assert result.object_words == ['Traffic_Light', 'Horse'] and result.predicate_words == ['Leaning-Against']
+    assert result.names == ['traffic light', 'horse']  # normalised names unchanged
+    sample = to_data_sample(result, dict(gt_instances=dict(bboxes=torch.zeros(0, 4), labels=torch.zeros(0)),
+                                         gt_relations=dict(pair_idxs=torch.zeros(0, 2), labels=torch.zeros(0))))
+    words = sample['open_vocab']
+    assert words['pred_relations']['texts'] == [('Traffic_Light', 'Leaning-Against', 'Horse')]
+    assert words['pred_instances']['bboxes'].shape == (2, 4)  # the unknown-class object is kept
+    assert words['pred_relations']['labels'].tolist() == [-1]
+    assert sample['pred_instances']['labels'].tolist() == [1, 0]  # closed-vocabulary part as before
+
+
+# ------------------------------------------------------------------------------------------------ regions
+def test_region_breakdown(image_path):
+    # image 64 x 96 (diagonal sqrt(96^2 + 64^2)); GT boxes: 0 big, 1 small inside, 2 far right, 3 next to 0
+    boxes = [[0.0, 0.0, 30.0, 30.0], [5.0, 5.0, 15.0, 15.0], [80.0, 40.0, 96.0, 64.0], [30.0, 0.0, 60.0, 30.0]]
+    rels = [(0, 1, RIDING, 0.9), (0, 2, ON, 0.8), (0, 3, NEAR, 0.7)]
+    sample = make_sample(0, image_path, [M, H, S, 3], rels, gt_boxes=boxes,
+                         gt_rels=[(0, 1, RIDING), (0, 2, NEAR), (0, 3, NEAR)])
+    out = run_metric([sample], region_breakdown=True)
+    texts = ['man riding horse', 'man on street', 'man near dog']
+    s = [s_of(t) for t in texts]
+    gt_texts = ['man riding horse', 'man near street', 'man near dog']
+    refs = []
+    for t, g, a in zip(texts, gt_texts, s):
+        b = max(text_cos(t, g), 0.0)
+        refs.append(2 * a * b / (a + b) if a + b > 0 else 0.0)
+    # ratios: 100/900 (low), 384/900 (high), 900/900 (high); distances / diagonal: small, far, 30 px
+    diag = math.hypot(96, 64)
+    dist = [math.hypot(5, 5) / diag, math.hypot(88 - 15, 52 - 15) / diag, 30 / diag]
+    assert dist[1] >= 0.2 and dist[2] >= 0.2 and dist[0] < 0.2
+    hits = [1.0, 0.0, 1.0]
+    assert out['Precision'] == pytest.approx(100 * 2 / 3)
+    assert out['CLIPScore@low_ratio'] == pytest.approx(100 * s[0])
+    assert out['CLIPScore@high_ratio'] == pytest.approx(100 * (s[1] + s[2]) / 2)
+    assert out['RefRelCLIPScore@high_ratio'] == pytest.approx(100 * (refs[1] + refs[2]) / 2)
+    assert out['Precision@low_ratio'] == 100.0 and out['Precision@high_ratio'] == pytest.approx(50.0)
+    assert out['CLIPScore@near'] == pytest.approx(100 * s[0]) and out['Precision@near'] == 100.0
+    assert out['CLIPScore@far'] == pytest.approx(100 * (s[1] + s[2]) / 2)
+    assert out['Precision@far'] == pytest.approx(100 * (hits[1] + hits[2]) / 2)
+    # no relation in a group: NaN; default keys unchanged by the option
+    assert math.isnan(run_metric([make_sample(0, image_path, [M, H], [(0, 1, RIDING, 0.9)],
+                                              gt_boxes=[[0, 0, 10, 10], [10, 0, 20, 10]])],
+                                 region_breakdown=True)['CLIPScore@low_ratio'])
+    plain = run_metric([sample])
+    assert set(plain) == {'RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore'}
+    assert all(out[k] == pytest.approx(v) for k, v in plain.items())
+
+
+def test_named_variants():
+    from mmsgg_eval.registry import METRICS
+    blip = METRICS.build(dict(type='RelBLIPScore', encoder=StubEncoder()))
+    siglip = METRICS.build(dict(type='RelSIGLIPScore', encoder=StubEncoder()))
+    assert blip.prefix == 'relblip' and blip.key_names() == ('RelBLIPScore', 'BLIPScore', 'RefRelBLIPScore')
+    assert siglip.prefix == 'relsiglip' and siglip.key_names()[0] == 'RelSIGLIPScore'
+    with pytest.raises(FileNotFoundError, match='not a local directory'):
+        METRICS.build(dict(type='RelBLIPScore', encoder='/nonexistent/blip2'))
+    with pytest.raises(TypeError, match='string'):
+        RelCLIPScore(encoder='ViT-B-32')
+
+
+# ------------------------------------------------------------------------------------------------ configs
+def all_pair_predictions(dataset, num_predicates: int) -> List[dict]:
+    """JSONL predictions on the GT boxes: every ordered pair, seeded random [R, P + 1] scores."""
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        n = len(info['instances'])
+        pairs = [[a, b] for a in range(n) for b in range(n) if a != b]
+        records.append({'sample_idx': i,
+                        'pred_instances': {'bboxes': [inst['bbox'] for inst in info['instances']],
+                                           'labels': [inst['bbox_label'] for inst in info['instances']],
+                                           'scores': [1.0] * n},
+                        'pred_relations': {'pair_idxs': pairs,
+                                           'scores': rng.random((len(pairs), num_predicates + 1)).tolist()}})
+    return records
+
+
+@pytest.mark.parametrize('config', ['relclip_negclip_psg', 'relsiglip_psg', 'relblip_psg'])
+def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, config):
+    """configs/relclip/*: built from the config, a tiny random model loaded from a local path, offline JSONL."""
+    from mmengine.config import Config
+
+    from mmsgg_eval.eval import evaluate_file
+    from mmsgg_eval.registry import METRICS
+    from tests import test_encoders
+    if config == 'relclip_negclip_psg':
+        pytest.importorskip('open_clip')
+        model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
+        options = {'test_evaluator.0.encoder.model_name': f'local-dir:{model}',
+                   'test_evaluator.0.encoder.pretrained': None}
+        keys, prefix = ('RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore'), 'negclip'
+    else:
+        pytest.importorskip('transformers')
+        if config == 'relblip_psg':
+            model = test_encoders.make_blip2_dir(str(tmp_path / 'model'))
+            keys, prefix = ('RelBLIPScore', 'BLIPScore', 'RefRelBLIPScore'), 'relblip'
+        else:
+            model = test_encoders.make_hf_dir(str(tmp_path / 'model'), 'siglip')
+            keys, prefix = ('RelSIGLIPScore', 'SIGLIPScore', 'RefRelSIGLIPScore'), 'relsiglip'
+        options = {'test_evaluator.0.encoder.model_path': model}
+    options['test_dataloader.dataset.data_root'] = psg_sample['root']
+    dataset = psg_sample['dataset']
+    path = tmp_path / 'preds.jsonl'
+    records = all_pair_predictions(dataset, len(dataset.metainfo['predicates']))
+    path.write_text('\n'.join(json.dumps(r) for r in records))
+    cfg_path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs', 'relclip', f'{config}.py')
+    res = evaluate_file(cfg_path, str(path), work_dir=str(tmp_path / 'out'), cfg_options=options, progress=False)
+    assert set(res) == {f'{prefix}/{k}' for k in keys}
+    assert all(0.0 <= v <= 100.0 for v in res.values()) and res[f'{prefix}/{keys[1]}'] > 0
+    # the same metric fed directly (no offline machinery) gives the same numbers
+    cfg = Config.fromfile(cfg_path)
+    cfg.merge_from_dict(options)
+    metric = METRICS.build(cfg.test_evaluator[0])
+    metric.dataset_meta = dataset.metainfo
+    from mmsgg_eval.io.vlm import gt_from_data_info
+    samples = []
+    for r in records:
+        s = gt_from_data_info(dict(dataset.get_data_info(r['sample_idx']), sample_idx=r['sample_idx']))
+        s.update({k: {kk: np.asarray(vv) for kk, vv in v.items()} for k, v in r.items() if isinstance(v, dict)})
+        samples.append(s)
+    metric.process({}, samples)
+    assert metric.evaluate(len(samples)) == pytest.approx(res, abs=1e-6)
+
+
+def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
+    """configs/relclip/relclip_vlm_psg.py as shipped (VLMSceneGraphMetric + RelCLIPScore with region keys), the
+    NegCLIP checkpoint replaced by a tiny local open_clip model."""
+    pytest.importorskip('open_clip')
+    from mmsgg_eval.eval import evaluate_file
+    from tests import test_encoders
+    model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
+    dataset = psg_sample['dataset']
+    answers = []
+    for line in vlm_answers(dataset, failed=()):  # pixel boxes -> the 0-1000 canvas of the shipped config
+        info = dataset.get_data_info(line['sample_idx'])
+        if line['output'].startswith('```'):
+            graph = json.loads(line['output'][len('```json\n'):-len('\n```')])
+            for obj in graph['objects']:
+                x1, y1, x2, y2 = obj['bbox']
+                obj['bbox'] = [x1 / info['width'] * 1000, y1 / info['height'] * 1000, x2 / info['width'] * 1000,
+                               y2 / info['height'] * 1000]
+            line = dict(line, output=json.dumps(graph))
+        answers.append(line)
+    path = tmp_path / 'answers.jsonl'
+    path.write_text('\n'.join(json.dumps(x) for x in answers))
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    res = evaluate_file(osp.join(root, 'configs', 'relclip', 'relclip_vlm_psg.py'), str(path), fmt='vlm',
+                        work_dir=str(tmp_path / 'out'), progress=False,
+                        cfg_options={'test_dataloader.dataset.data_root': psg_sample['root'],
+                                     'vlm_evaluator.1.encoder.model_name': f'local-dir:{model}',
+                                     'vlm_evaluator.1.encoder.pretrained': None})
+    assert res['vlm/FailureRate'] == 0.0 and 0.0 <= res['negclip/CLIPScore'] <= 100.0  # random weights: ~0
+    assert {'negclip/Precision', 'negclip/CLIPScore@low_ratio', 'negclip/RefRelCLIPScore@far'} <= set(res)
+
+
+def _dist_worker_words(rank: int, world_size: int, image_path: str) -> Dict[str, float]:
+    samples = words_dataset(image_path)
+    shard = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
+    return run_metric(shard, batch=2, region_breakdown=True)
+
+
+def words_dataset(image_path: str) -> List[dict]:
+    """The distributed dataset, half of it in the texts contract (model words), varied box geometry."""
+    out = []
+    for i, s in enumerate(dataset(image_path)):
+        if i % 2:
+            words = [('guy', 'leaning_against', 'pony')] + [('man', 'on', 'street')] * 3
+            s = with_texts(s, words[:s['pred_relations']['pair_idxs'].shape[0]])
+        out.append(s)
+    return out
+
+
+def test_distributed_equals_single_process_with_words_and_regions(image_path):
+    """3 gloo ranks, 7 samples (uneven shards, padding duplicates), words + region rows: identical results."""
+    single = run_metric(words_dataset(image_path), batch=3, region_breakdown=True)
+    assert single['Precision'] == single['Precision']  # not NaN: some relations carry a GT relation
+    for result in run_distributed(_dist_worker_words, 3, image_path):
+        assert result.keys() == single.keys()
+        assert all(result[k] == single[k] or (math.isnan(result[k]) and math.isnan(single[k])) for k in single)

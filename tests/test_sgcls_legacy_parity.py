@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.legacy import LegacyBoxList, convert_legacy_results
+from mmsgg_eval.io.legacy import LegacyBoxList, convert_legacy_results
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.reference_sgg import iou, reference_metrics
 from tests.sgg_samples import random_dataset

@@ -1,23 +1,28 @@
 """Throughput of the scene-graph metrics against peers, side by side, on seeded synthetic VG150-like data.
 
-    python tools/benchmark.py [--workload triplets sgdet-full predcls-full] [--images N] [--batch-size B]
-                              [--device cpu cuda] [--repeat R] [--relclip]
+    python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg sgdet-variable]
+                              [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--relclip]
 
-For each workload: images/s of ``process()`` + ``evaluate()`` of SGRecall + SGMeanRecall with every key on
-(R, ngR, zR, ngzR, A, mR, ngmR, groups, F, AVG), the peak memory, the bytes one rank sends at evaluate();
-beside it, on the ``triplets`` workload, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when
-installed) and a per-image numpy implementation of the legacy protocol. Every implementation runs in its
-own subprocess (fair peak memory). Prints a table and one JSON line with the ratios.
+Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
+VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
+``evaluate()`` of SGRecall + SGMeanRecall with every key on (R, ngR, zR, ngzR, A, mR, ngmR, groups, F, AVG),
+the peak memory, the bytes one rank sends at evaluate(); beside it, on ``triplets`` and the variable-size
+workloads, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when installed; handed its GC and NGC top-100
+lists precomputed, outside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
+protocol. Every implementation runs in its own subprocess (fair peak memory). Prints a table and one JSON
+line with the ratios to the peers.
 """
 import argparse
 import json
-import os.path as osp
 import resource
 import subprocess
 import sys
 import time
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
+from mmsgg_eval.benchmarks.workloads import VARIABLE_WORKLOADS, WORKLOADS
+
+PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'legacy': ('triplets',)}
+"""The workloads each peer implementation is measured on."""
 
 
 def run_ours(workload, images, batch_size, device, repeat):
@@ -61,9 +66,9 @@ def run_ours(workload, images, batch_size, device, repeat):
 
 
 def numpy_images(workload, images):
-    """The same data as numpy arrays, with the ranked GC / NGC top-100 lists precomputed (peers' input)."""
+    """The same data as numpy arrays (peers' input); ``rel_scores`` without the background column [R, P]."""
     import numpy as np
-    from mmsgg_eval.benchmarks.workloads import make_workload
+    from mmsgg_eval.benchmarks.workloads import NUM_PREDICATES, make_workload
     out = []
     for s in make_workload(workload, images):
         pred = s.get('pred_instances')
@@ -74,7 +79,8 @@ def numpy_images(workload, images):
                   pred_boxes=pred['bboxes'].numpy() if pred else gt_boxes,
                   pred_labels=pred['labels'].numpy() if pred else gt_labels,
                   pred_scores=pred['scores'].numpy() if pred else np.ones(len(gt_labels), np.float32),
-                  rel_pairs=s['pred_relations']['pair_idxs'].numpy(), rel_scores=s['pred_relations']['scores'].numpy())
+                  rel_pairs=s['pred_relations']['pair_idxs'].numpy(),
+                  rel_scores=s['pred_relations']['scores'].numpy()[:, -NUM_PREDICATES:])
         out.append(im)
     return out
 
@@ -100,7 +106,7 @@ def run_sgbench(workload, images, repeat):
     data = numpy_images(workload, images)
     converted = []
     for im in data:  # sgbench format: triplets (subject idx, object idx, predicate) in rank order
-        rs = im['rel_scores'][:, 1:]
+        rs = im['rel_scores']
         os_ = im['pred_scores']
         score = rs.max(1) * os_[im['rel_pairs'][:, 0]] * os_[im['rel_pairs'][:, 1]]
         order = np.argsort(-score, kind='stable')[:100]
@@ -137,8 +143,9 @@ def worker(args):
     elif impl == 'legacy':
         res = run_legacy(workload, args.images, args.repeat)
     elif impl == 'relclip':
-        from mmsgg_eval.benchmarks.relclip import run_relclip_benchmark
+        from mmsgg_eval.benchmarks.relclip import run_alignment_benchmark, run_relclip_benchmark
         res = run_relclip_benchmark(device=device)
+        res['study_relations_per_s'] = run_alignment_benchmark(device=device)['relations_per_s']
     else:
         res = run_sgbench(workload, args.images, args.repeat)
     res['host_peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -147,13 +154,14 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--workload', nargs='+', default=['triplets', 'sgdet-full', 'predcls-full'],
+    parser.add_argument('--workload', nargs='+', default=list(WORKLOADS), choices=list(WORKLOADS) + ['none'],
                         help="workloads ('none' with --relclip for the RelCLIPScore figure alone)")
     parser.add_argument('--images', type=int, default=2000)
     parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
     parser.add_argument('--device', nargs='+', default=None, help='default: cpu, and cuda when available')
     parser.add_argument('--repeat', type=int, default=3, help='best of R runs')
-    parser.add_argument('--relclip', action='store_true', help='also measure RelCLIPScore relations/s')
+    parser.add_argument('--relclip', action='store_true', help='also RelCLIPScore / alignment-study relations/s')
+    parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -164,8 +172,8 @@ def main():
     for wl in [w for w in args.workload if w != 'none']:
         for dev in devices:
             jobs.append(('ours', wl, dev))
-        if wl == 'triplets':
-            jobs += [('sgbench', wl, 'cpu'), ('legacy', wl, 'cpu')]
+        if not args.no_peers:
+            jobs += [(peer, wl, 'cpu') for peer, workloads in PEER_WORKLOADS.items() if wl in workloads]
     if args.relclip:
         jobs += [('relclip', '-', dev) for dev in devices]
     rows = []
@@ -179,30 +187,32 @@ def main():
             rows.append((job, dict(error=out.stderr.strip().splitlines()[-1:] or ['failed'])))
             continue
         rows.append((job, json.loads(line[0][len('RESULT '):])))
-    print(f'\n{"implementation":<10} {"workload":<13} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
+    print(f'\n{"implementation":<10} {"workload":<14} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
           f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')
     for (impl, wl, dev), res in rows:
         if impl == 'relclip' and 'relations_per_s' in res:
-            print(f'{impl:<10} {"ViT-B/32":<13} {dev:<6} {res["images_per_s"]:>10.2f} {res["host_peak_rss_mb"]:>11.0f} '
-                  f'   ({res["relations_per_s"]:.1f} relations/s, random weights)')
+            print(f'{impl:<10} {"ViT-B/32":<14} {dev:<6} {res["images_per_s"]:>10.2f} {res["host_peak_rss_mb"]:>11.0f} '
+                  f'   ({res["relations_per_s"]:.1f} relations/s, study {res["study_relations_per_s"]:.1f} '
+                  f'relations/s, random weights)')
             continue
         if 'images_per_s' not in res:
-            print(f'{impl:<10} {wl:<13} {dev:<6} {res.get("skipped") or res.get("error")}')
+            print(f'{impl:<10} {wl:<14} {dev:<6} {res.get("skipped") or res.get("error")}')
             continue
         gpu = f'{res["gpu_peak_bytes"] / 2**20:.1f}' if res.get('gpu_peak_bytes') else '-'
         sent = f'{res["bytes_per_image"]:.0f}' if 'bytes_per_image' in res else '-'
         r50 = f'{res["r50"]:.3f}' if res.get('r50') is not None else '-'
         mr50 = f'{res["mr50"]:.3f}' if res.get('mr50') is not None else '-'
-        print(f'{impl:<10} {wl:<13} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
+        print(f'{impl:<10} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
               f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}')
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})
-    ours = summary.get('ours/triplets/cpu')
     ratios = {}
-    for peer in ('sgbench', 'legacy'):
-        if ours and summary.get(f'{peer}/triplets/cpu'):
-            ratios[f'ours_vs_{peer}_triplets_cpu'] = ours / summary[f'{peer}/triplets/cpu']
+    for peer, workloads in PEER_WORKLOADS.items():
+        for wl in workloads:
+            ours, theirs = summary.get(f'ours/{wl}/cpu'), summary.get(f'{peer}/{wl}/cpu')
+            if ours and theirs:
+                ratios[f'ours_vs_{peer}_{wl}_cpu'] = ours / theirs
     print(json.dumps({'images_per_s': summary, 'ratios': ratios, 'images': args.images,
                       'batch_size': args.batch_size, 'torch_threads': torch.get_num_threads()}))
 

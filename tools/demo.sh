@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
 # The project's main job on the bundled sample: VG150-format sample data -> frequency baseline statistics
-# (training split) -> tools/test.py (MMEngine Runner, mmdet pipeline) -> R@K / mR@K report.
+# (training split) -> tools/test.py (MMEngine Runner, mmdet pipeline) -> R@K / mR@K report; then the SGDet path:
+# a small Faster R-CNN trained with tools/train.py (random start, a few dozen CPU iterations) -> FREQ on its
+# detections -> R@K / mR@K + detection mAP / AP@50.
 # Usage: bash tools/demo.sh [WORK_DIR]   (default work_dirs/demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's mmsgg_eval (the configs import it)
+# mmengine 0.10.7 loads checkpoints with torch.load's default (weights_only=True since torch 2.6), which refuses
+# mmengine's own training checkpoints; the demo loads only the checkpoint it has just written
+export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 WORK_DIR=${1:-work_dirs/demo}
 CONFIG=configs/demo/freq_predcls_vg150_sample.py
+DET_CONFIG=configs/demo/faster-rcnn_r18_fpn_vg150_sample.py
+SGDET_CONFIG=configs/demo/freq_sgdet_faster-rcnn_r18_fpn_vg150_sample.py
 start=$(date +%s)
-echo "[demo] 1/3 writing the sample datasets to data/sample"
+echo "[demo] 1/5 writing the sample datasets to data/sample"
 python3 tools/make_sample_data.py --out data/sample --datasets vg150 >/dev/null
-echo "[demo] 2/3 counting frequency-baseline statistics on the training split"
+echo "[demo] 2/5 counting frequency-baseline statistics on the training split"
 python3 tools/build_freq_baseline.py "$CONFIG" --out "$WORK_DIR/freq_vg150_sample.pth"
-echo "[demo] 3/3 evaluating with tools/test.py (PredCls, SGRecall + SGMeanRecall)"
+echo "[demo] 3/5 evaluating with tools/test.py (PredCls, SGRecall + SGMeanRecall)"
 python3 tools/test.py "$CONFIG" "$WORK_DIR/freq_vg150_sample.pth" --work-dir "$WORK_DIR" --out "$WORK_DIR/predictions.pkl"
-echo "[demo] done in $(( $(date +%s) - start )) s: metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*"
+predcls_done=$(date +%s)
+echo "[demo] 4/5 training the demo detector with tools/train.py (Faster R-CNN R18-FPN, random start, CPU; log in $WORK_DIR/detector/train.log)"
+mkdir -p "$WORK_DIR/detector"
+python3 tools/train.py "$DET_CONFIG" --work-dir "$WORK_DIR/detector" > "$WORK_DIR/detector/train.log" 2>&1 \
+    || { tail -n 40 "$WORK_DIR/detector/train.log"; exit 1; }
+grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cut -c1-220
+echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
+python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
+    --out "$WORK_DIR/sgdet/predictions.pkl"
+end=$(date +%s)
+echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
+echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*"
+echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json, reports in $WORK_DIR/sgdet/sgdet.*"

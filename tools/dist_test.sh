@@ -2,6 +2,7 @@
 # Multi-GPU / multi-node evaluation with torchrun (gloo is used automatically on CPU-only machines).
 #   bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [extra args for tools/test.py]
 # Multi-node: NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host PORT=29500 bash tools/dist_test.sh ...
+# A stalled rank ends the run after env_cfg.dist_cfg.timeout seconds (--cfg-options env_cfg.dist_cfg.timeout=600).
 CONFIG=$1
 CHECKPOINT=$2
 GPUS=$3

@@ -1,4 +1,4 @@
 # GQA200 predcls evaluation recipe: dataset + runtime + SGRecall/SGMeanRecall (predcls).
 # Put your model on top: list this file in your model config's _base_ (by path), or copy it and
-# add `model = dict(...)` producing pred_instances / pred_relations (SPEC section 1).
+# add `model = dict(...)` producing pred_instances / pred_relations (data contract: README "Using the metrics in your own config").
 _base_ = ['../_base_/datasets/gqa200.py', '../_base_/default_runtime.py', '../_base_/evaluators/sgg_predcls.py']

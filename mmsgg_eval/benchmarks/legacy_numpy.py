@@ -40,7 +40,8 @@ def _triplets(rels, labels, boxes):
 
 def evaluate_legacy(images: Sequence[Dict[str, np.ndarray]], num_predicates: int, ks=(20, 50, 100),
                     thr: float = 0.5, ng_topk: int = 100) -> Dict[str, float]:
-    """R@K, ngR@K, mR@K, ngmR@K (percent), sgdet inputs as numpy arrays (see tools/benchmark.py)."""
+    """R@K, ngR@K, mR@K, ngmR@K (percent), sgdet inputs as numpy arrays (see tools/benchmark.py);
+    ``rel_scores`` [R, P] holds the predicate scores without the background column."""
     recall = {(n, k): [] for n in ('R', 'ngR') for k in ks}
     per_pred = {(n, k): [[] for _ in range(num_predicates)] for n in ('R', 'ngR') for k in ks}
     for im in images:
@@ -48,7 +49,7 @@ def evaluate_legacy(images: Sequence[Dict[str, np.ndarray]], num_predicates: int
         if len(gt_rels) == 0 or len(im['rel_pairs']) == 0:
             continue
         gt_trip, gt_tboxes = _triplets(gt_rels, im['gt_labels'], im['gt_boxes'])
-        rel_scores = im['rel_scores'][:, 1:]
+        rel_scores = im['rel_scores']
         obj_s = im['pred_scores']
         pair_s = obj_s[im['rel_pairs'][:, 0]] * obj_s[im['rel_pairs'][:, 1]]
         gc_pred = rel_scores.argmax(1)

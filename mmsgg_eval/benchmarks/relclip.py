@@ -1,19 +1,21 @@
-"""RelCLIPScore throughput: relations scored per second with a ViT-B/32-sized open_clip model (random weights).
+"""RelCLIPScore and relation-alignment-study throughput: relations scored per second with a ViT-B/32-sized
+open_clip model (random weights).
 
 The data is the seeded ``triplets`` workload of :mod:`.workloads` (SGDet, 25 GT objects, 80 detections,
 100 ranked pairs per image, 150 classes / 50 predicates) with a JPEG written for every image, so the timed
 loop includes what a real evaluation does: ranking and matching, decoding each image once, one
 ``roi_align`` crop call per batch, the image tower in chunks, the text tower on a cold cache, and
-``evaluate()``. Command line::
+``evaluate()``. The alignment study (:func:`run_alignment_benchmark`) runs on the GT of the same images
+(12 GT relations per image, every predicate annotated for a class pair is a candidate). Command line::
 
-    python -m mmsgg_eval.benchmarks.relclip --device cpu --images 16
+    python -m mmsgg_eval.benchmarks.relclip --device cpu --images 16 [--study]
 """
 import argparse
 import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,6 +38,16 @@ def _write_images(samples: List[Dict], root: str, seed: int) -> None:
         s['img_path'], s['ori_shape'] = path, (height, width)
 
 
+def _setup(device: str, num_images: Optional[int], batch_size: Optional[int], model_name: str, precision: str,
+           seed: int) -> Tuple[bool, int, int, Any]:
+    """(cuda?, images (default 16 on CPU, 512 on CUDA), crops per tower call (64 / 256), random-weight encoder)."""
+    from ..encoders import OpenCLIPEncoder
+    cuda = str(device).startswith('cuda')
+    torch.manual_seed(seed)
+    encoder = OpenCLIPEncoder(model_name, random_init=True, precision=precision, device=device)
+    return cuda, num_images or (512 if cuda else 16), batch_size or (256 if cuda else 64), encoder
+
+
 def run_relclip_benchmark(device: str = 'cpu', num_images: Optional[int] = None, samples_per_batch: int = 8,
                           batch_size: Optional[int] = None, topk: int = 20,
                           model_name: str = 'ViT-B-32-quickgelu', precision: str = 'fp32',
@@ -55,15 +67,10 @@ def run_relclip_benchmark(device: str = 'cpu', num_images: Optional[int] = None,
     """
     from mmengine.logging import MMLogger
 
-    from ..encoders import OpenCLIPEncoder
     from ..metrics.relclip import RelCLIPScore
     from .workloads import make_workload, meta
     MMLogger.get_instance('mmengine', log_level='WARNING')
-    cuda = str(device).startswith('cuda')
-    num_images = num_images or (512 if cuda else 16)
-    batch_size = batch_size or (256 if cuda else 64)
-    torch.manual_seed(seed)
-    encoder = OpenCLIPEncoder(model_name, random_init=True, precision=precision, device=device)
+    cuda, num_images, batch_size, encoder = _setup(device, num_images, batch_size, model_name, precision, seed)
     with tempfile.TemporaryDirectory() as root:
         warm = make_workload('triplets', samples_per_batch, seed=seed + 1, device=device)
         data = make_workload('triplets', num_images, seed=seed, device=device)
@@ -111,6 +118,52 @@ def run_relclip_benchmark(device: str = 'cpu', num_images: Optional[int] = None,
                 device=str(device))
 
 
+class _WorkloadDataset:
+    """The GT of workload samples behind the dataset interface the alignment study reads."""
+
+    def __init__(self, samples: List[Dict], metainfo: Dict) -> None:
+        self.samples, self.metainfo = samples, metainfo
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def get_data_info(self, i: int) -> Dict[str, Any]:
+        s = self.samples[i]
+        boxes = s['gt_instances']['bboxes'].cpu().tolist()
+        labels = s['gt_instances']['labels'].cpu().tolist()
+        rels = torch.cat([s['gt_relations']['pair_idxs'], s['gt_relations']['labels'][:, None]], 1).cpu().numpy()
+        return dict(img_path=s['img_path'], height=s['ori_shape'][0], width=s['ori_shape'][1], relations=rels,
+                    instances=[dict(bbox=b, bbox_label=int(c)) for b, c in zip(boxes, labels)])
+
+
+def run_alignment_benchmark(device: str = 'cpu', num_images: Optional[int] = None, batch_size: Optional[int] = None,
+                            model_name: str = 'ViT-B-32-quickgelu', precision: str = 'fp32',
+                            seed: int = 0) -> Dict[str, Any]:
+    """Time :func:`mmsgg_eval.analysis.run_relation_alignment` on the GT of ``num_images`` workload images
+    (default 16 on CPU, 512 on CUDA); returns ``relations_per_s`` (GT relations ranked per second, end to end:
+    decoding, cropping, image tower, every candidate text) and the settings."""
+    from ..analysis import run_relation_alignment
+    from .workloads import make_workload, meta
+    cuda, num_images, batch_size, encoder = _setup(device, num_images, batch_size, model_name, precision, seed)
+    with tempfile.TemporaryDirectory() as root:
+        data = make_workload('triplets', num_images + 2, seed=seed, device='cpu')
+        _write_images(data, root, seed)
+        warm = _WorkloadDataset(data[:2], meta())
+        run_relation_alignment(warm, encoder, batch_size=batch_size, device=device, progress=False)
+        dataset = _WorkloadDataset(data[2:], meta())
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        rows = run_relation_alignment(dataset, encoder, batch_size=batch_size, device=device, progress=False)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    return dict(seconds=seconds, relations_per_s=len(rows) / seconds, num_relations=len(rows),
+                num_images=num_images, candidates_per_relation=float(rows.size.mean()), model=model_name,
+                precision=precision, batch_size=batch_size, torch_threads=torch.get_num_threads(),
+                device=str(device))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', default='cpu')
@@ -118,9 +171,13 @@ def main() -> None:
     parser.add_argument('--samples-per-batch', type=int, default=8)
     parser.add_argument('--batch-size', type=int, default=None, help='crops per image-tower call')
     parser.add_argument('--precision', default='fp32', choices=['fp32', 'fp16', 'bf16'])
+    parser.add_argument('--study', action='store_true', help='also time the relation alignment study')
     args = parser.parse_args()
-    print(json.dumps(run_relclip_benchmark(args.device, args.images, args.samples_per_batch, args.batch_size,
-                                           precision=args.precision)))
+    out = run_relclip_benchmark(args.device, args.images, args.samples_per_batch, args.batch_size,
+                                precision=args.precision)
+    if args.study:
+        out['study'] = run_alignment_benchmark(args.device, args.images, args.batch_size, precision=args.precision)
+    print(json.dumps(out))
 
 
 if __name__ == '__main__':

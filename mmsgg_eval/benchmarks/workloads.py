@@ -1,9 +1,23 @@
 """Seeded synthetic scene-graph workloads that look like VG150 (150 classes, 50 long-tailed predicates).
 
+Fixed sizes (every image alike):
+
 * ``triplets``: 25 GT objects, 12 GT relations (some duplicate GT), 80 detections, 100 ranked pairs with
   51-column score rows per image (SGDet input).
 * ``sgdet-full``: 80 detections, all 6,320 ordered pairs with 51-column score matrices.
 * ``predcls-full``: the 25 GT boxes, all 600 ordered pairs.
+
+Variable sizes, as real datasets and detectors give them (drawn per image):
+
+* ``variable``: GT objects ~ Poisson(25) (at least 2), GT relations ~ Poisson(12) (at least 1, between
+  distinct objects, duplicates possible), 80 detections, 100-1,000 distinct candidate pairs (uniform),
+  scores [R, P+1] (column 0 = no relation);
+* ``variable-nobg``: the same distributions with scores [R, P] (no background column: a softmax over the
+  predicates only);
+* ``sgdet-variable``: the same GT distributions, 20-80 detections (uniform) and all their ordered pairs,
+  scores [R, P+1].
+
+Boxes are xyxy pixels; labels and pair indices 0-based.
 """
 from typing import Dict, List
 
@@ -11,7 +25,9 @@ import numpy as np
 import torch
 
 NUM_CLASSES, NUM_PREDICATES = 150, 50
-WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
+FIXED_WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
+VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'sgdet-variable')
+WORKLOADS = FIXED_WORKLOADS + VARIABLE_WORKLOADS
 
 
 def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:
@@ -19,13 +35,50 @@ def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:
     return p / p.sum()
 
 
-def make_image(rng: np.random.Generator, idx: int, workload: str, device: str = 'cpu') -> Dict:
-    m, g = 25, 12
+def gt_objects(rng: np.random.Generator, m: int):
+    """``m`` GT boxes (integer-valued xyxy, float32), their labels and sizes (for detection jitter)."""
     size = rng.uniform(400, 1024, size=2)
     xy = rng.uniform(0, 0.7, size=(m, 2)) * size
     wh = rng.uniform(0.05, 0.3, size=(m, 2)) * size
     gt_boxes = np.round(np.concatenate([xy, xy + wh], 1)).astype(np.float32)
     gt_labels = rng.choice(NUM_CLASSES, m, p=long_tail_probs(NUM_CLASSES, 0.8))
+    return gt_boxes, gt_labels, wh
+
+
+def detections(rng: np.random.Generator, gt_boxes: np.ndarray, gt_labels: np.ndarray, wh: np.ndarray,
+               n: int) -> Dict[str, np.ndarray]:
+    """``n`` detections: jittered GT boxes, the GT label 60% of the time (else uniform), uniform scores."""
+    src = rng.integers(0, len(gt_boxes), size=n)
+    jitter = rng.normal(0, 0.08, size=(n, 4)) * np.concatenate([wh[src], wh[src]], 1)
+    det_boxes = gt_boxes[src] + jitter
+    det_boxes[:, 2:] = np.maximum(det_boxes[:, 2:], det_boxes[:, :2] + 1)
+    det_labels = np.where(rng.random(n) < 0.6, gt_labels[src], rng.integers(0, NUM_CLASSES, n))
+    return dict(bboxes=det_boxes.astype(np.float32), labels=det_labels,
+                scores=rng.uniform(0.05, 1, n).astype(np.float32))
+
+
+def relation_scores(rng: np.random.Generator, num_pairs: int, background: bool = True) -> np.ndarray:
+    """Softmax scores with long-tailed predicate priors: [R, P+1] (column 0 = no relation, favoured) or,
+    without ``background``, [R, P] (the same logits, softmax over the predicates only)."""
+    logits = rng.normal(0, 1, size=(num_pairs, NUM_PREDICATES + 1)).astype(np.float32)
+    logits[:, 0] += 2.0
+    logits[:, 1:] += np.log(long_tail_probs(NUM_PREDICATES)).astype(np.float32) * 0.5
+    if not background:
+        logits = logits[:, 1:]
+    scores = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return scores.astype(np.float32)
+
+
+def all_pairs(n: int) -> np.ndarray:
+    """All ordered pairs (s, o), s != o, of ``n`` objects, [n (n - 1), 2] in row-major order."""
+    sub, obj = np.nonzero(~np.eye(n, dtype=bool))
+    return np.stack([sub, obj], 1)
+
+
+def make_image(rng: np.random.Generator, idx: int, workload: str, device: str = 'cpu') -> Dict:
+    """One image of a fixed-size workload."""
+    m, g = 25, 12
+    gt_boxes, gt_labels, wh = gt_objects(rng, m)
     pairs = np.stack([rng.choice(m, 2, replace=False) for _ in range(g)])
     preds = rng.choice(NUM_PREDICATES, g, p=long_tail_probs(NUM_PREDICATES))
     rels = np.concatenate([pairs, preds[:, None]], 1)
@@ -34,28 +87,36 @@ def make_image(rng: np.random.Generator, idx: int, workload: str, device: str = 
                   gt_instances=dict(bboxes=gt_boxes, labels=gt_labels),
                   gt_relations=dict(pair_idxs=rels[:, :2], labels=rels[:, 2]))
     if workload == 'predcls-full':
-        n = m
-        sub, obj = np.nonzero(~np.eye(n, dtype=bool))
-        rel_pairs = np.stack([sub, obj], 1)
+        rel_pairs = all_pairs(m)
     else:
         n = 80
-        src = rng.integers(0, m, size=n)
-        jitter = rng.normal(0, 0.08, size=(n, 4)) * np.concatenate([wh[src], wh[src]], 1)
-        det_boxes = gt_boxes[src] + jitter
-        det_boxes[:, 2:] = np.maximum(det_boxes[:, 2:], det_boxes[:, :2] + 1)
-        det_labels = np.where(rng.random(n) < 0.6, gt_labels[src], rng.integers(0, NUM_CLASSES, n))
-        sample['pred_instances'] = dict(bboxes=det_boxes.astype(np.float32), labels=det_labels,
-                                        scores=rng.uniform(0.05, 1, n).astype(np.float32))
+        sample['pred_instances'] = detections(rng, gt_boxes, gt_labels, wh, n)
         if workload == 'sgdet-full':
-            sub, obj = np.nonzero(~np.eye(n, dtype=bool))
-            rel_pairs = np.stack([sub, obj], 1)
+            rel_pairs = all_pairs(n)
         else:
             rel_pairs = np.stack([rng.choice(n, 2, replace=False) for _ in range(100)])
-    logits = rng.normal(0, 1, size=(len(rel_pairs), NUM_PREDICATES + 1)).astype(np.float32)
-    logits[:, 0] += 2.0
-    logits[:, 1:] += np.log(long_tail_probs(NUM_PREDICATES)).astype(np.float32) * 0.5
-    scores = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
-    sample['pred_relations'] = dict(pair_idxs=rel_pairs, scores=scores.astype(np.float32))
+    sample['pred_relations'] = dict(pair_idxs=rel_pairs, scores=relation_scores(rng, len(rel_pairs)))
+    return to_torch(sample, device)
+
+
+def make_variable_image(rng: np.random.Generator, idx: int, workload: str, device: str = 'cpu') -> Dict:
+    """One image of a variable-size workload (see the module docstring)."""
+    m = max(int(rng.poisson(25)), 2)
+    g = max(int(rng.poisson(12)), 1)
+    gt_boxes, gt_labels, wh = gt_objects(rng, m)
+    sub = rng.integers(0, m, size=g)
+    obj = (sub + rng.integers(1, m, size=g)) % m  # never the subject itself
+    preds = rng.choice(NUM_PREDICATES, g, p=long_tail_probs(NUM_PREDICATES))
+    n = int(rng.integers(20, 81)) if workload == 'sgdet-variable' else 80
+    rel_pairs = all_pairs(n)
+    if workload != 'sgdet-variable':  # distinct candidate pairs, in the detector's (pair index) order
+        rel_pairs = rel_pairs[np.sort(rng.choice(len(rel_pairs), int(rng.integers(100, 1001)), replace=False))]
+    sample = dict(sample_idx=idx, img_id=idx,
+                  gt_instances=dict(bboxes=gt_boxes, labels=gt_labels),
+                  gt_relations=dict(pair_idxs=np.stack([sub, obj], 1), labels=preds),
+                  pred_instances=detections(rng, gt_boxes, gt_labels, wh, n),
+                  pred_relations=dict(pair_idxs=rel_pairs, scores=relation_scores(
+                      rng, len(rel_pairs), background=workload != 'variable-nobg')))
     return to_torch(sample, device)
 
 
@@ -73,7 +134,8 @@ def make_workload(workload: str, num_images: int, seed: int = 0, device: str = '
     if workload not in WORKLOADS:
         raise ValueError(f'unknown workload {workload!r}; choose from {WORKLOADS}')
     rng = np.random.default_rng(seed)
-    return [make_image(rng, i, workload, device) for i in range(num_images)]
+    make = make_variable_image if workload in VARIABLE_WORKLOADS else make_image
+    return [make(rng, i, workload, device) for i in range(num_images)]
 
 
 def meta() -> Dict:

@@ -295,3 +295,32 @@ class SceneGraphDataset(AnnotationDataset):
             record['relations'] = rels.copy()
         return list(records)
 
+
+    # ------------------------------------------------------------------ detection training (mmdet tools)
+    def filter_data(self) -> List[dict]:
+        """mmdet's ``filter_cfg`` for detector training (``BaseDetDataset`` semantics), off in test mode.
+
+        ``filter_cfg=dict(filter_empty_gt=True, min_size=32)`` drops images without a (non-ignored) box and
+        images whose shorter side is below ``min_size`` pixels; how many were dropped is logged. The entries'
+        ``instances`` are mmdet's ``[{bbox, bbox_label, ignore_flag}]``, so mmdet's ``LoadAnnotations`` +
+        ``PackDetInputs`` (with any augmentation, e.g. ``RandomFlip``) train a detector on the split.
+        """
+        if self.test_mode or not self.filter_cfg:
+            return self.data_list
+        unknown = set(self.filter_cfg) - {'filter_empty_gt', 'min_size'}
+        if unknown:
+            raise ValueError(f'{type(self).__name__}: filter_cfg keys must be filter_empty_gt / min_size, got '
+                             f'{sorted(unknown)}')
+        filter_empty_gt = bool(self.filter_cfg.get('filter_empty_gt', False))
+        min_size = int(self.filter_cfg.get('min_size', 0))
+        kept = []
+        for info in self.data_list:
+            if filter_empty_gt and not any(not inst.get('ignore_flag', 0) for inst in info['instances']):
+                continue
+            if min(int(info['width']), int(info['height'])) >= min_size:
+                kept.append(info)
+        if len(kept) < len(self.data_list):
+            from mmengine.logging import print_log
+            print_log(f'{type(self).__name__} ({self.split}): filter_cfg={dict(self.filter_cfg)} dropped '
+                      f'{len(self.data_list) - len(kept)} of {len(self.data_list)} images', logger='current')
+        return kept

@@ -166,6 +166,8 @@ class ParseResult:
     (0-based, -1 = unknown class), ``scores`` [N] float32 (1 when absent), ``ids`` / ``names`` (normalised
     class names). Relations, in output order: ``pair_idxs`` [R, 2] int64 into the objects,
     ``rel_labels`` [R] int64 (0-based, -1 = unknown predicate), ``rel_scores`` [R] float32 (1 when absent).
+    ``object_words`` / ``predicate_words``: the model's own words, as written (whitespace-stripped, before
+    normalisation and any vocabulary mapping), one per object / relation.
     """
     ok: bool
     code: str = 'ok'
@@ -181,6 +183,8 @@ class ParseResult:
     predicate_names: List[str] = field(default_factory=list)
     has_scores: bool = False
     warnings: List[str] = field(default_factory=list)
+    object_words: List[str] = field(default_factory=list)
+    predicate_words: List[str] = field(default_factory=list)
 
     @property
     def code_index(self) -> int:
@@ -369,7 +373,7 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
     if not isinstance(relations, list):
         raise _Invalid('wrong_type', f'"{rel_key}" must be a list, got {type(relations).__name__}')
     sx, sy = image_wh[0] / canvas_wh[0], image_wh[1] / canvas_wh[1]
-    boxes, labels, scores, ids, names, index = [], [], [], [], [], {}
+    boxes, labels, scores, ids, names, words, index = [], [], [], [], [], [], {}
     for i, obj in enumerate(objects):
         where = f'objects[{i}]'
         if not isinstance(obj, dict):
@@ -394,11 +398,12 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
         index[oid] = len(ids)
         ids.append(oid)
         names.append(normalize_name(name))
+        words.append(str(name).strip())
         labels.append(class_of(name))
         scores.append(1.0 if score is None else score)
         boxes.append([min(max(box[0] * sx, 0.0), image_wh[0]), min(max(box[1] * sy, 0.0), image_wh[1]),
                       min(max(box[2] * sx, 0.0), image_wh[0]), min(max(box[3] * sy, 0.0), image_wh[1])])
-    pairs, rel_labels, rel_scores, pred_names, has_scores = [], [], [], [], False
+    pairs, rel_labels, rel_scores, pred_names, pred_words, has_scores = [], [], [], [], [], False
     for j, rel in enumerate(relations):
         where = f'{rel_key}[{j}]'
         if not isinstance(rel, dict):
@@ -417,13 +422,15 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
         has_scores |= score is not None
         pairs.append([index[sub], index[obj]])
         pred_names.append(normalize_name(rel['predicate']))
+        pred_words.append(rel['predicate'].strip())
         rel_labels.append(predicate_of(rel['predicate']))
         rel_scores.append(1.0 if score is None else score)
     result = ParseResult(
         ok=True, bboxes=np.asarray(boxes, np.float32).reshape(-1, 4), labels=np.asarray(labels, np.int64),
         scores=np.asarray(scores, np.float32), ids=ids, names=names,
         pair_idxs=np.asarray(pairs, np.int64).reshape(-1, 2), rel_labels=np.asarray(rel_labels, np.int64),
-        rel_scores=np.asarray(rel_scores, np.float32), predicate_names=pred_names, has_scores=has_scores)
+        rel_scores=np.asarray(rel_scores, np.float32), predicate_names=pred_names, has_scores=has_scores,
+        object_words=words, predicate_words=pred_words)
     if result.num_unknown_objects:
         unknown = sorted({n for n, lab in zip(names, labels) if lab < 0})
         result.warnings.append(f'unknown object classes (cannot match): {unknown}')
@@ -479,7 +486,10 @@ def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int
     where the original triplet would be. A failed result (``ok=False``) gives 0 objects and 0 relations.
     ``gt``: a data sample / dict with ``gt_instances`` and ``gt_relations`` or an mmdet data-info dict
     (``instances``, ``relations``); its ``sample_idx``/``img_id``/``ori_shape`` are copied. The key ``vlm``
-    holds ``ok``, ``code``, ``reason`` and the unknown-name counts.
+    holds ``ok``, ``code``, ``reason`` and the unknown-name counts. The key ``open_vocab`` holds EVERY parsed
+    object and relation in the model's own words (for ``RelCLIPScore``): ``pred_instances`` (``bboxes``,
+    ``scores``) and ``pred_relations`` (``pair_idxs``, 1-D ``scores``, ``labels`` (-1 = not a dataset
+    predicate) and ``texts``: one (subject, predicate, object) triplet of words per relation).
     """
     sample = gt_fields(gt)
     if sample_idx is not None:
@@ -518,6 +528,19 @@ def to_data_sample(result: ParseResult, gt: Any = None, sample_idx: Optional[int
     sample['pred_relations'] = {'pair_idxs': torch.from_numpy(np.ascontiguousarray(pairs, np.int64)).reshape(-1, 2),
                                 'labels': torch.from_numpy(np.ascontiguousarray(rel_labels, np.int64)),
                                 'scores': torch.from_numpy(np.ascontiguousarray(rel_scores, np.float32))}
+
+    def array(value: np.ndarray, dtype) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(value, dtype))
+
+    words = result.object_words
+    sample['open_vocab'] = {
+        'pred_instances': {'bboxes': array(result.bboxes, np.float32).reshape(-1, 4),
+                           'scores': array(result.scores, np.float32)},
+        'pred_relations': {'pair_idxs': array(result.pair_idxs, np.int64).reshape(-1, 2),
+                           'scores': array(result.rel_scores, np.float32),
+                           'labels': array(result.rel_labels, np.int64),
+                           'texts': [(words[i], w, words[j]) for (i, j), w in
+                                     zip(result.pair_idxs.tolist(), result.predicate_words)]}}
     sample['vlm'] = {'ok': result.ok, 'code': result.code, 'reason': result.reason,
                      'num_objects': result.num_objects, 'num_relations': result.num_relations,
                      'num_unknown_objects': result.num_unknown_objects if result.ok else 0,

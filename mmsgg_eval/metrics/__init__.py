@@ -2,13 +2,14 @@
 :class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
 from .base import ComputeGroup, RowMetric, extra_results_of
+from .detection import DetectionAP
 from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
-from .relclip import RelCLIPScore
+from .relclip import RelBLIPScore, RelCLIPScore, RelSIGLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .sgbench import SGBenchMetric
 from .vlm import VLMSceneGraphMetric
 
 __all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
-           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'VLMSceneGraphMetric', 'DumpSceneGraphPredictions',
-           'SGBenchMetric']
+           'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'RelBLIPScore', 'RelSIGLIPScore', 'VLMSceneGraphMetric',
+           'DetectionAP', 'DumpSceneGraphPredictions', 'SGBenchMetric']

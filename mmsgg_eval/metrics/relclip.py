@@ -1,4 +1,5 @@
-"""``RelCLIPScore``: reference-free relation metric with a CLIP-family model (``docs/metrics.md``).
+"""``RelCLIPScore`` (and ``RelBLIPScore`` / ``RelSIGLIPScore``): reference-free relation metrics with an
+image-text model (``docs/metrics.md``; README, "Other metrics").
 
 Per image (boxes xyxy in ORIGINAL image pixels):
 
@@ -8,25 +9,58 @@ Per image (boxes xyxy in ORIGINAL image pixels):
 2. Each predicted box is matched to the GT box of highest continuous IoU when that IoU >= ``iou_thr``. A
    relation counts when both boxes match, to two DIFFERENT GT objects; of several relations mapped to the same
    ordered GT pair only the best-ranked one counts. k = number of counted relations.
-3. Each counted relation: text = ``template`` filled with the PREDICTED subject class, predicate and object
-   class names; image = the union of the two predicted boxes cropped from the original image file. The score
-   is s = max(cos, 0) of the L2-normalised embeddings (SigLIP: its sigmoid probability; see
-   :mod:`mmsgg_eval.encoders`).
+3. Each counted relation: text = ``template`` filled with the relation's subject, predicate and object words
+   (see *Texts* below); image = the union of the two predicted boxes cropped from the original image file. The
+   score s = max(cos, 0) of the L2-normalised embeddings (SigLIP: its sigmoid probability; BLIP-2: the ITM
+   "match" probability; see :mod:`mmsgg_eval.encoders`).
 4. m = number of GT objects, p = m(m-1)/2. Image score = mean(s) / D, D = max(log(max(p - k, 1)) + alpha, 1)
    (``penalty=True``; the paper's log(p - k) + alpha is undefined for p - k <= 0 and explodes at p - k = 1,
    hence the guard) or mean(s) (``penalty=False``). k = 0 gives 0 (the image counts); m < 2 skips the image.
 
 Keys (percent, mean over the evaluated images): ``RelCLIPScore`` (penalised), ``CLIPScore`` (mean(s), no
 penalty) and ``RefRelCLIPScore``: per counted relation whose GT pair carries at least one GT relation, the
-harmonic mean 2ab/(a+b) of a = s and b = max(cos(text_pred, text_gt), 0), text_gt = the GT triplet text of
-that pair most similar to the prediction; per image the mean over those relations (0 when there is none,
-the image still counts, as for ``CLIPScore``).
+harmonic mean 2ab/(a+b) of a = s and b = max(cos(text_pred, text_gt), 0), text_gt = the text of an annotated
+GT triplet of that pair (dataset class and predicate names; the one most similar to the prediction when the
+pair has several); per image the mean over those relations (0 when there is none, the image still counts, as
+for ``CLIPScore``). ``RelBLIPScore`` / ``RelSIGLIPScore`` are the same metric with their own key names.
+
+Texts (``text_source``):
+
+* closed vocabulary: subject / object class names and predicate name from ``dataset_meta`` (``classes``,
+  ``predicates``) of the predicted labels (today's SGG models);
+* the model's own words (open vocabulary), per sample, when it carries them:
+
+  - **contract for open-vocabulary models**: ``pred_relations.texts``, a list of R ``(subject, predicate,
+    object)`` string triplets aligned with ``pred_relations.pair_idxs``. Boxes come from
+    ``pred_instances.bboxes`` as usual; ``pred_relations.scores`` may be 1-D [R] (ranking scores, no
+    ``labels`` needed) or the usual [R, P(+1)] matrix; ``pred_instances.labels`` may be omitted and
+    ``pred_instances.scores`` defaults to 1. ``pred_relations.labels`` (0-based, -1 = not a dataset predicate)
+    is only used for ``Precision``; without it a predicate word counts as the dataset predicate of the same
+    normalised name;
+  - raw VLM answers (``pred_text`` / ``pred_graph`` / ``vlm_result`` as for ``VLMSceneGraphMetric``, parsed
+    with the ``vlm`` options): :func:`mmsgg_eval.io.vlm.to_data_sample` keeps every object and relation in the
+    model's words under ``open_vocab`` (the same contract), objects whose class is not a dataset class
+    included.
+
+  Words are used as written except that ``_`` becomes a space and whitespace is collapsed.
+  ``text_source='auto'`` (default) uses the words when a sample has them, ``'open'`` requires them,
+  ``'closed'`` ignores them (a VLM's unknown names then never match).
+
+Region breakdowns (``region_breakdown=True``, the paper's box-ratio / distance tables) add, in percent,
+``Precision`` (share of counted relations with a GT relation on their GT pair whose predicate is one of that
+pair's GT predicates) and, for the groups ``low_ratio`` / ``high_ratio`` (size ratio r < / >= ``ratio_thr``,
+default 1:5) and ``near`` / ``far`` (distance d < / >= ``distance_thr``, default 0.2), the keys
+``CLIPScore@group`` (mean s), ``RefRelCLIPScore@group`` and ``Precision@group``, each a mean over the counted
+relations of the group (pooled over images, no penalty). r = min(A_s, A_o) / max(A_s, A_o) with A the areas
+of the two matched GT boxes (1 when both are empty); d = Euclidean distance between the centres of the two
+matched GT boxes divided by the image diagonal sqrt(W^2 + H^2) (W, H of the image file).
 
 Modes: ``'sgdet'`` (default) uses the predicted boxes and labels. ``'sgcls'`` / ``'predcls'`` substitute the GT
 boxes (and in PredCls the GT labels) exactly as ``SGRecall`` does; predicted object i then IS GT object i
 (no IoU matching, so duplicate GT boxes stay distinct objects).
 
-Distributed: each ``process()`` stores one row per image (m, k and the sums of s and of the Ref scores);
+Distributed: each ``process()`` stores one row per image (m, k and the sums of s and of the Ref scores) and one
+row per counted relation (table ``relations``: s, Ref score, precision hit, size ratio, distance);
 ``evaluate()`` (:class:`~mmsgg_eval.metrics.base.RowMetric`) reduces once and de-duplicates sampler padding by
 ``sample_idx``.
 """
@@ -34,16 +68,21 @@ import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ..encoders import DEFAULT_PREPROCESS, build_encoder, crop_regions
+from ..encoders import RelationScorer
 from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
 from ..registry import METRICS
-from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name
+from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name, to_tensor
+from ..io.vlm import normalize_name, to_data_sample
 from .base import RowMetric, Schema, Tables, warn_user
 
 RELCLIP_MODES = ('predcls', 'sgcls', 'sgdet')
+TEXT_SOURCES = ('auto', 'open', 'closed')
+#: Region groups of ``region_breakdown=True`` (see the module docstring).
+REGION_GROUPS = ('low_ratio', 'high_ratio', 'near', 'far')
+_VLM_INPUTS = ('pred_text', 'pred_graph', 'vlm_result')
+Triplet = Tuple[str, str, str]
 
 
 def penalty_divisor(p: Tensor, k: Tensor, alpha: float = 1e-5) -> Tensor:
@@ -76,6 +115,28 @@ def decode_image(path: str, backend_args: Optional[dict] = None) -> Tensor:
         return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 
+def clean_words(text: Any) -> str:
+    """A model's words as put into the text template: ``_`` -> space, whitespace collapsed (case kept)."""
+    return ' '.join(str(text).replace('_', ' ').split())
+
+
+def region_quantities(sub_boxes: Tensor, obj_boxes: Tensor, image_wh: Tensor) -> Tuple[Tensor, Tensor]:
+    """Size ratio r and normalised centre distance d of box pairs (xyxy [R, 4], image (W, H) [R, 2]).
+
+    r = min(A_s, A_o) / max(A_s, A_o) (A = (x2 - x1)(y2 - y1), continuous; 1 when both areas are 0);
+    d = |c_s - c_o|_2 / sqrt(W^2 + H^2) with c the box centres. Both float32 [R].
+    """
+    def area(b: Tensor) -> Tensor:
+        return (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
+
+    a_s, a_o = area(sub_boxes.float()), area(obj_boxes.float())
+    big = torch.maximum(a_s, a_o)
+    ratio = torch.where(big > 0, torch.minimum(a_s, a_o) / big.clamp(min=1e-12), torch.ones_like(big))
+    centre = lambda b: (b[:, :2] + b[:, 2:]) / 2  # noqa: E731
+    distance = (centre(sub_boxes.float()) - centre(obj_boxes.float())).norm(dim=1) / image_wh.float().norm(dim=1)
+    return ratio, distance
+
+
 @METRICS.register_module()
 class RelCLIPScore(RowMetric):
     """RelCLIPScore / CLIPScore / RefRelCLIPScore of predicted relations, in percent (see module docstring).
@@ -84,15 +145,22 @@ class RelCLIPScore(RowMetric):
         encoder: a built encoder (anything with ``encode_image`` / ``encode_text``) or a config dict for
             :func:`mmsgg_eval.encoders.build_encoder`, e.g.
             ``dict(type='OpenCLIPEncoder', model_name='ViT-B-32-quickgelu', pretrained='/ckpt/negclip.pth')``.
+            ``RelBLIPScore`` / ``RelSIGLIPScore`` also take the path of a local model directory.
         topk: number of ranked relations considered per image.
         template: text template with ``{subject}``, ``{predicate}`` and ``{object}``.
         penalty: divide by D = max(log(max(p - k, 1)) + alpha, 1) (default) or not.
         iou_thr: box matching threshold (continuous IoU, ``>=``).
         alpha: the paper's alpha (1e-5).
-        batch_size: crops per image-tower call.
+        batch_size: crops per image-tower call (and pairs per joint-scorer call).
         device: where crops are made and the encoder runs; None = the device of the data samples.
         mode: 'sgdet' (default), 'sgcls' or 'predcls' (see module docstring).
         rank: 'score' (stable sort by triplet score, as SGRecall) or 'given' (input order).
+        text_source: 'auto' (the model's words when a sample carries them, else dataset names), 'open' (words
+            required) or 'closed' (dataset names only).
+        vlm: options of the VLM answer parser for raw ``pred_text`` / ``pred_graph`` samples (``canvas``,
+            ``box_tolerance``, ``box_format``, ``synonyms``, as ``VLMSceneGraphMetric``).
+        region_breakdown: add ``Precision`` and the size-ratio / distance group keys.
+        ratio_thr / distance_thr: group thresholds (default 1:5 and 0.2 of the image diagonal).
         backend_args: MMEngine file backend arguments for reading ``img_path``.
         collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for MMEngine.
         prefix: key prefix (default 'relclip').
@@ -100,19 +168,27 @@ class RelCLIPScore(RowMetric):
         report_dir: when set, ``{prefix}.metrics.json`` (the summary) is written there (main rank).
     """
     default_prefix: Optional[str] = 'relclip'
+    #: the "CLIP" of the key names (RelCLIPScore, CLIPScore, RefRelCLIPScore)
+    score_name = 'CLIP'
+    #: encoder type built when ``encoder`` is a directory path (None: a path is refused)
+    default_encoder_type: Optional[str] = None
 
     def __init__(self, encoder: Any, topk: int = 20, template: str = '{subject} {predicate} {object}',
                  penalty: bool = True, iou_thr: float = 0.5, alpha: float = 1e-5, batch_size: int = 64,
                  device: Optional[str] = None, mode: str = 'sgdet', rank: str = 'score',
+                 text_source: str = 'auto', vlm: Optional[dict] = None, region_breakdown: bool = False,
+                 ratio_thr: float = 0.2, distance_thr: float = 0.2,
                  backend_args: Optional[dict] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, outfile_prefix: Optional[str] = None,
                  report_dir: Optional[str] = None) -> None:
         super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
                          prefix=prefix)
         if mode not in RELCLIP_MODES:
-            raise ValueError(f'RelCLIPScore mode must be one of {RELCLIP_MODES}, got {mode!r}')
+            raise ValueError(f'{type(self).__name__} mode must be one of {RELCLIP_MODES}, got {mode!r}')
         if rank not in ('score', 'given'):
             raise ValueError(f"rank must be 'score' or 'given', got {rank!r}")
+        if text_source not in TEXT_SOURCES:
+            raise ValueError(f'text_source must be one of {TEXT_SOURCES}, got {text_source!r}')
         if int(topk) < 1 or int(batch_size) < 1:
             raise ValueError(f'topk and batch_size must be positive, got {topk}, {batch_size}')
         try:
@@ -120,7 +196,13 @@ class RelCLIPScore(RowMetric):
         except (KeyError, IndexError) as err:
             raise ValueError(f'template {template!r} may only use {{subject}}, {{predicate}}, {{object}}: '
                              f'{err}') from None
-        self.encoder = build_encoder(encoder)
+        if isinstance(encoder, str):
+            if self.default_encoder_type is None:
+                raise TypeError(f'{type(self).__name__}: encoder must be a config dict or an encoder, got the '
+                                f'string {encoder!r}')
+            encoder = dict(type=self.default_encoder_type, model_path=encoder)
+        self.scorer = RelationScorer(encoder, batch_size)
+        self.encoder = self.scorer.encoder
         self.topk = int(topk)
         self.template = template
         self.penalty = bool(penalty)
@@ -130,57 +212,144 @@ class RelCLIPScore(RowMetric):
         self._device = None if device is None else torch.device(device)
         self.mode = mode
         self.rank = rank
+        self.text_source = text_source
+        self.vlm_options = dict(vlm or {})
+        self._vlm = None
+        if vlm:
+            self._vlm_parser()  # unknown options fail here, not at the first sample
+        self.region_breakdown = bool(region_breakdown)
+        self.ratio_thr = float(ratio_thr)
+        self.distance_thr = float(distance_thr)
         self.backend_args = backend_args
-        self._text_cache: Dict[str, Tensor] = {}
-        self._encoder_device: Optional[torch.device] = None
         self._warned_shape = False
 
     def row_schema(self) -> Schema:
+        """One row per image (``images``) and one per counted relation (``relations``)."""
         return {'images': {'num_objects': (torch.int32, ()), 'num_counted': (torch.int32, ()),
                            'sum_score': (torch.float64, ()), 'num_ref': (torch.int32, ()),
-                           'sum_ref': (torch.float64, ())}}
+                           'sum_ref': (torch.float64, ())},
+                'relations': {'score': (torch.float64, ()), 'has_ref': (torch.bool, ()), 'ref': (torch.float64, ()),
+                              'hit': (torch.bool, ()), 'ratio': (torch.float32, ()),
+                              'distance': (torch.float32, ())}}
 
-    # ------------------------------------------------------------------ dataset facts
+    # ------------------------------------------------------------------ dataset facts and texts
     def _names(self, key: str) -> List[str]:
         names = (self.dataset_meta or {}).get(key)
         if names is None:
-            raise ValueError(f'RelCLIPScore: dataset_meta has no `{key}`; use a dataset wrapper of mmsgg_eval or '
-                             f'set metric.dataset_meta = dict(classes=..., predicates=...)')
+            raise ValueError(f'{type(self).__name__}: dataset_meta has no `{key}`; use a dataset wrapper of '
+                             f'mmsgg_eval or set metric.dataset_meta = dict(classes=..., predicates=...)')
         return [str(n) for n in names]
 
     def text(self, subject: str, predicate: str, obj: str) -> str:
         """The triplet text fed to the text tower."""
         return self.template.format(subject=subject, predicate=predicate, object=obj)
 
-    # ------------------------------------------------------------------ embeddings
-    def _place_encoder(self, device: torch.device) -> None:
-        if self._encoder_device != device:
-            if callable(getattr(self.encoder, 'to', None)):
-                self.encoder.to(device)
-            self._text_cache.clear()
-            self._encoder_device = device
+    def _vlm_parser(self) -> Any:
+        """The VLM answer parser (a ``VLMSceneGraphMetric`` holding the ``vlm`` options)."""
+        if self._vlm is None:
+            from .vlm import VLMSceneGraphMetric
+            self._vlm = VLMSceneGraphMetric(**self.vlm_options)
+        if self._vlm.dataset_meta is not self.dataset_meta:
+            self._vlm.dataset_meta = self.dataset_meta
+        return self._vlm
 
-    def embed_texts(self, texts: Sequence[str], device: torch.device) -> Tensor:
-        """L2-normalised text embeddings [N, D] (float32), each distinct string encoded once per metric."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self._text_cache))
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start:start + self.batch_size]
-            emb = F.normalize(torch.as_tensor(self.encoder.encode_text(chunk)).float(), dim=-1).to(device)
-            self._text_cache.update(zip(chunk, emb))
-        if not texts:
-            return torch.zeros((0, 0), device=device)
-        return torch.stack([self._text_cache[t] for t in texts]).to(device)
+    @staticmethod
+    def _is_vlm_answer(sample: Any) -> bool:
+        if get_field(sample, 'pred_relations') is not None:
+            return False
+        if isinstance(sample, dict):
+            return any(k in sample for k in _VLM_INPUTS)
+        return any(get_field(sample, k) is not None for k in _VLM_INPUTS)
 
-    def embed_crops(self, crops: Tensor) -> Tensor:
-        """L2-normalised image embeddings [R, D] of crops at the model input size, ``batch_size`` at a time."""
-        parts = [F.normalize(torch.as_tensor(self.encoder.encode_image(crops[i:i + self.batch_size])).float(),
-                             dim=-1).to(crops.device) for i in range(0, crops.shape[0], self.batch_size)]
-        return torch.cat(parts)
+    def _prepare(self, sample: Any, predicate_index: Dict[str, int]) -> Tuple[Any, Optional[List[Triplet]],
+                                                                               Optional[List[int]]]:
+        """``(sample to collate, triplet words or None, predicate label of each word triplet or None)``.
 
-    def score(self, cos: Tensor) -> Tensor:
-        """Per-relation s from cosines: the encoder's ``similarity_to_score`` or max(cos, 0)."""
-        fn = getattr(self.encoder, 'similarity_to_score', None)
-        return fn(cos) if callable(fn) else cos.clamp(min=0)
+        Raw VLM answers are parsed first; samples with words get a copy whose predictions the collate step
+        accepts (object labels 0, single-label predicates only for ranking): words and boxes are what count.
+        """
+        if self._is_vlm_answer(sample):
+            result = self._vlm_parser()._result_of(sample)
+            sample = to_data_sample(result, sample, sample_idx=get_field(sample, 'sample_idx'))
+        if self.text_source == 'closed':
+            return sample, None, None
+        words = get_field(sample, 'open_vocab')
+        if words is not None:
+            return self._open_sample(sample, get_field(words, 'pred_instances'), get_field(words, 'pred_relations'),
+                                     predicate_index, 'open_vocab.pred_relations')
+        relations = get_field(sample, 'pred_relations')
+        if get_field(relations, 'texts') is not None:
+            return self._open_sample(sample, get_field(sample, 'pred_instances'), relations, predicate_index,
+                                     'pred_relations')
+        if self.text_source == 'open':
+            raise ValueError(f"{sample_name(sample)}: text_source='open' needs the model's words in "
+                             f'`pred_relations.texts` (one (subject, predicate, object) triplet per pair) or a raw '
+                             f'VLM answer (`pred_text`)')
+        return sample, None, None
+
+    def _open_sample(self, sample: Any, instances: Any, relations: Any, predicate_index: Dict[str, int],
+                     where: str) -> Tuple[dict, List[Triplet], List[int]]:
+        if relations is None or get_field(relations, 'pair_idxs') is None:
+            raise ValueError(f'{sample_name(sample)}: missing field `{where}.pair_idxs`')
+        pairs = to_tensor(get_field(relations, 'pair_idxs'), sample, f'{where}.pair_idxs').long().reshape(-1, 2)
+        device, num_rel = pairs.device, pairs.shape[0]
+        raw = get_field(relations, 'texts')
+        raw = [] if raw is None else list(raw)
+        if len(raw) != num_rel:
+            raise ValueError(f'{sample_name(sample)}: `{where}.texts` has {len(raw)} entries for {num_rel} pairs '
+                             f'(expected one (subject, predicate, object) triplet per pair)')
+        triplets: List[Triplet] = []
+        for j, entry in enumerate(raw):
+            if isinstance(entry, str) or len(entry) != 3 or not all(isinstance(w, str) for w in entry):
+                raise ValueError(f'{sample_name(sample)}: `{where}.texts[{j}]` = {entry!r} is not a (subject, '
+                                 f'predicate, object) triplet of strings')
+            triplets.append((entry[0], entry[1], entry[2]))
+        scores = get_field(relations, 'scores')
+        scores = torch.ones(num_rel, device=device) if scores is None else \
+            to_tensor(scores, sample, f'{where}.scores', device).float()
+        labels = get_field(relations, 'labels')
+        if labels is not None:
+            word_labels = to_tensor(labels, sample, f'{where}.labels').long().reshape(-1).tolist()
+            if len(word_labels) != num_rel:
+                raise ValueError(f'{sample_name(sample)}: `{where}.labels` has {len(word_labels)} entries for '
+                                 f'{num_rel} pairs')
+        else:
+            word_labels = [predicate_index.get(normalize_name(t[1]), -1) for t in triplets]
+        rel: Dict[str, Tensor] = {'pair_idxs': pairs, 'scores': scores}
+        if scores.dim() == 1 or (scores.dim() == 2 and scores.shape[1] == 1):  # ranking scores only
+            rel['scores'] = scores.reshape(-1)
+            rel['labels'] = torch.zeros(num_rel, dtype=torch.long, device=device)
+        out = {key: get_field(sample, key) for key in ('sample_idx', 'img_id', 'img_path', 'ori_shape',
+                                                       'gt_instances', 'gt_relations')}
+        out = {k: v for k, v in out.items() if v is not None}
+        if instances is not None and get_field(instances, 'bboxes') is not None:
+            boxes = to_tensor(get_field(instances, 'bboxes'), sample, 'pred_instances.bboxes', device).float()
+            boxes = boxes.reshape(-1, 4)
+            obj_scores = get_field(instances, 'scores')
+            out['pred_instances'] = {
+                'bboxes': boxes, 'labels': torch.zeros(boxes.shape[0], dtype=torch.long, device=device),
+                'scores': torch.ones(boxes.shape[0], device=device) if obj_scores is None else
+                to_tensor(obj_scores, sample, 'pred_instances.scores', device).float()}
+        out['pred_relations'] = rel
+        return out, triplets, word_labels
+
+    def _relation_texts(self, batch: SceneGraphBatch, image_of: Tensor, rel: Tensor, sub: Tensor, obj: Tensor,
+                        predicate: Tensor, words: List[Optional[List[Triplet]]],
+                        word_labels: List[Optional[List[int]]], classes: List[str],
+                        predicates: List[str]) -> Tuple[List[str], Tensor]:
+        """Text and predicate label (closed vocabulary, -1 = none) of every counted relation."""
+        sub_label = batch.pred_labels[image_of, sub].tolist()
+        obj_label = batch.pred_labels[image_of, obj].tolist()
+        texts, labels = [], []
+        for b, r, s, o, p in zip(image_of.tolist(), rel.tolist(), sub_label, obj_label, predicate.tolist()):
+            if words[b] is None:
+                texts.append(self.text(classes[s], predicates[p], classes[o]))
+                labels.append(p)
+            else:
+                ws, wp, wo = words[b][r]
+                texts.append(self.text(clean_words(ws), clean_words(wp), clean_words(wo)))
+                labels.append(word_labels[b][r])
+        return texts, torch.tensor(labels, dtype=torch.long, device=image_of.device)
 
     # ------------------------------------------------------------------ selection (pure tensors)
     def select(self, batch: SceneGraphBatch) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -223,11 +392,14 @@ class RelCLIPScore(RowMetric):
 
     # ------------------------------------------------------------------ a pool becomes rows
     def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
-        """Score the counted relations of one batch; one row per image."""
+        """Score the counted relations of one pool; one row per image and one per counted relation."""
         classes, predicates = self._names('classes'), self._names('predicates')
-        batch = collate_scene_graphs(data_samples, self.mode, len(classes), len(predicates), device=self._device)
+        predicate_index = {normalize_name(p): i for i, p in reversed(list(enumerate(predicates)))}
+        prepared = [self._prepare(s, predicate_index) for s in data_samples]
+        samples = [p[0] for p in prepared]
+        batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates), device=self._device)
         device = batch.device
-        self.accumulator.number_missing(batch.sample_idx, 'RelCLIPScore')
+        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         num_objects = (batch.gt_labels >= 0).sum(1)
         counted, order, predicate, gt_sub, gt_obj = self.select(batch)
         counted &= (num_objects >= 2)[:, None]
@@ -237,47 +409,60 @@ class RelCLIPScore(RowMetric):
         sums = torch.zeros(num_images, dtype=torch.float64, device=device)
         ref_sums = torch.zeros_like(sums)
         ref_counts = torch.zeros(num_images, dtype=torch.long, device=device)
+        relations = {'sample_idx': batch.sample_idx[image_of], 'score': torch.zeros(num_rel, device=device),
+                     'has_ref': torch.zeros(num_rel, dtype=torch.bool, device=device),
+                     'ref': torch.zeros(num_rel, device=device),
+                     'hit': torch.zeros(num_rel, dtype=torch.bool, device=device),
+                     'ratio': torch.zeros(num_rel, device=device), 'distance': torch.zeros(num_rel, device=device)}
         if num_rel:
-            self._place_encoder(device)
+            self.scorer.place(device)
             rel = order[image_of, position]
             sub = batch.rel_pairs[image_of, rel, 0]
             obj = batch.rel_pairs[image_of, rel, 1]
-            pred = predicate[image_of, position]
-            sub_label = batch.pred_labels[image_of, sub].tolist()
-            obj_label = batch.pred_labels[image_of, obj].tolist()
-            texts = [self.text(classes[s], predicates[p], classes[o])
-                     for s, p, o in zip(sub_label, pred.tolist(), obj_label)]
-            text_emb = self.embed_texts(texts, device)
+            texts, labels = self._relation_texts(batch, image_of, rel, sub, obj, predicate[image_of, position],
+                                                 [p[1] for p in prepared], [p[2] for p in prepared], classes,
+                                                 predicates)
+            text_emb = self.scorer.embed_texts(texts, device)
             boxes = union_boxes(batch.pred_boxes[image_of, sub], batch.pred_boxes[image_of, obj])
-            images, boxes = self._load_images(data_samples, image_of, boxes)
-            preprocess = getattr(self.encoder, 'preprocess', None) or DEFAULT_PREPROCESS
-            crops = crop_regions(images, image_of, boxes, preprocess)
+            images, scale, image_wh = self._load_images(samples, image_of)
+            crops = self.scorer.crop(images, image_of, boxes * scale[image_of])
             del images
-            image_emb = self.embed_crops(crops)
-            s = self.score((image_emb * text_emb).sum(-1)).double()
+            features = self.scorer.image_features(crops)
+            s = self.scorer.scores(features, torch.arange(num_rel, device=device), texts, text_emb).double()
             sums.index_add_(0, image_of, s)
-            ref_ok, b = self._reference_similarity(batch, image_of, gt_sub[image_of, position],
-                                                   gt_obj[image_of, position], text_emb, classes, predicates)
-            ref_sums.index_add_(0, image_of[ref_ok], harmonic_mean(s[ref_ok], b[ref_ok].double()))
+            g_sub, g_obj = gt_sub[image_of, position], gt_obj[image_of, position]
+            ref_ok, b, hit = self._reference_similarity(batch, image_of, g_sub, g_obj, text_emb, labels, classes,
+                                                        predicates)
+            ref = harmonic_mean(s, b.double())
+            ref_sums.index_add_(0, image_of[ref_ok], ref[ref_ok])
             ref_counts += torch.bincount(image_of[ref_ok], minlength=num_images)
-        return {'images': {
-            'sample_idx': batch.sample_idx, 'num_objects': num_objects, 'num_counted': counted.sum(1),
-            'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums}}
+            ratio, distance = region_quantities(batch.gt_boxes[image_of, g_sub] * scale[image_of],
+                                                batch.gt_boxes[image_of, g_obj] * scale[image_of],
+                                                image_wh[image_of])
+            relations.update(score=s, has_ref=ref_ok, ref=torch.where(ref_ok, ref, torch.zeros_like(ref)),
+                             hit=hit & ref_ok, ratio=ratio, distance=distance)
+        return {
+            'images': {'sample_idx': batch.sample_idx, 'num_objects': num_objects, 'num_counted': counted.sum(1),
+                       'sum_score': sums, 'num_ref': ref_counts, 'sum_ref': ref_sums},
+            'relations': relations}
 
-    def _load_images(self, samples: Sequence[Any], image_of: Tensor, boxes: Tensor) -> Tuple[List[Tensor], Tensor]:
-        """Decode each needed image once (uint8 on the batch device); rescale boxes if the file size differs
-        from ``ori_shape``."""
-        device = boxes.device
+    def _load_images(self, samples: Sequence[Any], image_of: Tensor) -> Tuple[List[Tensor], Tensor, Tensor]:
+        """Decode each needed image once (uint8 on the batch device). Returns the images, the per-sample box
+        scale [B, 4] from the sample frame (``ori_shape``) to the file (1 when they agree) and the file sizes
+        (W, H) [B, 2]."""
+        device = image_of.device
         images: List[Optional[Tensor]] = [None] * len(samples)
         scale = torch.ones((len(samples), 4), device=device)
+        image_wh = torch.ones((len(samples), 2), device=device)
         for i in torch.unique(image_of).tolist():
             sample = samples[i]
             path = get_field(sample, 'img_path')
             if path is None:
-                raise ValueError(f'{sample_name(sample)}: missing metainfo `img_path` (RelCLIPScore crops the '
-                                 f'original image file)')
+                raise ValueError(f'{sample_name(sample)}: missing metainfo `img_path` ({type(self).__name__} crops '
+                                 f'the original image file)')
             img = decode_image(str(path), self.backend_args)
             height, width = img.shape[-2:]
+            image_wh[i] = torch.tensor([float(width), float(height)])
             ori = get_field(sample, 'ori_shape')
             if ori is not None and (int(ori[0]), int(ori[1])) != (height, width):
                 if not self._warned_shape:
@@ -286,35 +471,43 @@ class RelCLIPScore(RowMetric):
                     self._warned_shape = True
                 scale[i] = torch.tensor([width / float(ori[1]), height / float(ori[0])] * 2, dtype=torch.float32)
             images[i] = img.to(device)
-        return images, boxes * scale[image_of]
+        return images, scale, image_wh
 
     def _reference_similarity(self, batch: SceneGraphBatch, image_of: Tensor, gt_sub: Tensor, gt_obj: Tensor,
-                              text_emb: Tensor, classes: List[str], predicates: List[str]) -> Tuple[Tensor, Tensor]:
-        """For each counted relation: whether its GT pair has GT relations, and b = max(cos, 0) with the most
-        similar GT triplet text of that pair."""
+                              text_emb: Tensor, labels: Tensor, classes: List[str],
+                              predicates: List[str]) -> Tuple[Tensor, Tensor, Tensor]:
+        """For each counted relation: whether its GT pair has GT relations, b = max(cos, 0) with the most
+        similar annotated GT triplet text of that pair, and whether ``labels`` is one of the pair's GT
+        predicates."""
         pairs = batch.gt_pairs[image_of]  # [R, G, 2]
         candidate = (pairs[..., 0] == gt_sub[:, None]) & (pairs[..., 1] == gt_obj[:, None]) \
             & batch.gt_valid[image_of]
         has_ref = candidate.any(1)
+        hit = (candidate & (batch.gt_predicates[image_of] == labels[:, None])).any(1)
         b = torch.zeros(image_of.shape[0], device=text_emb.device)
         if not has_ref.any():
-            return has_ref, b
+            return has_ref, b, hit
         rel_idx, gt_idx = candidate.nonzero(as_tuple=True)
         img = image_of[rel_idx]
         sub_cls = batch.gt_labels[img, batch.gt_pairs[img, gt_idx, 0]].tolist()
         obj_cls = batch.gt_labels[img, batch.gt_pairs[img, gt_idx, 1]].tolist()
         gt_pred = batch.gt_predicates[img, gt_idx].tolist()
         gt_texts = [self.text(classes[s], predicates[p], classes[o]) for s, p, o in zip(sub_cls, gt_pred, obj_cls)]
-        cos = (self.embed_texts(gt_texts, text_emb.device) * text_emb[rel_idx]).sum(-1)
+        cos = RelationScorer.text_similarity(self.scorer.embed_texts(gt_texts, text_emb.device), text_emb[rel_idx])
         best = torch.full_like(b, float('-inf')).scatter_reduce(0, rel_idx, cos, reduce='amax')
         b = torch.where(has_ref, best.clamp(min=0), b)
-        return has_ref, b
+        return has_ref, b, hit
 
     # ------------------------------------------------------------------ reduced tables become keys
+    def key_names(self) -> Tuple[str, str, str]:
+        """(penalised, plain, Ref) key names, e.g. ('RelCLIPScore', 'CLIPScore', 'RefRelCLIPScore')."""
+        n = self.score_name
+        return f'Rel{n}Score', f'{n}Score', f'RefRel{n}Score'
+
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         """Dataset keys (percent) from de-duplicated per-image rows (summed in ``sample_idx`` order, so the
-        result does not depend on the world size)."""
-        images = tables['images']
+        result does not depend on the world size) and, for the region breakdown, per-relation rows."""
+        images, relations = tables['images'], tables.get('relations')
         order = torch.argsort(images['sample_idx'])
         images = {name: col[order] for name, col in images.items()}
         evaluated = images['num_objects'] >= 2
@@ -329,17 +522,63 @@ class RelCLIPScore(RowMetric):
         def mean(values: Tensor) -> float:
             return 100.0 * float(values.mean()) if n else 0.0
 
-        metrics = {'RelCLIPScore': mean(rel), 'CLIPScore': mean(mean_s), 'RefRelCLIPScore': mean(ref)}
+        rel_key, plain_key, ref_key = self.key_names()
+        metrics = {rel_key: mean(rel), plain_key: mean(mean_s), ref_key: mean(ref)}
+        if self.region_breakdown:
+            metrics.update(self.region_keys(relations))
         if n == 0:
-            warn_user('RelCLIPScore: no image with >= 2 GT objects was evaluated; all keys are 0')
+            warn_user(f'{type(self).__name__}: no image with >= 2 GT objects was evaluated; all keys are 0')
         return {'metrics': metrics, 'num_images': n, 'num_samples': int(images['sample_idx'].numel()),
                 'num_relations': int(k.sum()), 'num_ref_relations': int(num_ref.sum()),
                 'mean_relations_per_image': float(k.mean()) if n else 0.0}
 
+    def region_keys(self, relations: Optional[Dict[str, Tensor]]) -> Dict[str, float]:
+        """``Precision`` and the group keys of the region breakdown (percent; NaN for an empty group)."""
+        if relations is None:
+            raise ValueError('region_breakdown needs the per-relation rows')
+        _, plain_key, ref_key = self.key_names()
+        score, has_ref = relations['score'].double(), relations['has_ref'].bool()
+        ref, hit = relations['ref'].double(), relations['hit'].bool()
+
+        def pct(values: Tensor, where: Tensor) -> float:
+            return 100.0 * float(values[where].double().mean()) if bool(where.any()) else float('nan')
+
+        out = {'Precision': pct(hit, has_ref)}
+        ratio, distance = relations['ratio'], relations['distance']
+        groups = {'low_ratio': ratio < self.ratio_thr, 'high_ratio': ratio >= self.ratio_thr,
+                  'near': distance < self.distance_thr, 'far': distance >= self.distance_thr}
+        for name in REGION_GROUPS:
+            g = groups[name]
+            out[f'{plain_key}@{name}'] = pct(score, g)
+            out[f'{ref_key}@{name}'] = pct(ref, g & has_ref)
+            out[f'Precision@{name}'] = pct(hit, g & has_ref)
+        return out
+
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         m = summary['metrics']
-        return (f"RelCLIPScore ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
+        rel_key, plain_key, ref_key = self.key_names()
+        return (f"{type(self).__name__} ({self.mode}, top-{self.topk}, penalty={self.penalty}, "
                 f"{type(self.encoder).__name__}): {summary['num_images']} images, "
                 f"{summary['num_relations']} relations (mean k {summary['mean_relations_per_image']:.2f}), "
-                f"RelCLIPScore {m['RelCLIPScore']:.2f}, CLIPScore {m['CLIPScore']:.2f}, "
-                f"RefRelCLIPScore {m['RefRelCLIPScore']:.2f} ({summary['num_ref_relations']} relations)")
+                f"{rel_key} {m[rel_key]:.2f}, {plain_key} {m[plain_key]:.2f}, "
+                f"{ref_key} {m[ref_key]:.2f} ({summary['num_ref_relations']} relations)")
+
+
+@METRICS.register_module()
+class RelBLIPScore(RelCLIPScore):
+    """RelCLIPScore with a BLIP-2 image-text-matching model: s = softmax(itm_logits)[:, 1] (the "match"
+    probability). Keys ``RelBLIPScore`` / ``BLIPScore`` / ``RefRelBLIPScore`` (prefix 'relblip'); ``encoder``
+    is a :class:`~mmsgg_eval.encoders.BLIP2ITMEncoder` config or the path of a local BLIP-2 directory."""
+    default_prefix = 'relblip'
+    score_name = 'BLIP'
+    default_encoder_type = 'BLIP2ITMEncoder'
+
+
+@METRICS.register_module()
+class RelSIGLIPScore(RelCLIPScore):
+    """RelCLIPScore with SigLIP: s = sigmoid(cos * exp(logit_scale) + logit_bias). Keys ``RelSIGLIPScore`` /
+    ``SIGLIPScore`` / ``RefRelSIGLIPScore`` (prefix 'relsiglip'); ``encoder`` is an encoder config (e.g.
+    ``HFSigLIPEncoder`` or an open_clip SigLIP) or the path of a local transformers SigLIP directory."""
+    default_prefix = 'relsiglip'
+    score_name = 'SIGLIP'
+    default_encoder_type = 'HFSigLIPEncoder'

@@ -1,12 +1,12 @@
 """``VLMSceneGraphMetric``: scene graphs written as JSON by multimodal LLMs (``docs/metrics.md``).
 
 Keys (percent): ``FailureRate`` (samples whose output is not a structurally valid graph, see
-:mod:`mmsgg_eval.vlm`), ``Recall`` / ``mRecall`` (every predicted triplet, no K; a failed sample predicts
+:mod:`mmsgg_eval.io.vlm`), ``Recall`` / ``mRecall`` (every predicted triplet, no K; a failed sample predicts
 nothing and counts 0), ``mRecall_head/_body/_tail`` when predicate groups are known, ``AP@50`` (COCO AP at IoU
 0.5 of the predicted objects against the GT objects, pycocotools), and with ``topk`` the ordered ``R@K`` /
 ``mR@K``.
 
-Recall is not re-implemented: every sample is converted by :func:`mmsgg_eval.vlm.to_data_sample` and scored by
+Recall is not re-implemented: every sample is converted by :func:`mmsgg_eval.io.vlm.to_data_sample` and scored by
 the legacy scene-graph machinery (:class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric`, ``mode='sgdet'``,
 ``skip_empty_predictions=False``) with K = :data:`K_ALL` for the K-free keys. The IoU convention follows
 ``iou_plus_one`` (None = ``dataset_meta``, like ``SGRecall``), for the triplets and for AP (legacy VG150 AP adds
@@ -17,7 +17,7 @@ Input data samples carry the GT of the data contract (``gt_instances``, ``gt_rel
 
 * ``pred_text``: the raw model output (str; None = no output, a failure), parsed here;
 * ``pred_graph``: an already-decoded JSON value;
-* ``vlm_result``: a :class:`mmsgg_eval.vlm.ParseResult` parsed by the caller.
+* ``vlm_result``: a :class:`mmsgg_eval.io.vlm.ParseResult` parsed by the caller.
 
 Distributed state (:class:`~mmsgg_eval.metrics.base.RowMetric`): one row per sample (failure code, counts),
 one row per predicted / GT object (box, label, score) for AP, and the per-image / per-GT-relation rows of the

@@ -9,15 +9,16 @@ distribution ``counts[c_s, c_o] / counts[c_s, c_o].sum()`` as ``pred_relations.s
 no relation); pairs are sorted by max predicate probability x subject score x object score (the metric ranks
 again, stably). It needs no image: it is an honest, training-free baseline to exercise the whole stack.
 """
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 from mmengine.model import BaseModel
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..registry import MODEL_WRAPPERS, MODELS
+from ..registry import MODELS
 from ..structures import get_field, sample_name
+from .relation_heads import FrequencyStatistics, all_ordered_pairs, rank_pairs
 
 
 def boxes_overlap(boxes_a: np.ndarray, boxes_b: np.ndarray) -> np.ndarray:
@@ -93,9 +94,13 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
     return counts
 
 
-@MODELS.register_module()
-class FrequencyBaseline(BaseModel):
+@MODELS.register_module(force=True)  # replaces the placeholder of mmsgg_eval.models (lazy import)
+class FrequencyBaseline(FrequencyStatistics, BaseModel):
     """FREQ / FREQ+OVERLAP relation predictor (PredCls; SGCls when samples carry predicted labels/scores).
+
+    A stand-alone model for evaluation without a detector; on a detector (every mode, SGDet included) use
+    :class:`~mmsgg_eval.models.SceneGraphDetector` with a
+    :class:`~mmsgg_eval.models.relation_heads.FrequencyRelationHead` (same statistics, same scores).
 
     Args:
         num_classes: number of object classes C.
@@ -111,31 +116,14 @@ class FrequencyBaseline(BaseModel):
                  init_cfg: Optional[dict] = None) -> None:
         if mode not in ('predcls', 'sgcls'):
             raise ValueError(f'FrequencyBaseline predicts relations between given objects: mode must be predcls '
-                             f'or sgcls, got {mode!r} (SGDet needs a detector producing pred_instances.bboxes)')
+                             f'or sgcls, got {mode!r} (for SGDet put a FrequencyRelationHead on a detector with '
+                             f'SceneGraphDetector)')
         super().__init__(data_preprocessor=data_preprocessor, init_cfg=init_cfg)
         self.num_classes = num_classes
         self.num_predicates = num_predicates
-        self.must_overlap = must_overlap
         self.mode = mode
         self.max_pairs = max_pairs
-        self.register_buffer('counts', torch.zeros(num_classes, num_classes, num_predicates + 1, dtype=torch.long))
-        self.register_buffer('is_fitted', torch.zeros((), dtype=torch.bool))
-
-    def fit(self, counts: np.ndarray) -> None:
-        """Set the statistics (``[C, C, P+1]`` counts from :func:`count_frequency_statistics`)."""
-        counts = torch.as_tensor(np.asarray(counts), dtype=torch.long)
-        if tuple(counts.shape) != tuple(self.counts.shape):
-            raise ValueError(f'statistics have shape {list(counts.shape)}, model expects {list(self.counts.shape)}')
-        self.counts.copy_(counts)
-        self.is_fitted.fill_(True)
-
-    def distribution(self) -> Tensor:
-        """Normalised predicate distribution [C, C, P+1]; class pairs never seen are pure background."""
-        counts = self.counts.double()
-        total = counts.sum(-1, keepdim=True)
-        dist = counts / total.clamp(min=1)
-        dist[..., 0] = torch.where(total[..., 0] > 0, dist[..., 0], torch.ones_like(dist[..., 0]))
-        return dist.float()
+        self._init_statistics(num_classes, num_predicates, must_overlap)
 
     def forward(self, inputs: Any = None, data_samples: Optional[List[Any]] = None, mode: str = 'predict') -> Any:
         if mode != 'predict':
@@ -168,25 +156,11 @@ class FrequencyBaseline(BaseModel):
                                      f'provides none (use mode=predcls, or add an object classifier)')
                 labels = torch.as_tensor(get_field(pred, 'labels')).long().to(device)
                 scores = torch.as_tensor(get_field(pred, 'scores')).float().to(device)
-            pairs, rel_scores = self._relations(boxes.float(), labels, scores, dist.to(device))
+            pairs = all_ordered_pairs(labels.shape[0], device)
+            rel_scores = self.pair_distribution(boxes, labels, pairs, dist.to(device))
+            pairs, rel_scores = rank_pairs(pairs, rel_scores, scores, self.max_pairs)
             self._attach(sample, boxes, labels, scores, pairs, rel_scores, self.mode)
         return data_samples
-
-    def _relations(self, boxes: Tensor, labels: Tensor, scores: Tensor, dist: Tensor) -> Tuple[Tensor, Tensor]:
-        m = labels.shape[0]
-        grid = ~torch.eye(m, dtype=torch.bool, device=labels.device)
-        sub, obj = grid.nonzero(as_tuple=True)
-        rel_scores = dist[labels[sub], labels[obj]].clone()
-        if self.must_overlap and sub.numel():
-            b = boxes.cpu().numpy()
-            ok = torch.as_tensor(boxes_overlap(b[sub.cpu().numpy()], b[obj.cpu().numpy()]), device=labels.device)
-            rel_scores[~ok] = 0
-            rel_scores[~ok, 0] = 1
-        triplet = rel_scores[:, 1:].max(-1).values * scores[sub] * scores[obj] if sub.numel() else rel_scores[:, 0]
-        order = torch.sort(triplet, descending=True, stable=True).indices
-        if self.max_pairs is not None:
-            order = order[:self.max_pairs]
-        return torch.stack([sub, obj], 1)[order], rel_scores[order]
 
     @staticmethod
     def _attach(sample: Any, boxes: Tensor, labels: Tensor, scores: Tensor, pairs: Tensor, rel_scores: Tensor,
@@ -202,25 +176,3 @@ class FrequencyBaseline(BaseModel):
             sample.pred_relations = pred_relations
             sample.set_metainfo({'pred_mode': mode})  # lets a metric refuse a mode the model does not produce
 
-
-@MODEL_WRAPPERS.register_module()
-class EvalOnlyModelWrapper(nn.Module):
-    """Distributed wrapper for evaluation: forwards ``val_step``/``test_step``, no gradient synchronisation.
-
-    DDP cannot wrap a model without trainable parameters and needs a GPU per rank with ``device_ids``; for
-    evaluation (any backend, CPU or GPU) nothing has to be synchronised but the metrics, which reduce
-    themselves.
-    """
-
-    def __init__(self, module: nn.Module, **kwargs: Any) -> None:
-        super().__init__()
-        self.module = module
-
-    def val_step(self, data: Any) -> Any:
-        return self.module.val_step(data)
-
-    def test_step(self, data: Any) -> Any:
-        return self.module.test_step(data)
-
-    def train_step(self, data: Any, optim_wrapper: Any) -> Any:  # pragma: no cover - evaluation only
-        raise RuntimeError('EvalOnlyModelWrapper is for evaluation; use MMDistributedDataParallel to train')

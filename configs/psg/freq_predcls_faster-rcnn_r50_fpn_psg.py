@@ -1,0 +1,16 @@
+# FREQ (MOTIFS frequency baseline) in PredCls (objects = the GT boxes and labels; the detector is not run) on PSG (box mode), on a Faster R-CNN R50-FPN
+# detector trained with configs/psg/faster-rcnn_r50_fpn_psg.py:
+#   python tools/train.py configs/psg/faster-rcnn_r50_fpn_psg.py
+#   python tools/test.py configs/psg/freq_predcls_faster-rcnn_r50_fpn_psg.py \
+#       work_dirs/faster-rcnn_r50_fpn_psg/epoch_12.pth
+# The detector checkpoint loads into model.detector; the relation head counts its statistics on
+# `freq_train_dataset` when the model is built (annotations only).
+_base_ = ['./sgg_predcls_psg.py', '../_base_/models/sgg_faster-rcnn_r50_fpn.py']
+freq_train_dataset = dict(type='PSGDataset', data_root='data/sample/psg/', ann_file='psg.json', split='train', with_masks=False)
+model = dict(
+    mode='predcls',
+    detector=dict(roi_head=dict(bbox_head=dict(num_classes=133))),
+    relation_head=dict(num_classes=133, num_predicates=56, statistics_dataset=freq_train_dataset))
+# box mode: no panoptic masks, box-IoU matching
+test_dataloader = dict(dataset=dict(with_masks=False))
+val_dataloader = dict(dataset=dict(with_masks=False))

@@ -1,0 +1,113 @@
+"""``tools/test.py``: evaluate a model with MMEngine's Runner and the mmsgg_eval metrics, as mmdet's test.py.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out preds.pkl] [--cfg-options k=v ...]
+    bash tools/dist_test.sh CONFIG CHECKPOINT GPUS   # torchrun; gloo on CPU-only machines
+
+Order of a run: every output location (work dir, ``--out`` directory, the metrics' report locations) is
+checked for writability first; then the process group is set up (configured backend and
+``env_cfg.dist_cfg.timeout``); the Runner evaluates and logs the metrics; the main rank writes
+``WORK_DIR/metrics.json`` (all keys, per-predicate recalls included); the ranks then meet at a barrier and
+the process group is destroyed. A stalled or dead rank ends the run with a ``DistributedEvaluationError``
+within the timeout.
+"""
+import argparse
+import os
+import os.path as osp
+from typing import Any, Dict, List, Optional
+
+from .launch import DistributedEvaluationError, distributed_evaluation
+from .results import OutputNotWritableError, check_writable, write_metrics_json
+
+_OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_file_path', True))
+"""Metric attributes naming where the metric writes: (attribute, is a file path or prefix)."""
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(description='Evaluate a scene-graph / grounding model (mmsgg_eval)')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='directory for logs and metrics.json')
+    parser.add_argument('--out', type=str, help='dump predictions to a pickle file for offline evaluation '
+                                                '(tools/eval_offline.py)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, e.g. env_cfg.dist_cfg.backend=gloo '
+                             'env_cfg.dist_cfg.timeout=600 (seconds a collective may wait for a rank)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
+    # torch.distributed.launch passes --local-rank (newer) or --local_rank (older)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def check_metric_outputs(metrics: List[Any]) -> None:
+    """Check, before evaluating, that every location a metric writes to is writable."""
+    for metric in metrics:
+        for attribute, is_file in _OUTPUT_ATTRIBUTES:
+            value = getattr(metric, attribute, None)
+            if isinstance(value, str) and value:
+                directory = osp.dirname(osp.abspath(value)) if is_file else value
+                check_writable(directory, f'{type(metric).__name__}.{attribute} location')
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run ``tools/test.py``; user errors (missing files, unwritable outputs, failed ranks) exit with a
+    message instead of a traceback."""
+    args = parse_args(argv)
+    # mmengine 0.10.7 loads checkpoints with torch.load's default, weights_only=True since torch 2.6, which
+    # refuses mmengine's own training checkpoints (message hub, numpy metadata). The checkpoint is the one
+    # the user names on the command line, loaded as mmdet's tools did before torch 2.6.
+    os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    try:
+        return _run(args)
+    except (OutputNotWritableError, DistributedEvaluationError) as err:
+        raise SystemExit(f'{type(err).__name__}: {err}') from err
+
+
+def _run(args: argparse.Namespace) -> Dict[str, Any]:
+    from mmengine.config import Config
+    from mmengine.dist import is_main_process
+    from mmengine.runner import Runner
+
+    import mmsgg_eval  # noqa: F401  (registers metrics, datasets, transforms, models)
+
+    if not osp.isfile(args.config):
+        raise SystemExit(f'config file not found: {args.config}')
+    if not osp.isfile(args.checkpoint):
+        raise SystemExit(f'checkpoint not found: {osp.abspath(args.checkpoint)} (build one for the frequency '
+                         f'baseline with tools/build_freq_baseline.py CONFIG --out CHECKPOINT)')
+    if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
+        raise SystemExit('--out must be a .pkl or .pickle file')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    # every output location is checked before anything is evaluated
+    check_writable(cfg.work_dir, 'work dir (--work-dir)')
+    if args.out is not None:
+        check_writable(osp.dirname(osp.abspath(args.out)), 'directory of --out')
+
+    with distributed_evaluation(cfg, args.launcher):
+        runner = Runner.from_cfg(cfg)
+        evaluator = runner.test_evaluator
+        for metric in evaluator.metrics:
+            if hasattr(metric, 'report_dir') and metric.report_dir is None:
+                metric.report_dir = cfg.work_dir  # metrics.json, long-tail chart, Markdown tables
+        if args.out is not None:
+            from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
+            evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out, config=args.config))
+        check_metric_outputs(evaluator.metrics)
+        metrics = runner.test()  # the Runner logs the metrics before anything is written
+        if is_main_process():  # written before the process group is torn down
+            from mmsgg_eval.metrics import extra_results_of  # per-predicate tables: metrics.json, not the log
+            path = write_metrics_json({**metrics, **extra_results_of(evaluator.metrics)}, cfg.work_dir)
+            print(f'metrics written to {path}', flush=True)
+    return metrics
