@@ -234,18 +234,25 @@ class SceneGraphMetric(RowMetric):
         return self._zs_cache[where]
 
     # ------------------------------------------------------------------ a pool becomes rows
+    def _read_pool(self, samples: List[Any]):
+        """The padded batch of a pool and its [B] bool ``prediction_missing`` flags. A ``sample_idx`` repeated
+        within the pool counts once (the first); a sample whose prediction is missing is read as an explicitly
+        empty prediction (objects on the GT, no predicted pair)."""
+        samples = first_occurrences(samples)
+        missing = [prediction_missing(s) for s in samples]
+        if any(missing):
+            samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
+        batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
+                                     with_masks=self.match == 'mask', counts=self.object_counts)
+        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device)
+
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
         missing; per GT relation its predicate, triplet code, zero-shot flag and first-hit ranks. A
         ``sample_idx`` repeated within the pool (sampler padding) is processed once: the first counts."""
-        samples = first_occurrences(samples)
         classes, predicates = self.classes, self.predicates
-        missing = [prediction_missing(s) for s in samples]
-        if any(missing):
-            samples = [_as_unpredicted(s, len(predicates)) if m else s for s, m in zip(samples, missing)]
-        batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates),
-                                     with_masks=self.match == 'mask', counts=self.object_counts)
-        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        batch, missing = self._read_pool(samples)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
@@ -266,7 +273,7 @@ class SceneGraphMetric(RowMetric):
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': torch.tensor(missing, dtype=torch.bool, device=batch.device)},
+                       'missing': missing},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': pred, 'triplet': codes,
                           'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid].clamp(max=self._rank_cap),
                           'rank_ngc': ranks['ngc'][valid].clamp(max=self._rank_cap),

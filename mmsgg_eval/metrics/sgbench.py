@@ -36,9 +36,8 @@ from ..functional.instance_matching import (assign_detections, deduplicate_gt_tr
 from ..functional.limits import K_ALL, NO_HIT
 from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
-from ..structures import collate_scene_graphs
-from .base import Schema, Tables, first_occurrences, prediction_missing
-from .scene_graph import SceneGraphMetric, _as_unpredicted
+from .base import Schema, Tables
+from .scene_graph import SceneGraphMetric
 
 
 @METRICS.register_module()
@@ -76,16 +75,9 @@ class SGBenchMetric(SceneGraphMetric):
         """Instance-match a pool: per image its distinct GT triplets, predicted pairs, GT objects and matched GT
         objects; per distinct GT relation its first-hit ranks and predicate rank. A ``sample_idx`` repeated
         within the pool counts once; an image marked ``prediction_missing`` predicts nothing."""
-        samples = first_occurrences(samples)
-        classes, predicates = self.classes, self.predicates
-        missing = [prediction_missing(s) for s in samples]
-        if any(missing):
-            samples = [_as_unpredicted(s, len(predicates)) if m else s for s, m in zip(samples, missing)]
+        predicates = self.predicates
         use_masks = self.match == 'mask'
-        batch = collate_scene_graphs(samples, self.mode, len(classes), len(predicates), with_masks=use_masks,
-                                     counts=self.object_counts)
-        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
-        missing_t = torch.tensor(missing, dtype=torch.bool, device=batch.device)
+        batch, missing = self._read_pool(samples)
         pred_valid, gt_obj_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
         iou = object_iou_matrix(batch, self.plus_one, use_masks)
         assigned = assign_detections(iou, batch.pred_labels, pred_valid, batch.gt_labels, gt_obj_valid, self.iou_thr)
@@ -114,12 +106,12 @@ class SGBenchMetric(SceneGraphMetric):
                                 batch.gt_predicates, gt_valid, base)
         first_pair = first_occurrence(gt_sub.long() * base + gt_obj.long(), gt_valid)
         # a missing prediction stands on the GT objects only so that every mode reads it: no detection counts
-        inst = matched_instances(assigned, batch.gt_boxes.shape[1]) & gt_obj_valid & ~missing_t[:, None]
+        inst = matched_instances(assigned, batch.gt_boxes.shape[1]) & gt_obj_valid & ~missing[:, None]
 
         image_of = torch.arange(gt_valid.shape[0], device=batch.device)[:, None].expand_as(gt_valid)[gt_valid]
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': gt_valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing_t, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
+                       'missing': missing, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': batch.gt_predicates[gt_valid],
                           'first_pair': first_pair[gt_valid], 'rank_gc': rank_gc[gt_valid],
                           'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
