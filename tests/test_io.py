@@ -397,8 +397,6 @@ def test_cli_partial_jsonl_fails_unless_allowed(sample, tmp_path, capsys):
     assert res['offline/missing_predictions'] == n - 5
 
 
-@pytest.mark.xfail(strict=True, reason='metric side of the prediction_missing contract (core helper): remove this '
-                                       'marker once SGRecall scores prediction_missing samples as recall 0')
 def test_allowed_missing_samples_count_as_recall_zero_by_default(sample, tmp_path):
     dataset = sample['dataset']
     path = tmp_path / 'part.jsonl'
