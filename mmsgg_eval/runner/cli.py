@@ -22,25 +22,52 @@ _OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_fil
 """Metric attributes naming where the metric writes: (attribute, is a file path or prefix)."""
 
 
-def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+def add_common_arguments(parser: argparse.ArgumentParser, cfg_options_example: str) -> None:
+    """``--work-dir``, ``--cfg-options``, ``--launcher`` and ``--local-rank``, as mmdet's tools have them."""
     from mmengine.config import DictAction
-    parser = argparse.ArgumentParser(description='Evaluate a scene-graph / grounding model (mmsgg_eval)')
-    parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='directory for logs and metrics.json')
-    parser.add_argument('--out', type=str, help='dump predictions to a pickle file for offline evaluation '
-                                                '(tools/eval_offline.py)')
+    parser.add_argument('--work-dir', help='directory for logs, checkpoints and metrics.json')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, e.g. env_cfg.dist_cfg.backend=gloo '
-                             'env_cfg.dist_cfg.timeout=600 (seconds a collective may wait for a rank)')
+                        help=f'override config settings, e.g. {cfg_options_example}')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     # torch.distributed.launch passes --local-rank (newer) or --local_rank (older)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def parse_common(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """Parse ``argv``; sets ``LOCAL_RANK`` from ``--local-rank`` when the launcher did not."""
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
+
+
+def load_config(args: argparse.Namespace) -> Any:
+    """The config of ``args.config`` with ``--launcher``, ``--cfg-options`` and the work dir applied
+    (``--work-dir``, else the config's, else ``work_dirs/<config name>``)."""
+    from mmengine.config import Config
+    if not osp.isfile(args.config):
+        raise SystemExit(f'config file not found: {args.config}')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    return cfg
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Evaluate a scene-graph / grounding model (mmsgg_eval)')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--out', type=str, help='dump predictions to a pickle file for offline evaluation '
+                                                '(tools/eval_offline.py)')
+    add_common_arguments(parser, 'env_cfg.dist_cfg.backend=gloo env_cfg.dist_cfg.timeout=600 (seconds a '
+                                 'collective may wait for a rank)')
+    return parse_common(parser, argv)
 
 
 def check_metric_outputs(metrics: List[Any]) -> None:
@@ -68,7 +95,6 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> Dict[str, Any]:
-    from mmengine.config import Config
     from mmengine.dist import is_main_process
     from mmengine.runner import Runner
 
@@ -81,14 +107,7 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
                          f'baseline with tools/build_freq_baseline.py CONFIG --out CHECKPOINT)')
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
         raise SystemExit('--out must be a .pkl or .pickle file')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     cfg.load_from = args.checkpoint
     # every output location is checked before anything is evaluated
     check_writable(cfg.work_dir, 'work dir (--work-dir)')
