@@ -2,7 +2,9 @@
 (``metrics.json``, a per-predicate bar chart PNG, Markdown tables) written by :func:`write_scene_graph_reports`."""
 import json
 import os
-from typing import Any, Dict, Optional, Sequence
+import os.path as osp
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def _family_line(name: str, keys: Dict[str, float], ks: Sequence[int], suffix: str = '') -> str:
@@ -304,3 +306,34 @@ def dump_metric_json(outfile_prefix: str, prefix: str, payload: Dict[str, Any]) 
     with open(path, 'w', encoding='utf-8') as f:
         json.dump(payload, f, indent=2)
     return path
+
+
+class OutputNotWritableError(OSError):
+    """An output location (work dir, ``--out`` file's directory, a metric's report prefix) is not writable."""
+
+
+def check_writable(directory: str, what: str) -> str:
+    """Create ``directory`` if needed and write (then remove) a probe file in it; return its absolute path.
+
+    Run it before evaluating, so that a run never computes its numbers only to fail saving them.
+    ``what`` names the location in the error (e.g. ``'work dir (--work-dir)'``).
+    """
+    path = osp.abspath(directory)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix='.mmsgg_eval_write_check_'):
+            pass
+    except OSError as err:
+        blocked = next((p for p in _parents(path) if osp.exists(p) and not osp.isdir(p)), None)
+        reason = f'{blocked} is a file, not a directory' if blocked else (err.strerror or str(err))
+        raise OutputNotWritableError(f'{what} {path} is not writable ({reason}): files cannot be written there, so '
+                                     f'nothing was evaluated (choose another location)') from err
+    return path
+
+
+def _parents(path: str) -> List[str]:
+    """``path`` and its ancestors, nearest first."""
+    out = [path]
+    while osp.dirname(out[-1]) != out[-1]:
+        out.append(osp.dirname(out[-1]))
+    return out

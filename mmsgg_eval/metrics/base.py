@@ -44,7 +44,6 @@ Both decisions depend only on what the rank itself was fed, identically for ever
 so no rank skips a collective that another rank enters.
 """
 import os
-import tempfile
 import warnings
 import weakref
 from abc import abstractmethod
@@ -54,6 +53,7 @@ import torch
 from mmengine.evaluator import BaseMetric
 from torch import Tensor
 
+from ..reports import check_writable
 from ..structures import get_field, sample_index
 from .accumulator import RowAccumulator, same_objects
 
@@ -61,19 +61,10 @@ Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
 Tables = Dict[str, Dict[str, Tensor]]
 
 
-def sample_field(sample: Any, key: str) -> Any:
-    """``key`` of a data sample: a field or metainfo entry of a data element, a key of a dict, or a key of
-    the dict's ``metainfo`` (None when absent)."""
-    value = get_field(sample, key)
-    if value is None:
-        value = get_field(get_field(sample, 'metainfo'), key)
-    return value
-
-
 def prediction_missing(sample: Any) -> bool:
     """True when the sample is an image the user did not predict (metainfo ``prediction_missing=True``,
     set by the readers of prediction files when a dataset sample has no prediction)."""
-    return bool(sample_field(sample, 'prediction_missing'))
+    return bool(get_field(sample, 'prediction_missing'))
 
 
 def first_occurrences(samples: List[Any]) -> List[Any]:
@@ -95,15 +86,9 @@ def missing_flags(samples: Sequence[Any], device: torch.device) -> Tensor:
 
 
 def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
-    """Create ``path`` if needed and check that a file can be created in it; raise ``OSError`` naming the
-    metric, the argument and the path otherwise."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise OSError(f'{owner}: {argument} needs the directory {path!r}, which cannot be written '
-                      f'({type(err).__name__}: {err}). Fix the path before evaluating.') from err
+    """Create ``path`` if needed and check that files can be written in it; raise ``OSError`` naming the
+    metric, the argument and the path otherwise (:func:`mmsgg_eval.reports.check_writable`)."""
+    check_writable(path, f'{owner}: {argument} directory')
 
 
 def warn_user(message: str) -> None:

@@ -37,7 +37,8 @@ import torch
 
 from ..registry import METRICS
 from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, sample_field
+from ..structures import get_field
+from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
@@ -189,26 +190,26 @@ class VLMSceneGraphMetric(RowMetric):
                                 self.box_tolerance, self.box_format, mappers=self.mappers())
 
     def _sample_idx(self, sample: Any) -> int:
-        idx = sample_field(sample, 'sample_idx')
+        idx = get_field(sample, 'sample_idx')
         if idx is not None:
             return int(idx)
         return int(self.accumulator.number_missing(torch.tensor([-1]), 'VLMSceneGraphMetric')[0])
 
     def _result_of(self, sample: Any) -> ParseResult:
-        result = sample_field(sample, 'vlm_result')
+        result = get_field(sample, 'vlm_result')
         if result is not None:
             return result
-        shape = sample_field(sample, 'ori_shape')
+        shape = get_field(sample, 'ori_shape')
         if shape is None:
-            shape = (sample_field(sample, 'height'), sample_field(sample, 'width'))
+            shape = (get_field(sample, 'height'), get_field(sample, 'width'))
         if shape is None or shape[0] is None:
             raise ValueError('VLMSceneGraphMetric: a sample needs `ori_shape` (H, W) metainfo to rescale the boxes')
         image_size = (float(shape[1]), float(shape[0]))
         if isinstance(sample, Mapping) and 'pred_text' not in sample and 'pred_graph' in sample:
             return self.parse(sample['pred_graph'], image_size)
-        text = sample_field(sample, 'pred_text')
+        text = get_field(sample, 'pred_text')
         if text is None:
-            graph = sample_field(sample, 'pred_graph')
+            graph = get_field(sample, 'pred_graph')
             if graph is not None:
                 return self.parse(graph, image_size)
         return self.parse(text, image_size)

@@ -3,39 +3,9 @@ import json
 import os
 import os.path as osp
 import sys
-import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-
-class OutputNotWritableError(OSError):
-    """An output location (work dir, ``--out`` file's directory, a metric's report prefix) is not writable."""
-
-
-def check_writable(directory: str, what: str) -> str:
-    """Create ``directory`` if needed and write (then remove) a probe file in it; return its absolute path.
-
-    Run it before evaluating, so that a run never computes its numbers only to fail saving them.
-    ``what`` names the location in the error (e.g. ``'work dir (--work-dir)'``).
-    """
-    path = osp.abspath(directory)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix='.mmsgg_eval_write_check_'):
-            pass
-    except OSError as err:
-        blocked = next((p for p in _parents(path) if osp.exists(p) and not osp.isdir(p)), None)
-        reason = f'{blocked} is a file, not a directory' if blocked else (err.strerror or str(err))
-        raise OutputNotWritableError(f'{what} {path} is not writable: {reason}; nothing was evaluated '
-                                     f'(choose another location)') from err
-    return path
-
-
-def _parents(path: str) -> List[str]:
-    """``path`` and its ancestors, nearest first."""
-    out = [path]
-    while osp.dirname(out[-1]) != out[-1]:
-        out.append(osp.dirname(out[-1]))
-    return out
+from ..reports import OutputNotWritableError, check_writable, json_safe  # noqa: F401  (first two re-exported)
 
 
 def write_metrics_json(metrics: Dict[str, Any], work_dir: str, name: Optional[str] = None) -> str:
@@ -45,7 +15,6 @@ def write_metrics_json(metrics: Dict[str, Any], work_dir: str, name: Optional[st
     truncated ``metrics.json``; on failure the metrics are printed to stderr as JSON before the error is
     raised, so the computed numbers are never lost.
     """
-    from ..reports import json_safe
     text = json.dumps(json_safe(metrics, nan_as_null=False), indent=2)
     path = osp.join(work_dir, name or 'metrics.json')
     tmp = f'{path}.tmp{os.getpid()}'
