@@ -109,3 +109,78 @@ def test_row_lookup_hits_equal_gathered_hits():
     for num_predicates in (None, P):
         looked_up = ranked_list_hits(*ends, sub, obj, pred, valid, gt_pred, num_predicates)
         assert torch.equal(looked_up, gathered) and gathered.any()
+
+
+def _reference_ng_list(matrices, pair_scores, single_label, ng_topk):
+    """Stable descending sort of every (pair, predicate) entry pair_score * prob, row-major order on ties;
+    single-label rows (-inf = not a candidate) contribute their one entry."""
+    out = []
+    for matrix, pair_score in zip(matrices, pair_scores):
+        entries = []
+        for r, row in enumerate(matrix.tolist()):
+            for p, prob in enumerate(row):
+                if single_label and prob == float('-inf'):
+                    continue
+                entries.append((float(np.float32(prob) * np.float32(pair_score[r])), r, p))
+        ranked = sorted(range(len(entries)), key=lambda i: -entries[i][0])[:ng_topk]
+        out.append([(entries[i][1], entries[i][2]) for i in ranked])
+    return out
+
+
+@pytest.mark.parametrize('layout', ['stacked', 'stacked-pruned', 'concatenated', 'views'])
+@pytest.mark.parametrize('single_label', [False, True])
+def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layout, single_label):
+    """The pruned no-graph-constraint list equals a stable sort of all entries whatever pairs bound its
+    threshold (none given, the top pairs, arbitrary pairs, too few pairs), with exact ties, zero pair scores,
+    images with fewer entries than ng_topk and images without pairs."""
+    from mmsgg_eval.functional import recall
+    from mmsgg_eval.functional.recall import no_graph_constraint_list
+    from mmsgg_eval.functional.scores import build_relation_scores
+    if layout == 'stacked-pruned':  # fixed sizes ranked through the pruned path too
+        monkeypatch.setattr(recall, 'DENSE_NGC_ENTRIES', 0)
+        layout = 'stacked'
+    g = np.random.default_rng(7 + single_label)
+    num_pred = 6
+    for trial in range(60):
+        batch = int(g.integers(1, 6))
+        fixed = int(g.integers(0, 40)) if layout == 'stacked' else None
+        num_rel = [fixed if fixed is not None else int(g.integers(0, 60)) for _ in range(batch)]
+        background = int(g.integers(0, 2)) if not single_label else 0
+        raw, given = [], []
+        for r in num_rel:
+            m = g.random((r, num_pred + background)).astype(np.float32)
+            if g.random() < 0.6:
+                m = (np.round(m * 3) / 3).astype(np.float32)  # many exact ties, also at the threshold
+            if single_label:
+                labels = g.integers(0, num_pred, r)
+                dense = np.full((r, num_pred), -np.inf, np.float32)
+                dense[np.arange(r), labels] = m[:, 0]
+                given.append(torch.tensor(m[:, 0]))
+                m = dense
+            raw.append(torch.tensor(m))
+        scores = build_relation_scores(raw, [background] * batch, num_rel, num_pred, [single_label] * batch, given,
+                                       layout, torch.device('cpu'))
+        width = max(num_rel) if num_rel else 0
+        pair_score = torch.zeros(batch, width)
+        valid = torch.zeros(batch, width, dtype=torch.bool)
+        for b, r in enumerate(num_rel):
+            ps = np.round(g.random(r) * 4) / 4  # ties and zeros
+            pair_score[b, :r] = torch.tensor(ps, dtype=torch.float32)
+            valid[b, :r] = True
+        ng_topk = int(g.integers(1, 120))
+        choices = [(None, None)]
+        if width:
+            count = int(g.integers(1, width + 1))  # distinct pairs (as any ranked list gives them)
+            random_pairs = torch.tensor(np.stack([g.permutation(width)[:count] for _ in range(batch)]))
+            choices += [(random_pairs, valid.gather(1, random_pairs)),
+                        (random_pairs[:, :1], valid.gather(1, random_pairs[:, :1]))]
+        matrices = [m[:, background:] for m in raw]
+        ref = _reference_ng_list(matrices, [pair_score[b, :r].tolist() for b, r in enumerate(num_rel)],
+                                 single_label, ng_topk)
+        for top_pairs, top_valid in choices:
+            pair, pred, ok = no_graph_constraint_list(scores, valid, ng_topk, pair_score, top_pairs, top_valid)
+            for b in range(batch):
+                n = int(ok[b].sum())
+                assert ok[b, :n].all()
+                got = list(zip(pair[b, :n].tolist(), pred[b, :n].tolist()))
+                assert got == ref[b], (trial, layout, b)

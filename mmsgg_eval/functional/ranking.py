@@ -21,32 +21,35 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
 
     Invalid entries (``valid`` [B, L] False; None = all valid) come after every valid one. Returns
     ``(index [B, k'], valid [B, k'])`` with k' = min(k, L); ``valid`` is False where a row has fewer than k'
-    valid entries. Long rows first try a float ``topk`` of k' + 1 entries, exact when no two selected
-    values tie and the k'-th is strictly above the next; otherwise each entry gets a unique int64 key
-    (score bits, then reversed position), so one ``topk`` gives the stable order.
+    valid entries. Rows longer than k first try a float ``topk`` of k' + 1 entries, exact when no two listed
+    values tie, no listed valid value is -inf and, where a row has more than k valid entries, the k-th is
+    strictly above the next; otherwise each entry gets a unique int64 key (score bits, then reversed
+    position), so one ``topk`` gives the stable order.
     """
     batch, length = scores.shape
     k = min(int(k), length)
     if k == 0 or batch == 0:
         empty = scores.new_zeros((batch, k), dtype=torch.long)
         return empty, empty.bool()
-    if length > 4 * k:
+    if length > k:
         # fast path: a float top-k is already the stable order when no tie touches it
-        keyed = scores.float() if valid is None else \
-            torch.where(valid, scores.float(), torch.tensor(float('-inf'), device=scores.device))
+        minus_inf = torch.tensor(float('-inf'), device=scores.device)
+        keyed = scores.float() if valid is None else torch.where(valid, scores.float(), minus_inf)
         values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
-        kth = values[:, k - 1]
-        untied = ~(values[:, 1:k] == values[:, :k - 1]).any() & (kth > values[:, k]).all() & \
-            torch.isfinite(kth).all()
-        if bool(untied):
-            order = order[:, :k]
-            return order, (torch.ones_like(order, dtype=torch.bool) if valid is None else valid.gather(1, order))
+        count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
+        listed = torch.arange(k, device=scores.device)[None, :] < count[:, None]  # [B, k] holds a valid entry
+        head = values[:, :k]
+        exact = ((head > minus_inf) | ~listed).all() & \
+            ~((values[:, 1:k] == values[:, :k - 1]) & listed[:, 1:]).any() & \
+            ~((count > k) & (values[:, k - 1] <= values[:, k])).any()
+        if bool(exact):
+            return order[:, :k], listed
     if valid is None:
         valid = torch.ones_like(scores, dtype=torch.bool)
     reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)
     key = (sortable_key(scores) << 32) + reversed_pos
     key = torch.where(valid, key, torch.iinfo(torch.long).min + reversed_pos)
-    if length <= 4 * k:
+    if length <= 2 * k:
         order = torch.sort(key, dim=1, descending=True).indices[:, :k]
     else:
         order = torch.topk(key, k, dim=1, sorted=True).indices

@@ -16,6 +16,9 @@ from .matching import (box_object_matches, first_hit_rank, ranked_list_hits, rel
                        triplet_hits)
 from .ranking import stable_topk, triplet_scores
 
+# the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
+DENSE_NGC_ENTRIES = 8192
+
 
 def _take(values: Tensor, index: Tensor) -> Tensor:
     return values.gather(1, index)
@@ -44,48 +47,88 @@ def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) 
         (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
 
 
-def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor):
+def _entry_threshold(scores, pair_score: Tensor, best: Tensor, top_pairs: Tensor, top_valid: Tensor,
+                     ng_topk: int) -> Tensor:
+    """[B] lower bound of each image's ``ng_topk``-th best entry from some of its pairs ``top_pairs`` [B, L]
+    (any distinct pairs give a bound; high-ranked ones a tight one), the larger of:
+
+    * the smallest best entry ``best`` of the first ``ng_topk`` valid pairs (each has an entry that large);
+    * the ``ng_topk``-th best entry among all entries of the first m = ceil(10 * ``ng_topk`` / P) pairs.
+
+    -inf where the pairs given are too few for both.
+    """
+    batch = best.shape[0]
+    num_pred = scores.num_predicates
+    minus_inf = best.new_full((batch,), float('-inf'))
+    head, head_valid = top_pairs[:, :ng_topk], top_valid[:, :ng_topk]
+    pair_bound = torch.where(head_valid, best.gather(1, head), best.new_full((), float('inf'))).amin(dim=1) \
+        if head.shape[1] else minus_inf
+    threshold = torch.where(head_valid.sum(1) >= ng_topk, pair_bound, minus_inf)
+    m = min(-(-10 * ng_topk // num_pred), top_pairs.shape[1])
+    if m * num_pred < ng_topk:
+        return threshold
+    slot = top_valid[:, :m].reshape(-1).nonzero().squeeze(1)  # b * m + j of the valid probe pairs
+    image, probe = slot // m, top_pairs[:, :m].reshape(-1).index_select(0, slot)
+    rows = scores.rows(image, probe)
+    entries = rows * pair_score.reshape(-1).index_select(0, image * best.shape[1] + probe)[:, None]
+    if scores.has_single_label:  # -inf marks a non-candidate (and -inf * 0 is NaN)
+        entries = torch.where(rows == float('-inf'), rows, entries)
+    probed = entries.new_full((batch * m, num_pred), float('-inf')).index_copy_(0, slot, entries)
+    return torch.maximum(threshold, probed.view(batch, -1).topk(ng_topk, dim=1, sorted=False).values.amin(dim=1))
+
+
+def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor,
+                             top_pairs: Optional[Tensor] = None, top_valid: Optional[Tensor] = None):
     """Exact stable top-``ng_topk`` of all (pair, predicate) scores ``pair_score * prob`` of every image.
 
     ``scores``: the batch's :class:`~mmsgg_eval.functional.scores.RelationScores`; ``rel_valid`` [B, R] the
-    real pairs; ``pair_score`` [B, R] subject score x object score (non-negative).
-    Only pairs whose best entry reaches the ``ng_topk``-th best pair can contribute (an entry below that
-    threshold has ``ng_topk`` strictly larger best-entries above it), so the score matrices are pruned to
-    those candidate pairs before ranking; ties at the threshold are all kept, and candidates keep their
-    row-major order, so the result equals a stable sort of the full matrix.
-    Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``.
+    real pairs; ``pair_score`` [B, R] subject score x object score (non-negative). ``top_pairs`` [B, L] (with
+    ``top_valid``): distinct pairs the caller ranked high (e.g. the graph-constrained list), which bound the
+    ``ng_topk``-th best entry of each image from below; by default the ``ng_topk`` pairs of highest best entry.
+
+    Only entries reaching that bound can be in the list: they are picked from the rows of the pairs whose best
+    entry reaches it and ranked alone. Ties at the bound are all kept and entries keep their row-major
+    (pair, predicate) order, so the result equals a stable sort of the full matrix.
+    Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``, L <= ``ng_topk``.
     """
     num_pred = scores.num_predicates
-    if scores.dense is not None:
-        # every image has the same pairs count (fixed top-K outputs): rank the whole [B, R * P] matrix at once
+    batch, num_rel = rel_valid.shape
+    device = rel_valid.device
+    if scores.dense is not None and num_rel * num_pred <= DENSE_NGC_ENTRIES:
+        # fixed-size outputs with few entries per image: rank the whole [B, R * P] matrix at once
         ranked = scores.dense * pair_score[..., None]
         valid = (scores.dense != float('-inf')).flatten(1) if scores.has_single_label else None
         flat_order, flat_valid = stable_topk(ranked.flatten(1), valid, ng_topk)
         return flat_order // max(num_pred, 1), flat_order % max(num_pred, 1), flat_valid
+    empty = torch.zeros((batch, 0), dtype=torch.long, device=device)
+    if batch == 0 or num_rel == 0 or num_pred == 0 or ng_topk <= 0:
+        return empty, empty, empty.bool()
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
-    order, valid = stable_topk(best, rel_valid, ng_topk)
-    inf = torch.tensor(float('inf'), device=best.device)
-    kth = torch.where(valid, best.gather(1, order), inf).amin(dim=1, keepdim=True) if order.shape[1] \
-        else best.new_full((best.shape[0], 1), float('-inf'))
-    enough = valid.sum(1, keepdim=True) >= ng_topk  # fewer valid pairs: every pair is a candidate
-    threshold = torch.where(enough, kth, -inf)
-    candidate = rel_valid & (best >= threshold)
-    image, pos = candidate.nonzero(as_tuple=True)  # row-major: image, then pair order
-    raw = scores.rows(image, pos)
-    counts = torch.bincount(image, minlength=best.shape[0])
-    width = int(counts.max()) if pos.numel() else 0
-    slot = torch.arange(pos.numel(), device=pos.device) - (torch.cumsum(counts, 0) - counts)[image]
-    entry_scores = raw * pair_score[image, pos][:, None]
-    cand_scores = entry_scores.new_full((best.shape[0], width, num_pred), float('-inf'))
-    cand_scores[image, slot] = entry_scores
-    cand_valid = torch.zeros_like(cand_scores, dtype=torch.bool)
-    cand_valid[image, slot] = raw != float('-inf')
-    cand_pair = torch.zeros((best.shape[0], width), dtype=torch.long, device=pos.device)
-    cand_pair[image, slot] = pos
-    flat_order, flat_valid = stable_topk(cand_scores.flatten(1), cand_valid.flatten(1), ng_topk)
-    if num_pred == 0:
-        return flat_order, flat_order, flat_valid
-    return cand_pair.gather(1, flat_order // num_pred), flat_order % num_pred, flat_valid
+    if top_pairs is None:
+        top_pairs, top_valid = stable_topk(best, rel_valid, ng_topk)
+    threshold = _entry_threshold(scores, pair_score, best, top_pairs, top_valid, ng_topk)  # [B]
+    pair_flat = (rel_valid & (best >= threshold[:, None])).view(-1).nonzero().squeeze(1)  # row-major
+    image, pos = pair_flat // num_rel, pair_flat % num_rel
+    rows = scores.rows(image, pos)  # [n, P]
+    entries = rows * pair_score.reshape(-1).index_select(0, pair_flat)[:, None]
+    keep = entries >= threshold.index_select(0, image)[:, None]
+    if scores.has_single_label:
+        keep &= rows != float('-inf')  # not a candidate of a single-label row
+    entry_flat = keep.view(-1).nonzero().squeeze(1)  # row-major: image, pair order, predicate
+    if entry_flat.numel() == 0:
+        return empty, empty, empty.bool()
+    entry_image = image.index_select(0, entry_flat // num_pred)
+    counts = torch.bincount(entry_image, minlength=batch)
+    width = int(counts.max())
+    first = torch.cumsum(counts, 0) - counts
+    where = entry_image * width + torch.arange(entry_flat.numel(), device=device) - first.index_select(0, entry_image)
+    # kept entries are finite (scores are validated, non-candidates left out): -inf marks the padding
+    ranked = entries.new_full((batch * width,), float('-inf')).index_copy_(0, where, entries.view(-1).index_select(0, entry_flat))
+    which = torch.zeros(batch * width, dtype=torch.long, device=device).index_copy_(0, where, entry_flat)
+    ranked = ranked.view(batch, width)
+    order, valid = stable_topk(ranked, ranked != float('-inf'), ng_topk)
+    which = which.view(batch, width).gather(1, order)  # row * P + predicate of each listed entry
+    return pos.index_select(0, (which // num_pred).view(-1)).view_as(which), which % num_pred, valid
 
 
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
@@ -128,7 +171,9 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     lists.append(('gc', gc_order, gc_valid, scores.predicate_at(gc_order, gc_valid), None))
 
     pair_score = subject_score.float() * object_score.float()
-    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score)
+    # the graph-constrained top pairs bound the no-graph-constraint list's threshold
+    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
+                                                          gc_order, gc_valid)
     lists.append(('ngc', ng_pair, ng_valid, ng_pred, None))
 
     if with_pair_accuracy:

@@ -6,43 +6,74 @@ rows, are ``-inf``). How the rows are held depends on the batch:
 
 * ``stacked``: every image has the same R and the same columns: one [B, R, P] tensor (``dense``, a view
   of one stacked copy) and its [B * R, P] view ``flat``;
-* ``concatenated``: small batches of unequal R: the [sum R, P] concatenation ``flat`` with the first row
-  of each image in ``start``;
-* ``views``: large batches (SGDet with all pairs): ``matrices[b]`` is image b's [R_b, P] view of the
-  input, never copied; only selected rows are gathered.
+* ``concatenated``: images of unequal R: the [sum R, P] concatenation ``flat`` (a view of one copy of the
+  inputs) with the first row of each image in ``start``;
+* ``views``: images with large matrices (SGDet with all pairs on the CPU): ``matrices[b]`` is image b's
+  [R_b, P] view of the input, never copied; only selected rows are gathered.
 
-The functional layer reads rows only through :meth:`rows`, :meth:`predicate_at` and the per-pair row
-maxima ``best`` (and ``dense`` when present), so the layout is a speed choice that never changes a number.
+The functional layer reads rows only through :meth:`RelationScores.rows`, :meth:`~RelationScores.predicate_at`
+and the per-pair row maxima ``best`` (and ``dense`` when present), so the layout is a speed choice that never
+changes a number. Every layout reads each score once for the row maxima and once for the value check
+(:attr:`RelationScores.bad_images`).
 """
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
 LAYOUTS = ('stacked', 'concatenated', 'views')
+
+
+def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
+    """Flat positions ``b * width + i`` of entry i of image b, for every real entry, in concatenation order
+    (image by image): where the rows of a concatenation go in a [B, width] padded layout."""
+    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
+    real = torch.arange(width, device=device)[None, :] < lengths_t[:, None]
+    return real.view(-1).nonzero().squeeze(1)
+
+
+def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence[int]] = None) -> Tensor:
+    """[B, L, ...] from B tensors [L_b, ...] (L = max L_b), padding with ``value``: one stacked copy when every
+    L_b is equal, else one concatenation scattered into the padded tensor. ``lengths``: the L_b when the
+    caller has them. Tensors of another trailing shape, dtype or device than the first raise RuntimeError; a
+    0-d tensor raises TypeError."""
+    tensors = list(tensors)
+    if lengths is None:
+        if any(t.dim() == 0 for t in tensors):
+            raise TypeError('pad_rows: 0-d tensors have no rows')
+        lengths = [t.shape[0] for t in tensors]
+    width = max(lengths, default=0)
+    if lengths.count(width) == len(tensors):
+        return torch.stack(tensors)
+    if any(t.dtype != tensors[0].dtype for t in tensors):
+        raise RuntimeError('pad_rows: tensors of different dtypes')
+    flat = torch.cat(tensors)
+    out = flat.new_full((len(tensors) * width,) + tuple(flat.shape[1:]), value)
+    out.index_copy_(0, padded_positions(lengths, width, flat.device), flat)
+    return out.view((len(tensors), width) + tuple(flat.shape[1:]))
 
 
 @dataclass
 class RelationScores:
     """Predicate scores of a batch (see the module docstring for the layouts).
 
-    ``best`` [B, R] is the best predicate score of each pair (0 padding); ``best_predicate`` [B, R] its
-    first maximal column (as ``argmax``; stacked / concatenated layouts only, else computed on demand);
-    ``value_range`` [B, 2] the (min, max) of each image's entries (given scores for single-label images,
-    every column of the input matrix otherwise), used by input validation.
+    ``best`` [B, R] is the best predicate score of each pair (0 padding); ``best_predicate`` [B, R] its first
+    maximal column (as ``argmax``; stacked layout only, where most rows get listed, else computed for the
+    selected rows on demand); ``bad_images`` [B] bool marks the
+    images with a score entry that is NaN, +-inf or negative (the given scores of single-label images, every
+    column of the input matrix, background included, otherwise), for input validation.
     """
     layout: str
     num_predicates: int
     best: Tensor
-    value_range: Tensor
+    bad_images: Tensor
     has_single_label: bool = False
     dense: Optional[Tensor] = None          # [B, R, P] (stacked)
     flat: Optional[Tensor] = None           # [sum R, P] (stacked, concatenated)
     start: Optional[Tensor] = None          # [B] first row of each image in ``flat``
     matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views)
-    best_predicate: Optional[Tensor] = None  # [B, R]
+    best_predicate: Optional[Tensor] = None  # [B, R] (stacked)
 
     @property
     def device(self) -> torch.device:
@@ -51,101 +82,113 @@ class RelationScores:
     def rows(self, image: Tensor, pos: Tensor) -> Tensor:
         """Score rows of pairs (image[i], pos[i]) -> [n, P]; ``image`` must be non-decreasing."""
         if self.flat is not None:
-            return self.flat[self.start[image] + pos]
+            return self.flat.index_select(0, self.start.index_select(0, image) + pos)
         counts = torch.bincount(image, minlength=len(self.matrices)).tolist()
-        parts = [m[p] for m, p, c in zip(self.matrices, torch.split(pos, counts), counts) if c]
+        parts = [m.index_select(0, p) for m, p, c in zip(self.matrices, torch.split(pos, counts), counts) if c]
         if not parts:
             return torch.zeros((0, self.num_predicates), device=self.device)
         return torch.cat(parts)
 
     def predicate_at(self, order: Tensor, valid: Tensor) -> Tensor:
-        """Graph-constrained predicate (first maximal column) of pairs ``order`` [B, K]; invalid entries 0.
-
-        Only the selected rows are arg-maxed when the row maxima were not computed with their positions.
-        """
+        """Graph-constrained predicate (first maximal column, as ``argmax``) of pairs ``order`` [B, K]; invalid
+        entries 0. Without ``best_predicate`` only the selected rows are arg-maxed."""
         if self.best_predicate is not None:
             return torch.where(valid, self.best_predicate.gather(1, order), torch.zeros_like(order))
         image, k = valid.nonzero(as_tuple=True)
         out = torch.zeros_like(order)
-        if image.numel():
+        if image.numel() and self.num_predicates:
             out[image, k] = self.rows(image, order[image, k]).argmax(dim=1)
         return out
 
 
-def pad_rows(tensors: Sequence[Tensor], value: float) -> Tensor:
-    """[B, L, ...] from B tensors [L_b, ...]: one stacked copy when every L_b is equal, else padded."""
-    tensors = list(tensors)
-    try:
-        return torch.stack(tensors)
-    except RuntimeError:
-        return pad_sequence(tensors, batch_first=True, padding_value=value)
+def _ranges_per_image(raw: Sequence[Tensor], single_label: Sequence[bool], given_scores: Sequence[Tensor],
+                      device: torch.device) -> Tensor:
+    """[B, 2] (min, max) of each image's score entries: its given scores when single-label (the densified
+    matrix holds -inf on purpose), else its whole input matrix; (0, 0) for an image without entries."""
+    zero = torch.zeros((), device=device)
+    given = iter(given_scores)
+    bounds = []
+    for matrix, single in zip(raw, single_label):
+        entries = next(given) if single else matrix
+        bounds.extend(torch.aminmax(entries) if entries.numel() else (zero, zero))
+    return torch.stack(bounds).view(len(raw), 2) if bounds else torch.zeros((0, 2), device=device)
+
+
+def _range_flags(value_range: Tensor) -> Tensor:
+    """[B] bool from [B, 2] (min, max): NaN, +-inf or a negative value among the entries."""
+    return ~(torch.isfinite(value_range).all(1) & (value_range[:, 0] >= 0))
+
+
+def _checked_as_a_whole(whole: Tensor, batch_size: int, raw: Sequence[Tensor], device: torch.device) -> Tensor:
+    """[B] bad-image flags of a batch whose input matrices were copied into ``whole`` (stacked or
+    concatenated): one (min, max) over the copy (both propagate NaN); the images are looked at one by one only
+    when that check fails."""
+    low, high = torch.aminmax(whole)
+    if bool(torch.isfinite(low) & torch.isfinite(high) & (low >= 0)):
+        return torch.zeros(batch_size, dtype=torch.bool, device=device)
+    return _range_flags(_ranges_per_image(raw, [False] * batch_size, (), device))
 
 
 def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_rel: Sequence[int],
                           num_predicates: int, single_label: Sequence[bool], given_scores: Sequence[Tensor],
-                          small: bool, device: torch.device) -> RelationScores:
-    """Choose the layout and reduce each row once.
+                          layout: str, device: torch.device) -> RelationScores:
+    """Arrange the score matrices in ``layout`` ('stacked' falls back to 'concatenated' when the images differ
+    in shape or background column) and reduce each row once.
 
     ``raw[b]``: image b's float32 [R_b, P] or [R_b, P + 1] matrix (``background[b]`` = 1 when column 0 is
     the background); single-label images were densified with ``-inf`` and ``given_scores`` holds their
-    1-D scores (in image order). ``small``: the batch may be copied into one tensor (stacked /
-    concatenated); otherwise the matrices stay views.
+    1-D scores (in image order).
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f'layout must be one of {LAYOUTS}, got {layout!r}')
     raw = list(raw)
     batch_size = len(raw)
-    max_rel = max(num_rel) if batch_size else 0
     has_single = any(single_label)
-    dense = flat = start = best_predicate = mats = None
-    if small and all(m.shape == raw[0].shape for m in raw) and len(set(background)) == 1:
-        layout = 'stacked'
-        stacked = torch.stack(raw)  # one copy; views drop the background column
-        dense = stacked[..., background[0]:]
+    uniform_bg = len(set(background)) <= 1
+    bg = background[0] if batch_size else 0
+    if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
+        layout = 'concatenated'
+    dense = flat = start = mats = whole = best_predicate = None
+    if not batch_size:
+        best = torch.zeros((0, 0), device=device)
+        bad = torch.zeros(0, dtype=torch.bool, device=device)
+        return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad)
+    if layout == 'stacked':
+        whole = torch.stack(raw)  # one copy; the views drop the background column
+        dense = whole[..., bg:]
         flat = dense.reshape(-1, num_predicates)
-        whole = stacked.view(batch_size, -1)
-        value_range = torch.stack([whole.amin(1), whole.amax(1)], 1) if whole.shape[1] else None
-    else:
-        mats = [m[:, bg:] for m, bg in zip(raw, background)]
-        value_range = None
-        if small:
-            layout = 'concatenated'
-            flat = torch.cat(mats)
+    elif layout == 'concatenated':
+        if uniform_bg:
+            whole = torch.cat(raw)
+            flat = whole[:, bg:]
         else:
-            layout = 'views'
-    row_maxima = None
-    if value_range is None and batch_size:
-        # per image (min, max) of the whole input matrix (one flat reduction; in the views layout right after
-        # its row maxima, while the matrix is still in cache)
-        zero = torch.zeros((), device=device)
-        bounds = []
-        row_maxima = [] if layout == 'views' and mats[0].shape[1] else None
-        for m, view in zip(raw, mats or raw):
-            if row_maxima is not None:
-                row_maxima.append(view.amax(dim=1))
-            bounds.extend(torch.aminmax(m) if m.numel() else (zero, zero))
-        value_range = torch.stack(bounds).view(batch_size, 2)
-    elif value_range is None:
-        value_range = torch.zeros((0, 2), device=device)
-    if has_single:  # densified rows hold -inf on purpose: their given scores are what the model returned
-        given = iter(given_scores)
-        value_range = value_range.clone()
-        for b, single in enumerate(single_label):
-            scores = next(given) if single else None
-            if single:
-                value_range[b] = torch.stack(torch.aminmax(scores)) if scores.numel() else 0.0
+            flat = torch.cat([m[:, b:] for m, b in zip(raw, background)])
+    else:
+        mats = [m[:, b:] for m, b in zip(raw, background)]
     if flat is not None:
-        start = torch.cumsum(torch.tensor(list(num_rel), dtype=torch.long, device=device), 0) - \
-            torch.tensor(list(num_rel), dtype=torch.long, device=device)
-    if flat is not None and num_predicates and flat.shape[0]:
-        values, best_predicate = flat.max(dim=1)  # the first maximal column, as argmax
-        if dense is not None:
-            best, best_predicate = values.view(dense.shape[:2]), best_predicate.view(dense.shape[:2])
+        lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
+        start = torch.cumsum(lengths, 0) - lengths
+        if dense is not None and num_predicates and flat.shape[0]:
+            values, best_predicate = flat.max(dim=1)  # the first maximal column, as argmax
+            best_predicate = best_predicate.view(dense.shape[:2])
         else:
-            best = pad_rows(torch.split(values, list(num_rel)), 0.0)
-            best_predicate = pad_rows(torch.split(best_predicate, list(num_rel)), 0)
-    elif row_maxima is not None:
-        best = pad_rows(row_maxima, 0.0)
+            values = flat.amax(dim=1) if num_predicates and flat.shape[0] else flat.new_zeros(flat.shape[0])
+        if dense is not None:
+            best = values.view(dense.shape[:2])
+        else:
+            width = max(num_rel)
+            best = values.new_zeros(batch_size * width)
+            best.index_copy_(0, padded_positions(num_rel, width, device), values)
+            best = best.view(batch_size, width)
+        if whole is not None and not has_single and whole.numel():
+            bad = _checked_as_a_whole(whole, batch_size, raw, device)
+        else:
+            bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
     else:
-        best = torch.zeros((batch_size, max_rel), device=device)
-    return RelationScores(layout=layout, num_predicates=num_predicates, best=best, value_range=value_range,
+        # per image: the row maxima, then (min, max) of the whole matrix while it is still in cache
+        maxima = [m.amax(dim=1) if m.shape[1] else m.new_zeros(m.shape[0]) for m in mats]
+        best = pad_rows(maxima, 0.0)
+        bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
+    return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
                           has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
                           best_predicate=best_predicate)

@@ -35,16 +35,19 @@ from torch import Tensor
 
 from ..functional.scores import RelationScores, build_relation_scores, pad_rows
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
-from .validation import FieldRule, box_shape, check_tensor, score_range_flags, validate_padded
+from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
 MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
 # what each mode needs predicted: PredCls nothing, SGCls labels/scores, SGDet/PhrDet boxes too
 _STRENGTH = {'predcls': 0, 'sgcls': 1, 'sgdet': 2, 'phrdet': 2}
 
-# Up to this many score rows a batch is stacked / concatenated once and ranked as a whole; above, each image's
-# matrix stays a view and only the candidate pairs of the no-graph-constraint list are gathered. On the CPU
-# the views path is faster for SGDet with all pairs (it ranks a pruned list); on a GPU whole-batch kernels win.
-SMALL_BATCH_ROWS = 32768
+# Up to this many score rows a batch is stacked / concatenated once (one copy of its score matrices, read by
+# whole-batch kernels); above, each image's matrix stays a view. On the CPU images with more than
+# VIEW_ROWS_PER_IMAGE rows on average (SGDet with all pairs) also stay views: per-image kernels are then long
+# enough to amortise their dispatch, and copying the matrices would cost more than it saves. On a GPU
+# whole-batch kernels win up to memory limits.
+SMALL_BATCH_ROWS = 1 << 18  # ~53 MB of 51-column float32 scores (the pool capacity of the metrics)
+VIEW_ROWS_PER_IMAGE = 2048
 SMALL_BATCH_ROWS_GPU = 1 << 22  # ~850 MB of 51-column float32 scores
 
 # how many sample names the object-count warning lists
@@ -150,12 +153,22 @@ def _pad(tensors: Sequence[Any], value: float) -> Tensor:
     else padded with ``value``. Mixed dtypes are promoted first (a float field among integer ones keeps its
     fractions for the validation); mmdet boxes objects are taken by their tensors; irregular trailing shapes
     or devices raise (RuntimeError / ValueError)."""
+    return _pad_with_lengths(tensors, value)[0]
+
+
+def _pad_with_lengths(tensors: Sequence[Any], value: float):
+    """:func:`_pad` and the per-image lengths L_b (None when they are all equal: no padding)."""
     tensors = [t if type(t) is Tensor else to_tensor(t) for t in tensors]
-    first = tensors[0].dtype if tensors else None
-    if any(t.dtype != first for t in tensors):
-        common = functools.reduce(torch.promote_types, {t.dtype for t in tensors})
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        common = functools.reduce(torch.promote_types, dtypes)
         tensors = [t.to(common) for t in tensors]
-    return pad_rows(tensors, value)
+    shapes = [t.shape for t in tensors]
+    if any(not shape for shape in shapes):
+        raise TypeError('a 0-d value has no entries')
+    lengths = [shape[0] for shape in shapes]
+    padded = pad_rows(tensors, value, lengths)
+    return padded, (None if lengths.count(padded.shape[1]) == len(lengths) else lengths)
 
 
 def _entries(values: Tensor, count: int, sample: Any, field: str, reason: str = '') -> Tensor:
@@ -330,12 +343,6 @@ def _full(lengths: Optional[List[int]], padded: Tensor) -> List[int]:
     return [padded.shape[1]] * padded.shape[0] if padded.dim() > 1 else []
 
 
-def _lengths(tensors: List[Any], padded: Tensor) -> Optional[List[int]]:
-    """Per-image lengths, or None when they are all equal (no padding)."""
-    lengths = [len(t) for t in tensors]
-    return None if lengths.count(padded.shape[1]) == len(lengths) else lengths
-
-
 class _NotFast(Exception):
     """A batch the field-wise reader leaves to :func:`read_scene_graph` (which also names any bad field)."""
 
@@ -373,26 +380,25 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     if any(p in _STRENGTH and _STRENGTH[p] < _STRENGTH[mode] for p in produced):
         raise _NotFast
     try:
-        gt_boxes = _pad(gt_boxes_list, 0.0)
-        gt_labels = _pad(gt_labels_list, -1)
-        gt_pairs = _pad(gt_pairs_list, 0)
-        gt_predicates = _pad(gt_pred_list, -1)
-        rel_pairs = _pad(rel_pairs_list, 0)
+        gt_boxes, num_gt = _pad_with_lengths(gt_boxes_list, 0.0)
+        gt_labels, num_gt_labels = _pad_with_lengths(gt_labels_list, -1)
+        gt_pairs, num_gt_rel = _pad_with_lengths(gt_pairs_list, 0)
+        gt_predicates, num_gt_predicates = _pad_with_lengths(gt_pred_list, -1)
+        rel_pairs, rel_lengths = _pad_with_lengths(rel_pairs_list, 0)
         if mode != 'predcls':
-            pred_labels = _pad(pred_labels_list, -1)
-            pred_scores = _pad(pred_scores_list, 0.0)
+            pred_labels, num_pred_labels = _pad_with_lengths(pred_labels_list, -1)
+            pred_scores, num_pred_scores = _pad_with_lengths(pred_scores_list, 0.0)
         if pred_boxes_list is not None:
-            pred_boxes = _pad(pred_boxes_list, 0.0)
-        num_gt = _lengths(gt_boxes_list, gt_boxes)
-        num_gt_rel = _lengths(gt_pairs_list, gt_pairs)
-        num_rel = [len(t) for t in rel_pairs_list]
-    except (RuntimeError, TypeError, ValueError) as err:  # len() of a 0-d value: TypeError
+            pred_boxes, num_pred_boxes = _pad_with_lengths(pred_boxes_list, 0.0)
+    except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
+    num_rel = rel_lengths or [rel_pairs.shape[1]] * rel_pairs.shape[0]
     ok = (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
           and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
           and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
                    or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
-          and _lengths(gt_labels_list, gt_labels) == num_gt and _lengths(gt_pred_list, gt_predicates) == num_gt_rel
+          and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
+          and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
           and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in
                   (num_predicates, num_predicates + 1) and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
     if not ok:
@@ -410,13 +416,12 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
         else:
             if pred_boxes.dim() != 3 or pred_boxes.shape[2] != 4:
                 raise _NotFast
-            num_pred = _lengths(pred_boxes_list, pred_boxes)
+            num_pred = num_pred_boxes
             if mode == 'sgcls':
                 model_objects = num_pred or [pred_boxes.shape[1]] * batch
         if (pred_labels.dim() != 2 or pred_labels.is_floating_point() or pred_scores.dim() != 2
                 or pred_labels.shape[1] != pred_boxes.shape[1] or pred_scores.shape[1] != pred_boxes.shape[1]
-                or _lengths(pred_labels_list, pred_labels) != num_pred
-                or _lengths(pred_scores_list, pred_scores) != num_pred):
+                or num_pred_labels != num_pred or num_pred_scores != num_pred):
             raise _NotFast
     sample_idx = [sample_index(s) for s in samples]
     fields = [gt_boxes.float(), gt_labels, gt_pairs, gt_predicates, rel_pairs, pred_boxes.float(), pred_labels,
@@ -490,14 +495,15 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
     if mode != 'predcls':  # (SGCls without model boxes: the GT boxes again, checked above first)
         rules.append(FieldRule('pred_instances.bboxes', 'boxes', p.pred_boxes, p.num_pred))
     rules.append(FieldRule('gt_instances.labels', 'index', p.gt_labels, p.num_gt, num_classes, 'class'))
-    rules.append(FieldRule('gt_relations.pair_idxs', 'index', p.gt_pairs, p.num_gt_rel, num_gt, 'object'))
+    rules.append(FieldRule('gt_relations.pair_idxs', 'index', p.gt_pairs, p.num_gt_rel, num_gt, 'object',
+                           zero_padded=True))
     rules.append(FieldRule('gt_relations.labels', 'index', p.gt_predicates, p.num_gt_rel, num_predicates,
                            'predicate'))
     if mode != 'predcls':
         rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class'))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
     rules.append(FieldRule('pred_relations.pair_idxs', 'index', p.rel_pairs, p.num_rel, num_pred, 'object',
-                           pair_note))
+                           pair_note, zero_padded=True))
 
     def score_message(b: int) -> str:
         raw = p.given_scores[sum(p.single_label[:b])] if p.single_label[b] else p.raw_scores[b]
@@ -508,7 +514,17 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
         return (f'{sample_name(samples[b])}: `pred_relations.scores`{where} = {value} is {what}; scores must be '
                 f'finite and >= 0 (probabilities, e.g. softmax outputs, not logits)')
 
-    validate_padded(rules, samples, [score_range_flags(scores.value_range)], [score_message])
+    validate_padded(rules, samples, [scores.bad_images], [score_message])
+
+
+def _score_layout(num_rel: Sequence[int], device: torch.device) -> str:
+    """'stacked' (concatenated when the images differ) for batches up to the size limits above, else 'views'."""
+    total = sum(num_rel)
+    if device.type == 'cpu':
+        small = total <= SMALL_BATCH_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
+    else:
+        small = total <= SMALL_BATCH_ROWS_GPU
+    return 'stacked' if small else 'views'
 
 
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
@@ -538,10 +554,9 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     batch_size = len(padded.num_rel)
     num_rel = padded.num_rel
     max_rel = max(num_rel) if num_rel else 0
-    limit = SMALL_BATCH_ROWS if device.type == 'cpu' else SMALL_BATCH_ROWS_GPU
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
-                                   padded.single_label, padded.given_scores,
-                                   small=bool(num_rel) and sum(num_rel) <= limit, device=device)
+                                   padded.single_label, padded.given_scores, _score_layout(num_rel, device),
+                                   device=device)
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
     report = counts if counts is not None else ObjectCounts()
     for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):

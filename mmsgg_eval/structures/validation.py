@@ -34,7 +34,8 @@ class FieldRule:
     ``kind``: 'boxes' | 'index' | 'score'. ``values`` [B, L, ...]; ``lengths``: real entries per image
     (None: every image has L). ``bound``: exclusive upper bound of an index field, one int or per image.
     ``what`` names the indices in messages ('class', 'predicate', 'object'); ``note`` is appended to the
-    message (e.g. which object list pair indices point into).
+    message (e.g. which object list pair indices point into). ``zero_padded``: the padding entries of an
+    index field are 0, which passes the rule wherever an image has entries, so no padding mask is needed.
     """
     path: str
     kind: str
@@ -43,6 +44,7 @@ class FieldRule:
     bound: Union[int, Sequence[int], None] = None
     what: str = ''
     note: Union[str, Callable[[int], str]] = ''
+    zero_padded: bool = False
 
 
 def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
@@ -60,6 +62,24 @@ def _row_min_max(values: Tensor):
     return torch.aminmax(values, dim=1)
 
 
+def _bad_zero_padded_indices(rule: FieldRule) -> Tensor:
+    """:func:`bad_images` of an index field padded with 0: a padding 0 is never below the range and is at or
+    above the bound only where the bound is 0, i.e. where the image has no object to point to, and there only
+    real entries count (an image without entries is never bad)."""
+    v = rule.values
+    low, high = _row_min_max(v.flatten(1))
+    bound = rule.bound
+    if not isinstance(bound, int):
+        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
+    above = high >= bound
+    if rule.lengths is not None:
+        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=v.device) > 0
+    bad = (low < 0) | above
+    if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
+        bad |= (v != v.round()).flatten(1).any(1)
+    return bad
+
+
 def bad_images(rule: FieldRule) -> Tensor:
     """[B] bool: images with an entry breaking the rule (padding entries never count).
 
@@ -67,6 +87,8 @@ def bad_images(rule: FieldRule) -> Tensor:
     each field.
     """
     v = rule.values
+    if rule.kind == 'index' and rule.zero_padded:
+        return _bad_zero_padded_indices(rule)
     real = _real(v, rule.lengths)
     if real is not None:
         real = real.view(*real.shape, *([1] * (v.dim() - 2)))
@@ -147,13 +169,6 @@ def describe(rule: FieldRule, image: int, sample: Any) -> str:
                 f'has {bound} entries){note}')
     return (f'{name}: `{rule.path}` has {rule.what} index {shown} outside [0, {bound}) (labels are 0-based '
             f'into dataset_meta){note}')
-
-
-def score_range_flags(value_range: Tensor) -> Tensor:
-    """[B] bool: an image whose score entries (min, max) include NaN, +-inf or a negative value."""
-    if value_range.numel() == 0:
-        return torch.zeros(value_range.shape[0], dtype=torch.bool, device=value_range.device)
-    return ~(torch.isfinite(value_range).all(1) & (value_range[:, 0] >= 0))
 
 
 def check_tensor(kind: str, values: Tensor, sample: Any, path: str, bound: Optional[int] = None,
