@@ -125,7 +125,7 @@ def test_stream_round_trip_header_and_closing_record(tmp_path):
     path = tmp_path / 'p.pkl'
     write_stream(path, records(5), expected=5)
     raw = pickles(path)
-    assert raw[0][MARK] == 'header' and raw[0]['format_version'] == 1 and raw[0]['expected_records'] == 5
+    assert raw[0][MARK] == 'header' and raw[0]['format_version'] == 2 and raw[0]['expected_records'] == 5
     assert raw[0]['config'] == 'cfg.py' and raw[-1] == {MARK: 'end', 'num_records': 5} and len(raw) == 7
     stream = PredictionStream(str(path))
     got = list(stream)
@@ -500,3 +500,40 @@ def test_vlm_missing_answers_fail_unless_allowed(sample, tmp_path, capsys):
     assert f'2 of the {n} dataset samples have no prediction' in capsys.readouterr().err
     res = main(args + ['--allow-missing'])
     assert res['vlm/FailureRate'] == pytest.approx(200.0 / n) and res['offline/missing_predictions'] == 2
+
+
+def test_stream_v2_records_hold_arrays_and_read_back_as_tensors(tmp_path):
+    """Version 2 stores tensors as numpy protocol-5 buffers (no torch.load per tensor) and hands them back as
+    tensors of the same dtype and values; dtypes numpy lacks stay tensors; the safe unpickler accepts them."""
+    sample = {'sample_idx': 3, 'img_id': 'a', 'ori_shape': (480, 640),
+              'pred_relations': {'scores': torch.rand(7, 4), 'pair_idxs': torch.randint(0, 5, (7, 2))},
+              'pred_instances': {'labels': torch.tensor([1, 2], dtype=torch.int32),
+                                 'keep': torch.tensor([True, False]), 'half': torch.rand(2).half(),
+                                 'bf16': torch.rand(2).bfloat16(), 'strided': torch.arange(12.).view(3, 4).t()},
+              'tags': ['x', torch.tensor([1.5])]}
+    path = tmp_path / 'v2.pkl'
+    with StreamWriter(str(path), expected_records=1) as writer:
+        writer.write(sample)
+    raw = pickles(path)
+    assert raw[0]['format_version'] == 2
+    assert isinstance(raw[1]['pred_relations']['scores'], np.ndarray)
+    assert isinstance(raw[1]['pred_instances']['bf16'], torch.Tensor)
+    (got,) = list(iter_records(str(path)))
+    for group in ('pred_relations', 'pred_instances'):
+        for key, value in sample[group].items():
+            back = got[group][key]
+            assert isinstance(back, torch.Tensor) and back.dtype == value.dtype and torch.equal(back, value), key
+    assert got['ori_shape'] == (480, 640) and got['tags'][0] == 'x' and torch.equal(got['tags'][1], sample['tags'][1])
+
+
+def test_stream_v1_with_tensor_records_is_still_read(tmp_path):
+    path = tmp_path / 'v1.pkl'
+    recs = records(3)
+    with open(path, 'wb') as f:
+        pickle.dump({MARK: 'header', 'format_version': 1, 'expected_records': 3}, f, protocol=4)
+        for r in recs:
+            pickle.dump(r, f, protocol=4)
+        pickle.dump({MARK: 'end', 'num_records': 3}, f, protocol=4)
+    got = list(iter_records(str(path)))
+    assert [r['sample_idx'] for r in got] == [0, 1, 2]
+    assert torch.equal(got[1]['pred_relations']['scores'], recs[1]['pred_relations']['scores'])

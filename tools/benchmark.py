@@ -9,8 +9,10 @@ VG150-like distributions with both score layouts). For each workload: images/s o
 the peak memory, the bytes one rank sends at evaluate(); beside it, on ``triplets`` and the variable-size
 workloads, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when installed; handed its GC and NGC top-100
 lists precomputed, outside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
-protocol. Every implementation runs in its own subprocess (fair peak memory). Prints a table and one JSON
-line with the ratios to the peers.
+protocol. With ``--offline``, also each workload written as a prediction stream (the ``tools/test.py --out``
+format) and evaluated from the file (:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading +
+evaluating, the plain-read share). Every implementation runs in its own subprocess (fair peak memory).
+Prints a table and one JSON line with the ratios to the peers.
 """
 import argparse
 import json
@@ -142,6 +144,9 @@ def worker(args):
         res = run_ours(workload, args.images, args.batch_size, device, args.repeat)
     elif impl == 'legacy':
         res = run_legacy(workload, args.images, args.repeat)
+    elif impl == 'offline':
+        from mmsgg_eval.benchmarks.offline import run_offline
+        res = run_offline(workload, args.offline_images, args.repeat)
     elif impl == 'relclip':
         from mmsgg_eval.benchmarks.relclip import run_alignment_benchmark, run_relclip_benchmark
         res = run_relclip_benchmark(device=device)
@@ -162,6 +167,10 @@ def main():
     parser.add_argument('--repeat', type=int, default=3, help='best of R runs')
     parser.add_argument('--relclip', action='store_true', help='also RelCLIPScore / alignment-study relations/s')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
+    parser.add_argument('--offline', action='store_true',
+                        help='also evaluate each workload from a prediction stream file (tools/test.py --out)')
+    parser.add_argument('--offline-images', type=int, default=400,
+                        help='images in the stream file of --offline (sgdet-full: 1.4 MB each)')
     parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -174,13 +183,15 @@ def main():
             jobs.append(('ours', wl, dev))
         if not args.no_peers:
             jobs += [(peer, wl, 'cpu') for peer, workloads in PEER_WORKLOADS.items() if wl in workloads]
+        if args.offline:
+            jobs.append(('offline', wl, 'cpu'))
     if args.relclip:
         jobs += [('relclip', '-', dev) for dev in devices]
     rows = []
     for job in jobs:
         print(f'running {job[0]} on {job[1]} ({job[2]}) ...', file=sys.stderr, flush=True)
         cmd = [sys.executable, __file__, '--worker', *job, '--images', str(args.images), '--batch-size',
-               str(args.batch_size), '--repeat', str(args.repeat)]
+               str(args.batch_size), '--repeat', str(args.repeat), '--offline-images', str(args.offline_images)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         line = [x for x in out.stdout.splitlines() if x.startswith('RESULT ')]
         if out.returncode != 0 or not line:
@@ -204,6 +215,10 @@ def main():
         mr50 = f'{res["mr50"]:.3f}' if res.get('mr50') is not None else '-'
         print(f'{impl:<10} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
               f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}')
+        if impl == 'offline':
+            print(f'{"":<10} {"":<14} {"":<6} ({res["file_mb"]:.0f} MB stream: reading alone '
+                  f'{res["read_images_per_s"]:.0f} images/s, {100 * res["read_share"]:.0f}% of the offline time; '
+                  f'plain file read {res["disk_images_per_s"]:.0f} images/s)')
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})

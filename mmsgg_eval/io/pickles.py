@@ -1,7 +1,8 @@
 """Restricted unpickling of saved predictions and legacy dumps.
 
 Pickles can run arbitrary code. The readers of :mod:`mmsgg_eval.io` load them with :class:`SafeUnpickler`, which
-resolves only an allow-list of globals: builtin containers, numpy arrays and dtypes, torch tensors (their
+resolves only an allow-list of globals: builtin containers, numpy arrays (protocol 5 buffers included) and dtypes,
+torch tensors (their
 storages through ``torch.load(weights_only=True)``) and the legacy Scene-Graph-Benchmark ``BoxList``, rebuilt
 as the inert :class:`LegacyBoxList` (attributes only; no code from the file runs and maskrcnn_benchmark need
 not be installed). Anything else raises :class:`~mmsgg_eval.io.errors.UnsafePickleError`.
@@ -63,6 +64,13 @@ def _numpy_globals() -> Dict[str, Any]:
             continue
         out[f'{mod_name}._reconstruct'] = mod._reconstruct
         out[f'{mod_name}.scalar'] = mod.scalar
+    for mod_name in ('numpy.core.numeric', 'numpy._core.numeric'):  # arrays pickled with protocol 5
+        try:
+            mod = __import__(mod_name, fromlist=['_frombuffer'])
+        except ImportError:
+            continue
+        if hasattr(mod, '_frombuffer'):
+            out[f'{mod_name}._frombuffer'] = mod._frombuffer
     return out
 
 

@@ -1,21 +1,24 @@
 """The prediction stream written by ``tools/test.py --out`` (``.pkl``) and read by the offline CLI.
 
-Format (version 1): a sequence of pickles (protocol 4) in one file, read back one at a time (the file is never
+Format (version 2): a sequence of pickles (protocol 5) in one file, read back one at a time (the file is never
 loaded whole):
 
-1. a **header** record ``{'mmsgg_eval_stream': 'header', 'format_version': 1, 'expected_records': int or None,
+1. a **header** record ``{'mmsgg_eval_stream': 'header', 'format_version': 2, 'expected_records': int or None,
    'dataset_length': int or None, 'config': str or None, 'dataset_name': str or None, 'created_utc': str,
    'mmsgg_eval_version': str}``: ``expected_records`` is the number of records the writer will write when known
    (the dataset length for ``tools/test.py --out``);
 2. one **record** per data sample: a plain dict of the data contract (metainfo ``sample_idx``, ``img_id``,
    ``img_path``, ``ori_shape``, ..., ``gt_instances``, ``gt_relations``, ``pred_instances``, ``pred_relations``)
-   holding CPU tensors, numpy arrays and Python scalars only (no image);
+   holding numpy arrays (the tensors of the sample, as raw protocol-5 buffers: unpickling them is a copy,
+   not a ``torch.load`` per tensor; dtypes numpy lacks, e.g. bfloat16, stay CPU tensors) and Python scalars
+   only (no image). The reader hands them back as CPU tensors (sharing the arrays' memory);
 3. a **closing** record ``{'mmsgg_eval_stream': 'end', 'num_records': int}`` written by the writer when it is
    closed normally.
 
 A stream without its closing record (copied while still being written, disk full, killed writer) is an error
 naming the file and the last good record (:class:`~mmsgg_eval.io.errors.TruncatedStreamError`) unless the
-reader is told to accept it (``allow_truncated``; the CLI's ``--allow-missing``). Older files are still read,
+reader is told to accept it (``allow_truncated``; the CLI's ``--allow-missing``). Version 1 streams (protocol 4,
+records holding torch tensors) read as before. Older files are still read,
 with a warning that truncation cannot be detected: a stream of records without header (written by earlier
 versions) and a single pickled list (mmengine's ``DumpResults``). Records are unpickled with the restricted
 unpickler of :mod:`mmsgg_eval.io.pickles`; ``unsafe=True`` lifts that for files you trust.
@@ -26,23 +29,34 @@ import pickle
 import warnings
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .errors import InputFileError, TruncatedStreamError, UnsafePickleError, describe
 from .pickles import unpickler
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Key marking the header and closing records (never a key of a data sample).
 MARK = 'mmsgg_eval_stream'
 SKIP_KEYS = ('inputs',)
-PICKLE_PROTOCOL = 4
+PICKLE_PROTOCOL = 5
 
 
 def to_record(sample: Any) -> Dict[str, Any]:
-    """Plain-dict, CPU copy of a data sample (DetDataSample or dict), without images."""
+    """Plain-dict, CPU copy of a data sample (DetDataSample or dict), without images; tensors become numpy
+    arrays (see the module docstring)."""
     if hasattr(sample, 'to_dict'):
         sample = sample.to_dict()
     return {key: _plain(value) for key, value in sample.items() if key not in SKIP_KEYS}
+
+
+def _array(tensor: torch.Tensor) -> Any:
+    """A CPU numpy array of ``tensor`` (the tensor itself where numpy has no such dtype)."""
+    tensor = tensor.detach().cpu()
+    try:
+        return tensor.resolve_conj().resolve_neg().numpy()
+    except TypeError:  # e.g. bfloat16
+        return tensor
 
 
 def _plain(value: Any) -> Any:
@@ -51,13 +65,24 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if hasattr(value, 'tensor') and isinstance(getattr(value, 'tensor'), torch.Tensor):  # mmdet boxes
-        return value.tensor.detach().cpu()
+        return _array(value.tensor)
     if hasattr(value, 'to_ndarray'):  # mmdet masks
         return value.to_ndarray()
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+        return _array(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _as_tensors(value: Any) -> Any:
+    """A version-2 record with its numeric numpy arrays as CPU tensors (``torch.from_numpy``: no copy)."""
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype.kind in 'biuf' and value.dtype.isnative:
+        return torch.from_numpy(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_tensors(v) for v in value)
     return value
 
 
@@ -196,6 +221,7 @@ class PredictionStream:
                     self.num_records += 1
                 self.complete = True
                 return
+            arrays = False  # version-2 records hold numpy arrays for the tensors
             if _mark(first) == 'header':
                 self.header = first
                 version = first.get('format_version')
@@ -203,6 +229,7 @@ class PredictionStream:
                     raise InputFileError(describe(self.path, record=0),
                                          f'stream format version {version!r} is newer than this reader '
                                          f'(version {FORMAT_VERSION}); update mmsgg_eval')
+                arrays = version >= 2
             else:
                 warnings.warn(f'{self.path}: prediction stream without header (written by an older version): '
                               f'a truncated file cannot be detected')
@@ -229,6 +256,8 @@ class PredictionStream:
                 if not isinstance(obj, dict) or _mark(obj) is not None:
                     raise InputFileError(describe(self.path, record=index),
                                          f'expected a data-sample dict, got {type(obj).__name__}')
+                if arrays:
+                    obj = _as_tensors(obj)
                 yield index, obj
                 self.num_records += 1
                 last = obj
