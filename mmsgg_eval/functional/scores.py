@@ -33,24 +33,27 @@ def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -
     return real.view(-1).nonzero().squeeze(1)
 
 
-def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence[int]] = None) -> Tensor:
+def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence[int]] = None,
+             positions: Optional[Tensor] = None) -> Tensor:
     """[B, L, ...] from B tensors [L_b, ...] (L = max L_b), padding with ``value``: one stacked copy when every
-    L_b is equal, else one concatenation scattered into the padded tensor. ``lengths``: the L_b when the
-    caller has them. Tensors of another trailing shape, dtype or device than the first raise RuntimeError; a
-    0-d tensor raises TypeError."""
+    L_b is equal, else one concatenation scattered into the padded tensor. ``lengths`` (with ``positions``,
+    :func:`padded_positions` of them): the L_b when the caller has them, with tensors of one dtype. Tensors of
+    another trailing shape, dtype or device than the first raise RuntimeError; a 0-d tensor raises TypeError."""
     tensors = list(tensors)
     if lengths is None:
         if any(t.dim() == 0 for t in tensors):
             raise TypeError('pad_rows: 0-d tensors have no rows')
+        if any(t.dtype != tensors[0].dtype for t in tensors):
+            raise RuntimeError('pad_rows: tensors of different dtypes')
         lengths = [t.shape[0] for t in tensors]
     width = max(lengths, default=0)
     if lengths.count(width) == len(tensors):
         return torch.stack(tensors)
-    if any(t.dtype != tensors[0].dtype for t in tensors):
-        raise RuntimeError('pad_rows: tensors of different dtypes')
     flat = torch.cat(tensors)
     out = flat.new_full((len(tensors) * width,) + tuple(flat.shape[1:]), value)
-    out.index_copy_(0, padded_positions(lengths, width, flat.device), flat)
+    if positions is None or positions.device != flat.device:
+        positions = padded_positions(lengths, width, flat.device)
+    out.index_copy_(0, positions, flat)
     return out.view((len(tensors), width) + tuple(flat.shape[1:]))
 
 
@@ -94,10 +97,12 @@ class RelationScores:
         entries 0. Without ``best_predicate`` only the selected rows are arg-maxed."""
         if self.best_predicate is not None:
             return torch.where(valid, self.best_predicate.gather(1, order), torch.zeros_like(order))
-        image, k = valid.nonzero(as_tuple=True)
         out = torch.zeros_like(order)
-        if image.numel() and self.num_predicates:
-            out[image, k] = self.rows(image, order[image, k]).argmax(dim=1)
+        slot = valid.reshape(-1).nonzero().squeeze(1)  # b * K + k of the valid entries
+        if slot.numel() and self.num_predicates:
+            image = slot // order.shape[1]
+            best = self.rows(image, order.reshape(-1).index_select(0, slot)).argmax(dim=1)
+            out.view(-1).index_copy_(0, slot, best)
         return out
 
 
@@ -131,13 +136,13 @@ def _checked_as_a_whole(whole: Tensor, batch_size: int, raw: Sequence[Tensor], d
 
 def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_rel: Sequence[int],
                           num_predicates: int, single_label: Sequence[bool], given_scores: Sequence[Tensor],
-                          layout: str, device: torch.device) -> RelationScores:
+                          layout: str, device: torch.device, positions: Optional[Tensor] = None) -> RelationScores:
     """Arrange the score matrices in ``layout`` ('stacked' falls back to 'concatenated' when the images differ
     in shape or background column) and reduce each row once.
 
     ``raw[b]``: image b's float32 [R_b, P] or [R_b, P + 1] matrix (``background[b]`` = 1 when column 0 is
     the background); single-label images were densified with ``-inf`` and ``given_scores`` holds their
-    1-D scores (in image order).
+    1-D scores (in image order). ``positions``: :func:`padded_positions` of ``num_rel`` when already known.
     """
     if layout not in LAYOUTS:
         raise ValueError(f'layout must be one of {LAYOUTS}, got {layout!r}')
@@ -178,7 +183,9 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         else:
             width = max(num_rel)
             best = values.new_zeros(batch_size * width)
-            best.index_copy_(0, padded_positions(num_rel, width, device), values)
+            if positions is None or positions.device != device:
+                positions = padded_positions(num_rel, width, device)
+            best.index_copy_(0, positions, values)
             best = best.view(batch_size, width)
         if whole is not None and not has_single and whole.numel():
             bad = _checked_as_a_whole(whole, batch_size, raw, device)

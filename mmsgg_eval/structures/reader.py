@@ -33,7 +33,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..functional.scores import RelationScores, build_relation_scores, pad_rows
+from ..functional.scores import RelationScores, build_relation_scores, pad_rows, padded_positions
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -156,8 +156,9 @@ def _pad(tensors: Sequence[Any], value: float) -> Tensor:
     return _pad_with_lengths(tensors, value)[0]
 
 
-def _pad_with_lengths(tensors: Sequence[Any], value: float):
-    """:func:`_pad` and the per-image lengths L_b (None when they are all equal: no padding)."""
+def _pad_with_lengths(tensors: Sequence[Any], value: float, positions: Optional[dict] = None):
+    """:func:`_pad` and the per-image lengths L_b (None when they are all equal: no padding). ``positions``
+    caches :func:`~mmsgg_eval.functional.scores.padded_positions` by lengths, for fields of equal lengths."""
     tensors = [t if type(t) is Tensor else to_tensor(t) for t in tensors]
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) > 1:
@@ -167,8 +168,16 @@ def _pad_with_lengths(tensors: Sequence[Any], value: float):
     if any(not shape for shape in shapes):
         raise TypeError('a 0-d value has no entries')
     lengths = [shape[0] for shape in shapes]
-    padded = pad_rows(tensors, value, lengths)
-    return padded, (None if lengths.count(padded.shape[1]) == len(lengths) else lengths)
+    width = max(lengths, default=0)
+    if lengths.count(width) == len(lengths):
+        return torch.stack(tensors), None
+    where = None
+    if positions is not None:
+        key = tuple(lengths)
+        where = positions.get(key)
+        if where is None or where.device != tensors[0].device:
+            where = positions[key] = padded_positions(lengths, width, tensors[0].device)
+    return pad_rows(tensors, value, lengths, where), lengths
 
 
 def _entries(values: Tensor, count: int, sample: Any, field: str, reason: str = '') -> Tensor:
@@ -332,6 +341,7 @@ class _Padded:
     single_label: List[bool]
     given_scores: List[Tensor]      # the 1-D scores of single-label images
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
+    rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
 
@@ -380,16 +390,17 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     if any(p in _STRENGTH and _STRENGTH[p] < _STRENGTH[mode] for p in produced):
         raise _NotFast
     try:
-        gt_boxes, num_gt = _pad_with_lengths(gt_boxes_list, 0.0)
-        gt_labels, num_gt_labels = _pad_with_lengths(gt_labels_list, -1)
-        gt_pairs, num_gt_rel = _pad_with_lengths(gt_pairs_list, 0)
-        gt_predicates, num_gt_predicates = _pad_with_lengths(gt_pred_list, -1)
-        rel_pairs, rel_lengths = _pad_with_lengths(rel_pairs_list, 0)
+        cache: dict = {}  # fields of equal lengths share their padded positions
+        gt_boxes, num_gt = _pad_with_lengths(gt_boxes_list, 0.0, cache)
+        gt_labels, num_gt_labels = _pad_with_lengths(gt_labels_list, -1, cache)
+        gt_pairs, num_gt_rel = _pad_with_lengths(gt_pairs_list, 0, cache)
+        gt_predicates, num_gt_predicates = _pad_with_lengths(gt_pred_list, -1, cache)
+        rel_pairs, rel_lengths = _pad_with_lengths(rel_pairs_list, 0, cache)
         if mode != 'predcls':
-            pred_labels, num_pred_labels = _pad_with_lengths(pred_labels_list, -1)
-            pred_scores, num_pred_scores = _pad_with_lengths(pred_scores_list, 0.0)
+            pred_labels, num_pred_labels = _pad_with_lengths(pred_labels_list, -1, cache)
+            pred_scores, num_pred_scores = _pad_with_lengths(pred_scores_list, 0.0, cache)
         if pred_boxes_list is not None:
-            pred_boxes, num_pred_boxes = _pad_with_lengths(pred_boxes_list, 0.0)
+            pred_boxes, num_pred_boxes = _pad_with_lengths(pred_boxes_list, 0.0, cache)
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
     num_rel = rel_lengths or [rel_pairs.shape[1]] * rel_pairs.shape[0]
@@ -438,7 +449,8 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    num_gt_rel=num_gt_rel, num_rel=num_rel,
                    raw_scores=[t if t.dtype == torch.float32 else t.float() for t in scores_list],
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
-                   single_label=[False] * batch, given_scores=[], model_objects=model_objects)
+                   single_label=[False] * batch, given_scores=[], model_objects=model_objects,
+                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
 
 
 def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device) -> _Padded:
@@ -556,7 +568,7 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     max_rel = max(num_rel) if num_rel else 0
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
                                    padded.single_label, padded.given_scores, _score_layout(num_rel, device),
-                                   device=device)
+                                   device=device, positions=padded.rel_positions)
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
     report = counts if counts is not None else ObjectCounts()
     for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):
