@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmsgg_eval.metrics import SGRecall
-from mmsgg_eval.structures.reader import read_scene_graph as READ_SCENE_GRAPH
+from mmsgg_eval.structures.reader import collate_scene_graphs, read_scene_graph as READ_SCENE_GRAPH
 from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
 from tests.test_scene_graph_metrics import META
 
@@ -356,3 +356,21 @@ def test_sample_idx_repeated_within_one_batch():
     metric.dataset_meta = META
     metric.process({}, [good_sample(), good_sample()])
     assert metric.evaluate(1)['sgdet/R@20'] in (0.0, 100.0)
+
+
+@pytest.mark.parametrize('field,mutate', [
+    ('gt_instances.labels', lambda s: s['gt_instances'].update(labels=torch.tensor([0]))),
+    ('gt_relations.labels', lambda s: s['gt_relations'].update(labels=torch.tensor([2, 1]))),
+    ('pred_instances.labels', lambda s: s['pred_instances'].update(labels=torch.tensor([0]))),
+])
+def test_count_mismatch_shared_by_every_sample_of_a_batch_is_named(field, mutate):
+    """A batch whose samples all have the same wrong count (no padding to tell them apart) is refused with the
+    first sample and the field named, like a single sample."""
+    samples = []
+    for i in range(4):
+        s = good_sample()
+        s['sample_idx'] = 7 + i
+        mutate(s)
+        samples.append(s)
+    with pytest.raises(ValueError, match=rf'sample_idx=7\b.*`{field}`'):
+        collate_scene_graphs(samples, 'sgdet', 4, 5)
