@@ -121,10 +121,12 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     counts = torch.bincount(entry_image, minlength=batch)
     width = int(counts.max())
     first = torch.cumsum(counts, 0) - counts
-    where = entry_image * width + torch.arange(entry_flat.numel(), device=device) - first.index_select(0, entry_image)
+    rank_in_image = torch.arange(entry_flat.numel(), device=device) - first.index_select(0, entry_image)
+    slot = entry_image * width + rank_in_image  # in the padded [B, width] list of each image's kept entries
     # kept entries are finite (scores are validated, non-candidates left out): -inf marks the padding
-    ranked = entries.new_full((batch * width,), float('-inf')).index_copy_(0, where, entries.view(-1).index_select(0, entry_flat))
-    which = torch.zeros(batch * width, dtype=torch.long, device=device).index_copy_(0, where, entry_flat)
+    ranked = entries.new_full((batch * width,), float('-inf'))
+    ranked.index_copy_(0, slot, entries.view(-1).index_select(0, entry_flat))
+    which = torch.zeros(batch * width, dtype=torch.long, device=device).index_copy_(0, slot, entry_flat)
     ranked = ranked.view(batch, width)
     order, valid = stable_topk(ranked, ranked != float('-inf'), ng_topk)
     which = which.view(batch, width).gather(1, order)  # row * P + predicate of each listed entry
