@@ -194,7 +194,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     else:
         # per image: the row maxima, then (min, max) of the whole matrix while it is still in cache
         maxima = [m.amax(dim=1) if m.shape[1] else m.new_zeros(m.shape[0]) for m in mats]
-        best = pad_rows(maxima, 0.0)
+        best = pad_rows(maxima, 0.0, list(num_rel), positions)
         bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
                           has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
