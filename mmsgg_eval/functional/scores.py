@@ -25,12 +25,16 @@ from torch import Tensor
 LAYOUTS = ('stacked', 'concatenated', 'views')
 
 
+def lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
+    """[B, width] bool, True on the first ``lengths[b]`` entries of row b (the real, not padding, entries)."""
+    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
+    return torch.arange(width, device=device)[None, :] < lengths_t[:, None]
+
+
 def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
     """Flat positions ``b * width + i`` of entry i of image b, for every real entry, in concatenation order
     (image by image): where the rows of a concatenation go in a [B, width] padded layout."""
-    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
-    real = torch.arange(width, device=device)[None, :] < lengths_t[:, None]
-    return real.view(-1).nonzero().squeeze(1)
+    return lengths_mask(lengths, width, device).view(-1).nonzero().squeeze(1)
 
 
 def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence[int]] = None,

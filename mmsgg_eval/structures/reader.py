@@ -33,7 +33,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..functional.scores import RelationScores, build_relation_scores, pad_rows, padded_positions
+from ..functional.scores import RelationScores, build_relation_scores, lengths_mask, pad_rows, padded_positions
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -306,16 +306,11 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     return out
 
 
-def _lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
-    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
-    return torch.arange(width, device=device)[None, :] < lengths_t[:, None]
-
-
 def _valid_mask(lengths: Optional[List[int]], batch: int, width: int, device: torch.device) -> Tensor:
     """[B, width] True on real entries; ``lengths`` None = every image has ``width`` entries."""
     if lengths is None:
         return torch.ones((batch, width), dtype=torch.bool, device=device)
-    return _lengths_mask(lengths, width, device)
+    return lengths_mask(lengths, width, device)
 
 
 @dataclass

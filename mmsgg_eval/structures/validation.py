@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ..functional.scores import lengths_mask
 from .fields import sample_name
 
 
@@ -51,8 +52,7 @@ def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
     """[B, L] mask of real (not padding) entries, or None when there is no padding."""
     if lengths is None or all(n == values.shape[1] for n in lengths):
         return None
-    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=values.device)
-    return torch.arange(values.shape[1], device=values.device)[None, :] < lengths_t[:, None]
+    return lengths_mask(lengths, values.shape[1], values.device)
 
 
 def _row_min_max(values: Tensor):
@@ -62,24 +62,6 @@ def _row_min_max(values: Tensor):
     return torch.aminmax(values, dim=1)
 
 
-def _bad_zero_padded_indices(rule: FieldRule) -> Tensor:
-    """:func:`bad_images` of an index field padded with 0: a padding 0 is never below the range and is at or
-    above the bound only where the bound is 0, i.e. where the image has no object to point to, and there only
-    real entries count (an image without entries is never bad)."""
-    v = rule.values
-    low, high = _row_min_max(v.flatten(1))
-    bound = rule.bound
-    if not isinstance(bound, int):
-        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
-    above = high >= bound
-    if rule.lengths is not None:
-        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=v.device) > 0
-    bad = (low < 0) | above
-    if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
-        bad |= (v != v.round()).flatten(1).any(1)
-    return bad
-
-
 def bad_images(rule: FieldRule) -> Tensor:
     """[B] bool: images with an entry breaking the rule (padding entries never count).
 
@@ -87,9 +69,11 @@ def bad_images(rule: FieldRule) -> Tensor:
     each field.
     """
     v = rule.values
-    if rule.kind == 'index' and rule.zero_padded:
-        return _bad_zero_padded_indices(rule)
-    real = _real(v, rule.lengths)
+    # a zero-padded index field needs no padding mask: a padding 0 is never below the range and is at or above
+    # the bound only where the bound is 0, i.e. the image has no object to point to (then only images with
+    # entries count)
+    zero_padded = rule.kind == 'index' and rule.zero_padded
+    real = None if zero_padded else _real(v, rule.lengths)
     if real is not None:
         real = real.view(*real.shape, *([1] * (v.dim() - 2)))
     if rule.kind == 'boxes':  # padding boxes are zeros: finite and ordered
@@ -106,7 +90,10 @@ def bad_images(rule: FieldRule) -> Tensor:
     bound = rule.bound
     if not isinstance(bound, int):
         bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
-    bad = (low < 0) | (high >= bound)
+    above = high >= bound
+    if zero_padded and rule.lengths is not None:
+        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=v.device) > 0
+    bad = (low < 0) | above
     if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
         fractional = v != v.round()
         if real is not None:
