@@ -537,3 +537,23 @@ def test_stream_v1_with_tensor_records_is_still_read(tmp_path):
     got = list(iter_records(str(path)))
     assert [r['sample_idx'] for r in got] == [0, 1, 2]
     assert torch.equal(got[1]['pred_relations']['scores'], recs[1]['pred_relations']['scores'])
+
+
+def test_offline_benchmark_evaluates_a_stream_to_the_in_memory_numbers(tmp_path):
+    """tools/benchmark.py --offline: a workload written as a stream and evaluated from the file gives the
+    numbers of the same images evaluated in memory."""
+    from mmsgg_eval.benchmarks.offline import run_offline
+    from mmsgg_eval.benchmarks.workloads import make_workload, meta
+    from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+    offline = run_offline('variable', 12, repeat=1, path=str(tmp_path / 'variable.pkl'))
+    metrics = [cls(mode='sgdet', zeroshot_triplets=[(0, 1, 2), (3, 4, 5)]) for cls in (SGRecall, SGMeanRecall)]
+    for m in metrics:
+        m.dataset_meta = meta()
+    samples = make_workload('variable', 12)
+    for m in metrics:
+        m.process({}, samples)
+    in_memory = {}
+    for m in metrics:
+        in_memory.update(m.evaluate(12))
+    assert offline['r50'] == in_memory['sgdet/R@50'] and offline['mr50'] == in_memory['sgdet/mR@50']
+    assert offline['images_per_s'] > 0 and 0 < offline['read_share'] and offline['file_mb'] > 0

@@ -15,16 +15,13 @@ CHUNK = 64  # samples per process() call, the offline CLI's default --batch-size
 
 
 def write_stream(workload: str, images: int, path: str) -> int:
-    """Write ``images`` samples of ``workload`` to the stream ``path`` (generated a chunk at a time, so the
-    writer never holds the workload); returns the file size in bytes."""
-    import numpy as np
-    from .workloads import VARIABLE_WORKLOADS, make_image, make_variable_image
+    """Write ``images`` samples of ``workload`` to the stream ``path`` (generated one at a time, so the writer
+    never holds the workload); returns the file size in bytes."""
+    from .workloads import iter_workload
     from ..io.stream import StreamWriter
-    rng = np.random.default_rng(0)
-    make = make_variable_image if workload in VARIABLE_WORKLOADS else make_image
     with StreamWriter(path, expected_records=images, dataset_length=images) as writer:
-        for i in range(images):
-            writer.write(make(rng, i, workload))
+        for sample in iter_workload(workload, images):
+            writer.write(sample)
     return os.path.getsize(path)
 
 

@@ -19,7 +19,7 @@ Variable sizes, as real datasets and detectors give them (drawn per image):
 
 Boxes are xyxy pixels; labels and pair indices 0-based.
 """
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import numpy as np
 import torch
@@ -130,12 +130,18 @@ def to_torch(sample: Dict, device: str) -> Dict:
     return out
 
 
-def make_workload(workload: str, num_images: int, seed: int = 0, device: str = 'cpu') -> List[Dict]:
+def iter_workload(workload: str, num_images: int, seed: int = 0, device: str = 'cpu') -> Iterator[Dict]:
+    """The images of a workload one at a time (the same images as :func:`make_workload`)."""
     if workload not in WORKLOADS:
         raise ValueError(f'unknown workload {workload!r}; choose from {WORKLOADS}')
     rng = np.random.default_rng(seed)
     make = make_variable_image if workload in VARIABLE_WORKLOADS else make_image
-    return [make(rng, i, workload, device) for i in range(num_images)]
+    for i in range(num_images):
+        yield make(rng, i, workload, device)
+
+
+def make_workload(workload: str, num_images: int, seed: int = 0, device: str = 'cpu') -> List[Dict]:
+    return list(iter_workload(workload, num_images, seed, device))
 
 
 def meta() -> Dict:
