@@ -169,8 +169,8 @@ def _pad_with_lengths(tensors: Sequence[Any], value: float, positions: Optional[
         raise TypeError('a 0-d value has no entries')
     lengths = [shape[0] for shape in shapes]
     width = max(lengths, default=0)
-    if lengths.count(width) == len(lengths):
-        return torch.stack(tensors), None
+    if lengths.count(width) == len(lengths):  # no padding (pad_rows stacks them)
+        return pad_rows(tensors, value, lengths), None
     where = None
     if positions is not None:
         key = tuple(lengths)
