@@ -81,12 +81,34 @@ def test_sparse_and_dense_object_matches_agree(plus_one, thr):
     assert torch.equal(sparse, expected)
 
 
-def test_row_lookup_hits_equal_gathered_hits():
-    """ranked_list_hits (tables + row lookups, the hot path) == triplet_hits (gathers per entry x GT pair)."""
-    from mmsgg_eval.functional import (box_object_matches, ranked_list_hits, relation_end_matches,
+def test_same_class_pairs_equal_the_pairwise_comparison():
+    """The bucket join lists exactly the same-class pairs of the N x M comparison, in its order (predicted
+    object, then GT object), with padding labels, an image without GT objects and empty batches."""
+    from mmsgg_eval.functional import ObjectMatches, same_class_pairs
+    from mmsgg_eval.functional.matching import same_class_matrix
+    g = torch.Generator().manual_seed(5)
+    pred_labels, gt_labels = torch.randint(0, 4, (6, 9), generator=g), torch.randint(0, 4, (6, 5), generator=g)
+    pred_labels[0, 6:] = -1
+    gt_labels[1, 3:] = -1
+    gt_labels[2] = -1
+    pairs = same_class_pairs(pred_labels, gt_labels)
+    expected = ObjectMatches.from_matrix(same_class_matrix(pred_labels, gt_labels))
+    assert torch.equal(pairs.pred_row, expected.pred_row) and torch.equal(pairs.gt_row, expected.gt_row)
+    assert pairs.pred_row.numel() and pairs.shape == (6, 9, 5)
+    for p, q in ((pred_labels[:0], gt_labels[:0]), (pred_labels[:, :0], gt_labels), (pred_labels, gt_labels[:, :0])):
+        assert same_class_pairs(p, q).pred_row.numel() == 0
+
+
+@pytest.mark.parametrize('num_gt', [7, 64, 130])  # one word, exactly one full word, three words
+def test_bit_set_hits_equal_gathered_hits(num_gt):
+    """The hot path's bit sets (relation_end_bits -> pair_end_bits -> predicate_hit_bits ->
+    first_hit_rank_bits) == triplet_hits (gathers per entry x GT relation) + first_hit_rank, with padded GT
+    relations, invalid entries, several GT relations on one object pair and out-of-range predicates."""
+    from mmsgg_eval.functional import (box_object_match_list, expand_bits, first_hit_rank, first_hit_rank_bits,
+                                       pair_end_bits, predicate_bits, predicate_hit_bits, relation_end_bits,
                                        triplet_hits)
     g = torch.Generator().manual_seed(3)
-    B, N, M, G, J, P = 5, 8, 6, 7, 60, 2
+    B, N, M, G, J, P = 5, 8, 6, num_gt, 60, 2
     xy = torch.randint(0, 30, (B, M, 2), generator=g).float()
     gt_boxes = torch.cat([xy, xy + torch.randint(1, 15, (B, M, 2), generator=g)], -1)
     pick = torch.randint(0, M, (B, N), generator=g)
@@ -98,17 +120,51 @@ def test_row_lookup_hits_equal_gathered_hits():
     gt_sub, gt_obj = torch.randint(0, M, (B, G), generator=g), torch.randint(0, M, (B, G), generator=g)
     gt_pred = torch.randint(0, P, (B, G), generator=g)
     gt_valid = torch.rand(B, G, generator=g) < 0.8
+    gt_valid[2] = False  # an image without GT relations
     sub, obj = torch.randint(0, N, (B, J), generator=g), torch.randint(0, N, (B, J), generator=g)
     pred = torch.randint(0, P, (B, J), generator=g)
+    pred[0, :5] = P  # out of range: hits nothing
     valid = torch.rand(B, J, generator=g) < 0.9
     iou = box_iou(pred_boxes, gt_boxes, True)
     gathered = triplet_hits(sub, obj, pred, valid, pred_labels, gt_sub, gt_obj, gt_pred, gt_valid, gt_labels, 0.5,
                             object_iou=iou)
-    ends = relation_end_matches(box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, 0.5, True),
-                                gt_sub, gt_obj, gt_valid)
-    for num_predicates in (None, P):
-        looked_up = ranked_list_hits(*ends, sub, obj, pred, valid, gt_pred, num_predicates)
-        assert torch.equal(looked_up, gathered) and gathered.any()
+    ends = relation_end_bits(box_object_match_list(pred_boxes, pred_labels, gt_boxes, gt_labels, 0.5, True),
+                             gt_sub, gt_obj, gt_valid)
+    end_bits = pair_end_bits(*ends, sub, obj, valid)
+    assert end_bits.shape == (B, J, -(-G // 64))
+    bits = predicate_hit_bits(end_bits, predicate_bits(gt_pred, gt_valid, P), pred, valid)
+    assert torch.equal(expand_bits(bits, G), gathered) and gathered.any()
+    # the ends alone: every entry whose pair could hit, whatever its predicate
+    any_pred = torch.stack([triplet_hits(sub, obj, torch.full_like(pred, p), valid, pred_labels, gt_sub, gt_obj,
+                                         gt_pred, gt_valid, gt_labels, 0.5, object_iou=iou) for p in range(P)]).any(0)
+    assert torch.equal(expand_bits(end_bits, G), any_pred)
+    sub_list = torch.rand(B, J, generator=g) < 0.5
+    for list_valid in (None, sub_list):
+        assert torch.equal(first_hit_rank_bits(bits, G, list_valid), first_hit_rank(gathered, list_valid))
+
+
+@pytest.mark.parametrize('table_entries', [1 << 24, 0])  # the lookup table, then the sorted search
+def test_pairs_in_reference_equals_a_loop(monkeypatch, table_entries):
+    """pairs_in_reference: (subject idx, object idx) equality against each image's valid reference pairs,
+    with duplicate and padded reference pairs, images without any and reversed pairs (not the same pair)."""
+    import mmsgg_eval.functional.matching as matching
+    monkeypatch.setattr(matching, 'PAIR_TABLE_ENTRIES', table_entries)
+    g = torch.Generator().manual_seed(7)
+    B, R, G, S = 7, 40, 9, 6
+    pairs = torch.randint(0, S, (B, R, 2), generator=g)
+    ref = torch.randint(0, S, (B, G, 2), generator=g)
+    ref[:, 1] = ref[:, 0].flip(-1)  # the reversed pair is another pair
+    ref[:, 2] = ref[:, 0]  # a duplicate reference pair
+    valid = torch.rand(B, R, generator=g) < 0.85
+    ref_valid = torch.rand(B, G, generator=g) < 0.7
+    ref_valid[3] = False  # an image without reference pairs
+    got = matching.pairs_in_reference(pairs, valid, ref, ref_valid, S)
+    listed = [{tuple(ref[b, j].tolist()) for j in range(G) if ref_valid[b, j]} for b in range(B)]
+    expected = torch.tensor([[bool(valid[b, r]) and tuple(pairs[b, r].tolist()) in listed[b] for r in range(R)]
+                             for b in range(B)])
+    assert torch.equal(got, expected) and got.any() and not got[3].any()
+    empty = matching.pairs_in_reference(pairs[:0], valid[:0], ref[:0], ref_valid[:0], S)
+    assert empty.shape == (0, R)
 
 
 def _reference_ng_list(matrices, pair_scores, single_label, ng_topk):

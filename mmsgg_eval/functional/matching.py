@@ -4,7 +4,7 @@ A predicted triplet j hits GT relation g when subject class, predicate and objec
 the subject IoU and the object IoU are >= ``iou_thr`` (or, for phrase detection, the IoU of the union boxes).
 No one-to-one assignment: one prediction may hit several GT relations and vice versa.
 """
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -61,69 +61,211 @@ def same_class_matrix(pred_labels: Tensor, gt_labels: Tensor) -> Tensor:
     return pred_labels[:, :, None] == gt_labels.int()[:, None, :]
 
 
+class ObjectMatches(NamedTuple):
+    """The matching (predicted object, GT object) pairs of a padded batch of shape (B, N, M), as flat rows:
+    ``pred_row`` = b * N + n, ``gt_row`` = b * M + m (one entry per matching pair, any order)."""
+    pred_row: Tensor
+    gt_row: Tensor
+    shape: Tuple[int, int, int]
+
+    @classmethod
+    def from_matrix(cls, matches: Tensor) -> 'ObjectMatches':
+        """From a [B, N, M] bool matrix."""
+        batch, num_pred, num_gt = matches.shape
+        flat = matches.reshape(-1).nonzero().squeeze(1)  # b * N * M + n * M + m
+        return cls(flat // num_gt, flat // (num_pred * num_gt) * num_gt + flat % num_gt,
+                   (batch, num_pred, num_gt))
+
+    def dense(self) -> Tensor:
+        """The [B, N, M] bool matrix."""
+        batch, num_pred, num_gt = self.shape
+        out = torch.zeros(batch * num_pred * num_gt, dtype=torch.bool, device=self.pred_row.device)
+        out[self.pred_row * num_gt + self.gt_row % num_gt] = True
+        return out.view(batch, num_pred, num_gt)
+
+
+def same_class_pairs(pred_labels: Tensor, gt_labels: Tensor) -> ObjectMatches:
+    """Every (predicted object, GT object) pair of an image with the same class (labels [B, N] / [B, M],
+    0-based; negative = padding, in no pair), ordered by predicted object then GT object. A join on
+    (image, class) buckets instead of comparing all N x M pairs (one host synchronisation: the largest label)."""
+    batch, num_pred = pred_labels.shape
+    num_gt = gt_labels.shape[1]
+    device = pred_labels.device
+    shape = (batch, num_pred, num_gt)
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    if not (pred_labels.numel() and gt_labels.numel()):
+        return ObjectMatches(empty, empty, shape)
+    num_classes = int(torch.maximum(pred_labels.max(), gt_labels.max()).clamp(min=0)) + 1
+    image = torch.arange(batch, device=device)[:, None] * num_classes
+    dump = batch * num_classes  # the bucket of padding GT objects
+    gt_bucket = torch.where(gt_labels >= 0, image + gt_labels, torch.full((), dump, device=device)).view(-1)
+    count = torch.bincount(gt_bucket, minlength=dump + 1)
+    start = torch.cumsum(count, 0) - count
+    gt_order = torch.sort(gt_bucket, stable=True).indices  # b * M + m, by bucket, then by m
+    pred_valid = pred_labels >= 0
+    pred_bucket = torch.where(pred_valid, image + pred_labels, torch.full((), dump, device=device)).view(-1)
+    partners = torch.where(pred_valid.view(-1), count.index_select(0, pred_bucket), torch.zeros((), dtype=torch.long,
+                                                                                                 device=device))
+    pred_row = torch.repeat_interleave(torch.arange(batch * num_pred, device=device), partners)
+    first = torch.cumsum(partners, 0) - partners
+    offset = torch.arange(pred_row.numel(), device=device) - first.index_select(0, pred_row)
+    gt_row = gt_order.index_select(0, start.index_select(0, pred_bucket.index_select(0, pred_row)) + offset)
+    return ObjectMatches(pred_row, gt_row, shape)
+
+
+def box_object_match_list(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
+                          iou_thr: float, plus_one: bool = False, sparse: Optional[bool] = None) -> ObjectMatches:
+    """The pairs of :func:`box_object_matches` as :class:`ObjectMatches`. ``sparse`` (default: on the CPU)
+    computes the IoU only for the same-class pairs (a few percent of N x M on VG-like data); otherwise the
+    full matrix is computed."""
+    if sparse is None:
+        sparse = pred_labels.device.type == 'cpu'
+    if not sparse:
+        return ObjectMatches.from_matrix(box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, iou_thr,
+                                                            plus_one, sparse=False))
+    same = same_class_pairs(pred_labels, gt_labels)
+    iou = paired_box_iou(pred_boxes.reshape(-1, 4).index_select(0, same.pred_row),
+                         gt_boxes.reshape(-1, 4).index_select(0, same.gt_row), plus_one)
+    keep = iou >= iou_thr
+    return ObjectMatches(same.pred_row[keep], same.gt_row[keep], same.shape)
+
+
 def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
                        iou_thr: float, plus_one: bool = False, sparse: Optional[bool] = None) -> Tensor:
     """[B, N, M] bool: predicted object n of image b matches GT object m (same class and box IoU >= thr).
 
-    Padding labels are negative. ``sparse`` (default: on the CPU) computes the IoU only for the same-class
-    pairs (a few percent of N x M on VG-like data); otherwise the full matrix is computed (no host sync).
+    Padding labels are negative. ``sparse``: see :func:`box_object_match_list`; the dense way has no host
+    synchronisation.
     """
-    same_class = same_class_matrix(pred_labels, gt_labels)
-    if not (same_class.device.type == 'cpu' if sparse is None else sparse):
-        iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
-            box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
-        return same_class & (iou >= iou_thr)
-    batch, num_pred, num_gt = same_class.shape
-    flat = same_class.view(-1).nonzero().squeeze(1)
-    pred_row = flat // num_gt  # b * N + n
-    gt_row = flat // (num_pred * num_gt) * num_gt + flat % num_gt  # b * M + m
-    iou = paired_box_iou(pred_boxes.reshape(-1, 4).index_select(0, pred_row),
-                         gt_boxes.reshape(-1, 4).index_select(0, gt_row), plus_one)
-    out = torch.zeros(same_class.numel(), dtype=torch.bool, device=same_class.device)
-    out[flat] = iou >= iou_thr
-    return out.view(batch, num_pred, num_gt)
+    if sparse if sparse is not None else pred_labels.device.type == 'cpu':
+        return box_object_match_list(pred_boxes, pred_labels, gt_boxes, gt_labels, iou_thr, plus_one, True).dense()
+    iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
+        box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
+    return same_class_matrix(pred_labels, gt_labels) & (iou >= iou_thr)
 
 
-def relation_end_matches(object_matches: Tensor, gt_subject: Tensor, gt_object: Tensor,
-                         gt_valid: Tensor) -> Tuple[Tensor, Tensor]:
-    """Predicted objects that match the subject / the object of each GT relation: two [B, N, G] bool.
-
-    ``object_matches`` [B, N, M] (see :func:`box_object_matches`); padded GT relations match nothing.
-    """
-    num_pred = object_matches.shape[1]
-    subject_ok = object_matches.gather(2, gt_subject[:, None, :].expand(-1, num_pred, -1))
-    object_ok = object_matches.gather(2, gt_object[:, None, :].expand(-1, num_pred, -1))
-    return subject_ok & gt_valid[:, None, :], object_ok
+BITS_PER_WORD = 64  # GT relations per int64 word of a bit set
 
 
-def ranked_list_hits(subject_ok: Tensor, object_ok: Tensor, pred_subject: Tensor, pred_object: Tensor,
-                     pred_predicate: Tensor, pred_valid: Tensor, gt_predicate: Tensor,
-                     num_predicates: Optional[int] = None) -> Tensor:
-    """Hit matrix [B, J, G] of a ranked list of J (subject idx, object idx, predicate) entries per image.
+def relation_bits(rows: Tensor, valid: Tensor, num_rows: int) -> Tensor:
+    """Bit sets of GT relations grouped by a row index: [B, G] rows in [0, ``num_rows``) -> [B, num_rows, W]
+    int64 (W = ceil(G / 64), at least 1): bit g % 64 of word g // 64 of row ``rows[b, g]`` is set for every
+    valid GT relation g (e.g. rows = subject objects: the relations whose subject is each GT object)."""
+    batch, num_gt = rows.shape
+    words = max(-(-num_gt // BITS_PER_WORD), 1)
+    device = rows.device
+    g = torch.arange(num_gt, device=device)
+    bit = torch.ones_like(g) << (g % BITS_PER_WORD)  # bit 63 is the int64 sign bit: still one bit
+    index = (torch.arange(batch, device=device)[:, None] * num_rows + rows) * words + g // BITS_PER_WORD
+    out = torch.zeros(batch * num_rows * words, dtype=torch.long, device=device)
+    # each relation sets its own bit once, so adding the bits is OR-ing them
+    out.index_add_(0, index.masked_select(valid), bit.expand(batch, -1).masked_select(valid))
+    return out.view(batch, num_rows, words)
 
-    Equal to :func:`triplet_hits` for box/mask matching, from :func:`relation_end_matches`'s tables: row
-    lookups per entry instead of gathers over every (entry, GT relation) pair. With ``num_predicates`` the
-    predicate test is a row lookup too (a [B, P + 1, G] table of which GT relations carry predicate p).
-    """
-    batch, num_pred, num_gt = subject_ok.shape
+
+def expand_bits(bits: Tensor, num_gt: int) -> Tensor:
+    """[..., W] int64 bit sets -> [..., num_gt] bool (bit g of the set)."""
+    shifts = torch.arange(BITS_PER_WORD, device=bits.device)
+    return ((bits[..., None] >> shifts) & 1).flatten(-2)[..., :num_gt].bool()
+
+
+def relation_end_bits(matches: ObjectMatches, gt_subject: Tensor, gt_object: Tensor,
+                      gt_valid: Tensor) -> Tuple[Tensor, Tensor]:
+    """For every predicted object, the bit set (see :func:`relation_bits`) of the GT relations whose subject /
+    object it matches: two [B, N, W] int64 from the object ``matches``; padded GT relations are in no set."""
+    batch, num_pred, num_gt_objects = matches.shape
+    subject_of = relation_bits(gt_subject, gt_valid, num_gt_objects)  # [B, M, W]
+    object_of = relation_bits(gt_object, gt_valid, num_gt_objects)
+    words = subject_of.shape[2]
+    out = []
+    for table in (subject_of, object_of):
+        # a relation has one subject and one object, so the sets added into a predicted object are disjoint
+        bits = torch.zeros((batch * num_pred, words), dtype=torch.long, device=gt_subject.device)
+        bits.index_add_(0, matches.pred_row, table.reshape(-1, words).index_select(0, matches.gt_row))
+        out.append(bits.view(batch, num_pred, words))
+    return out[0], out[1]
+
+
+def pair_end_bits(subject_bits: Tensor, object_bits: Tensor, pred_subject: Tensor, pred_object: Tensor,
+                  pred_valid: Tensor) -> Tensor:
+    """[B, J, W] bit sets of the GT relations whose subject AND object the entries' pairs match (J entries of
+    (subject idx, object idx) [B, J] into the predicted objects); invalid entries match nothing."""
+    batch, num_pred, words = subject_bits.shape
     length = pred_subject.shape[1]
-    device = subject_ok.device
-    if num_pred == 0 or length == 0 or num_gt == 0:
-        return torch.zeros((batch, length, num_gt), dtype=torch.bool, device=device)
-    image = torch.arange(batch, device=device)[:, None]
-    base = image * num_pred
-    sub = subject_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_subject + base).reshape(-1))
-    obj = object_ok.reshape(batch * num_pred, num_gt).index_select(0, (pred_object + base).reshape(-1))
-    if num_predicates is None:
-        same = (pred_predicate[:, :, None] == gt_predicate[:, None, :]) & pred_valid[:, :, None]
-        return (sub & obj).view(batch, length, num_gt) & same
-    # row p of image b: GT relations with predicate p; row P (invalid entries, out-of-range predicates): none
-    rows = torch.arange(num_predicates + 1, device=device)
-    carries = (gt_predicate[:, None, :] == rows[None, :, None]).reshape(batch * (num_predicates + 1), num_gt)
+    if num_pred == 0 or length == 0:
+        return torch.zeros((batch, length, words), dtype=torch.long, device=subject_bits.device)
+    base = torch.arange(batch, device=subject_bits.device)[:, None] * num_pred
+    sub = subject_bits.reshape(-1, words).index_select(0, (pred_subject + base).reshape(-1))
+    obj = object_bits.reshape(-1, words).index_select(0, (pred_object + base).reshape(-1))
+    ends = (sub & obj).view(batch, length, words)
+    return ends * pred_valid[..., None]
+
+
+def predicate_bits(gt_predicate: Tensor, gt_valid: Tensor, num_predicates: int) -> Tensor:
+    """[B, P + 1, W] bit sets of the GT relations carrying each predicate (0-based); row P holds none."""
+    return relation_bits(torch.where(gt_valid, gt_predicate, torch.zeros_like(gt_predicate)), gt_valid,
+                         num_predicates + 1)
+
+
+def predicate_hit_bits(end_bits: Tensor, carries: Tensor, pred_predicate: Tensor, pred_valid: Tensor) -> Tensor:
+    """The hits of ranked entries as [B, J, W] bit sets: ``end_bits`` (:func:`pair_end_bits`) restricted to the
+    GT relations carrying the entry's predicate (``carries``: :func:`predicate_bits`; 0-based
+    ``pred_predicate`` [B, J]; invalid entries and predicates outside [0, P) hit nothing)."""
+    batch, length, words = end_bits.shape
+    num_predicates = carries.shape[1] - 1
     in_range = pred_valid & (pred_predicate >= 0) & (pred_predicate < num_predicates)
     row = torch.where(in_range, pred_predicate, torch.full_like(pred_predicate, num_predicates))
-    same = carries.index_select(0, (row + image * (num_predicates + 1)).reshape(-1))
-    return (sub & obj & same).view(batch, length, num_gt)
+    base = torch.arange(batch, device=end_bits.device)[:, None] * (num_predicates + 1)
+    same = carries.reshape(-1, words).index_select(0, (row + base).reshape(-1)).view(batch, length, words)
+    return end_bits & same
+
+
+def first_hit_rank_bits(hit_bits: Tensor, num_gt: int, list_valid: Optional[Tensor] = None) -> Tensor:
+    """:func:`first_hit_rank` of hits given as [B, J, W] bit sets: [B, G] int32 (``NO_HIT`` when none). Only the
+    entries with a hit are expanded (few: most ranked entries hit no GT relation)."""
+    batch, length, words = hit_bits.shape
+    out = torch.full((batch * words * BITS_PER_WORD,), NO_HIT, dtype=torch.long, device=hit_bits.device)
+    if list_valid is not None:
+        hit_bits = hit_bits * list_valid[..., None]
+    entry = (hit_bits != 0).any(-1).view(-1).nonzero().squeeze(1)  # b * J + j of the entries with a hit
+    if entry.numel():
+        position = entry % length
+        if list_valid is not None:  # positions count only the entries of the sub-list
+            position = (torch.cumsum(list_valid.long(), dim=1) - 1).view(-1).index_select(0, entry)
+        which = expand_bits(hit_bits.reshape(-1, words).index_select(0, entry), words * BITS_PER_WORD).nonzero()
+        target = (entry // length).index_select(0, which[:, 0]) * (words * BITS_PER_WORD) + which[:, 1]
+        out.scatter_reduce_(0, target, position.index_select(0, which[:, 0]), 'amin')
+    return out.view(batch, -1)[:, :num_gt].int()
+
+
+# pairs_in_reference uses a [B, S * S] lookup table up to this many entries (else a sorted search)
+PAIR_TABLE_ENTRIES = 1 << 24
+
+
+def pairs_in_reference(pairs: Tensor, valid: Tensor, ref_pairs: Tensor, ref_valid: Tensor,
+                       num_objects: int) -> Tensor:
+    """[B, R] bool: pair ``pairs[b, r]`` (subject idx, object idx) equals one of image b's valid
+    ``ref_pairs[b]`` [G, 2] (index equality, e.g. a predicted pair that is a GT pair), and ``valid[b, r]``.
+
+    Every index must lie in [0, ``num_objects``). A [B, S * S] table of the reference pairs is looked up
+    (S = ``num_objects``) when it has at most ``PAIR_TABLE_ENTRIES`` entries, else the image-offset pair codes
+    are searched in the sorted reference codes; both give the same result.
+    """
+    batch, length = valid.shape
+    size = max(int(num_objects), 1)
+    image = torch.arange(batch, device=valid.device)[:, None] * (size * size)
+    ref_code = (image + ref_pairs[..., 0] * size + ref_pairs[..., 1]).masked_select(ref_valid)
+    code = image + pairs[..., 0] * size + pairs[..., 1]  # [B, R]
+    if batch * size * size <= PAIR_TABLE_ENTRIES:
+        table = torch.zeros(batch * size * size, dtype=torch.bool, device=valid.device)
+        table[ref_code] = True
+        return table.index_select(0, code.view(-1)).view(batch, length) & valid
+    if ref_code.numel() == 0:
+        return torch.zeros_like(valid)
+    ref_code = torch.sort(ref_code).values
+    code = code.reshape(-1)
+    at = torch.searchsorted(ref_code, code).clamp_(max=ref_code.numel() - 1)
+    return (ref_code.index_select(0, at) == code).view(batch, length) & valid
 
 
 def first_hit_rank(hits: Tensor, list_valid: Optional[Tensor] = None) -> Tensor:

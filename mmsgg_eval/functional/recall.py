@@ -11,9 +11,9 @@ import torch
 from torch import Tensor
 
 from .boxes import box_iou, mask_iou
-from .limits import PAIR_KEY_BASE
-from .matching import (box_object_matches, first_hit_rank, ranked_list_hits, relation_end_matches, same_class_matrix,
-                       triplet_hits)
+from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
+                       pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
+                       same_class_matrix, triplet_hits)
 from .ranking import stable_topk, triplet_scores
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
@@ -36,6 +36,15 @@ def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
                              f'GT masks {list(gm.shape[-2:])} differ in size (masks must be in the original frame)')
         out[i, :pm.shape[0], :gm.shape[0]] = mask_iou(pm, gm)
     return out
+
+
+def object_match_list(batch, iou_thr: float, plus_one: bool, use_masks: bool) -> ObjectMatches:
+    """The (predicted object, GT object) pairs of every image that match (same class, box or mask IoU >=
+    ``iou_thr``)."""
+    if not use_masks:
+        return box_object_match_list(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, iou_thr,
+                                     plus_one)
+    return ObjectMatches.from_matrix(object_match_matrix(batch, iou_thr, plus_one, use_masks))
 
 
 def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) -> Tensor:
@@ -147,57 +156,60 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
     gc_score = triplet_scores(scores.best, subject_score, object_score)
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
+    num_gt = batch.gt_predicates.shape[1]
     if phrase:
-        def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
+        def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
             pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
-            return triplet_hits(pairs[..., 0], pairs[..., 1], pred_of_entry, valid, batch.pred_labels,
-                                gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
-                                pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes, phrase=True,
-                                plus_one=plus_one)
+            hits = triplet_hits(pairs[..., 0], pairs[..., 1], predicate(valid) if callable(predicate) else predicate,
+                                valid, batch.pred_labels, gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid,
+                                batch.gt_labels, iou_thr, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
+                                phrase=True, plus_one=plus_one)
+            return first_hit_rank(hits, list_valid)
     else:
-        subject_ok, object_ok = relation_end_matches(object_match_matrix(batch, iou_thr, plus_one, use_masks),
-                                                     gt_sub, gt_obj, batch.gt_valid)
+        subject_bits, object_bits = relation_end_bits(object_match_list(batch, iou_thr, plus_one, use_masks),
+                                                      gt_sub, gt_obj, batch.gt_valid)
+        carries = predicate_bits(batch.gt_predicates, batch.gt_valid, scores.num_predicates)
 
-        def list_hits(pair_index: Tensor, valid: Tensor, pred_of_entry: Tensor) -> Tensor:
-            return ranked_list_hits(subject_ok, object_ok, batch.rel_pairs[..., 0].gather(1, pair_index),
-                                    batch.rel_pairs[..., 1].gather(1, pair_index), pred_of_entry, valid,
-                                    batch.gt_predicates, scores.num_predicates)
+        def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
+            """``predicate``: the entries' predicates [B, J], or a function of a mask giving them there; it is
+            asked only for the entries whose pair matches both ends of some GT relation (the others hit
+            nothing, whatever their predicate)."""
+            ends = pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, pair_index),
+                                 batch.rel_pairs[..., 1].gather(1, pair_index), valid)
+            if callable(predicate):
+                valid = (ends != 0).any(-1)
+                predicate = predicate(valid)
+            return first_hit_rank_bits(predicate_hit_bits(ends, carries, predicate, valid), num_gt, list_valid)
 
-    lists = []  # (name, pair index [B, J], entry valid [B, J], predicate [B, J], sub-list mask or None)
+    def gc_predicate(order: Tensor):
+        return lambda where: scores.predicate_at(order, where)
+
+    out = {}
     if rank_by == 'given':
         length = min(max_k, batch.rel_valid.shape[1])
         gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
         gc_valid = batch.rel_valid[:, :length]
     else:
         gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
-    lists.append(('gc', gc_order, gc_valid, scores.predicate_at(gc_order, gc_valid), None))
+    out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
 
     pair_score = subject_score.float() * object_score.float()
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
     ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
                                                           gc_order, gc_valid)
-    lists.append(('ngc', ng_pair, ng_valid, ng_pred, None))
+    out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
 
     if with_pair_accuracy:
         # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
-        rel_key = batch.rel_pairs[..., 0] * PAIR_KEY_BASE + batch.rel_pairs[..., 1]
-        gt_key = torch.where(batch.gt_valid, gt_sub * PAIR_KEY_BASE + gt_obj, torch.full_like(gt_sub, -1))
-        in_gt = (rel_key[:, :, None] == gt_key[:, None, :]).any(-1) & batch.rel_valid
+        in_gt = pairs_in_reference(batch.rel_pairs, batch.rel_valid, batch.gt_pairs, batch.gt_valid,
+                                   max(batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]))
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
-            # the sub-list positions are counted by first_hit_rank through list_valid
-            lists.append(('pair_acc', order, in_gt, scores.predicate_at(order, in_gt), in_gt))
+            # the sub-list positions are counted through list_valid
+            out['pair_acc'] = first_hits(order, in_gt, gc_predicate(order), in_gt)
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            lists.append(('pair_acc', acc_order, acc_valid, scores.predicate_at(acc_order, acc_valid), None))
-
-    # one hit matrix for all lists side by side, then each list's first hit
-    hits = list_hits(torch.cat([entry[1] for entry in lists], 1), torch.cat([entry[2] for entry in lists], 1),
-                     torch.cat([entry[3] for entry in lists], 1))
-    out, start = {}, 0
-    for name, pair_index, _, _, list_valid in lists:
-        out[name] = first_hit_rank(hits[:, start:start + pair_index.shape[1]], list_valid)
-        start += pair_index.shape[1]
+            out['pair_acc'] = first_hits(acc_order, acc_valid, gc_predicate(acc_order), None)
     return out
 
 
