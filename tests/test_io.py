@@ -557,3 +557,22 @@ def test_offline_benchmark_evaluates_a_stream_to_the_in_memory_numbers(tmp_path)
         in_memory.update(m.evaluate(12))
     assert offline['r50'] == in_memory['sgdet/R@50'] and offline['mr50'] == in_memory['sgdet/mR@50']
     assert offline['images_per_s'] > 0 and 0 < offline['read_share'] and offline['file_mb'] > 0
+
+
+def test_benchmark_cli_keeps_each_jobs_best_round():
+    """tools/benchmark.py runs its job list --rounds times in turn and reports one row per job (its best
+    round), with the ratios JSON line."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    tool = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
+    out = subprocess.run([sys.executable, str(tool), '--workload', 'triplets', '--images', '8', '--batch-size', '4',
+                          '--repeat', '1', '--rounds', '2', '--no-peers', '--device', 'cpu'],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count('running ours on triplets (cpu)') == 2 and 'round 2/2' in out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary['rounds'] == 2 and summary['images_per_s']['ours/triplets/cpu'] > 0
+    rows = [line for line in out.stdout.splitlines() if line.startswith('ours ')]
+    assert len(rows) == 1
