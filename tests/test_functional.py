@@ -240,3 +240,34 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
                 assert ok[b, :n].all()
                 got = list(zip(pair[b, :n].tolist(), pred[b, :n].tolist()))
                 assert got == ref[b], (trial, layout, b)
+
+
+@pytest.mark.parametrize('mean_rows', [5, 300])  # scattered concatenation, per-tensor copies
+def test_pad_rows_equals_a_loop(mean_rows):
+    """pad_rows pads like a loop on both of its paths (short tensors: one concatenation scattered by
+    padded_positions; long ones: each tensor copied in place), with empty tensors and trailing dims, and
+    refuses mixed dtypes, devices and 0-d tensors."""
+    from mmsgg_eval.functional.scores import LONG_ROWS, pad_rows, padded_positions, scatters
+    g = torch.Generator().manual_seed(mean_rows)
+    lengths = torch.randint(0, 2 * mean_rows, (9,), generator=g).tolist()
+    lengths[3] = 0
+    assert scatters(lengths) == (mean_rows < LONG_ROWS)
+    for shape in ((), (2,)):
+        tensors = [torch.randint(0, 50, (n,) + shape, generator=g) for n in lengths]
+        width = max(lengths)
+        expected = torch.full((len(lengths), width) + shape, -1, dtype=torch.long)
+        for b, t in enumerate(tensors):
+            expected[b, :len(t)] = t
+        assert torch.equal(pad_rows(tensors, -1), expected)
+        positions = padded_positions(lengths, width, torch.device('cpu'))
+        assert torch.equal(pad_rows(tensors, -1, lengths, positions), expected)
+    same = [torch.ones(4, 2)] * 3
+    assert torch.equal(pad_rows(same, 0.0), torch.ones(3, 4, 2))
+    with pytest.raises(RuntimeError):
+        pad_rows([torch.ones(3), torch.ones(2, dtype=torch.long)], 0)
+    with pytest.raises(RuntimeError):
+        pad_rows([torch.ones(2 * LONG_ROWS), torch.ones(3 * LONG_ROWS, device='meta')], 0)
+    with pytest.raises(RuntimeError):
+        pad_rows([torch.ones(2, 1), torch.ones(3, 1, device='meta')], 0)
+    with pytest.raises(TypeError):
+        pad_rows([torch.tensor(1.0), torch.ones(2)], 0)

@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 LAYOUTS = ('stacked', 'concatenated', 'views')
 
@@ -37,10 +38,23 @@ def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -
     return lengths_mask(lengths, width, device).view(-1).nonzero().squeeze(1)
 
 
+# from this many rows per tensor on average, pad_rows copies each tensor into place instead of scattering one
+# concatenation (per-tensor copies then cost less than computing and using the scatter positions)
+LONG_ROWS = 128
+
+
+def scatters(lengths: Sequence[int]) -> bool:
+    """Whether :func:`pad_rows` pads tensors of these lengths by scattering a concatenation (so that it uses
+    :func:`padded_positions`): unequal lengths, shorter than ``LONG_ROWS`` rows on average."""
+    width = max(lengths, default=0)
+    return lengths.count(width) != len(lengths) and sum(lengths) < LONG_ROWS * len(lengths)
+
+
 def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence[int]] = None,
              positions: Optional[Tensor] = None) -> Tensor:
     """[B, L, ...] from B tensors [L_b, ...] (L = max L_b), padding with ``value``: one stacked copy when every
-    L_b is equal, else one concatenation scattered into the padded tensor. ``lengths`` (with ``positions``,
+    L_b is equal; else, for short tensors (see :func:`scatters`), one concatenation scattered into the padded
+    tensor, for long ones each tensor copied into place. ``lengths`` (with ``positions``,
     :func:`padded_positions` of them): the L_b when the caller has them, with tensors of one dtype. Tensors of
     another trailing shape, dtype or device than the first raise RuntimeError; a 0-d tensor raises TypeError."""
     tensors = list(tensors)
@@ -53,6 +67,11 @@ def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence
     width = max(lengths, default=0)
     if lengths.count(width) == len(tensors):
         return torch.stack(tensors)
+    if not scatters(lengths):
+        device = tensors[0].device
+        if any(t.device != device for t in tensors):
+            raise RuntimeError('pad_rows: tensors on different devices')
+        return pad_sequence(tensors, batch_first=True, padding_value=value)
     flat = torch.cat(tensors)
     out = flat.new_full((len(tensors) * width,) + tuple(flat.shape[1:]), value)
     if positions is None or positions.device != flat.device:
@@ -185,12 +204,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         if dense is not None:
             best = values.view(dense.shape[:2])
         else:
-            width = max(num_rel)
-            best = values.new_zeros(batch_size * width)
-            if positions is None or positions.device != device:
-                positions = padded_positions(num_rel, width, device)
-            best.index_copy_(0, positions, values)
-            best = best.view(batch_size, width)
+            best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel),
+                            positions if positions is not None and positions.device == device else None)
         if whole is not None and not has_single and whole.numel():
             bad = _checked_as_a_whole(whole, batch_size, raw, device)
         else:

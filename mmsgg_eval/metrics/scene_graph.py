@@ -380,8 +380,9 @@ class SceneGraphMetric(RowMetric):
         order = list(range(num_pred_classes))
         if counts is not None and len(counts) == num_pred_classes:
             order.sort(key=lambda i: (-float(counts[i]), i))
+        per_pred_rows = per_pred.tolist()  # [K][P] floats (element-wise tensor reads are slow)
         per_predicate = {
-            self.predicates[i]: {f'R@{k}': 100.0 * float(per_pred[j, i]) for j, k in enumerate(ks)}
+            self.predicates[i]: {f'R@{k}': 100.0 * per_pred_rows[j][i] for j, k in enumerate(ks)}
             for i in order}
         num_gt = torch.bincount(pred, minlength=num_pred_classes).tolist()
         for i in order:

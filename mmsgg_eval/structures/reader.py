@@ -33,7 +33,8 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..functional.scores import RelationScores, build_relation_scores, lengths_mask, pad_rows, padded_positions
+from ..functional.scores import (RelationScores, build_relation_scores, lengths_mask, pad_rows, padded_positions,
+                                 scatters)
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -172,7 +173,7 @@ def _pad_with_lengths(tensors: Sequence[Any], value: float, positions: Optional[
     if lengths.count(width) == len(lengths):  # no padding (pad_rows stacks them)
         return pad_rows(tensors, value, lengths), None
     where = None
-    if positions is not None:
+    if positions is not None and scatters(lengths):
         key = tuple(lengths)
         where = positions.get(key)
         if where is None or where.device != tensors[0].device:
