@@ -21,29 +21,40 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
 
     Invalid entries (``valid`` [B, L] False; None = all valid) come after every valid one. Returns
     ``(index [B, k'], valid [B, k'])`` with k' = min(k, L); ``valid`` is False where a row has fewer than k'
-    valid entries. Rows longer than k first try a float ``topk`` of k' + 1 entries, exact when no two listed
-    values tie, no listed valid value is -inf and, where a row has more than k valid entries, the k-th is
-    strictly above the next; otherwise each entry gets a unique int64 key (score bits, then reversed
-    position), so one ``topk`` gives the stable order.
+    valid entries. Rows longer than k first try a float ``topk`` of k' + 1 entries, exact for a row when no two
+    listed values tie, no listed valid value is -inf and, where the row has more than k valid entries, the
+    k-th is strictly above the next; the other rows (only those) give each entry a unique int64 key (score
+    bits, then reversed position), so one ``topk`` gives their stable order.
     """
     batch, length = scores.shape
     k = min(int(k), length)
     if k == 0 or batch == 0:
         empty = scores.new_zeros((batch, k), dtype=torch.long)
         return empty, empty.bool()
-    if length > k:
-        # fast path: a float top-k is already the stable order when no tie touches it
-        minus_inf = torch.tensor(float('-inf'), device=scores.device)
-        keyed = scores.float() if valid is None else torch.where(valid, scores.float(), minus_inf)
-        values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
-        count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
-        listed = torch.arange(k, device=scores.device)[None, :] < count[:, None]  # [B, k] holds a valid entry
-        head = values[:, :k]
-        exact = ((head > minus_inf) | ~listed).all() & \
-            ~((values[:, 1:k] == values[:, :k - 1]) & listed[:, 1:]).any() & \
-            ~((count > k) & (values[:, k - 1] <= values[:, k])).any()
-        if bool(exact):
-            return order[:, :k], listed
+    if length <= k:
+        return _keyed_topk(scores, valid, k)
+    # fast path: a float top-k is already the stable order of a row when no tie touches it
+    minus_inf = torch.tensor(float('-inf'), device=scores.device)
+    keyed = scores.float() if valid is None else torch.where(valid, scores.float(), minus_inf)
+    values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
+    count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
+    listed = torch.arange(k, device=scores.device)[None, :] < count[:, None]  # [B, k] holds a valid entry
+    head = values[:, :k]
+    inexact = ((head == minus_inf) & listed).any(1) | \
+        ((values[:, 1:k] == values[:, :k - 1]) & listed[:, 1:]).any(1) | \
+        ((count > k) & (values[:, k - 1] <= values[:, k]))
+    order = order[:, :k]
+    if not bool(inexact.any()):
+        return order, listed
+    rows = inexact.nonzero().squeeze(1)
+    exact_order, exact_valid = _keyed_topk(scores.index_select(0, rows),
+                                           None if valid is None else valid.index_select(0, rows), k)
+    return order.index_copy(0, rows, exact_order), listed.index_copy(0, rows, exact_valid)
+
+
+def _keyed_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor, Tensor]:
+    """:func:`stable_topk` through unique int64 keys (score bits, then reversed position), for any k <= L."""
+    length = scores.shape[1]
     if valid is None:
         valid = torch.ones_like(scores, dtype=torch.bool)
     reversed_pos = torch.arange(length - 1, -1, -1, device=scores.device)
