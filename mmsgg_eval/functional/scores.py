@@ -137,9 +137,13 @@ def _ranges_per_image(raw: Sequence[Tensor], single_label: Sequence[bool], given
     given = iter(given_scores)
     bounds = []
     for matrix, single in zip(raw, single_label):
-        entries = next(given) if single else matrix
-        bounds.extend(torch.aminmax(entries) if entries.numel() else (zero, zero))
+        bounds.extend(_entry_range(next(given) if single else matrix, zero))
     return torch.stack(bounds).view(len(raw), 2) if bounds else torch.zeros((0, 2), device=device)
+
+
+def _entry_range(entries: Tensor, zero: Tensor):
+    """(min, max) of a tensor's entries, (0, 0) when it has none."""
+    return torch.aminmax(entries) if entries.numel() else (zero, zero)
 
 
 def _range_flags(value_range: Tensor) -> Tensor:
@@ -212,9 +216,17 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
     else:
         # per image: the row maxima, then (min, max) of the whole matrix while it is still in cache
-        maxima = [m.amax(dim=1) if m.shape[1] else m.new_zeros(m.shape[0]) for m in mats]
+        maxima, bounds = [], []
+        zero = torch.zeros((), device=device)
+        for m, matrix in zip(mats, raw):
+            maxima.append(m.amax(dim=1) if m.shape[1] else m.new_zeros(m.shape[0]))
+            if not has_single:
+                bounds.extend(_entry_range(matrix, zero))
         best = pad_rows(maxima, 0.0, list(num_rel), positions)
-        bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
+        if has_single:  # single-label images are checked on their given scores
+            bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
+        else:
+            bad = _range_flags(torch.stack(bounds).view(batch_size, 2))
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
                           has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
                           best_predicate=best_predicate)
