@@ -1,6 +1,7 @@
 """Throughput of the scene-graph metrics against peers, side by side, on seeded synthetic VG150-like data.
 
-    python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg sgdet-variable]
+    python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg variable-256
+                                          sgdet-variable]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip]
 

@@ -17,6 +17,6 @@ assert torch.cuda.is_available(), 'no CUDA device visible'
 print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__)
 PY
 python -m pytest -q tests/test_scene_graph_metrics.py -k cuda
-python tools/benchmark.py --workload sgdet-full triplets variable variable-nobg sgdet-variable --device cuda \
-    --images 4096 --batch-size 64 --repeat 3 --no-peers
-python tools/benchmark.py --workload none --relclip --device cuda
+python tools/benchmark.py --workload sgdet-full triplets variable variable-nobg variable-256 sgdet-variable --device cuda \
+    --images 4096 --batch-size 64 --repeat 3 --rounds 1 --no-peers
+python tools/benchmark.py --workload none --relclip --device cuda --rounds 1

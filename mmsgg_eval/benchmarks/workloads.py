@@ -14,6 +14,8 @@ Variable sizes, as real datasets and detectors give them (drawn per image):
   scores [R, P+1] (column 0 = no relation);
 * ``variable-nobg``: the same distributions with scores [R, P] (no background column: a softmax over the
   predicates only);
+* ``variable-256``: the same GT distributions and 80 detections with a fixed budget of 256 distinct candidate
+  pairs per image (as relation heads that keep their top-256 pairs give), scores [R, P];
 * ``sgdet-variable``: the same GT distributions, 20-80 detections (uniform) and all their ordered pairs,
   scores [R, P+1].
 
@@ -26,7 +28,7 @@ import torch
 
 NUM_CLASSES, NUM_PREDICATES = 150, 50
 FIXED_WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
-VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'sgdet-variable')
+VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'variable-256', 'sgdet-variable')
 WORKLOADS = FIXED_WORKLOADS + VARIABLE_WORKLOADS
 
 
@@ -110,13 +112,14 @@ def make_variable_image(rng: np.random.Generator, idx: int, workload: str, devic
     n = int(rng.integers(20, 81)) if workload == 'sgdet-variable' else 80
     rel_pairs = all_pairs(n)
     if workload != 'sgdet-variable':  # distinct candidate pairs, in the detector's (pair index) order
-        rel_pairs = rel_pairs[np.sort(rng.choice(len(rel_pairs), int(rng.integers(100, 1001)), replace=False))]
+        count = 256 if workload == 'variable-256' else int(rng.integers(100, 1001))
+        rel_pairs = rel_pairs[np.sort(rng.choice(len(rel_pairs), count, replace=False))]
     sample = dict(sample_idx=idx, img_id=idx,
                   gt_instances=dict(bboxes=gt_boxes, labels=gt_labels),
                   gt_relations=dict(pair_idxs=np.stack([sub, obj], 1), labels=preds),
                   pred_instances=detections(rng, gt_boxes, gt_labels, wh, n),
                   pred_relations=dict(pair_idxs=rel_pairs, scores=relation_scores(
-                      rng, len(rel_pairs), background=workload != 'variable-nobg')))
+                      rng, len(rel_pairs), background=workload not in ('variable-nobg', 'variable-256'))))
     return to_torch(sample, device)
 
 
