@@ -82,13 +82,15 @@ def test_sparse_and_dense_object_matches_agree(plus_one, thr):
     assert torch.equal(sparse, expected)
 
 
-def test_same_class_pairs_equal_the_pairwise_comparison():
+@pytest.mark.parametrize('scale', [1, 10 ** 7])  # dense class buckets; sparse large labels (classes renumbered)
+def test_same_class_pairs_equal_the_pairwise_comparison(scale):
     """The bucket join lists exactly the same-class pairs of the N x M comparison, in its order (predicted
     object, then GT object), with padding labels, an image without GT objects and empty batches."""
     from mmsgg_eval.functional import ObjectMatches, same_class_pairs
     from mmsgg_eval.functional.matching import same_class_matrix
     g = torch.Generator().manual_seed(5)
-    pred_labels, gt_labels = torch.randint(0, 4, (6, 9), generator=g), torch.randint(0, 4, (6, 5), generator=g)
+    pred_labels = torch.randint(0, 4, (6, 9), generator=g) * scale
+    gt_labels = torch.randint(0, 4, (6, 5), generator=g) * scale
     pred_labels[0, 6:] = -1
     gt_labels[1, 3:] = -1
     gt_labels[2] = -1

@@ -96,6 +96,13 @@ def same_class_pairs(pred_labels: Tensor, gt_labels: Tensor) -> ObjectMatches:
     if not (pred_labels.numel() and gt_labels.numel()):
         return ObjectMatches(empty, empty, shape)
     num_classes = int(torch.maximum(pred_labels.max(), gt_labels.max()).clamp(min=0)) + 1
+    if batch * num_classes > PAIR_TABLE_ENTRIES:  # sparse large labels: number the classes present instead
+        present, inverse = torch.unique(torch.cat([pred_labels.reshape(-1), gt_labels.reshape(-1)]),
+                                        return_inverse=True)
+        inverse = inverse - int((present < 0).sum())  # padding labels stay negative
+        pred_labels = inverse[:pred_labels.numel()].view(pred_labels.shape)
+        gt_labels = inverse[pred_labels.numel():].view(gt_labels.shape)
+        num_classes = max(int(present.numel()), 1)
     image = torch.arange(batch, device=device)[:, None] * num_classes
     dump = batch * num_classes  # the bucket of padding GT objects
     gt_bucket = torch.where(gt_labels >= 0, image + gt_labels, torch.full((), dump, device=device)).view(-1)
