@@ -84,11 +84,10 @@ def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence
 class RelationScores:
     """Predicate scores of a batch (see the module docstring for the layouts).
 
-    ``best`` [B, R] is the best predicate score of each pair (0 padding); ``best_predicate`` [B, R] its first
-    maximal column (as ``argmax``; stacked layout only, where most rows get listed, else computed for the
-    selected rows on demand); ``bad_images`` [B] bool marks the
-    images with a score entry that is NaN, +-inf or negative (the given scores of single-label images, every
-    column of the input matrix, background included, otherwise), for input validation.
+    ``best`` [B, R] is the best predicate score of each pair (0 padding; its column, the graph-constrained
+    predicate, is found on demand for the rows that need it: :meth:`predicate_at`); ``bad_images`` [B] bool
+    marks the images with a score entry that is NaN, +-inf or negative (the given scores of single-label
+    images, every column of the input matrix, background included, otherwise), for input validation.
     """
     layout: str
     num_predicates: int
@@ -99,7 +98,6 @@ class RelationScores:
     flat: Optional[Tensor] = None           # [sum R, P] (stacked, concatenated)
     start: Optional[Tensor] = None          # [B] first row of each image in ``flat``
     matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views)
-    best_predicate: Optional[Tensor] = None  # [B, R] (stacked)
 
     @property
     def device(self) -> torch.device:
@@ -117,9 +115,7 @@ class RelationScores:
 
     def predicate_at(self, order: Tensor, valid: Tensor) -> Tensor:
         """Graph-constrained predicate (first maximal column, as ``argmax``) of pairs ``order`` [B, K]; invalid
-        entries 0. Without ``best_predicate`` only the selected rows are arg-maxed."""
-        if self.best_predicate is not None:
-            return torch.where(valid, self.best_predicate.gather(1, order), torch.zeros_like(order))
+        entries 0. Only the valid entries' rows are arg-maxed."""
         out = torch.zeros_like(order)
         slot = valid.reshape(-1).nonzero().squeeze(1)  # b * K + k of the valid entries
         if slot.numel() and self.num_predicates:
@@ -180,7 +176,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
         layout = 'concatenated'
-    dense = flat = start = mats = whole = best_predicate = None
+    dense = flat = start = mats = whole = None
     if not batch_size:
         best = torch.zeros((0, 0), device=device)
         bad = torch.zeros(0, dtype=torch.bool, device=device)
@@ -200,11 +196,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     if flat is not None:
         lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
         start = torch.cumsum(lengths, 0) - lengths
-        if dense is not None and num_predicates and flat.shape[0]:
-            values, best_predicate = flat.max(dim=1)  # the first maximal column, as argmax
-            best_predicate = best_predicate.view(dense.shape[:2])
-        else:
-            values = flat.amax(dim=1) if num_predicates and flat.shape[0] else flat.new_zeros(flat.shape[0])
+        values = flat.amax(dim=1) if num_predicates and flat.shape[0] else flat.new_zeros(flat.shape[0])
         if dense is not None:
             best = values.view(dense.shape[:2])
         else:
@@ -228,5 +220,4 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         else:
             bad = _range_flags(torch.stack(bounds).view(batch_size, 2))
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
-                          has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
-                          best_predicate=best_predicate)
+                          has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats)
