@@ -73,6 +73,8 @@ def sample_index(sample: Any) -> Optional[int]:
     guessed.
     """
     idx = get_field(sample, 'sample_idx')
+    if type(idx) is int and idx >= 0:  # the common case (a bool is not an int here)
+        return idx
     if idx is None:
         return None
     if isinstance(idx, Tensor) and idx.numel() == 1 and not idx.is_floating_point() and idx.dtype != torch.bool:
