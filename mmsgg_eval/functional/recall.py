@@ -18,6 +18,10 @@ from .ranking import stable_topk, triplet_scores
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
+# the second (probe) bound of the no-graph-constraint threshold is computed for batches padded to fewer pairs
+# per image: with many pairs (SGDet with all pairs) the top pairs' own bound is tight and the probe costs more
+# than it saves; with few, most of an image's pairs are among its top pairs and only the probe bound is tight
+NGC_PROBE_MAX_PAIRS = 2048
 
 
 def _take(values: Tensor, index: Tensor) -> Tensor:
@@ -62,7 +66,8 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, top_pairs: Tensor
     (any distinct pairs give a bound; high-ranked ones a tight one), the larger of:
 
     * the smallest best entry ``best`` of the first ``ng_topk`` valid pairs (each has an entry that large);
-    * the ``ng_topk``-th best entry among all entries of the first m = ceil(10 * ``ng_topk`` / P) pairs.
+    * the ``ng_topk``-th best entry among all entries of the first m = ceil(10 * ``ng_topk`` / P) pairs
+      (only for batches of fewer than ``NGC_PROBE_MAX_PAIRS`` pairs per image).
 
     -inf where the pairs given are too few for both.
     """
@@ -74,7 +79,7 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, top_pairs: Tensor
         if head.shape[1] else minus_inf
     threshold = torch.where(head_valid.sum(1) >= ng_topk, pair_bound, minus_inf)
     m = min(-(-10 * ng_topk // num_pred), top_pairs.shape[1])
-    if m * num_pred < ng_topk:
+    if m * num_pred < ng_topk or best.shape[1] >= NGC_PROBE_MAX_PAIRS:
         return threshold
     slot = top_valid[:, :m].reshape(-1).nonzero().squeeze(1)  # b * m + j of the valid probe pairs
     image, probe = slot // m, top_pairs[:, :m].reshape(-1).index_select(0, slot)
