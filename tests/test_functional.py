@@ -27,6 +27,15 @@ def test_stable_topk_equals_a_stable_sort(quantised):
             assert order_valid[b].tolist() == [True] * n + [False] * (min(k, length) - n)
 
 
+def test_stable_topk_ties_negative_and_positive_zero():
+    """-0.0 and +0.0 compare equal, so they tie (input order), as in a stable sort of the floats."""
+    x = torch.tensor([[0.5, -0.0, 0.0, -0.0, 1.0, 0.0, 0.5], [-0.0, 0.0, -0.0, 0.0, 0.0, -0.0, 0.0]])
+    for k in (3, 5, 7):
+        order, _ = stable_topk(x, None, k)
+        for b in range(2):
+            assert order[b].tolist() == sorted(range(7), key=lambda i: -float(x[b, i]))[:k]
+
+
 @pytest.mark.parametrize('plus_one', [True, False])
 def test_box_iou_matches_float32_reference(plus_one):
     rng = np.random.default_rng(0)

@@ -11,8 +11,9 @@ from torch import Tensor
 
 
 def sortable_key(scores: Tensor) -> Tensor:
-    """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b)."""
-    bits = scores.float().contiguous().view(torch.int32)
+    """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b), and equal keys
+    for equal scores (-0.0 is turned into +0.0 first: they compare equal)."""
+    bits = (scores.float() + 0.0).contiguous().view(torch.int32)
     return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
 
 
