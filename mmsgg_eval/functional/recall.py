@@ -14,7 +14,7 @@ from .boxes import box_iou, mask_iou
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import stable_topk, triplet_scores
+from .ranking import sortable_key, stable_topk, triplet_scores
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -132,18 +132,21 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     if entry_flat.numel() == 0:
         return empty, empty, empty.bool()
     entry_image = image.index_select(0, entry_flat // num_pred)
+    # one stable sort of all kept entries by (image, descending score): ties keep the row-major order. Kept
+    # entries are finite and >= 0 (validated; non-candidates left out), so their keys fit 32 bits.
+    inverted = (2 ** 31 - 1) - sortable_key(entries.view(-1).index_select(0, entry_flat))
+    order = torch.sort((entry_image << 32) + inverted, stable=True).indices
     counts = torch.bincount(entry_image, minlength=batch)
-    width = int(counts.max())
+    width = min(int(counts.max()), ng_topk)
     first = torch.cumsum(counts, 0) - counts
-    rank_in_image = torch.arange(entry_flat.numel(), device=device) - first.index_select(0, entry_image)
-    slot = entry_image * width + rank_in_image  # in the padded [B, width] list of each image's kept entries
-    # kept entries are finite (scores are validated, non-candidates left out): -inf marks the padding
-    ranked = entries.new_full((batch * width,), float('-inf'))
-    ranked.index_copy_(0, slot, entries.view(-1).index_select(0, entry_flat))
-    which = torch.zeros(batch * width, dtype=torch.long, device=device).index_copy_(0, slot, entry_flat)
-    ranked = ranked.view(batch, width)
-    order, valid = stable_topk(ranked, ranked != float('-inf'), ng_topk)
-    which = which.view(batch, width).gather(1, order)  # row * P + predicate of each listed entry
+    ranked_image = entry_image.index_select(0, order)
+    rank = torch.arange(order.numel(), device=device) - first.index_select(0, ranked_image)
+    listed = (rank < width).nonzero().squeeze(1)
+    slot = ranked_image.index_select(0, listed) * width + rank.index_select(0, listed)  # in the [B, width] list
+    which = torch.zeros(batch * width, dtype=torch.long, device=device)
+    which.index_copy_(0, slot, entry_flat.index_select(0, order.index_select(0, listed)))  # row * P + predicate
+    valid = torch.zeros(batch * width, dtype=torch.bool, device=device).index_fill_(0, slot, True)
+    which, valid = which.view(batch, width), valid.view(batch, width)
     return pos.index_select(0, (which // num_pred).view(-1)).view_as(which), which % num_pred, valid
 
 
