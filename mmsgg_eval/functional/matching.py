@@ -144,7 +144,9 @@ def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor
     Padding labels are negative. ``sparse``: see :func:`box_object_match_list`; the dense way has no host
     synchronisation.
     """
-    if sparse if sparse is not None else pred_labels.device.type == 'cpu':
+    if sparse is None:
+        sparse = pred_labels.device.type == 'cpu'
+    if sparse:
         return box_object_match_list(pred_boxes, pred_labels, gt_boxes, gt_labels, iou_thr, plus_one, True).dense()
     iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
         box_iou_unchecked(pred_boxes, gt_boxes, plus_one)  # NaN >= thr is False, as 0 >= thr
