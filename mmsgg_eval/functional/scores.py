@@ -200,8 +200,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         if dense is not None:
             best = values.view(dense.shape[:2])
         else:
-            best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel),
-                            positions if positions is not None and positions.device == device else None)
+            best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel), positions)
         if whole is not None and not has_single and whole.numel():
             bad = _checked_as_a_whole(whole, batch_size, raw, device)
         else:
