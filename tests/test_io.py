@@ -576,3 +576,5 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     assert summary['rounds'] == 2 and summary['images_per_s']['ours/triplets/cpu'] > 0
     rows = [line for line in out.stdout.splitlines() if line.startswith('ours ')]
     assert len(rows) == 1
+    bad = subprocess.run([sys.executable, str(tool), '--rounds', '0'], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and '--rounds must be at least 1, got 0' in bad.stderr

@@ -199,6 +199,9 @@ def main():
                         help='images in the stream file of --offline (sgdet-full: 1.4 MB each)')
     parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name in ('repeat', 'rounds', 'images', 'batch_size', 'offline_images'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}')
     if args.worker:
         return worker(args)
     import torch
