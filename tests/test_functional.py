@@ -208,7 +208,7 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
         monkeypatch.setattr(recall, 'DENSE_NGC_ENTRIES', 0)
         layout = 'stacked'
     if layout == 'views-no-probe':  # the threshold from the top pairs' bound alone (many pairs per image)
-        monkeypatch.setattr(recall, 'NGC_PROBE_MAX_PAIRS', 0)
+        monkeypatch.setattr(recall, 'NGC_PROBE_PAIRS_PER_ENTRY', 0)
         layout = 'views'
     g = np.random.default_rng(7 + single_label)
     num_pred = 6
@@ -286,3 +286,36 @@ def test_pad_rows_equals_a_loop(mean_rows):
         pad_rows([torch.ones(2, 1), torch.ones(3, 1, device='meta')], 0)
     with pytest.raises(TypeError):
         pad_rows([torch.tensor(1.0), torch.ones(2)], 0)
+
+
+SPECIAL_VALUES = [float('nan'), -float('nan'), float('inf'), -float('inf'), -1e-45, -0.5, -0.0, 0.0, 1e-45, 3e38]
+
+
+@pytest.mark.parametrize('layout', ['stacked', 'concatenated', 'views'])
+def test_row_maxima_and_value_check_equal_float_reductions(layout):
+    """Row maxima taken on the float bit patterns equal float maxima for valid rows (ties of -0.0 and +0.0 compare
+    equal), and the bit-pattern check flags exactly the images with a NaN (either sign), +-inf or a negative
+    entry anywhere, the background column included, and accepts -0.0."""
+    from mmsgg_eval.functional.scores import build_relation_scores
+    g = np.random.default_rng(11)
+    num_pred = 5
+    for trial in range(120):
+        batch = int(g.integers(1, 5))
+        fixed = int(g.integers(0, 30))
+        num_rel = [fixed if layout == 'stacked' else int(g.integers(0, 30)) for _ in range(batch)]
+        background = int(g.integers(0, 2))
+        raw = []
+        for r in num_rel:
+            m = g.random((r, num_pred + background)).astype(np.float32)
+            if g.random() < 0.3:
+                m[m < 0.4] = 0.0
+            if r and g.random() < 0.5:  # a special value somewhere, also in the background column
+                m[g.integers(0, r), g.integers(0, num_pred + background)] = SPECIAL_VALUES[g.integers(0, 10)]
+            raw.append(torch.tensor(m))
+        scores = build_relation_scores(raw, [background] * batch, num_rel, num_pred, [False] * batch, [], layout,
+                                       torch.device('cpu'))
+        expected_bad = [bool(m.numel()) and not bool((torch.isfinite(m) & (m >= 0)).all()) for m in raw]
+        assert scores.bad_images.tolist() == expected_bad, trial
+        for b, m in enumerate(raw):
+            if not expected_bad[b] and m.shape[0]:
+                assert torch.equal(scores.best[b, :m.shape[0]], m[:, background:].amax(1)), (trial, b)

@@ -18,10 +18,11 @@ from .ranking import sortable_key, stable_topk, triplet_scores
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
-# the second (probe) bound of the no-graph-constraint threshold is computed for batches padded to fewer pairs
-# per image: with many pairs (SGDet with all pairs) the top pairs' own bound is tight and the probe costs more
-# than it saves; with few, most of an image's pairs are among its top pairs and only the probe bound is tight
-NGC_PROBE_MAX_PAIRS = 2048
+# the second (probe) bound of the no-graph-constraint threshold is computed for the images with fewer pairs than
+# this many times ``ng_topk``: there most of an image's pairs are among its top pairs and only the probe bound is
+# tight; with more pairs (e.g. 300-1,000 candidates, SGDet with all pairs) the top pairs' own bound lets about as
+# few rows through and the probe costs more than it saves
+NGC_PROBE_PAIRS_PER_ENTRY = 2
 
 
 def _take(values: Tensor, index: Tensor) -> Tensor:
@@ -60,18 +61,18 @@ def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) 
         (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
 
 
-def _entry_threshold(scores, pair_score: Tensor, best: Tensor, top_pairs: Tensor, top_valid: Tensor,
-                     ng_topk: int) -> Tensor:
+def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_valid: Tensor, top_pairs: Tensor,
+                     top_valid: Tensor, ng_topk: int) -> Tensor:
     """[B] lower bound of each image's ``ng_topk``-th best entry from some of its pairs ``top_pairs`` [B, L]
     (any distinct pairs give a bound; high-ranked ones a tight one), the larger of:
 
     * the smallest best entry ``best`` of the first ``ng_topk`` valid pairs (each has an entry that large);
     * the ``ng_topk``-th best entry among all entries of the first m = ceil(10 * ``ng_topk`` / P) pairs
-      (only for batches of fewer than ``NGC_PROBE_MAX_PAIRS`` pairs per image).
+      (only for the images with fewer than ``NGC_PROBE_PAIRS_PER_ENTRY * ng_topk`` pairs, ``rel_valid``).
 
     -inf where the pairs given are too few for both.
     """
-    batch = best.shape[0]
+    batch, width = best.shape
     num_pred = scores.num_predicates
     minus_inf = best.new_full((batch,), float('-inf'))
     head, head_valid = top_pairs[:, :ng_topk], top_valid[:, :ng_topk]
@@ -79,16 +80,22 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, top_pairs: Tensor
         if head.shape[1] else minus_inf
     threshold = torch.where(head_valid.sum(1) >= ng_topk, pair_bound, minus_inf)
     m = min(-(-10 * ng_topk // num_pred), top_pairs.shape[1])
-    if m * num_pred < ng_topk or best.shape[1] >= NGC_PROBE_MAX_PAIRS:
+    if m * num_pred < ng_topk:
         return threshold
-    slot = top_valid[:, :m].reshape(-1).nonzero().squeeze(1)  # b * m + j of the valid probe pairs
-    image, probe = slot // m, top_pairs[:, :m].reshape(-1).index_select(0, slot)
+    probed = (rel_valid.sum(1) < NGC_PROBE_PAIRS_PER_ENTRY * ng_topk).nonzero().squeeze(1)  # ascending
+    if not probed.numel():
+        return threshold
+    probe_valid = top_valid.index_select(0, probed)[:, :m]
+    slot = probe_valid.reshape(-1).nonzero().squeeze(1)  # i * m + j of the valid probe pairs of probed image i
+    image = probed.index_select(0, slot // m)
+    probe = top_pairs.index_select(0, probed)[:, :m].reshape(-1).index_select(0, slot)
     rows = scores.rows(image, probe)
-    entries = rows * pair_score.reshape(-1).index_select(0, image * best.shape[1] + probe)[:, None]
+    entries = rows * pair_score.reshape(-1).index_select(0, image * width + probe)[:, None]
     if scores.has_single_label:  # -inf marks a non-candidate (and -inf * 0 is NaN)
         entries = torch.where(rows == float('-inf'), rows, entries)
-    probed = entries.new_full((batch * m, num_pred), float('-inf')).index_copy_(0, slot, entries)
-    return torch.maximum(threshold, probed.view(batch, -1).topk(ng_topk, dim=1, sorted=False).values.amin(dim=1))
+    table = entries.new_full((probed.numel() * m, num_pred), float('-inf')).index_copy_(0, slot, entries)
+    bound = table.view(probed.numel(), -1).topk(ng_topk, dim=1, sorted=False).values.amin(dim=1)
+    return threshold.index_copy(0, probed, torch.maximum(threshold.index_select(0, probed), bound))
 
 
 def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor,
@@ -120,7 +127,7 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
     if top_pairs is None:
         top_pairs, top_valid = stable_topk(best, rel_valid, ng_topk)
-    threshold = _entry_threshold(scores, pair_score, best, top_pairs, top_valid, ng_topk)  # [B]
+    threshold = _entry_threshold(scores, pair_score, best, rel_valid, top_pairs, top_valid, ng_topk)  # [B]
     pair_flat = (rel_valid & (best >= threshold[:, None])).view(-1).nonzero().squeeze(1)  # row-major
     image, pos = pair_flat // num_rel, pair_flat % num_rel
     rows = scores.rows(image, pos)  # [n, P]
