@@ -7,8 +7,9 @@ from mmsgg_eval.functional import box_iou, mask_iou, paired_box_iou, stable_topk
 from tests.reference_sgg import iou as reference_iou
 
 
+@pytest.mark.parametrize('density', [0.85, 0.05])  # the float / keyed paths; rows ranked on their few valid entries
 @pytest.mark.parametrize('quantised', [False, True])
-def test_stable_topk_equals_a_stable_sort(quantised):
+def test_stable_topk_equals_a_stable_sort(quantised, density):
     g = torch.Generator().manual_seed(1)
     for trial in range(200):
         batch = 3
@@ -18,8 +19,9 @@ def test_stable_topk_equals_a_stable_sort(quantised):
         if quantised:  # many ties, also at the k-th value, in some rows (the others take the float path)
             tied = torch.rand(batch, 1, generator=g) < 0.5
             x = torch.where(tied, (x * 5).round() / 5, x)
-        valid = torch.rand(batch, length, generator=g) > 0.15
+        valid = torch.rand(batch, length, generator=g) < density
         order, order_valid = stable_topk(x, valid, k)
+        assert order.shape == order_valid.shape == (batch, min(k, length))
         for b in range(batch):
             ref = sorted((i for i in range(length) if valid[b, i]), key=lambda i: -float(x[b, i]))[:k]
             n = len(ref)

@@ -10,6 +10,10 @@ import torch
 from torch import Tensor
 
 
+# rows whose valid entries are at most 1 / SPARSE_FRACTION of their length are ranked on those entries alone
+SPARSE_FRACTION = 4
+
+
 def sortable_key(scores: Tensor) -> Tensor:
     """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b), and equal keys
     for equal scores (-0.0 is turned into +0.0 first: they compare equal)."""
@@ -25,7 +29,8 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
     valid entries. Rows longer than k first try a float ``topk`` of k' + 1 entries, exact for a row when no two
     listed values tie, no listed valid value is -inf and, where the row has more than k valid entries, the
     k-th is strictly above the next; the other rows (only those) give each entry a unique int64 key (score
-    bits, then reversed position), so one ``topk`` gives their stable order.
+    bits, then reversed position), so one ``topk`` gives their stable order. Rows with few valid entries (at most
+    1 / ``SPARSE_FRACTION`` of L in every row) are ranked on those entries alone, moved to the front of a table.
     """
     batch, length = scores.shape
     k = min(int(k), length)
@@ -34,11 +39,15 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
         return empty, empty.bool()
     if length <= k:
         return _keyed_topk(scores, valid, k)
+    count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
+    if valid is not None:
+        most = int(count.max())
+        if most * SPARSE_FRACTION <= length:
+            return _compacted_topk(scores, valid, count, most, k)
     # fast path: a float top-k is already the stable order of a row when no tie touches it
     minus_inf = torch.tensor(float('-inf'), device=scores.device)
     keyed = scores.float() if valid is None else torch.where(valid, scores.float(), minus_inf)
     values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
-    count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
     listed = torch.arange(k, device=scores.device)[None, :] < count[:, None]  # [B, k] holds a valid entry
     head = values[:, :k]
     inexact = ((head == minus_inf) & listed).any(1) | \
@@ -51,6 +60,27 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
     exact_order, exact_valid = _keyed_topk(scores.index_select(0, rows),
                                            None if valid is None else valid.index_select(0, rows), k)
     return order.index_copy(0, rows, exact_order), listed.index_copy(0, rows, exact_valid)
+
+
+def _compacted_topk(scores: Tensor, valid: Tensor, count: Tensor, most: int, k: int) -> Tuple[Tensor, Tensor]:
+    """:func:`stable_topk` of rows with few valid entries (``count`` [B], at most ``most``): the valid entries are
+    moved to the front of a [B, most] table, in their order (so ties keep it), and ranked there."""
+    batch, length = scores.shape
+    device = scores.device
+    flat = valid.reshape(-1).nonzero().squeeze(1)  # row-major
+    row = flat // length
+    first = torch.cumsum(count, 0) - count
+    slot = row * most + torch.arange(flat.numel(), device=device) - first.index_select(0, row)
+    position = torch.zeros(batch * most, dtype=torch.long, device=device).index_copy_(0, slot, flat % length)
+    position = position.view(batch, most)
+    listed = torch.arange(most, device=device)[None, :] < count[:, None]
+    order, order_valid = stable_topk(scores.gather(1, position), listed, k)
+    width = min(int(k), length)  # the caller's k' columns; the ones past ``most`` are empty
+    index = torch.zeros((batch, width), dtype=torch.long, device=device)
+    index[:, :order.shape[1]] = position.gather(1, order)
+    out_valid = torch.zeros((batch, width), dtype=torch.bool, device=device)
+    out_valid[:, :order.shape[1]] = order_valid
+    return index, out_valid
 
 
 def _keyed_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor, Tensor]:
