@@ -321,3 +321,32 @@ def test_row_maxima_and_value_check_equal_float_reductions(layout):
         for b, m in enumerate(raw):
             if not expected_bad[b] and m.shape[0]:
                 assert torch.equal(scores.best[b, :m.shape[0]], m[:, background:].amax(1)), (trial, b)
+
+
+def test_score_workspace_reuse_gives_the_same_batches():
+    """Batches built one after the other in one workspace (growing, shrinking, stacked and concatenated) hold the
+    same scores and rank the same as batches built in fresh tensors; the workspace's memory is reused."""
+    from mmsgg_eval.functional.recall import no_graph_constraint_list
+    from mmsgg_eval.functional.scores import ScoreWorkspace, build_relation_scores
+    g = np.random.default_rng(5)
+    workspace = ScoreWorkspace()
+    buffers = set()
+    for trial, (batch, rows) in enumerate([(3, 40), (6, 200), (2, 10), (5, 120), (4, 0)]):
+        fixed = trial % 2 == 0
+        num_rel = [rows if fixed else int(g.integers(0, rows + 1)) for _ in range(batch)]
+        raw = [torch.tensor(g.random((r, 7)).astype(np.float32)) for r in num_rel]
+        args = (raw, [1] * batch, num_rel, 6, [False] * batch, [], 'stacked', torch.device('cpu'))
+        fresh = build_relation_scores(*args)
+        reused = build_relation_scores(*args, workspace=workspace)
+        assert reused.layout == fresh.layout == ('stacked' if fixed else 'concatenated')
+        assert torch.equal(reused.best, fresh.best) and torch.equal(reused.flat, fresh.flat)
+        width = max(num_rel)
+        valid = torch.arange(width)[None, :] < torch.tensor(num_rel)[:, None]
+        pair_score = torch.rand(batch, width)
+        for a, b in zip(no_graph_constraint_list(fresh, valid, 30, pair_score),
+                        no_graph_constraint_list(reused, valid, 30, pair_score)):
+            assert torch.equal(a, b)
+        if reused.flat.numel():
+            buffers.add(reused.flat.untyped_storage().data_ptr())
+    assert len(buffers) <= 2  # grown once (to the 6 x 200 batch), then reused
+    assert workspace.take((2, 3), torch.device('meta')) is None

@@ -17,6 +17,7 @@ from torch import Tensor
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..functional.recall import evaluated_image_rows
+from ..functional.scores import ScoreWorkspace
 from ..registry import METRICS
 from ..structures import MODES, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
@@ -146,6 +147,7 @@ class SceneGraphMetric(RowMetric):
         self.user_zeroshot = as_zeroshot_triplets(zeroshot_triplets)
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
+        self._workspace = ScoreWorkspace()  # the pools' score copies, one pool at a time
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
         self._zs_meta: Any = None
@@ -243,7 +245,8 @@ class SceneGraphMetric(RowMetric):
         if any(missing):
             samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
-                                     with_masks=self.match == 'mask', counts=self.object_counts)
+                                     with_masks=self.match == 'mask', counts=self.object_counts,
+                                     workspace=self._workspace)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device)
 

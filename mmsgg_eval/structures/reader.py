@@ -33,8 +33,8 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..functional.scores import (RelationScores, build_relation_scores, lengths_mask, pad_rows, padded_positions,
-                                 scatters)
+from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, lengths_mask, pad_rows,
+                                 padded_positions, scatters)
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -537,13 +537,16 @@ def _score_layout(num_rel: Sequence[int], device: torch.device) -> str:
 
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
                          with_masks: bool = False, device: Optional[torch.device] = None,
-                         counts: Optional[ObjectCounts] = None) -> SceneGraphBatch:
+                         counts: Optional[ObjectCounts] = None,
+                         workspace: Optional[ScoreWorkspace] = None) -> SceneGraphBatch:
     """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
 
     Well-formed dict samples are read field by field; anything else goes through :func:`read_scene_graph`.
     The value rules run once on the padded batch (the same on both paths and for any batch size). Images
     whose predicted object list does not have the GT's length (PredCls / SGCls) are added to ``counts``
-    (the caller warns once per evaluation); without ``counts`` this call warns itself.
+    (the caller warns once per evaluation); without ``counts`` this call warns itself. ``workspace``: where
+    the copy of the score matrices goes (:class:`~mmsgg_eval.functional.scores.ScoreWorkspace`: the batch
+    returned then lives in it until the workspace's next batch).
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -564,7 +567,7 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     max_rel = max(num_rel) if num_rel else 0
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
                                    padded.single_label, padded.given_scores, _score_layout(num_rel, device),
-                                   device=device, positions=padded.rel_positions)
+                                   device=device, positions=padded.rel_positions, workspace=workspace)
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
     report = counts if counts is not None else ObjectCounts()
     for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):
