@@ -14,6 +14,12 @@ from torch import Tensor
 SPARSE_FRACTION = 4
 
 
+def valid_counts(valid: Tensor) -> Tensor:
+    """[B] int64 number of True entries of each row of a [B, L] bool mask (summed in int32: a bool sum's cast
+    copy is then half the size of an int64 one)."""
+    return valid.sum(1, dtype=torch.int32).long()
+
+
 def sortable_key(scores: Tensor) -> Tensor:
     """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b), and equal keys
     for equal scores (-0.0 is turned into +0.0 first: they compare equal)."""
@@ -21,10 +27,12 @@ def sortable_key(scores: Tensor) -> Tensor:
     return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).long()
 
 
-def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor, Tensor]:
+def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int, count: Optional[Tensor] = None
+                ) -> Tuple[Tensor, Tensor]:
     """Exact stable descending top-``k`` of each row of ``scores`` [B, L] (float32, no NaN).
 
-    Invalid entries (``valid`` [B, L] False; None = all valid) come after every valid one. Returns
+    Invalid entries (``valid`` [B, L] False; None = all valid) come after every valid one (``count`` [B]: the
+    number of valid entries of each row, when the caller has it). Returns
     ``(index [B, k'], valid [B, k'])`` with k' = min(k, L); ``valid`` is False where a row has fewer than k'
     valid entries. Rows longer than k first try a float ``topk`` of k' + 1 entries, exact for a row when no two
     listed values tie, no listed valid value is -inf and, where the row has more than k valid entries, the
@@ -39,7 +47,8 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
         return empty, empty.bool()
     if length <= k:
         return _keyed_topk(scores, valid, k)
-    count = valid.sum(1) if valid is not None else torch.full((batch,), length, device=scores.device)
+    if count is None:
+        count = valid_counts(valid) if valid is not None else torch.full((batch,), length, device=scores.device)
     if valid is not None:
         most = int(count.max())
         if most * SPARSE_FRACTION <= length:

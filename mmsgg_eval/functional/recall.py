@@ -14,7 +14,7 @@ from .boxes import box_iou, mask_iou
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import sortable_key, stable_topk, triplet_scores
+from .ranking import sortable_key, stable_topk, triplet_scores, valid_counts
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -61,14 +61,14 @@ def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) 
         (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
 
 
-def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_valid: Tensor, top_pairs: Tensor,
+def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_count: Tensor, top_pairs: Tensor,
                      top_valid: Tensor, ng_topk: int) -> Tensor:
     """[B] lower bound of each image's ``ng_topk``-th best entry from some of its pairs ``top_pairs`` [B, L]
     (any distinct pairs give a bound; high-ranked ones a tight one), the larger of:
 
     * the smallest best entry ``best`` of the first ``ng_topk`` valid pairs (each has an entry that large);
     * the ``ng_topk``-th best entry among all entries of the first m = ceil(10 * ``ng_topk`` / P) pairs
-      (only for the images with fewer than ``NGC_PROBE_PAIRS_PER_ENTRY * ng_topk`` pairs, ``rel_valid``).
+      (only for the images with fewer than ``NGC_PROBE_PAIRS_PER_ENTRY * ng_topk`` pairs, ``rel_count``).
 
     -inf where the pairs given are too few for both.
     """
@@ -82,7 +82,7 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_valid: Tensor
     m = min(-(-10 * ng_topk // num_pred), top_pairs.shape[1])
     if m * num_pred < ng_topk:
         return threshold
-    probed = (rel_valid.sum(1) < NGC_PROBE_PAIRS_PER_ENTRY * ng_topk).nonzero().squeeze(1)  # ascending
+    probed = (rel_count < NGC_PROBE_PAIRS_PER_ENTRY * ng_topk).nonzero().squeeze(1)  # ascending
     if not probed.numel():
         return threshold
     probe_valid = top_valid.index_select(0, probed)[:, :m]
@@ -99,13 +99,15 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_valid: Tensor
 
 
 def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor,
-                             top_pairs: Optional[Tensor] = None, top_valid: Optional[Tensor] = None):
+                             top_pairs: Optional[Tensor] = None, top_valid: Optional[Tensor] = None,
+                             rel_count: Optional[Tensor] = None):
     """Exact stable top-``ng_topk`` of all (pair, predicate) scores ``pair_score * prob`` of every image.
 
     ``scores``: the batch's :class:`~mmsgg_eval.functional.scores.RelationScores`; ``rel_valid`` [B, R] the
     real pairs; ``pair_score`` [B, R] subject score x object score (non-negative). ``top_pairs`` [B, L] (with
     ``top_valid``): distinct pairs the caller ranked high (e.g. the graph-constrained list), which bound the
     ``ng_topk``-th best entry of each image from below; by default the ``ng_topk`` pairs of highest best entry.
+    ``rel_count`` [B]: the number of real pairs of each image, when the caller has it.
 
     Only entries reaching that bound can be in the list: they are picked from the rows of the pairs whose best
     entry reaches it and ranked alone. Ties at the bound are all kept and entries keep their row-major
@@ -125,9 +127,11 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     if batch == 0 or num_rel == 0 or num_pred == 0 or ng_topk <= 0:
         return empty, empty, empty.bool()
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
+    if rel_count is None:
+        rel_count = valid_counts(rel_valid)
     if top_pairs is None:
-        top_pairs, top_valid = stable_topk(best, rel_valid, ng_topk)
-    threshold = _entry_threshold(scores, pair_score, best, rel_valid, top_pairs, top_valid, ng_topk)  # [B]
+        top_pairs, top_valid = stable_topk(best, rel_valid, ng_topk, rel_count)
+    threshold = _entry_threshold(scores, pair_score, best, rel_count, top_pairs, top_valid, ng_topk)  # [B]
     pair_flat = (rel_valid & (best >= threshold[:, None])).view(-1).nonzero().squeeze(1)  # row-major
     image, pos = pair_flat // num_rel, pair_flat % num_rel
     rows = scores.rows(image, pos)  # [n, P]
@@ -205,13 +209,13 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
         gc_valid = batch.rel_valid[:, :length]
     else:
-        gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k)
+        gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k, batch.num_rel_preds)
     out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
 
     pair_score = subject_score.float() * object_score.float()
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
     ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
-                                                          gc_order, gc_valid)
+                                                          gc_order, gc_valid, batch.num_rel_preds)
     out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
 
     if with_pair_accuracy:
