@@ -197,18 +197,23 @@ def _reference_ng_list(matrices, pair_scores, single_label, ng_topk):
     return out
 
 
-@pytest.mark.parametrize('layout', ['stacked', 'stacked-pruned', 'concatenated', 'views', 'views-no-probe'])
+@pytest.mark.parametrize('layout', ['stacked', 'stacked-pruned', 'concatenated', 'concatenated-sorted', 'views',
+                                    'views-no-probe'])
 @pytest.mark.parametrize('single_label', [False, True])
 def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layout, single_label):
     """The pruned no-graph-constraint list equals a stable sort of all entries whatever pairs bound its
-    threshold (none given, the top pairs, arbitrary pairs, too few pairs; with and without the probe bound),
-    with exact ties, zero pair scores, images with fewer entries than ng_topk and images without pairs."""
+    threshold (none given, the top pairs, arbitrary pairs, too few pairs; with and without the probe bound; kept
+    entries ranked in a table or by one sort), with exact ties, zero pair scores, images with fewer entries than
+    ng_topk and images without pairs."""
     from mmsgg_eval.functional import recall
     from mmsgg_eval.functional.recall import no_graph_constraint_list
     from mmsgg_eval.functional.scores import build_relation_scores
     if layout == 'stacked-pruned':  # fixed sizes ranked through the pruned path too
         monkeypatch.setattr(recall, 'DENSE_NGC_ENTRIES', 0)
         layout = 'stacked'
+    if layout == 'concatenated-sorted':  # kept entries ranked by one sort (very uneven images) instead of a table
+        monkeypatch.setattr(recall, 'RANK_TABLE_SLACK', 0)
+        layout = 'concatenated'
     if layout == 'views-no-probe':  # the threshold from the top pairs' bound alone (many pairs per image)
         monkeypatch.setattr(recall, 'NGC_PROBE_PAIRS_PER_ENTRY', 0)
         layout = 'views'

@@ -142,23 +142,46 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     entry_flat = keep.view(-1).nonzero().squeeze(1)  # row-major: image, pair order, predicate
     if entry_flat.numel() == 0:
         return empty, empty, empty.bool()
-    entry_image = image.index_select(0, entry_flat // num_pred)
-    # one stable sort of all kept entries by (image, descending score): ties keep the row-major order. Kept
-    # entries are finite and >= 0 (validated; non-candidates left out), so their keys fit 32 bits.
-    inverted = (2 ** 31 - 1) - sortable_key(entries.view(-1).index_select(0, entry_flat))
-    order = torch.sort((entry_image << 32) + inverted, stable=True).indices
-    counts = torch.bincount(entry_image, minlength=batch)
-    width = min(int(counts.max()), ng_topk)
-    first = torch.cumsum(counts, 0) - counts
-    ranked_image = entry_image.index_select(0, order)
-    rank = torch.arange(order.numel(), device=device) - first.index_select(0, ranked_image)
-    listed = (rank < width).nonzero().squeeze(1)
-    slot = ranked_image.index_select(0, listed) * width + rank.index_select(0, listed)  # in the [B, width] list
-    which = torch.zeros(batch * width, dtype=torch.long, device=device)
-    which.index_copy_(0, slot, entry_flat.index_select(0, order.index_select(0, listed)))  # row * P + predicate
-    valid = torch.zeros(batch * width, dtype=torch.bool, device=device).index_fill_(0, slot, True)
-    which, valid = which.view(batch, width), valid.view(batch, width)
+    entry_image = image.index_select(0, entry_flat // num_pred)  # non-decreasing
+    values = entries.view(-1).index_select(0, entry_flat)
+    which, valid = _ranked_entries(entry_image, entry_flat, values, batch, ng_topk)  # row * P + predicate
     return pos.index_select(0, (which // num_pred).view(-1)).view_as(which), which % num_pred, valid
+
+
+# the kept entries of a batch are ranked in a [B, most kept by an image] table up to this many times their
+# number (else, for very uneven images, by one sort of them all)
+RANK_TABLE_SLACK = 4
+
+
+def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: int, ng_topk: int):
+    """The first ``ng_topk`` of each image's kept entries by descending value, ties in their given order:
+    ``(entry [B, L], valid [B, L])``, L = min(``ng_topk``, most entries of an image). ``entry_image`` [n]
+    non-decreasing, ``entry`` [n] what to return for each, ``values`` [n] finite and >= 0 (so that their keys
+    fit 31 bits)."""
+    device = entry.device
+    counts = torch.bincount(entry_image, minlength=batch)
+    most = int(counts.max())
+    width = min(most, ng_topk)
+    first = torch.cumsum(counts, 0) - counts
+    score_key = sortable_key(values)
+    if batch * most <= RANK_TABLE_SLACK * entry.numel():
+        slot = torch.arange(entry.numel(), device=device) - first.index_select(0, entry_image)  # rank in its image
+        # unique keys (value bits, then earlier first): one top-k per image row of a table, -1 below every key
+        table = torch.full((batch * most,), -1, dtype=torch.long, device=device)
+        table.index_copy_(0, entry_image * most + slot, (score_key << 32) + (most - 1 - slot))
+        top, at = table.view(batch, most).topk(width, dim=1, sorted=True)
+        valid = top >= 0
+        picked = (first[:, None] + at).clamp(max=entry.numel() - 1)
+        return torch.where(valid, entry.index_select(0, picked.view(-1)).view(batch, width), 0), valid
+    # one stable sort of all entries by (image, descending value): ties keep the given order
+    order = torch.sort((entry_image << 32) + ((2 ** 31 - 1) - score_key), stable=True).indices
+    rank = torch.arange(order.numel(), device=device) - first.index_select(0, entry_image)  # images stay in order
+    listed = (rank < width).nonzero().squeeze(1)
+    table_slot = entry_image.index_select(0, listed) * width + rank.index_select(0, listed)
+    which = torch.zeros(batch * width, dtype=torch.long, device=device)
+    which.index_copy_(0, table_slot, entry.index_select(0, order.index_select(0, listed)))
+    valid = torch.zeros(batch * width, dtype=torch.bool, device=device).index_fill_(0, table_slot, True)
+    return which.view(batch, width), valid.view(batch, width)
 
 
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
