@@ -9,7 +9,8 @@ rows, are ``-inf``). How the rows are held depends on the batch:
 * ``concatenated``: images of unequal R: the [sum R, P] concatenation ``flat`` (a view of one copy of the
   inputs) with the first row of each image in ``start``;
 * ``views``: images with large matrices (SGDet with all pairs on the CPU): ``matrices[b]`` is image b's
-  [R_b, P] view of the input, never copied; only selected rows are gathered.
+  [R_b, P] view of the input, never copied; only selected rows are gathered (whole input rows, then their
+  predicate columns, when the inputs are contiguous and start their predicates at one column).
 
 The functional layer reads rows only through :meth:`RelationScores.rows`, :meth:`~RelationScores.predicate_at`
 and the per-pair row maxima ``best`` (and ``dense`` when present), so the layout is a speed choice that never
@@ -128,6 +129,8 @@ class RelationScores:
     flat: Optional[Tensor] = None           # [sum R, P] (stacked, concatenated)
     start: Optional[Tensor] = None          # [B] first row of each image in ``flat``
     matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views)
+    sources: Optional[List[Tensor]] = None   # B x the contiguous inputs of ``matrices``, when they all are and
+    column: int = 0                          # all start their predicates at this ``column`` (views)
 
     @property
     def device(self) -> torch.device:
@@ -138,6 +141,14 @@ class RelationScores:
         if self.flat is not None:
             return self.flat.index_select(0, self.start.index_select(0, image) + pos)
         counts = torch.bincount(image, minlength=len(self.matrices)).tolist()
+        if self.sources is not None:  # whole rows of contiguous inputs, copied into place, then their columns
+            out = self.sources[0].new_empty((pos.numel(), self.column + self.num_predicates))
+            start = 0
+            for m, p, c in zip(self.sources, torch.split(pos, counts), counts):
+                if c:
+                    torch.index_select(m, 0, p, out=out[start:start + c])
+                    start += c
+            return out[:, self.column:]
         parts = [m.index_select(0, p) for m, p, c in zip(self.matrices, torch.split(pos, counts), counts) if c]
         if not parts:
             return torch.zeros((0, self.num_predicates), device=self.device)
@@ -248,7 +259,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
         layout = 'concatenated'
-    dense = flat = start = mats = whole = None
+    dense = flat = start = mats = whole = sources = None
     if not batch_size:
         best = torch.zeros((0, 0), device=device)
         bad = torch.zeros(0, dtype=torch.bool, device=device)
@@ -267,6 +278,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             flat = torch.cat([m[:, b:] for m, b in zip(raw, background)])
     else:
         mats = [m[:, b:] for m, b in zip(raw, background)]
+        if uniform_bg and all(m.is_contiguous() for m in raw):
+            sources = raw
     if flat is not None:
         lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
         start = torch.cumsum(lengths, 0) - lengths
@@ -292,4 +305,5 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         else:
             bad = _flags_from_checks(passed, raw, device)
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
-                          has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats)
+                          has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
+                          sources=sources, column=bg if sources is not None else 0)
