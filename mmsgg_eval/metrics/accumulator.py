@@ -228,9 +228,9 @@ def deduplicate(tables: Dict[str, Columns]) -> Dict[str, Columns]:
     start = 0
     for (table, cols), key in zip(tables.items(), keys):
         n = key.numel()
-        keep = key == first[inverse[start:start + n]]
+        kept = (key == first[inverse[start:start + n]]).nonzero().squeeze(1)
         start += n
         # canonical order (by sample_idx, stable within a sample): sums do not depend on the world size
-        order = torch.sort(cols['sample_idx'][keep], stable=True).indices
-        out[table] = OrderedDict((name, col[keep][order]) for name, col in cols.items())
+        rows = kept.index_select(0, torch.sort(cols['sample_idx'].index_select(0, kept), stable=True).indices)
+        out[table] = OrderedDict((name, col.index_select(0, rows)) for name, col in cols.items())
     return out

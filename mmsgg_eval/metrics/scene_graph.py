@@ -261,10 +261,14 @@ class SceneGraphMetric(RowMetric):
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'))
         valid = batch.gt_valid
-        image_of = torch.arange(valid.shape[0], device=batch.device)[:, None].expand_as(valid)[valid]
-        sub_cls = batch.gt_labels.gather(1, batch.gt_pairs[..., 0])[valid]
-        obj_cls = batch.gt_labels.gather(1, batch.gt_pairs[..., 1])[valid]
-        pred = batch.gt_predicates[valid]
+        slot = valid.reshape(-1).nonzero().squeeze(1)  # b * G + g of the real GT relations
+
+        def real(values: Tensor) -> Tensor:
+            return values.reshape(-1).index_select(0, slot)
+        image_of = slot // max(valid.shape[1], 1)
+        sub_cls = real(batch.gt_labels.gather(1, batch.gt_pairs[..., 0]))
+        obj_cls = real(batch.gt_labels.gather(1, batch.gt_pairs[..., 1]))
+        pred = real(batch.gt_predicates)
         if len(classes) ** 2 * len(predicates) >= 2 ** 31:
             raise ValueError(f'{len(classes)} classes x {len(predicates)} predicates: triplet codes exceed int32')
         codes = triplet_keys(sub_cls, obj_cls, pred, len(classes), len(predicates))
@@ -277,10 +281,11 @@ class SceneGraphMetric(RowMetric):
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
                        'missing': missing},
-            'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': pred, 'triplet': codes,
-                          'zeroshot': zeroshot, 'rank_gc': ranks['gc'][valid].clamp(max=self._rank_cap),
-                          'rank_ngc': ranks['ngc'][valid].clamp(max=self._rank_cap),
-                          'rank_pair': pair_rank[valid].clamp(max=self._rank_cap)},
+            'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
+                          'triplet': codes, 'zeroshot': zeroshot,
+                          'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),
+                          'rank_ngc': real(ranks['ngc']).clamp(max=self._rank_cap),
+                          'rank_pair': real(pair_rank).clamp(max=self._rank_cap)},
         }
 
     # ------------------------------------------------------------------ reduced tables become keys
@@ -318,7 +323,8 @@ class SceneGraphMetric(RowMetric):
         num_pred_classes = len(self.predicates)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], self._evaluated_images(images),
                                                           rels['sample_idx'])
-        rel = {n: c[keep] for n, c in rels.items()}
+        kept = keep.nonzero().squeeze(1)
+        rel = {n: c.index_select(0, kept) for n, c in rels.items()}
         ks = self.topk
         m: Dict[str, float] = {}
         avg = self.recall_average
