@@ -578,3 +578,22 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     assert len(rows) == 1
     bad = subprocess.run([sys.executable, str(tool), '--rounds', '0'], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and '--rounds must be at least 1, got 0' in bad.stderr
+
+
+def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():
+    """The two sgbench jobs of tools/benchmark.py time different work but compute the same numbers (or both say
+    that sgbench is not installed)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location('benchmark_tool',
+                                                  Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    given = tool.run_sgbench('variable', 6, 1)
+    built = tool.run_sgbench('variable', 6, 1, include_lists=True)
+    if importlib.util.find_spec('sgbench') is None:
+        assert 'skipped' in given and 'skipped' in built
+        return
+    assert given['r50'] == built['r50'] and given['mr50'] == built['mr50']
+    assert given['images_per_s'] > 0 and built['images_per_s'] > 0
+    assert 'sgbench+lists' in tool.PEER_WORKLOADS and 'variable' in tool.PEER_WORKLOADS['sgbench+lists']
