@@ -355,3 +355,17 @@ def test_score_workspace_reuse_gives_the_same_batches():
             buffers.add(reused.flat.untyped_storage().data_ptr())
     assert len(buffers) <= 2  # grown once (to the 6 x 200 batch), then reused
     assert workspace.take((2, 3), torch.device('meta')) is None
+
+
+def test_hits_per_k_equals_a_loop():
+    """hits_per_k counts, for every key and every K (any order, repeated K included), the relations with rank < K."""
+    from mmsgg_eval.functional.recall import hits_per_k
+    g = torch.Generator().manual_seed(3)
+    for ks in ([20, 50, 100], [100, 1, 20], [5, 5], [1]):
+        rank = torch.randint(0, 120, (500,), generator=g)
+        rank[::7] = 2 ** 30  # not hit
+        key = torch.randint(0, 13, (500,), generator=g)
+        got = hits_per_k(rank, key, 13, ks)
+        expected = torch.tensor([[float(((key == b) & (rank < k)).sum()) for k in ks] for b in range(13)],
+                                dtype=torch.float64)
+        assert torch.equal(got, expected), ks

@@ -261,6 +261,18 @@ def triplet_keys(subject_class: Tensor, object_class: Tensor, predicate: Tensor,
     return (subject_class.long() * num_classes + object_class.long()) * num_predicates + predicate.long()
 
 
+def hits_per_k(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> Tensor:
+    """[size, len(ks)] float64: for each key (0..size-1) and each K, the number of relations of that key with
+    ``rank < K``; one bincount for all K (each relation counted at the first K, in ascending order, that it is
+    hit within, then summed up)."""
+    ks_t = torch.tensor([int(k) for k in ks], dtype=torch.long, device=rank.device)
+    ascending, order = torch.sort(ks_t)
+    level = torch.searchsorted(ascending, rank.long().contiguous(), right=True)  # first K (ascending) with rank < K
+    counts = torch.bincount(key * (len(ks) + 1) + level, minlength=size * (len(ks) + 1)).view(size, len(ks) + 1)
+    hits = counts[:, :len(ks)].cumsum(1).double()  # ascending K
+    return hits.index_select(1, torch.argsort(order))  # the given order of ks
+
+
 def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],
                       rel_mask: Optional[Tensor] = None, average: str = 'image') -> Tensor:
     """R@K per K (fraction, float64) from per-GT first-hit ranks.
@@ -269,19 +281,21 @@ def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: S
     only those relations count, and images with none of them are left out (zero-shot recall).
     ``average='image'``: mean over images of hits/n; ``'micro'``: total hits / total GT.
     """
-    if rel_mask is None:
-        rel_mask = torch.ones_like(rank, dtype=torch.bool)
-    count = torch.bincount(image_of_rel[rel_mask], minlength=num_images).double()
+    if not len(ks):
+        return torch.zeros(0, dtype=torch.float64)
+    if rel_mask is not None:
+        rank, image_of_rel = rank[rel_mask], image_of_rel[rel_mask]
+    count = torch.bincount(image_of_rel, minlength=num_images).double()
     has = count > 0
+    all_hits = hits_per_k(rank, image_of_rel, num_images, ks)  # [I, K]
     results = []
-    for k in ks:
-        hit = (rank < k) & rel_mask
-        hits = torch.bincount(image_of_rel[hit], minlength=num_images).double()
+    for j in range(len(ks)):  # each K's sums over contiguous vectors, in one fixed order
+        hits = all_hits[:, j].contiguous()
         if average == 'micro':
             results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_zeros(()))
         else:
             results.append((hits[has] / count[has]).mean() if has.any() else hits.new_zeros(()))
-    return torch.stack(results) if results else torch.zeros(0, dtype=torch.float64)
+    return torch.stack(results)
 
 
 def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, num_images: int,
@@ -296,17 +310,19 @@ def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, 
     count = torch.bincount(key, minlength=size).double().view(num_images, num_predicates)
     present_images = count > 0
     present = present_images.any(0)
+    if not len(ks):
+        return torch.zeros((0, num_predicates), dtype=torch.float64), present
+    all_hits = hits_per_k(rank, key, size, ks)  # [I * P, K]
     rows = []
-    for k in ks:
-        hits = torch.bincount(key[rank < k], minlength=size).double().view(num_images, num_predicates)
+    for j in range(len(ks)):  # each K's sums over contiguous [I, P] tables, in one fixed order
+        hits = all_hits[:, j].contiguous().view(num_images, num_predicates)
         if average == 'micro':
             rows.append(torch.where(present, hits.sum(0) / count.sum(0).clamp(min=1), torch.zeros_like(hits[0])))
         else:
             ratio = torch.where(present_images, hits / count.clamp(min=1), torch.zeros_like(hits))
             n_img = present_images.sum(0).double()
             rows.append(torch.where(present, ratio.sum(0) / n_img.clamp(min=1), torch.zeros_like(n_img)))
-    recall = torch.stack(rows) if rows else torch.zeros((0, num_predicates), dtype=torch.float64)
-    return recall, present
+    return torch.stack(rows), present
 
 
 def evaluated_image_rows(image_sample_idx: Tensor, evaluated: Tensor, rel_sample_idx: Tensor):
