@@ -12,6 +12,7 @@ from torch import Tensor
 from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
 
 from .limits import NO_HIT  # rank of a GT relation that no prediction hits
+from .ranking import positions_in_groups
 
 
 def gather_pair_iou(object_iou: Tensor, pred_objects: Tensor, gt_objects: Tensor) -> Tensor:
@@ -114,8 +115,7 @@ def same_class_pairs(pred_labels: Tensor, gt_labels: Tensor) -> ObjectMatches:
     partners = torch.where(pred_valid.view(-1), count.index_select(0, pred_bucket), torch.zeros((), dtype=torch.long,
                                                                                                  device=device))
     pred_row = torch.repeat_interleave(torch.arange(batch * num_pred, device=device), partners)
-    first = torch.cumsum(partners, 0) - partners
-    offset = torch.arange(pred_row.numel(), device=device) - first.index_select(0, pred_row)
+    offset = positions_in_groups(pred_row, partners)[1]
     gt_row = gt_order.index_select(0, start.index_select(0, pred_bucket.index_select(0, pred_row)) + offset)
     return ObjectMatches(pred_row, gt_row, shape)
 

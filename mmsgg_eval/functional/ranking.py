@@ -20,6 +20,14 @@ def valid_counts(valid: Tensor) -> Tensor:
     return valid.sum(1, dtype=torch.int32).long()
 
 
+def positions_in_groups(group: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
+    """For entries listed group by group (``group`` [n] non-decreasing group ids, ``counts`` [G] entries per
+    group): ``(first [G], position [n])``, the index of each group's first entry and each entry's 0-based
+    position within its group."""
+    first = torch.cumsum(counts, 0) - counts
+    return first, torch.arange(group.numel(), device=group.device) - first.index_select(0, group)
+
+
 def sortable_key(scores: Tensor) -> Tensor:
     """Order-preserving int64 image of float32 scores (no NaN): a < b  <=>  key(a) < key(b), and equal keys
     for equal scores (-0.0 is turned into +0.0 first: they compare equal)."""
@@ -78,8 +86,7 @@ def _compacted_topk(scores: Tensor, valid: Tensor, count: Tensor, most: int, k: 
     device = scores.device
     flat = valid.reshape(-1).nonzero().squeeze(1)  # row-major
     row = flat // length
-    first = torch.cumsum(count, 0) - count
-    slot = row * most + torch.arange(flat.numel(), device=device) - first.index_select(0, row)
+    slot = row * most + positions_in_groups(row, count)[1]
     position = torch.zeros(batch * most, dtype=torch.long, device=device).index_copy_(0, slot, flat % length)
     position = position.view(batch, most)
     listed = torch.arange(most, device=device)[None, :] < count[:, None]

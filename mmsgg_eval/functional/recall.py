@@ -14,7 +14,7 @@ from .boxes import box_iou, mask_iou
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import sortable_key, stable_topk, triplet_scores, valid_counts
+from .ranking import positions_in_groups, sortable_key, stable_topk, triplet_scores, valid_counts
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -85,10 +85,9 @@ def _entry_threshold(scores, pair_score: Tensor, best: Tensor, rel_count: Tensor
     probed = (rel_count < NGC_PROBE_PAIRS_PER_ENTRY * ng_topk).nonzero().squeeze(1)  # ascending
     if not probed.numel():
         return threshold
-    probe_valid = top_valid.index_select(0, probed)[:, :m]
-    slot = probe_valid.reshape(-1).nonzero().squeeze(1)  # i * m + j of the valid probe pairs of probed image i
+    slot = top_valid[:, :m].index_select(0, probed).reshape(-1).nonzero().squeeze(1)  # i * m + j: probed image i
     image = probed.index_select(0, slot // m)
-    probe = top_pairs.index_select(0, probed)[:, :m].reshape(-1).index_select(0, slot)
+    probe = top_pairs[:, :m].index_select(0, probed).reshape(-1).index_select(0, slot)
     rows = scores.rows(image, probe)
     entries = rows * pair_score.reshape(-1).index_select(0, image * width + probe)[:, None]
     if scores.has_single_label:  # -inf marks a non-candidate (and -inf * 0 is NaN)
@@ -162,10 +161,9 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
     counts = torch.bincount(entry_image, minlength=batch)
     most = int(counts.max())
     width = min(most, ng_topk)
-    first = torch.cumsum(counts, 0) - counts
+    first, slot = positions_in_groups(entry_image, counts)  # slot: the entry's place among its image's entries
     score_key = sortable_key(values)
     if batch * most <= RANK_TABLE_SLACK * entry.numel():
-        slot = torch.arange(entry.numel(), device=device) - first.index_select(0, entry_image)  # rank in its image
         # unique keys (value bits, then earlier first): one top-k per image row of a table, -1 below every key
         table = torch.full((batch * most,), -1, dtype=torch.long, device=device)
         table.index_copy_(0, entry_image * most + slot, (score_key << 32) + (most - 1 - slot))
@@ -173,11 +171,11 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
         valid = top >= 0
         picked = (first[:, None] + at).clamp(max=entry.numel() - 1)
         return torch.where(valid, entry.index_select(0, picked.view(-1)).view(batch, width), 0), valid
-    # one stable sort of all entries by (image, descending value): ties keep the given order
+    # one stable sort of all entries by (image, descending value): ties keep the given order; the images stay
+    # in their order, so the sorted entry at ``slot`` is the slot-th of its image
     order = torch.sort((entry_image << 32) + ((2 ** 31 - 1) - score_key), stable=True).indices
-    rank = torch.arange(order.numel(), device=device) - first.index_select(0, entry_image)  # images stay in order
-    listed = (rank < width).nonzero().squeeze(1)
-    table_slot = entry_image.index_select(0, listed) * width + rank.index_select(0, listed)
+    listed = (slot < width).nonzero().squeeze(1)
+    table_slot = entry_image.index_select(0, listed) * width + slot.index_select(0, listed)
     which = torch.zeros(batch * width, dtype=torch.long, device=device)
     which.index_copy_(0, table_slot, entry.index_select(0, order.index_select(0, listed)))
     valid = torch.zeros(batch * width, dtype=torch.bool, device=device).index_fill_(0, table_slot, True)

@@ -278,7 +278,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             flat = torch.cat([m[:, b:] for m, b in zip(raw, background)])
     else:
         mats = [m[:, b:] for m, b in zip(raw, background)]
-        if uniform_bg and all(m.is_contiguous() for m in raw):
+        if uniform_bg and all(m.is_contiguous() and m.device == raw[0].device for m in raw):
             sources = raw
     if flat is not None:
         lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
