@@ -90,7 +90,7 @@ def _compacted_topk(scores: Tensor, valid: Tensor, count: Tensor, most: int, k: 
     position = torch.zeros(batch * most, dtype=torch.long, device=device).index_copy_(0, slot, flat % length)
     position = position.view(batch, most)
     listed = torch.arange(most, device=device)[None, :] < count[:, None]
-    order, order_valid = stable_topk(scores.gather(1, position), listed, k)
+    order, order_valid = stable_topk(scores.gather(1, position), listed, k, count)
     width = min(int(k), length)  # the caller's k' columns; the ones past ``most`` are empty
     index = torch.zeros((batch, width), dtype=torch.long, device=device)
     index[:, :order.shape[1]] = position.gather(1, order)

@@ -17,6 +17,7 @@ and the per-pair row maxima ``best`` (and ``dense`` when present), so the layout
 changes a number. Every layout reads each score once for the row maxima and once for the value check
 (:attr:`RelationScores.bad_images`).
 """
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -97,9 +98,7 @@ class ScoreWorkspace:
         """A float32 tensor of ``shape`` in the buffer (its old contents), or None off the CPU."""
         if torch.device(device).type != 'cpu':
             return None
-        size = 1
-        for n in shape:
-            size *= int(n)
+        size = math.prod(int(n) for n in shape)
         if self._flat is None or self._flat.numel() < size:
             self._flat = torch.empty(size + size // 4, dtype=torch.float32)
         return self._flat[:size].view(tuple(shape))
