@@ -198,16 +198,18 @@ def _reference_ng_list(matrices, pair_scores, single_label, ng_topk):
 
 
 @pytest.mark.parametrize('layout', ['stacked', 'stacked-pruned', 'concatenated', 'concatenated-sorted', 'views',
-                                    'views-no-probe'])
+                                    'views-no-probe', 'compiled'])
 @pytest.mark.parametrize('single_label', [False, True])
 def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layout, single_label):
     """The pruned no-graph-constraint list equals a stable sort of all entries whatever pairs bound its
     threshold (none given, the top pairs, arbitrary pairs, too few pairs; with and without the probe bound; kept
     entries ranked in a table or by one sort), with exact ties, zero pair scores, images with fewer entries than
     ng_topk and images without pairs."""
-    from mmsgg_eval.functional import recall
+    from mmsgg_eval.functional import compiled, recall
     from mmsgg_eval.functional.recall import no_graph_constraint_list
     from mmsgg_eval.functional.scores import build_relation_scores
+    if layout == 'compiled' and not compiled.built():
+        pytest.skip('the compiled kernels are not built')
     if layout == 'stacked-pruned':  # fixed sizes ranked through the pruned path too
         monkeypatch.setattr(recall, 'DENSE_NGC_ENTRIES', 0)
         layout = 'stacked'
@@ -238,6 +240,7 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
             raw.append(torch.tensor(m))
         scores = build_relation_scores(raw, [background] * batch, num_rel, num_pred, [single_label] * batch, given,
                                        layout, torch.device('cpu'))
+        assert scores.layout == ('views' if layout == 'compiled' and single_label else layout)
         width = max(num_rel) if num_rel else 0
         pair_score = torch.zeros(batch, width)
         valid = torch.zeros(batch, width, dtype=torch.bool)
@@ -298,12 +301,15 @@ def test_pad_rows_equals_a_loop(mean_rows):
 SPECIAL_VALUES = [float('nan'), -float('nan'), float('inf'), -float('inf'), -1e-45, -0.5, -0.0, 0.0, 1e-45, 3e38]
 
 
-@pytest.mark.parametrize('layout', ['stacked', 'concatenated', 'views'])
+@pytest.mark.parametrize('layout', ['stacked', 'concatenated', 'views', 'compiled'])
 def test_row_maxima_and_value_check_equal_float_reductions(layout):
     """Row maxima taken on the float bit patterns equal float maxima for valid rows (ties of -0.0 and +0.0 compare
     equal), and the bit-pattern check flags exactly the images with a NaN (either sign), +-inf or a negative
     entry anywhere, the background column included, and accepts -0.0."""
+    from mmsgg_eval.functional import compiled
     from mmsgg_eval.functional.scores import build_relation_scores
+    if layout == 'compiled' and not compiled.built():
+        pytest.skip('the compiled kernels are not built')
     g = np.random.default_rng(11)
     num_pred = 5
     for trial in range(120):
@@ -321,6 +327,7 @@ def test_row_maxima_and_value_check_equal_float_reductions(layout):
             raw.append(torch.tensor(m))
         scores = build_relation_scores(raw, [background] * batch, num_rel, num_pred, [False] * batch, [], layout,
                                        torch.device('cpu'))
+        assert scores.layout == ('concatenated' if layout == 'stacked' and len(set(num_rel)) > 1 else layout)
         expected_bad = [bool(m.numel()) and not bool((torch.isfinite(m) & (m >= 0)).all()) for m in raw]
         assert scores.bad_images.tolist() == expected_bad, trial
         for b, m in enumerate(raw):

@@ -40,11 +40,13 @@ CASES = list(itertools.product(['predcls', 'sgcls', 'sgdet', 'phrdet'], [True, F
 
 
 @pytest.mark.parametrize('mode,int_boxes,score_format', CASES)
-def test_differential_default_protocol(mode, int_boxes, score_format):
+def test_differential_default_protocol(mode, int_boxes, score_format, score_kernels):
     for seed in range(3):
         samples, refs = random_dataset(seed * 101 + len(mode), 30, mode, int_boxes=int_boxes,
                                        score_format=score_format, num_classes=NUM_CLASSES,
                                        num_predicates=NUM_PREDICATES)
+        layout = collate_scene_graphs(samples[:5], mode, NUM_CLASSES, NUM_PREDICATES).scores.layout
+        assert (layout == 'compiled') == (score_kernels == 'compiled' and score_format != 'single'), layout
         plus_one = bool(seed % 2)
         zs = {(0, 1, 2), (1, 1, 0), (2, 3, 4), (0, 0, 1)}
         ours = run_metrics(samples, batch_size=1 + seed * 3, mode=mode, iou_plus_one=plus_one, topk=(1, 3, 20),
@@ -58,7 +60,7 @@ def test_differential_default_protocol(mode, int_boxes, score_format):
                                     dict(recall_average='micro'), dict(rank='given'), dict(iou_thr=0.7),
                                     dict(recall_average='micro', mr_average='present')])
 @pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
-def test_differential_options(option, mode):
+def test_differential_options(option, mode, score_kernels):
     samples, refs = random_dataset(7, 40, mode, num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
                                    empty_pred_prob=0.3)
     ours = run_metrics(samples, mode=mode, topk=(2, 5, 50), iou_plus_one=True, predicate_groups=GROUPS, **option)
@@ -200,7 +202,7 @@ def test_shared_rows_between_metrics_of_one_evaluator():
 
 @pytest.mark.parametrize('mode,score_format', [('predcls', 'bg'), ('sgdet', 'bg'), ('sgdet', 'nobg'),
                                                ('sgcls', 'single'), ('phrdet', 'bg')])
-def test_differential_fixed_size_outputs(mode, score_format):
+def test_differential_fixed_size_outputs(mode, score_format, torch_scores):
     """Every image with the same number of pairs and score columns: the stacked [B, R, P] path, whose
     no-graph-constraint list ranks all B x R x P entries at once (long rows: the float top-k fast path, or
     the exact key path when ties touch the top)."""
@@ -253,7 +255,7 @@ def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
 @pytest.mark.parametrize('mode,score_format,fixed_pairs', [('sgdet', 'bg', None), ('predcls', 'nobg', None),
                                                            ('sgcls', 'single', None), ('sgdet', 'bg', 15),
                                                            ('phrdet', 'bg', None)])
-def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_format, fixed_pairs):
+def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_format, fixed_pairs, torch_scores):
     """Batches above SMALL_BATCH_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
     row maxima per image, pruned no-graph-constraint candidates. Forced here on small data."""
     from mmsgg_eval.structures import reader as structures
@@ -271,7 +273,7 @@ def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_fo
 
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
-def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad):
+def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad, score_kernels):
     from mmsgg_eval.structures import reader as structures
     monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS', 0)
     samples, _ = random_dataset(78, 12, 'sgdet', fixed_pairs=6, num_classes=NUM_CLASSES,
@@ -284,7 +286,7 @@ def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad):
         metric.flush()
 
 
-def test_pooling_across_process_calls_does_not_change_results(monkeypatch):
+def test_pooling_across_process_calls_does_not_change_results(monkeypatch, score_kernels):
     samples, refs = random_dataset(11, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     ref = reference_metrics(refs, NUM_PREDICATES, 'sgdet', ks=(1, 5, 20), plus_one=True, ng_topk=9,
                             groups=GROUP_IDX)

@@ -37,5 +37,10 @@ have mmengine==0.10.7 mmdet==3.3.0 pycocotools h5py matplotlib pytest || \
 echo "[setup] CLIP-family encoders for RelCLIPScore (optional extras, tested versions)"
 have open_clip_torch==3.3.0 transformers==5.24.0 || pip_install "open_clip_torch==3.3.0" "transformers==5.24.0" "numpy<2"
 echo "[setup] mmsgg_eval (editable)"
-pip_install --no-deps --no-build-isolation -e .
+pip_install --no-deps --no-build-isolation -e .   # also builds the compiled CPU kernels (mmsgg_eval/csrc/)
+if "$PY" -c "import sys; from mmsgg_eval.functional import compiled; sys.exit(0 if compiled.built() else 1)"; then
+    echo "[setup] compiled CPU score kernels: built"
+else
+    echo "[setup] WARNING: the compiled CPU score kernels were not built (no C++ compiler?); the torch implementation runs instead (same numbers, slower)"
+fi
 echo "[setup] done"

@@ -10,6 +10,7 @@ from typing import Dict, Optional, Sequence
 import torch
 from torch import Tensor
 
+from . import compiled
 from .boxes import box_iou, mask_iou
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
@@ -110,7 +111,9 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
 
     Only entries reaching that bound can be in the list: they are picked from the rows of the pairs whose best
     entry reaches it and ranked alone. Ties at the bound are all kept and entries keep their row-major
-    (pair, predicate) order, so the result equals a stable sort of the full matrix.
+    (pair, predicate) order, so the result equals a stable sort of the full matrix. In the ``compiled`` layout
+    the kernel finds its own bound image by image (``top_pairs`` and ``rel_count`` are not needed there), and an
+    image's real pairs are the rows of its matrix (``rel_valid`` must mark them, as the reader's batches do).
     Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``, L <= ``ng_topk``.
     """
     num_pred = scores.num_predicates
@@ -125,6 +128,9 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     empty = torch.zeros((batch, 0), dtype=torch.long, device=device)
     if batch == 0 or num_rel == 0 or num_pred == 0 or ng_topk <= 0:
         return empty, empty, empty.bool()
+    if scores.layout == 'compiled':  # every image's entries ranked in place (its real pairs: its matrix's rows)
+        return compiled.kernels().no_graph_constraint_list(scores.sources, scores.column, num_pred, scores.best,
+                                                           pair_score.float(), ng_topk)
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
     if rel_count is None:
         rel_count = valid_counts(rel_valid)

@@ -10,7 +10,11 @@ rows, are ``-inf``). How the rows are held depends on the batch:
   inputs) with the first row of each image in ``start``;
 * ``views``: images with large matrices (SGDet with all pairs on the CPU): ``matrices[b]`` is image b's
   [R_b, P] view of the input, never copied; only selected rows are gathered (whole input rows, then their
-  predicate columns, when the inputs are contiguous and start their predicates at one column).
+  predicate columns, when the inputs are contiguous and start their predicates at one column);
+* ``compiled``: as ``views``, read by the compiled CPU kernels (:mod:`.compiled`: one pass per matrix for the
+  row maxima and the value check, rows gathered and the no-graph-constraint list ranked in place); any batch of
+  contiguous float32 CPU matrices of one background convention without single-label images, when the kernels
+  are built (else ``views``).
 
 The functional layer reads rows only through :meth:`RelationScores.rows`, :meth:`~RelationScores.predicate_at`
 and the per-pair row maxima ``best`` (and ``dense`` when present), so the layout is a speed choice that never
@@ -25,7 +29,9 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-LAYOUTS = ('stacked', 'concatenated', 'views')
+from . import compiled
+
+LAYOUTS = ('stacked', 'concatenated', 'views', 'compiled')
 
 
 def lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
@@ -127,9 +133,9 @@ class RelationScores:
     dense: Optional[Tensor] = None          # [B, R, P] (stacked)
     flat: Optional[Tensor] = None           # [sum R, P] (stacked, concatenated)
     start: Optional[Tensor] = None          # [B] first row of each image in ``flat``
-    matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views)
+    matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views, compiled)
     sources: Optional[List[Tensor]] = None   # B x the contiguous inputs of ``matrices``, when they all are and
-    column: int = 0                          # all start their predicates at this ``column`` (views)
+    column: int = 0                          # all start their predicates at this ``column`` (views, compiled)
 
     @property
     def device(self) -> torch.device:
@@ -139,6 +145,8 @@ class RelationScores:
         """Score rows of pairs (image[i], pos[i]) -> [n, P]; ``image`` must be non-decreasing."""
         if self.flat is not None:
             return self.flat.index_select(0, self.start.index_select(0, image) + pos)
+        if self.layout == 'compiled':
+            return compiled.kernels().gather_rows(self.sources, image, pos, self.column, self.num_predicates)
         counts = torch.bincount(image, minlength=len(self.matrices)).tolist()
         if self.sources is not None:  # whole rows of contiguous inputs, copied into place, then their columns
             out = self.sources[0].new_empty((pos.numel(), self.column + self.num_predicates))
@@ -224,13 +232,11 @@ def _checked_as_a_whole(whole: Tensor, batch_size: int, raw: Sequence[Tensor], d
     return _range_flags(_ranges_per_image(raw, [False] * batch_size, (), device))
 
 
-def _flags_from_checks(passed: Sequence[Tensor], raw: Sequence[Tensor], device: torch.device) -> Tensor:
-    """[B] bad-image flags from each image's :func:`_bits_in_range` result (0-d bool, None for an empty
-    matrix): the images that fail it are looked at again on their values."""
-    true = torch.ones((), dtype=torch.bool, device=device)
-    passed_t = torch.stack([true if p is None else p for p in passed]) if passed else true.new_zeros(0)
+def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.device) -> Tensor:
+    """[B] bad-image flags from each image's :func:`_bits_in_range` result ``passed`` [B] bool (True for an
+    empty matrix): the images that fail it are looked at again on their values."""
     flags = torch.zeros(len(raw), dtype=torch.bool, device=device)
-    failed = (~passed_t).nonzero().squeeze(1).tolist()
+    failed = (~passed).nonzero().squeeze(1).tolist()
     if failed:
         flags[failed] = _range_flags(_ranges_per_image([raw[b] for b in failed], [False] * len(failed), (), device))
     return flags
@@ -241,7 +247,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
                           layout: str, device: torch.device, positions: Optional[Tensor] = None,
                           workspace: Optional[ScoreWorkspace] = None) -> RelationScores:
     """Arrange the score matrices in ``layout`` ('stacked' falls back to 'concatenated' when the images differ
-    in shape or background column) and reduce each row once.
+    in shape or background column, 'compiled' to 'views' when :func:`.compiled.suits` says no) and reduce each
+    row once.
 
     ``raw[b]``: image b's float32 [R_b, P] or [R_b, P + 1] matrix (``background[b]`` = 1 when column 0 is
     the background); single-label images were densified with ``-inf`` and ``given_scores`` holds their
@@ -258,6 +265,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
         layout = 'concatenated'
+    if layout == 'compiled' and not compiled.suits(raw, background, single_label, num_predicates, device):
+        layout = 'views'
     dense = flat = start = mats = whole = sources = None
     if not batch_size:
         best = torch.zeros((0, 0), device=device)
@@ -279,7 +288,10 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         mats = [m[:, b:] for m, b in zip(raw, background)]
         if uniform_bg and all(m.is_contiguous() and m.device == raw[0].device for m in raw):
             sources = raw
-    if flat is not None:
+    if layout == 'compiled':  # one pass over each matrix, in place
+        best, passed = compiled.kernels().row_maxima_checked(raw, bg, num_predicates, max(num_rel))
+        bad = _flags_from_checks(passed, raw, device)
+    elif flat is not None:
         lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
         start = torch.cumsum(lengths, 0) - lengths
         values = row_maxima(flat)
@@ -294,15 +306,16 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     else:
         # per image: the row maxima, then the bit-pattern check of the whole matrix while it is still in cache
         maxima, passed = [], []
+        true = torch.ones((), dtype=torch.bool, device=device)
         for m, matrix in zip(mats, raw):
             maxima.append(row_maxima(m))
             if not has_single:
-                passed.append(_bits_in_range(float_bits(matrix)) if matrix.numel() else None)
+                passed.append(_bits_in_range(float_bits(matrix)) if matrix.numel() else true)
         best = pad_rows(maxima, 0.0, list(num_rel), positions)
         if has_single:  # single-label images are checked on their given scores
             bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
         else:
-            bad = _flags_from_checks(passed, raw, device)
+            bad = _flags_from_checks(torch.stack(passed), raw, device)
     return RelationScores(layout=layout, num_predicates=num_predicates, best=best, bad_images=bad,
                           has_single_label=has_single, dense=dense, flat=flat, start=start, matrices=mats,
                           sources=sources, column=bg if sources is not None else 0)

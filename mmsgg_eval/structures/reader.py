@@ -33,6 +33,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..functional import compiled
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, lengths_mask, pad_rows,
                                  padded_positions, scatters)
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
@@ -525,8 +526,12 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
     validate_padded(rules, samples, [scores.bad_images], [score_message])
 
 
-def _score_layout(num_rel: Sequence[int], device: torch.device) -> str:
-    """'stacked' (concatenated when the images differ) for batches up to the size limits above, else 'views'."""
+def _score_layout(padded: _Padded, num_predicates: int, device: torch.device) -> str:
+    """'compiled' where the compiled CPU kernels can read the matrices in place (any size: no copy), else
+    'stacked' (concatenated when the images differ) for batches up to the size limits above, else 'views'."""
+    if compiled.suits(padded.raw_scores, padded.background, padded.single_label, num_predicates, device):
+        return 'compiled'
+    num_rel = padded.num_rel
     total = sum(num_rel)
     if device.type == 'cpu':
         small = total <= SMALL_BATCH_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
@@ -566,7 +571,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     num_rel = padded.num_rel
     max_rel = max(num_rel) if num_rel else 0
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
-                                   padded.single_label, padded.given_scores, _score_layout(num_rel, device),
+                                   padded.single_label, padded.given_scores,
+                                   _score_layout(padded, num_predicates, device),
                                    device=device, positions=padded.rel_positions, workspace=workspace)
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
     report = counts if counts is not None else ObjectCounts()

@@ -1,0 +1,260 @@
+// Compiled CPU kernels over a batch of per-image predicate score matrices, read in place (no copy).
+//
+// Every image b has a contiguous float32 matrix [R_b, C] whose predicate columns are [column, C) (column 1 when
+// column 0 is the background). The kernels give exactly what the torch paths of mmsgg_eval.functional give:
+//   * row_maxima_checked: each row's maximum over its predicate columns, taken on the float32 bit patterns read
+//     as int32 (they order finite non-negative floats as their values), and per image whether every entry of the
+//     whole matrix (background included) has bits in [0, 0x7F800000), i.e. is finite and >= 0 (-0.0 fails this
+//     integer check: callers look again at the values of the images that fail);
+//   * gather_rows: the predicate columns of selected rows;
+//   * no_graph_constraint_list: the stable descending top-k of every (pair, predicate) entry
+//     pair_score[r] * prob[r, p] of each image (ties in row-major (pair, predicate) order).
+// Images are processed in parallel (ATen's intra-op threads); each image's work is independent.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int32_t kFiniteBits = 0x7F800000;  // the bit pattern of +inf: finite non-negative floats lie below
+
+inline float as_float(int32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+void check_matrices(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates) {
+  for (size_t b = 0; b < matrices.size(); ++b) {
+    const at::Tensor& m = matrices[b];
+    TORCH_CHECK(m.device().is_cpu(), "image ", b, ": the score matrix is not on the CPU");
+    TORCH_CHECK(m.scalar_type() == at::kFloat, "image ", b, ": the score matrix is not float32");
+    TORCH_CHECK(m.dim() == 2 && m.size(1) == column + num_predicates, "image ", b,
+                ": the score matrix must have shape [R, ", column + num_predicates, "], got ", m.sizes());
+    TORCH_CHECK(m.is_contiguous(), "image ", b, ": the score matrix is not contiguous");
+  }
+}
+
+// Row maxima of one image's predicate columns (into out[0, rows)) and the integer range check of all its entries.
+__attribute__((target_clones("avx2", "default")))
+bool image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+  int32_t low = std::numeric_limits<int32_t>::max();
+  int32_t high = std::numeric_limits<int32_t>::min();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* row = data + r * cols;
+    for (int64_t c = 0; c < column; ++c) {
+      low = std::min(low, row[c]);
+      high = std::max(high, row[c]);
+    }
+    int32_t best = std::numeric_limits<int32_t>::min();
+    for (int64_t c = column; c < cols; ++c) {
+      best = std::max(best, row[c]);
+      low = std::min(low, row[c]);
+    }
+    high = std::max(high, best);
+    out[r] = best;
+  }
+  return rows == 0 || cols == 0 || (low >= 0 && high < kFiniteBits);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> row_maxima_checked(const std::vector<at::Tensor>& matrices, int64_t column,
+                                                      int64_t num_predicates, int64_t width) {
+  TORCH_CHECK(num_predicates > 0, "row_maxima_checked needs at least one predicate column");
+  check_matrices(matrices, column, num_predicates);
+  const int64_t batch = static_cast<int64_t>(matrices.size());
+  at::Tensor best = at::zeros({batch, width}, at::kFloat);
+  at::Tensor passed = at::empty({batch}, at::kBool);
+  int32_t* best_bits = reinterpret_cast<int32_t*>(best.data_ptr<float>());
+  bool* passed_ptr = passed.data_ptr<bool>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(matrices[b].size(0) <= width, "image ", b, " has more rows than the width ", width);
+  }
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const at::Tensor& m = matrices[b];
+      const int32_t* data = reinterpret_cast<const int32_t*>(m.data_ptr<float>());
+      passed_ptr[b] = image_row_maxima(data, m.size(0), m.size(1), column, best_bits + b * width);
+    }
+  });
+  return {best, passed};
+}
+
+at::Tensor gather_rows(const std::vector<at::Tensor>& matrices, const at::Tensor& image, const at::Tensor& pos,
+                       int64_t column, int64_t num_predicates) {
+  check_matrices(matrices, column, num_predicates);
+  TORCH_CHECK(image.scalar_type() == at::kLong && pos.scalar_type() == at::kLong && image.dim() == 1 &&
+                  pos.dim() == 1 && image.numel() == pos.numel(),
+              "gather_rows: image and pos must be int64 vectors of one length");
+  at::Tensor image_c = image.contiguous(), pos_c = pos.contiguous();
+  const int64_t* image_ptr = image_c.data_ptr<int64_t>();
+  const int64_t* pos_ptr = pos_c.data_ptr<int64_t>();
+  const int64_t n = image_c.numel();
+  const int64_t batch = static_cast<int64_t>(matrices.size());
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(image_ptr[i] >= 0 && image_ptr[i] < batch, "gather_rows: image ", image_ptr[i], " out of range");
+    TORCH_CHECK(pos_ptr[i] >= 0 && pos_ptr[i] < matrices[image_ptr[i]].size(0), "gather_rows: row ", pos_ptr[i],
+                " out of range for image ", image_ptr[i]);
+  }
+  at::Tensor out = at::empty({n, num_predicates}, at::kFloat);
+  float* out_ptr = out.data_ptr<float>();
+  const int64_t cols = column + num_predicates;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = matrices[image_ptr[i]].data_ptr<float>() + pos_ptr[i] * cols + column;
+    std::memcpy(out_ptr + i * num_predicates, row, sizeof(float) * num_predicates);
+  }
+  return out;
+}
+
+namespace {
+
+struct Entry {
+  float value;
+  int64_t index;  // r * P + p: row-major position in the image's predicate matrix
+};
+
+// descending value; ties in ascending position (a stable sort of the row-major entries)
+inline bool ranks_before(const Entry& a, const Entry& b) {
+  return a.value > b.value || (a.value == b.value && a.index < b.index);
+}
+
+// The stable top-k entries of one image into `listed` (cleared first).
+//
+// The k-th best entry V of the image bounds what can be listed: every listed entry is >= V and lies in a row whose
+// best entry pair_score * best (rounding is monotone) is >= V. V is at least the k-th best row's best entry; the
+// rows reaching that are read by descending best entry, keeping the k largest entries seen in a min-heap, until
+// the next row's best entry is below the heap's smallest T <= V: the rows not read hold only entries below T.
+// Every entry read that reached the bound of its time is a candidate; those >= the final T (ties at T included)
+// are ranked by (value descending, row-major position), as a stable sort of all entries would.
+struct Workspace {
+  std::vector<std::pair<float, int64_t>> rows;  // (best entry, row)
+  std::vector<float> heap;
+};
+
+void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, const float* best,
+               const float* pair_score, int64_t k, Workspace& work, std::vector<Entry>& listed) {
+  const int64_t num_pred = cols - column;
+  listed.clear();
+  auto& order = work.rows;
+  order.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    order[r] = {pair_score[r] * best[r], r};  // the row's best entry
+  }
+  auto higher = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
+    return a.first > b.first;
+  };
+  // the k best rows' best entries are k distinct entries: V >= the k-th of them, and past the k-th best row only
+  // rows tying with it can hold an entry that large
+  float low = -std::numeric_limits<float>::infinity();  // a lower bound of V: candidates are >= it
+  int64_t head = rows;
+  if (rows >= k) {
+    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), higher);
+    low = order[k - 1].first;
+    head = std::partition(order.begin() + k, order.end(),
+                          [low](const std::pair<float, int64_t>& row) { return row.first >= low; }) -
+           order.begin();
+  }
+  std::sort(order.begin(), order.begin() + head, higher);
+  std::vector<float>& heap = work.heap;  // min-heap of the k largest entries read (all >= low); once it holds k,
+  heap.clear();                          // its smallest is the bound
+  for (int64_t i = 0; i < head; ++i) {
+    if (order[i].first < low) {
+      break;
+    }
+    const int64_t r = order[i].second;
+    const float* row = data + r * cols + column;
+    const float weight = pair_score[r];
+    for (int64_t p = 0; p < num_pred; ++p) {
+      const float value = row[p] * weight;
+      if (!(value >= low)) {
+        continue;
+      }
+      listed.push_back(Entry{value, r * num_pred + p});
+      if (static_cast<int64_t>(heap.size()) < k) {
+        heap.push_back(value);
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+        if (static_cast<int64_t>(heap.size()) == k) {
+          low = heap.front();
+        }
+      } else if (value > low) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+        heap.back() = value;
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+        low = heap.front();
+      }
+    }
+  }
+  if (static_cast<int64_t>(heap.size()) == k) {
+    listed.erase(std::remove_if(listed.begin(), listed.end(), [low](const Entry& e) { return e.value < low; }),
+                 listed.end());
+  }
+  const int64_t keep = std::min<int64_t>(k, static_cast<int64_t>(listed.size()));
+  std::partial_sort(listed.begin(), listed.begin() + keep, listed.end(), ranks_before);
+  listed.resize(keep);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
+    const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates, const at::Tensor& best,
+    const at::Tensor& pair_score, int64_t ng_topk) {
+  TORCH_CHECK(num_predicates > 0 && ng_topk > 0, "no_graph_constraint_list needs predicates and ng_topk > 0");
+  check_matrices(matrices, column, num_predicates);
+  const int64_t batch = static_cast<int64_t>(matrices.size());
+  TORCH_CHECK(best.scalar_type() == at::kFloat && pair_score.scalar_type() == at::kFloat && best.dim() == 2 &&
+                  best.sizes() == pair_score.sizes() && best.size(0) == batch,
+              "no_graph_constraint_list: best and pair_score must be float32 [B, R] of one shape");
+  at::Tensor best_c = best.contiguous(), pair_score_c = pair_score.contiguous();
+  const int64_t width = best_c.size(1);
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(matrices[b].size(0) <= width, "image ", b, " has more rows than the width ", width);
+  }
+  const float* best_ptr = best_c.data_ptr<float>();
+  const float* pair_score_ptr = pair_score_c.data_ptr<float>();
+  std::vector<std::vector<Entry>> lists(batch);
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    Workspace work;
+    for (int64_t b = begin; b < end; ++b) {
+      const at::Tensor& m = matrices[b];
+      image_ngc(m.data_ptr<float>(), m.size(0), m.size(1), column, best_ptr + b * width,
+                pair_score_ptr + b * width, ng_topk, work, lists[b]);
+    }
+  });
+  int64_t length = 0;
+  for (const auto& list : lists) {
+    length = std::max<int64_t>(length, static_cast<int64_t>(list.size()));
+  }
+  at::Tensor pair = at::zeros({batch, length}, at::kLong);
+  at::Tensor predicate = at::zeros({batch, length}, at::kLong);
+  at::Tensor valid = at::zeros({batch, length}, at::kBool);
+  int64_t* pair_ptr = pair.data_ptr<int64_t>();
+  int64_t* predicate_ptr = predicate.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto& list = lists[b];
+    for (size_t i = 0; i < list.size(); ++i) {
+      pair_ptr[b * length + i] = list[i].index / num_predicates;
+      predicate_ptr[b * length + i] = list[i].index % num_predicates;
+      valid_ptr[b * length + i] = true;
+    }
+  }
+  return {pair, predicate, valid};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "mmsgg_eval compiled CPU kernels over per-image predicate score matrices";
+  m.def("row_maxima_checked", &row_maxima_checked, "row maxima [B, width] and the integer range check [B]",
+        py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("width"));
+  m.def("gather_rows", &gather_rows, "predicate columns of rows (image[i], pos[i]) -> [n, P]", py::arg("matrices"),
+        py::arg("image"), py::arg("pos"), py::arg("column"), py::arg("num_predicates"));
+  m.def("no_graph_constraint_list", &no_graph_constraint_list,
+        "stable top-k (pair, predicate) entries pair_score * prob of each image", py::arg("matrices"),
+        py::arg("column"), py::arg("num_predicates"), py::arg("best"), py::arg("pair_score"), py::arg("ng_topk"));
+}

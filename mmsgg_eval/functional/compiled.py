@@ -1,0 +1,65 @@
+"""The optional compiled CPU kernels over per-image score matrices (``mmsgg_eval._ext``, sources in
+``mmsgg_eval/csrc/``, built at install time) and the switch that turns them off.
+
+They compute exactly what the torch implementation computes (the row maxima on the float32 bit patterns, the
+value check, the stable no-graph-constraint list), reading each image's matrix in place; when they are not built,
+or are switched off (``MMSGG_EVAL_COMPILED=0`` in the environment, or :func:`disabled`), the torch layouts run.
+"""
+import contextlib
+import os
+from typing import Iterator, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+_kernels = None
+_loaded = False
+_enabled = os.environ.get('MMSGG_EVAL_COMPILED', '1') != '0'
+
+
+def kernels():
+    """The compiled module, or None when it is not built or switched off (imported on first use)."""
+    global _kernels, _loaded
+    if not _enabled:
+        return None
+    if not _loaded:
+        _loaded = True
+        try:
+            from .. import _ext
+            _kernels = _ext
+        except ImportError:
+            _kernels = None
+    return _kernels
+
+
+def built() -> bool:
+    """Whether the compiled kernels are importable (whatever the switch says)."""
+    global _enabled
+    saved, _enabled = _enabled, True
+    try:
+        return kernels() is not None
+    finally:
+        _enabled = saved
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Run the torch implementation inside this block (for comparisons and tests)."""
+    global _enabled
+    saved, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = saved
+
+
+def suits(raw: Sequence[Tensor], background: Sequence[int], single_label: Sequence[bool], num_predicates: int,
+          device: Optional[object] = None) -> bool:
+    """Whether the compiled kernels can read a batch of score matrices in place: they are available, the matrices
+    are contiguous float32 CPU tensors of one background convention, no image has single-label scores (those are
+    checked on their given scores) and there is at least one predicate column."""
+    if kernels() is None or num_predicates <= 0 or any(single_label) or len(set(background)) > 1:
+        return False
+    if device is not None and getattr(device, 'type', device) != 'cpu':
+        return False
+    return all(m.device.type == 'cpu' and m.dtype == torch.float32 and m.is_contiguous() for m in raw)
