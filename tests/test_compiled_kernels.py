@@ -185,3 +185,32 @@ def test_metrics_equal_the_torch_implementation_on_realistic_workloads(workload,
     for key, value in with_kernels.items():
         if isinstance(value, float):
             assert value == without[key], key
+
+
+@needs_kernels
+@pytest.mark.parametrize('quantised', [False, True])
+def test_prefix_topk_equals_the_torch_stable_topk(quantised):
+    """The graph-constrained list's ranking: the stable top-k of each row's first count[b] entries, with ties
+    (also of -0.0 and +0.0), empty and full rows, k above the row length and k = 0."""
+    from mmsgg_eval.functional.ranking import prefix_topk, stable_topk
+    g = torch.Generator().manual_seed(int(quantised))
+    for trial in range(40):
+        batch, length = int(torch.randint(1, 7, (1,), generator=g)), int(torch.randint(0, 90, (1,), generator=g))
+        values = torch.rand(batch, length, generator=g)
+        if quantised:
+            values = (values * 3).round() / 3
+            values[values == 0] = -0.0 if trial % 2 else 0.0
+        count = torch.randint(0, length + 1, (batch,), generator=g)
+        count[0] = length
+        for k in (0, 1, 5, 50, 200):
+            got_index, got_valid = prefix_topk(values, count, k)
+            with compiled.disabled():
+                index, valid = prefix_topk(values, count, k)
+            mask = torch.arange(length)[None, :] < count[:, None]
+            assert torch.equal(stable_topk(values, mask, k, count)[1], valid)
+            assert got_index.shape == index.shape == (batch, min(k, length))
+            assert torch.equal(got_valid, valid), (trial, k)
+            assert torch.equal(got_index[got_valid], index[valid]), (trial, k)
+    ext = compiled.kernels()
+    with pytest.raises(RuntimeError, match='row 0 has count 4 outside'):
+        ext.stable_topk_prefix(torch.rand(1, 3), torch.tensor([4]), 2)

@@ -8,7 +8,11 @@
 //     integer check: callers look again at the values of the images that fail);
 //   * gather_rows: the predicate columns of selected rows;
 //   * no_graph_constraint_list: the stable descending top-k of every (pair, predicate) entry
-//     pair_score[r] * prob[r, p] of each image (ties in row-major (pair, predicate) order).
+//     pair_score[r] * prob[r, p] of each image (ties in row-major (pair, predicate) order);
+//   * stable_topk_prefix: the stable descending top-k of the first count[b] entries of each row of a matrix
+//     (the graph-constrained list: each image's real pairs come first).
+// Values are compared as floats (-0.0 ties with +0.0, as in a stable sort); a NaN, which validated inputs never
+// hold, is never listed by the no-graph-constraint list and ranks last in stable_topk_prefix.
 // Images are processed in parallel (ATen's intra-op threads); each image's work is independent.
 #include <torch/extension.h>
 
@@ -125,79 +129,106 @@ inline bool ranks_before(const Entry& a, const Entry& b) {
   return a.value > b.value || (a.value == b.value && a.index < b.index);
 }
 
-// The stable top-k entries of one image into `listed` (cleared first).
+// The stable top-k entries of one image into `listed`.
 //
-// The k-th best entry V of the image bounds what can be listed: every listed entry is >= V and lies in a row whose
-// best entry pair_score * best (rounding is monotone) is >= V. V is at least the k-th best row's best entry; the
-// rows reaching that are read by descending best entry, keeping the k largest entries seen in a min-heap, until
-// the next row's best entry is below the heap's smallest T <= V: the rows not read hold only entries below T.
-// Every entry read that reached the bound of its time is a candidate; those >= the final T (ties at T included)
-// are ranked by (value descending, row-major position), as a stable sort of all entries would.
+// Every listed entry is >= the image's k-th best entry V, and lies in a row whose best entry (pair_score * best:
+// rounding is monotone, so that is the row's largest entry) is >= V. A lower bound `low` <= V selects the
+// candidates: the entries >= low (ties at low included) of the rows reaching low, read in row-major order; the
+// first k of them by (value descending, row-major position) are listed, as a stable sort of all entries would
+// list them. The bound:
+//   * the k-th largest row best (the k best rows' best entries are k distinct entries): tight when the image has
+//     many rows per listed entry;
+//   * with fewer than 2 k rows that bound lets most entries through; there the rows reaching it are read by
+//     descending best entry, keeping the k largest entries seen in a min-heap, until the next row's best entry
+//     is below the heap's smallest, which is then the bound (the rows not read hold only entries below it).
+constexpr int64_t kRowsPerEntryForRowBound = 2;
+
 struct Workspace {
-  std::vector<std::pair<float, int64_t>> rows;  // (best entry, row)
+  std::vector<float> pair_best;                 // each row's best entry
+  std::vector<float> selection;                 // scratch for the k-th largest of them
+  std::vector<std::pair<float, int64_t>> rows;  // (best entry, row) of the rows reaching the row bound
   std::vector<float> heap;
 };
+
+float heap_bound(const float* data, int64_t cols, int64_t column, const float* pair_score, float low, int64_t k,
+                 Workspace& work) {
+  const std::vector<float>& pair_best = work.pair_best;
+  auto& order = work.rows;
+  order.clear();
+  for (int64_t r = 0; r < static_cast<int64_t>(pair_best.size()); ++r) {
+    if (pair_best[r] >= low) {
+      order.emplace_back(pair_best[r], r);
+    }
+  }
+  std::sort(order.begin(), order.end(),
+            [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) { return a.first > b.first; });
+  std::vector<float>& heap = work.heap;
+  heap.clear();
+  const int64_t num_pred = cols - column;
+  for (const auto& [row_best, r] : order) {
+    if (static_cast<int64_t>(heap.size()) == k && row_best < heap.front()) {
+      break;
+    }
+    const float* row = data + r * cols + column;
+    for (int64_t p = 0; p < num_pred; ++p) {
+      const float value = row[p] * pair_score[r];
+      if (static_cast<int64_t>(heap.size()) < k) {
+        if (value >= low) {
+          heap.push_back(value);
+          std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+        }
+      } else if (value > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+        heap.back() = value;
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      }
+    }
+  }
+  return static_cast<int64_t>(heap.size()) == k ? heap.front() : low;
+}
 
 void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, const float* best,
                const float* pair_score, int64_t k, Workspace& work, std::vector<Entry>& listed) {
   const int64_t num_pred = cols - column;
-  listed.clear();
-  auto& order = work.rows;
-  order.resize(rows);
+  std::vector<float>& pair_best = work.pair_best;
+  pair_best.resize(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    order[r] = {pair_score[r] * best[r], r};  // the row's best entry
+    const float value = pair_score[r] * best[r];
+    pair_best[r] = value == value ? value : -std::numeric_limits<float>::infinity();  // NaN: never listed
   }
-  auto higher = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-    return a.first > b.first;
-  };
-  // the k best rows' best entries are k distinct entries: V >= the k-th of them, and past the k-th best row only
-  // rows tying with it can hold an entry that large
-  float low = -std::numeric_limits<float>::infinity();  // a lower bound of V: candidates are >= it
-  int64_t head = rows;
+  float low = -std::numeric_limits<float>::infinity();
   if (rows >= k) {
-    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), higher);
-    low = order[k - 1].first;
-    head = std::partition(order.begin() + k, order.end(),
-                          [low](const std::pair<float, int64_t>& row) { return row.first >= low; }) -
-           order.begin();
+    std::vector<float>& selection = work.selection;
+    selection.assign(pair_best.begin(), pair_best.end());
+    std::nth_element(selection.begin(), selection.begin() + (k - 1), selection.end(), std::greater<float>());
+    low = selection[k - 1];
   }
-  std::sort(order.begin(), order.begin() + head, higher);
-  std::vector<float>& heap = work.heap;  // min-heap of the k largest entries read (all >= low); once it holds k,
-  heap.clear();                          // its smallest is the bound
-  for (int64_t i = 0; i < head; ++i) {
-    if (order[i].first < low) {
-      break;
+  if (rows < kRowsPerEntryForRowBound * k && rows * num_pred > k) {
+    low = heap_bound(data, cols, column, pair_score, low, k, work);
+  }
+  size_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!(pair_best[r] >= low)) {
+      continue;
     }
-    const int64_t r = order[i].second;
+    if (listed.size() < count + num_pred) {
+      listed.resize(2 * (count + num_pred));
+    }
+    Entry* out = listed.data();
     const float* row = data + r * cols + column;
     const float weight = pair_score[r];
-    for (int64_t p = 0; p < num_pred; ++p) {
+    for (int64_t p = 0; p < num_pred; ++p) {  // branch-free: each entry written, kept when it reaches low
       const float value = row[p] * weight;
-      if (!(value >= low)) {
-        continue;
-      }
-      listed.push_back(Entry{value, r * num_pred + p});
-      if (static_cast<int64_t>(heap.size()) < k) {
-        heap.push_back(value);
-        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-        if (static_cast<int64_t>(heap.size()) == k) {
-          low = heap.front();
-        }
-      } else if (value > low) {
-        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-        heap.back() = value;
-        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-        low = heap.front();
-      }
+      out[count] = Entry{value, r * num_pred + p};
+      count += value >= low;
     }
   }
-  if (static_cast<int64_t>(heap.size()) == k) {
-    listed.erase(std::remove_if(listed.begin(), listed.end(), [low](const Entry& e) { return e.value < low; }),
-                 listed.end());
+  listed.resize(count);
+  if (static_cast<int64_t>(count) > k) {
+    std::nth_element(listed.begin(), listed.begin() + (k - 1), listed.end(), ranks_before);
+    listed.resize(k);
   }
-  const int64_t keep = std::min<int64_t>(k, static_cast<int64_t>(listed.size()));
-  std::partial_sort(listed.begin(), listed.begin() + keep, listed.end(), ranks_before);
-  listed.resize(keep);
+  std::sort(listed.begin(), listed.end(), ranks_before);
 }
 
 }  // namespace
@@ -248,6 +279,50 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
   return {pair, predicate, valid};
 }
 
+std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k) {
+  TORCH_CHECK(values.device().is_cpu() && values.scalar_type() == at::kFloat && values.dim() == 2,
+              "stable_topk_prefix: values must be a float32 [B, L] CPU tensor");
+  TORCH_CHECK(count.scalar_type() == at::kLong && count.dim() == 1 && count.size(0) == values.size(0),
+              "stable_topk_prefix: count must be int64 [B]");
+  TORCH_CHECK(k >= 0, "stable_topk_prefix: k must be >= 0");
+  at::Tensor values_c = values.contiguous(), count_c = count.contiguous();
+  const int64_t batch = values_c.size(0), length = values_c.size(1);
+  const int64_t width = std::min(k, length);
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= length, "stable_topk_prefix: row ", b, " has count ",
+                count_ptr[b], " outside [0, ", length, "]");
+  }
+  at::Tensor index = at::zeros({batch, width}, at::kLong);
+  at::Tensor valid = at::zeros({batch, width}, at::kBool);
+  const float* values_ptr = values_c.data_ptr<float>();
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  if (width == 0) {
+    return {index, valid};
+  }
+  at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
+    std::vector<Entry> row;
+    for (int64_t b = begin; b < end; ++b) {
+      const float* v = values_ptr + b * length;
+      row.resize(count_ptr[b]);
+      for (int64_t i = 0; i < count_ptr[b]; ++i) {
+        row[i] = Entry{v[i] == v[i] ? v[i] : -std::numeric_limits<float>::infinity(), i};  // NaN ranks last
+      }
+      if (static_cast<int64_t>(row.size()) > width) {
+        std::nth_element(row.begin(), row.begin() + (width - 1), row.end(), ranks_before);
+        row.resize(width);
+      }
+      std::sort(row.begin(), row.end(), ranks_before);
+      for (size_t i = 0; i < row.size(); ++i) {
+        index_ptr[b * width + i] = row[i].index;
+        valid_ptr[b * width + i] = true;
+      }
+    }
+  });
+  return {index, valid};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mmsgg_eval compiled CPU kernels over per-image predicate score matrices";
   m.def("row_maxima_checked", &row_maxima_checked, "row maxima [B, width] and the integer range check [B]",
@@ -257,4 +332,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("no_graph_constraint_list", &no_graph_constraint_list,
         "stable top-k (pair, predicate) entries pair_score * prob of each image", py::arg("matrices"),
         py::arg("column"), py::arg("num_predicates"), py::arg("best"), py::arg("pair_score"), py::arg("ng_topk"));
+  m.def("stable_topk_prefix", &stable_topk_prefix,
+        "stable descending top-k of the first count[b] entries of each row: (index [B, k'], valid [B, k'])",
+        py::arg("values"), py::arg("count"), py::arg("k"));
 }

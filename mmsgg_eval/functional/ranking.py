@@ -9,6 +9,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import compiled
+
 
 # rows whose valid entries are at most 1 / SPARSE_FRACTION of their length are ranked on those entries alone
 SPARSE_FRACTION = 4
@@ -77,6 +79,17 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int, count: Optional
     exact_order, exact_valid = _keyed_topk(scores.index_select(0, rows),
                                            None if valid is None else valid.index_select(0, rows), k)
     return order.index_copy(0, rows, exact_order), listed.index_copy(0, rows, exact_valid)
+
+
+def prefix_topk(scores: Tensor, count: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+    """:func:`stable_topk` of rows whose valid entries are their first ``count[b]`` (e.g. each image's real pairs
+    in a padded batch): the compiled kernel on the CPU when it is built, else the torch implementation. Invalid
+    entries of the result hold index 0 or any index (look at ``valid`` only)."""
+    kernels = compiled.kernels() if scores.device.type == 'cpu' else None
+    if kernels is not None and scores.dtype == torch.float32:
+        return kernels.stable_topk_prefix(scores, count, int(k))
+    valid = torch.arange(scores.shape[1], device=scores.device)[None, :] < count[:, None]
+    return stable_topk(scores, valid, k, count)
 
 
 def _compacted_topk(scores: Tensor, valid: Tensor, count: Tensor, most: int, k: int) -> Tuple[Tensor, Tensor]:

@@ -15,7 +15,7 @@ from .boxes import box_iou, mask_iou
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import positions_in_groups, sortable_key, stable_topk, triplet_scores, valid_counts
+from .ranking import positions_in_groups, prefix_topk, sortable_key, stable_topk, triplet_scores, valid_counts
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -236,7 +236,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
         gc_valid = batch.rel_valid[:, :length]
     else:
-        gc_order, gc_valid = stable_topk(gc_score, batch.rel_valid, max_k, batch.num_rel_preds)
+        gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k)  # real pairs first in each row
     out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
 
     pair_score = subject_score.float() * object_score.float()
