@@ -561,21 +561,26 @@ def test_offline_benchmark_evaluates_a_stream_to_the_in_memory_numbers(tmp_path)
 
 def test_benchmark_cli_keeps_each_jobs_best_round():
     """tools/benchmark.py runs its job list --rounds times in turn and reports one row per job (its best
-    round), with the ratios JSON line."""
+    round), with the ratios JSON line; --torch-path adds the run without the compiled kernels (same numbers)."""
     import json
     import subprocess
     import sys
     from pathlib import Path
     tool = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
     out = subprocess.run([sys.executable, str(tool), '--workload', 'triplets', '--images', '8', '--batch-size', '4',
-                          '--repeat', '1', '--rounds', '2', '--no-peers', '--device', 'cpu'],
+                          '--repeat', '1', '--rounds', '2', '--no-peers', '--device', 'cpu', '--torch-path'],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stderr.count('running ours on triplets (cpu)') == 2 and 'round 2/2' in out.stderr
+    assert out.stderr.count('running ours-torch on triplets (cpu)') == 2
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary['rounds'] == 2 and summary['images_per_s']['ours/triplets/cpu'] > 0
-    rows = [line for line in out.stdout.splitlines() if line.startswith('ours ')]
-    assert len(rows) == 1
+    assert summary['images_per_s']['ours-torch/triplets/cpu'] > 0
+    assert 'ours_vs_ours-torch_triplets_cpu' in summary['ratios']
+    from mmsgg_eval.functional import compiled
+    assert summary['compiled_kernels'] == compiled.built()
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith('ours')]
+    assert [r[0] for r in rows] == ['ours', 'ours-torch'] and rows[0][-2:] == rows[1][-2:]  # same R@50, mR@50
     bad = subprocess.run([sys.executable, str(tool), '--rounds', '0'], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and '--rounds must be at least 1, got 0' in bad.stderr
 

@@ -150,6 +150,12 @@ def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pair
             s['pred_instances'] = dict(bboxes=boxes, labels=s['gt_instances']['labels'],
                                        scores=torch.ones(len(boxes)))
     fast = structures.collate_scene_graphs(samples, mode, 4, 5)
+    from mmsgg_eval.functional import compiled
+    with compiled.disabled():  # the torch layouts: stacked for fixed sizes
+        assert (structures.collate_scene_graphs(samples, mode, 4, 5).scores.dense is not None) == \
+            (fixed_pairs is not None)
+    assert fast.scores.layout == ('compiled' if compiled.kernels() is not None else
+                                  'stacked' if fixed_pairs is not None else 'concatenated')
 
     def refuse(*args, **kwargs):
         raise structures._NotFast
@@ -165,7 +171,6 @@ def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pair
     for name in BATCH_FIELDS:
         a, b = getattr(fast, name), getattr(slow, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
-    assert (fast.scores.dense is not None) == (fixed_pairs is not None)
 
 
 def test_fieldwise_reader_takes_mmdet_boxes_and_falls_back_on_other_containers():

@@ -3,12 +3,13 @@
     python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg variable-256
                                           sgdet-variable]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
-                              [--relclip]
+                              [--relclip] [--torch-path] [--no-peers] [--offline]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
 ``evaluate()`` of SGRecall + SGMeanRecall with every key on (R, ngR, zR, ngzR, A, mR, ngmR, groups, F, AVG),
-the peak memory, the bytes one rank sends at evaluate(); beside it, on ``triplets`` and the variable-size
+the peak memory, the bytes one rank sends at evaluate() (on the CPU with the compiled score kernels when they
+are built; ``--torch-path`` adds the same run with them switched off); beside it, on ``triplets`` and the variable-size
 workloads, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when installed; handed its GC and NGC top-100
 lists precomputed, outside the timing; and as ``sgbench+lists`` with the numpy sorts that build those lists
 from the scores inside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
@@ -160,6 +161,10 @@ def worker(args):
     impl, workload, device = args.worker
     if impl == 'ours':
         res = run_ours(workload, args.images, args.batch_size, device, args.repeat)
+    elif impl == 'ours-torch':  # the same metrics with the compiled CPU kernels switched off
+        from mmsgg_eval.functional import compiled
+        with compiled.disabled():
+            res = run_ours(workload, args.images, args.batch_size, device, args.repeat)
     elif impl == 'legacy':
         res = run_legacy(workload, args.images, args.repeat)
     elif impl == 'offline':
@@ -207,6 +212,9 @@ def main():
                              'implementation the same chances')
     parser.add_argument('--relclip', action='store_true', help='also RelCLIPScore / alignment-study relations/s')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
+    parser.add_argument('--torch-path', action='store_true',
+                        help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
+                             'the torch implementation, as where the kernels are not built)')
     parser.add_argument('--offline', action='store_true',
                         help='also evaluate each workload from a prediction stream file (tools/test.py --out)')
     parser.add_argument('--offline-images', type=int, default=400,
@@ -219,11 +227,14 @@ def main():
     if args.worker:
         return worker(args)
     import torch
+    from mmsgg_eval.functional import compiled
     devices = args.device or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu'])
     jobs = []
     for wl in [w for w in args.workload if w != 'none']:
         for dev in devices:
             jobs.append(('ours', wl, dev))
+        if args.torch_path and 'cpu' in devices:
+            jobs.append(('ours-torch', wl, 'cpu'))
         if not args.no_peers:
             jobs += [(peer, wl, 'cpu') for peer, workloads in PEER_WORKLOADS.items() if wl in workloads]
         if args.offline:
@@ -264,14 +275,14 @@ def main():
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})
     ratios = {}
-    for peer, workloads in PEER_WORKLOADS.items():
+    for peer, workloads in dict(PEER_WORKLOADS, **{'ours-torch': tuple(WORKLOADS)}).items():
         for wl in workloads:
             ours, theirs = summary.get(f'ours/{wl}/cpu'), summary.get(f'{peer}/{wl}/cpu')
             if ours and theirs:
                 ratios[f'ours_vs_{peer}_{wl}_cpu'] = ours / theirs
     print(json.dumps({'images_per_s': summary, 'ratios': ratios, 'images': args.images,
                       'batch_size': args.batch_size, 'rounds': args.rounds, 'repeat': args.repeat,
-                      'torch_threads': torch.get_num_threads()}))
+                      'torch_threads': torch.get_num_threads(), 'compiled_kernels': compiled.built()}))
 
 
 if __name__ == '__main__':
