@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -141,8 +142,9 @@ inline bool ranks_before(const Entry& a, const Entry& b) {
 // candidates: the entries >= low (ties at low included) of the rows reaching low, read in row-major order; the
 // first k of them by (value descending, row-major position) are listed, as a stable sort of all entries would
 // list them. The bound:
-//   * the k-th largest row best (the k best rows' best entries are k distinct entries): tight when the image has
-//     many rows per listed entry;
+//   * the smallest row best of k distinct pairs the caller ranked high (`top_pairs`, -1 where a slot holds none;
+//     e.g. the graph-constrained list), else the k-th largest row best: the k rows' best entries are k distinct
+//     entries. Tight when the image has many rows per listed entry;
 //   * with fewer than 2 k rows that bound lets most entries through; there the rows reaching it are read by
 //     descending best entry, keeping the k largest entries seen in a min-heap, until the next row's best entry
 //     is below the heap's smallest, which is then the bound (the rows not read hold only entries below it).
@@ -193,7 +195,8 @@ float heap_bound(const float* data, int64_t cols, int64_t column, const float* p
 }
 
 void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, const float* best,
-               const float* pair_score, int64_t k, Workspace& work, std::vector<Entry>& listed) {
+               const float* pair_score, const int64_t* top_pairs, int64_t top_length, int64_t k, Workspace& work,
+               std::vector<Entry>& listed) {
   const int64_t num_pred = cols - column;
   std::vector<float>& pair_best = work.pair_best;
   pair_best.resize(rows);
@@ -202,7 +205,17 @@ void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, co
     pair_best[r] = value == value ? value : -std::numeric_limits<float>::infinity();  // NaN: never listed
   }
   float low = -std::numeric_limits<float>::infinity();
-  if (rows >= k) {
+  bool bounded = false;
+  if (top_pairs != nullptr && top_length >= k) {  // k distinct pairs ranked high by the caller: their smallest best
+    float smallest = std::numeric_limits<float>::infinity();
+    bounded = true;
+    for (int64_t i = 0; i < k && bounded; ++i) {
+      bounded = top_pairs[i] >= 0 && top_pairs[i] < rows;
+      smallest = bounded ? std::min(smallest, pair_best[top_pairs[i]]) : smallest;
+    }
+    low = bounded ? smallest : low;
+  }
+  if (!bounded && rows >= k) {
     std::vector<float>& selection = work.selection;
     selection.assign(pair_best.begin(), pair_best.end());
     std::nth_element(selection.begin(), selection.begin() + (k - 1), selection.end(), std::greater<float>());
@@ -240,7 +253,7 @@ void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, co
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
     const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates, const at::Tensor& best,
-    const at::Tensor& pair_score, int64_t ng_topk) {
+    const at::Tensor& pair_score, int64_t ng_topk, const std::optional<at::Tensor>& top_pairs) {
   TORCH_CHECK(num_predicates > 0 && ng_topk > 0, "no_graph_constraint_list needs predicates and ng_topk > 0");
   check_matrices(matrices, column, num_predicates);
   const int64_t batch = static_cast<int64_t>(matrices.size());
@@ -254,13 +267,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
   }
   const float* best_ptr = best_c.data_ptr<float>();
   const float* pair_score_ptr = pair_score_c.data_ptr<float>();
+  at::Tensor top_c;
+  const int64_t* top_ptr = nullptr;
+  int64_t top_length = 0;
+  if (top_pairs.has_value()) {
+    top_c = top_pairs->contiguous();
+    TORCH_CHECK(top_c.scalar_type() == at::kLong && top_c.dim() == 2 && top_c.size(0) == batch,
+                "no_graph_constraint_list: top_pairs must be int64 [B, L]");
+    top_ptr = top_c.data_ptr<int64_t>();
+    top_length = top_c.size(1);
+  }
   std::vector<std::vector<Entry>> lists(batch);
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     Workspace work;
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& m = matrices[b];
       image_ngc(m.data_ptr<float>(), m.size(0), m.size(1), column, best_ptr + b * width,
-                pair_score_ptr + b * width, ng_topk, work, lists[b]);
+                pair_score_ptr + b * width, top_ptr == nullptr ? nullptr : top_ptr + b * top_length, top_length,
+                ng_topk, work, lists[b]);
     }
   });
   int64_t length = 0;
@@ -336,7 +360,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("image"), py::arg("pos"), py::arg("column"), py::arg("num_predicates"));
   m.def("no_graph_constraint_list", &no_graph_constraint_list,
         "stable top-k (pair, predicate) entries pair_score * prob of each image", py::arg("matrices"),
-        py::arg("column"), py::arg("num_predicates"), py::arg("best"), py::arg("pair_score"), py::arg("ng_topk"));
+        py::arg("column"), py::arg("num_predicates"), py::arg("best"), py::arg("pair_score"), py::arg("ng_topk"),
+        py::arg("top_pairs") = py::none());
   m.def("stable_topk_prefix", &stable_topk_prefix,
         "stable descending top-k of the first count[b] entries of each row: (index [B, k'], valid [B, k'])",
         py::arg("values"), py::arg("count"), py::arg("k"));

@@ -112,8 +112,8 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     Only entries reaching that bound can be in the list: they are picked from the rows of the pairs whose best
     entry reaches it and ranked alone. Ties at the bound are all kept and entries keep their row-major
     (pair, predicate) order, so the result equals a stable sort of the full matrix. In the ``compiled`` layout
-    the kernel finds its own bound image by image (``top_pairs`` and ``rel_count`` are not needed there), and an
-    image's real pairs are the rows of its matrix (``rel_valid`` must mark them, as the reader's batches do).
+    the kernel bounds each image's list from ``top_pairs`` too (or from its rows' best entries), and an image's
+    real pairs are the rows of its matrix (``rel_valid`` must mark them, as the reader's batches do).
     Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``, L <= ``ng_topk``.
     """
     num_pred = scores.num_predicates
@@ -129,8 +129,9 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     if batch == 0 or num_rel == 0 or num_pred == 0 or ng_topk <= 0:
         return empty, empty, empty.bool()
     if scores.layout == 'compiled':  # every image's entries ranked in place (its real pairs: its matrix's rows)
+        top = None if top_pairs is None else torch.where(top_valid, top_pairs, -1)  # distinct pairs, -1: none
         return compiled.kernels().no_graph_constraint_list(scores.sources, scores.column, num_pred, scores.best,
-                                                           pair_score.float(), ng_topk)
+                                                           pair_score.float(), ng_topk, top)
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
     if rel_count is None:
         rel_count = valid_counts(rel_valid)
