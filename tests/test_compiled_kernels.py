@@ -36,6 +36,31 @@ def test_switch_turns_the_kernels_off():
     assert out.stdout.strip() == 'True'
 
 
+def test_a_build_that_cannot_be_loaded_is_reported_and_the_torch_implementation_runs(monkeypatch):
+    """An extension compiled against another torch fails to load (ImportError, not ModuleNotFoundError): one
+    warning saying so, then the torch layouts."""
+    import importlib.abc
+    import mmsgg_eval
+
+    class Broken(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == 'mmsgg_eval._ext':
+                raise ImportError('undefined symbol: _ZN3c10 (built against another torch)')
+            return None
+
+    monkeypatch.delitem(sys.modules, 'mmsgg_eval._ext', raising=False)
+    monkeypatch.delattr(mmsgg_eval, '_ext', raising=False)
+    monkeypatch.setattr(sys, 'meta_path', [Broken()] + sys.meta_path)
+    monkeypatch.setattr(compiled, '_loaded', False)
+    monkeypatch.setattr(compiled, '_kernels', None)
+    with pytest.warns(UserWarning, match=r'mmsgg_eval\._ext could not be loaded .*another torch.*torch '
+                                         r'implementation runs instead'):
+        assert compiled.kernels() is None
+    assert compiled.kernels() is None  # reported once
+    raw = [torch.rand(3, 5)]
+    assert build_relation_scores(raw, [1], [3], 4, [False], [], 'compiled', CPU).layout == 'views'
+
+
 def _pair_scores(g, num_rel, zero_prob=0.2):
     width = max(num_rel, default=0)
     pair_score = torch.zeros(len(num_rel), width)

@@ -2,11 +2,14 @@
 ``mmsgg_eval/csrc/``, built at install time) and the switch that turns them off.
 
 They compute exactly what the torch implementation computes (the row maxima on the float32 bit patterns, the
-value check, the stable no-graph-constraint list), reading each image's matrix in place; when they are not built,
-or are switched off (``MMSGG_EVAL_COMPILED=0`` in the environment, or :func:`disabled`), the torch layouts run.
+value check, the stable graph-constrained top-k and no-graph-constraint list), reading each image's matrix in
+place; when they are not built, or are switched off (``MMSGG_EVAL_COMPILED=0`` in the environment, or
+:func:`disabled`), the torch layouts run. A build that cannot be loaded (e.g. compiled against another torch)
+is reported once as a warning.
 """
 import contextlib
 import os
+import warnings
 from typing import Iterator, Optional, Sequence
 
 import torch
@@ -27,7 +30,11 @@ def kernels():
         try:
             from .. import _ext
             _kernels = _ext
-        except ImportError:
+        except ModuleNotFoundError:  # not built: the torch implementation, as documented
+            _kernels = None
+        except ImportError as err:  # built, but not loadable here
+            warnings.warn(f'mmsgg_eval._ext could not be loaded ({err}); the torch implementation runs instead '
+                          f'(same numbers, slower). Rebuild it with `pip install --no-build-isolation -e .`')
             _kernels = None
     return _kernels
 
@@ -54,12 +61,12 @@ def disabled() -> Iterator[None]:
 
 
 def suits(raw: Sequence[Tensor], background: Sequence[int], single_label: Sequence[bool], num_predicates: int,
-          device: Optional[object] = None) -> bool:
+          device: Optional[torch.device] = None) -> bool:
     """Whether the compiled kernels can read a batch of score matrices in place: they are available, the matrices
     are contiguous float32 CPU tensors of one background convention, no image has single-label scores (those are
     checked on their given scores) and there is at least one predicate column."""
     if kernels() is None or num_predicates <= 0 or any(single_label) or len(set(background)) > 1:
         return False
-    if device is not None and getattr(device, 'type', device) != 'cpu':
+    if device is not None and torch.device(device).type != 'cpu':
         return False
     return all(m.device.type == 'cpu' and m.dtype == torch.float32 and m.is_contiguous() for m in raw)
