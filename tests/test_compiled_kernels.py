@@ -233,6 +233,9 @@ def test_prefix_topk_equals_the_torch_stable_topk(quantised):
                 index, valid = prefix_topk(values, count, k)
             mask = torch.arange(length)[None, :] < count[:, None]
             assert torch.equal(stable_topk(values, mask, k, count)[1], valid)
+            with compiled.disabled():
+                given = prefix_topk(values, count, k, mask)
+            assert torch.equal(given[0], index) and torch.equal(given[1], valid)
             assert got_index.shape == index.shape == (batch, min(k, length))
             assert torch.equal(got_valid, valid), (trial, k)
             assert torch.equal(got_index[got_valid], index[valid]), (trial, k)

@@ -81,14 +81,16 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int, count: Optional
     return order.index_copy(0, rows, exact_order), listed.index_copy(0, rows, exact_valid)
 
 
-def prefix_topk(scores: Tensor, count: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+def prefix_topk(scores: Tensor, count: Tensor, k: int, valid: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """:func:`stable_topk` of rows whose valid entries are their first ``count[b]`` (e.g. each image's real pairs
-    in a padded batch): the compiled kernel on the CPU when it is built, else the torch implementation. Invalid
-    entries of the result hold index 0 or any index (look at ``valid`` only)."""
+    in a padded batch; ``valid``: that [B, L] mask when the caller has it): the compiled kernel on the CPU when it
+    is built, else the torch implementation. Invalid entries of the result hold index 0 or any index (look at the
+    returned ``valid`` only)."""
     kernels = compiled.kernels() if scores.device.type == 'cpu' else None
     if kernels is not None and scores.dtype == torch.float32:
         return kernels.stable_topk_prefix(scores, count, int(k))
-    valid = torch.arange(scores.shape[1], device=scores.device)[None, :] < count[:, None]
+    if valid is None:
+        valid = torch.arange(scores.shape[1], device=scores.device)[None, :] < count[:, None]
     return stable_topk(scores, valid, k, count)
 
 

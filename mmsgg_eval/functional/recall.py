@@ -237,7 +237,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
         gc_valid = batch.rel_valid[:, :length]
     else:
-        gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k)  # real pairs first in each row
+        gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k, batch.rel_valid)  # real pairs first
     out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
 
     pair_score = subject_score.float() * object_score.float()

@@ -133,9 +133,9 @@ class RelationScores:
     dense: Optional[Tensor] = None          # [B, R, P] (stacked)
     flat: Optional[Tensor] = None           # [sum R, P] (stacked, concatenated)
     start: Optional[Tensor] = None          # [B] first row of each image in ``flat``
-    matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views, compiled)
-    sources: Optional[List[Tensor]] = None   # B x the contiguous inputs of ``matrices``, when they all are and
-    column: int = 0                          # all start their predicates at this ``column`` (views, compiled)
+    matrices: Optional[List[Tensor]] = None  # B x [R_b, P] (views)
+    sources: Optional[List[Tensor]] = None   # B x the contiguous inputs (of ``matrices``, when they all are and
+    column: int = 0                          # all start their predicates at this ``column``: views; compiled)
 
     @property
     def device(self) -> torch.device:
@@ -284,6 +284,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             flat = whole[:, bg:]
         else:
             flat = torch.cat([m[:, b:] for m, b in zip(raw, background)])
+    elif layout == 'compiled':  # the kernels read the inputs themselves (contiguous, one background column)
+        sources = raw
     else:
         mats = [m[:, b:] for m, b in zip(raw, background)]
         if uniform_bg and all(m.is_contiguous() and m.device == raw[0].device for m in raw):
