@@ -20,11 +20,9 @@ _loaded = False
 _enabled = os.environ.get('MMSGG_EVAL_COMPILED', '1') != '0'
 
 
-def kernels():
-    """The compiled module, or None when it is not built or switched off (imported on first use)."""
+def _load():
+    """The compiled module, or None when it is not built or cannot be loaded (imported once, on first use)."""
     global _kernels, _loaded
-    if not _enabled:
-        return None
     if not _loaded:
         _loaded = True
         try:
@@ -39,14 +37,14 @@ def kernels():
     return _kernels
 
 
+def kernels():
+    """The compiled module, or None when it is not built or switched off."""
+    return _load() if _enabled else None
+
+
 def built() -> bool:
     """Whether the compiled kernels are importable (whatever the switch says)."""
-    global _enabled
-    saved, _enabled = _enabled, True
-    try:
-        return kernels() is not None
-    finally:
-        _enabled = saved
+    return _load() is not None
 
 
 @contextlib.contextmanager
