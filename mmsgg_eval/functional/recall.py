@@ -12,6 +12,7 @@ from torch import Tensor
 
 from . import compiled
 from .boxes import box_iou, mask_iou
+from .limits import NO_HIT
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
@@ -195,7 +196,8 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     """First-hit ranks of every GT relation in the ranked lists of a :class:`SceneGraphBatch`.
 
     Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
-    within a list has rank ``NO_HIT`` (2**30).
+    within a list has rank ``NO_HIT`` (2**30). ``'top_predicate'`` [B]: the predicate of each image's first
+    graph-constrained entry (-1 for an image without pairs), for the score-column diagnostics.
     ``rank_by='given'`` keeps the input order of the pairs for the graph-constrained list.
     """
     scores = batch.scores  # the predicate scores, in the layout the reader chose
@@ -239,6 +241,11 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     else:
         gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k, batch.rel_valid)  # real pairs first
     out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
+    if gc_order.shape[1]:
+        head, head_valid = gc_order[:, :1], gc_valid[:, :1]
+        out['top_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)[:, 0]
+    else:
+        out['top_predicate'] = torch.full((gc_order.shape[0],), -1, dtype=torch.long, device=batch.device)
 
     pair_score = subject_score.float() * object_score.float()
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
@@ -270,12 +277,18 @@ def hits_per_k(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> Tenso
     """[size, len(ks)] float64: for each key (0..size-1) and each K, the number of relations of that key with
     ``rank < K``; one bincount for all K (each relation counted at the first K, in ascending order, that it is
     hit within, then summed up)."""
-    ks_t = torch.tensor([int(k) for k in ks], dtype=torch.long, device=rank.device)
+    # a K above NO_HIT counts every hit and no miss, as K = NO_HIT does (ranks of hits are list positions)
+    ks_t = torch.tensor([min(int(k), NO_HIT) for k in ks], dtype=torch.long, device=rank.device)
     ascending, order = torch.sort(ks_t)
     level = torch.searchsorted(ascending, rank.long().contiguous(), right=True)  # first K (ascending) with rank < K
     counts = torch.bincount(key * (len(ks) + 1) + level, minlength=size * (len(ks) + 1)).view(size, len(ks) + 1)
     hits = counts[:, :len(ks)].cumsum(1).double()  # ascending K
     return hits.index_select(1, torch.argsort(order))  # the given order of ks
+
+
+def hit_within(rank: Tensor, k: int) -> Tensor:
+    """[..] bool: first-hit ranks below K (misses, ``NO_HIT``, never count, whatever the K)."""
+    return rank < min(int(k), NO_HIT)
 
 
 def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],

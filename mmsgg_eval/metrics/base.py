@@ -43,6 +43,7 @@ the second metric adds no ranking and sends no byte across ranks. A val and a te
 Both decisions depend only on what the rank itself was fed, identically for every member on every rank,
 so no rank skips a collective that another rank enters.
 """
+import logging
 import os
 import warnings
 import weakref
@@ -67,12 +68,12 @@ def prediction_missing(sample: Any) -> bool:
     return bool(get_field(sample, 'prediction_missing'))
 
 
-def first_occurrences(samples: List[Any]) -> List[Any]:
+def first_occurrences(samples: List[Any], index_of: Callable[[Any], Optional[int]] = sample_index) -> List[Any]:
     """``samples`` without repeated ``sample_idx`` (the first occurrence is kept; samples without one are
-    all kept); the list itself when nothing repeats."""
+    all kept); the list itself when nothing repeats. ``index_of`` reads the index of an item."""
     seen, keep = set(), []
     for sample in samples:
-        idx = sample_index(sample)
+        idx = index_of(sample)
         if idx is None or idx not in seen:
             keep.append(sample)
             if idx is not None:
@@ -96,6 +97,38 @@ def warn_user(message: str) -> None:
     from mmengine.logging import print_log
     warnings.warn(message, UserWarning, stacklevel=3)
     print_log(message, logger='current', level=30)
+
+
+class FileClaims:
+    """Which live metric writes which output name, so that no metric of a run overwrites another's files.
+
+    A name is ``(kind, directory or outfile prefix, stem)``. A metric takes the first candidate stem that no
+    OTHER live metric fed the same ``dataset_meta`` object (mmengine's ``Evaluator`` gives its metrics one) has
+    taken; a metric evaluated again (the next validation epoch) keeps its names and overwrites its own files.
+    Members of a compute group with equal summaries share their report files before claiming anything
+    (:meth:`ComputeGroup.written_reports`).
+    """
+
+    _owners: Dict[Tuple[str, str, str], Tuple['weakref.ref', int]] = {}
+
+    @classmethod
+    def claim(cls, kind: str, place: str, candidates: Sequence[str], metric: Any) -> str:
+        meta = id(metric.dataset_meta) if metric.dataset_meta is not None else 0
+        for stem in candidates:
+            key = (kind, place, stem)
+            owner = cls._owners.get(key)
+            holder = None if owner is None else owner[0]()
+            if holder is None or holder is metric or owner[1] != meta:
+                cls._owners[key] = (weakref.ref(metric), meta)
+                return stem
+        raise RuntimeError('no free file name')  # pragma: no cover - candidates end with unique names
+
+
+def file_stem_candidates(base: str, tagged: str) -> List[str]:
+    """Stems tried in turn for a metric's files: ``base``, ``tagged`` (``{prefix}.{file_tag}``), then
+    ``tagged.2``, ``tagged.3``, ... (bounded by the number of metrics a process can hold alive)."""
+    out = [base] if base == tagged else [base, tagged]
+    return out + [f'{tagged}.{n}' for n in range(2, 10000)]
 
 
 class ComputeGroup:
@@ -173,10 +206,6 @@ class ComputeGroup:
             return done[1]
         return None
 
-    def target_taken(self, target: Tuple[str, ...]) -> bool:
-        """True when another summary was written to ``target`` since the last reduction."""
-        return target in self._written
-
     def record_reports(self, target: Tuple[str, ...], summary: Dict[str, Any], paths: Dict[str, str]) -> None:
         self._written.setdefault(target, (summary, paths))
 
@@ -200,8 +229,8 @@ class RowMetric(BaseMetric):
 
     def __init__(self, outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 1, collect_device: str = 'cpu', prefix: Optional[str] = None) -> None:
-        if int(pool_samples) < 1:
-            raise ValueError(f'pool_samples must be >= 1, got {pool_samples}')
+        from .options import positive_int
+        pool_samples = positive_int(pool_samples, 'pool_samples', type(self).__name__)
         super().__init__(collect_device=collect_device, prefix=prefix)
         self.outfile_prefix = outfile_prefix
         self.report_dir = report_dir
@@ -213,6 +242,7 @@ class RowMetric(BaseMetric):
         self._group_epoch: Optional[int] = None  # the group's epoch when this metric's epoch started
         self._epoch_open = False  # a process() call since the last evaluate()
         self._last_metrics: Optional[Dict[str, float]] = None
+        self._outfile_stem: Optional[str] = None  # claimed name of the outfile_prefix file (FileClaims)
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ what a metric declares
@@ -286,7 +316,14 @@ class RowMetric(BaseMetric):
         return (self.dataset_meta or {}).get(key, default)
 
     def file_stem(self) -> str:
-        """``{prefix}`` or ``{prefix}.{file_tag}``: the name part of this metric's ``outfile_prefix`` file."""
+        """``{prefix}`` or ``{prefix}.{file_tag}``: the name part of this metric's ``outfile_prefix`` file
+        (with a number appended when another metric of the run already writes that name)."""
+        if self._outfile_stem is not None:
+            return self._outfile_stem
+        return self.tagged_stem()
+
+    def tagged_stem(self) -> str:
+        """``{prefix}.{file_tag}`` (``{prefix}`` for a metric without a tag)."""
         return f'{self.prefix}.{self.file_tag}' if self.file_tag else str(self.prefix)
 
     def before_epoch(self) -> None:
@@ -316,10 +353,13 @@ class RowMetric(BaseMetric):
             self.flush()
 
     def flush(self) -> None:
-        """Turn the pooled samples into rows now (shared with the compute group when it has them)."""
+        """Turn the pooled samples into rows now (shared with the compute group when it has them). A
+        ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
+        (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
         if not samples:
             return
+        samples = first_occurrences(samples)
         group = self._compute_group()
         if group is not None and self._epoch_open:
             rows = group.rows(samples, self.compute_rows, self._group_epoch)
@@ -374,6 +414,10 @@ class RowMetric(BaseMetric):
 
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
         if self.outfile_prefix:
+            tagged = self.tagged_stem()
+            self._outfile_stem = FileClaims.claim('outfile', os.path.abspath(str(self.outfile_prefix)),
+                                                  file_stem_candidates(tagged, tagged), self)
+            self._note_renamed('outfile_prefix', tagged, self._outfile_stem)
             self._guarded('outfile_prefix', lambda: self.write_outfile(summary, keys, tables))
         if self.report_dir:
             paths = self._guarded('report_dir', lambda: self._write_reports_once(summary, keys))
@@ -382,20 +426,30 @@ class RowMetric(BaseMetric):
 
     def _write_reports_once(self, summary: Dict[str, Any], keys: Dict[str, float]) -> Dict[str, str]:
         """Report files, written once per group and target: a member with an equal summary reuses the files
-        of the first; one with another summary writes under ``{prefix}.{file_tag}`` so nothing is
-        overwritten."""
+        of the first; any other metric of the run writes under another name (``{prefix}.{file_tag}``, then
+        numbered: :class:`FileClaims`), so nothing is overwritten; the log says which name it took."""
         group = self._group
         content = {k: v for k, v in summary.items() if k not in ('text', 'report_files')}
-        target = (os.path.abspath(str(self.report_dir)), str(self.prefix))
-        if group is None:
-            return self.write_reports(summary, keys, str(self.prefix))
-        done = group.written_reports(target, content)
-        if done is not None:
-            return done
-        stem = self.file_stem() if group.target_taken(target) else str(self.prefix)
+        directory = os.path.abspath(str(self.report_dir))
+        target = (directory, str(self.prefix))
+        if group is not None:
+            done = group.written_reports(target, content)
+            if done is not None:
+                return done
+        stem = FileClaims.claim('report', directory, file_stem_candidates(str(self.prefix), self.tagged_stem()),
+                                self)
+        self._note_renamed('report_dir', str(self.prefix), stem)
         paths = self.write_reports(summary, keys, stem)
-        group.record_reports(target, content, paths)
+        if group is not None:
+            group.record_reports(target, content, paths)
         return paths
+
+    def _note_renamed(self, what: str, wanted: str, taken: str) -> None:
+        if taken != wanted:
+            from mmengine.logging import print_log
+            print_log(f'{self.name} ({self.prefix}): another metric of this run writes the {what} files named '
+                      f'{wanted!r}; this metric writes {taken!r} instead (nothing is overwritten)',
+                      logger='current', level=logging.WARNING)
 
     def _guarded(self, what: str, write: Callable[[], Any]) -> Any:
         """Run a file writer; an ``OSError`` is logged as an error (the numbers are already in the log and

@@ -19,6 +19,8 @@ from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, 
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
 from .accumulator import RowAccumulator
+from .base import first_occurrences
+from .options import positive_int
 
 
 def _field(sample: Any, group: str, key: str, device: Optional[torch.device] = None) -> torch.Tensor:
@@ -55,16 +57,18 @@ class DetectionAP(BaseMetric):
     """
 
     default_prefix: Optional[str] = 'sgdet'
+    #: folder of the report files (``tools/test.py`` sets it to the work dir; None = none): see :meth:`write_reports`
+    report_dir: Optional[str] = None
 
     def __init__(self, iou_plus_one: Optional[bool] = None, max_dets: int = 100, legacy_quirks: bool = True,
                  pool_samples: int = 256, collect_device: str = 'cpu', prefix: Optional[str] = None) -> None:
-        if int(max_dets) < 1 or int(pool_samples) < 1:
-            raise ValueError(f'max_dets and pool_samples must be >= 1, got {max_dets} and {pool_samples}')
+        max_dets = positive_int(max_dets, 'max_dets', 'DetectionAP')
+        pool_samples = positive_int(pool_samples, 'pool_samples', 'DetectionAP')
         super().__init__(collect_device=collect_device, prefix=prefix)
         self.iou_plus_one = iou_plus_one
-        self.max_dets = int(max_dets)
+        self.max_dets = max_dets
         self.legacy_quirks = bool(legacy_quirks)
-        self.pool_samples = int(pool_samples)
+        self.pool_samples = pool_samples
         self._pending: List[Dict[str, Any]] = []
         num_thr = len(COCO_IOU_THRESHOLDS)
         self.accumulator = RowAccumulator({
@@ -115,21 +119,22 @@ class DetectionAP(BaseMetric):
                                  f'entries for {item["det_boxes"].shape[0]} boxes')
             if not torch.isfinite(item['det_scores']).all():
                 raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has non-finite values')
-            idx = sample_index(sample)
-            item['sample_idx'] = -1 if idx is None else int(idx)
+            item['sample_idx'] = sample_index(sample)
             self._pending.append(item)
         if len(self._pending) >= self.pool_samples:
             self.flush()
 
     def flush(self) -> None:
-        """Match the pooled samples now and store their rows."""
+        """Match the pooled samples now and store their rows. A ``sample_idx`` repeated within the pool counts
+        once, its first occurrence (as across pools and ranks)."""
         if not self._pending:
             return
-        items, self._pending = self._pending, []
+        items, self._pending = first_occurrences(self._pending, lambda item: item['sample_idx']), []
         device = items[0]['det_boxes'].device
         items = [{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in it.items()} for it in items]
         idx = self.accumulator.number_missing(
-            torch.tensor([it['sample_idx'] for it in items], dtype=torch.long, device=device), type(self).__name__)
+            torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items], dtype=torch.long,
+                         device=device), type(self).__name__)
         num_det = [it['det_labels'].numel() for it in items]
         num_gt = [it['gt_labels'].numel() for it in items]
         width_d, width_g = max(max(num_det), 1), max(max(num_gt), 1)
@@ -179,7 +184,27 @@ class DetectionAP(BaseMetric):
         print_log(f'Detection AP ({dataset}, {num_images} images, {int(dets["score"].numel())} detections, '
                   f'{int(gt_counts.sum())} GT boxes, {"+1" if self.plus_one else "continuous"} box widths): '
                   f'mAP {metrics["mAP"]:.2f}  AP@50 {metrics["AP@50"]:.2f}', logger='current')
+        self.write_reports(metrics, {'num_images': num_images, 'num_detections': int(dets['score'].numel()),
+                                     'num_gt_boxes': int(gt_counts.sum())})
         return {f'{self.prefix}/{k}': v for k, v in metrics.items()}
+
+    def write_reports(self, keys: Dict[str, float], counts: Dict[str, Any]) -> Optional[Dict[str, str]]:
+        """With ``report_dir`` (main rank): ``{prefix}.detection.metrics.json``, the tables
+        ``{prefix}.detection.tables.*`` and mAP / AP@50 added to the main table of the scene-graph report of the
+        same prefix written just before (a DetectionAP after SGRecall / SGMeanRecall in one evaluator, as in
+        ``configs/_base_/evaluators/sgg_sgdet.py``). A file that cannot be written is logged as an error."""
+        from mmengine.dist import is_main_process
+        if not self.report_dir or not is_main_process():
+            return None
+        from ..reports import write_detection_reports
+        dataset = str((self.dataset_meta or {}).get('dataset_name', 'unknown dataset'))
+        try:
+            return write_detection_reports(keys, counts, str(self.report_dir), str(self.prefix), dataset,
+                                           'detection')
+        except OSError as err:
+            print_log(f'DetectionAP: could not write the report_dir files ({type(err).__name__}: {err}); the '
+                      f'results above are complete and are returned to the runner', logger='current', level=40)
+            return None
 
     def compute_metrics(self, results: list) -> dict:  # pragma: no cover - evaluate() is overridden
         return {}

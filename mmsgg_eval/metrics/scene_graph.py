@@ -9,20 +9,22 @@ ranked list); ``evaluate()`` reduces those rows across ranks once, removes sampl
 percentages. An ``SGRecall`` and an ``SGMeanRecall`` with the same settings in one evaluator share that work
 through a :class:`~mmsgg_eval.metrics.base.ComputeGroup`: the second ranks nothing and sends nothing.
 """
-from typing import Any, Dict, Hashable, List, Optional, Sequence, Union
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
-from ..functional.recall import evaluated_image_rows
+from ..functional.diagnostics import box_frame_flags, box_frame_warnings, describe_score_columns, score_column_warnings
+from ..functional.recall import evaluated_image_rows, hit_within
 from ..functional.scores import ScoreWorkspace
 from ..registry import METRICS
-from ..structures import MODES, ObjectCounts, collate_scene_graphs, get_field
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
+from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
 
@@ -42,6 +44,45 @@ def _score_rows(sample: Any) -> int:
     scores = get_field(get_field(sample, 'pred_relations'), 'scores')
     shape = getattr(scores, 'shape', None)
     return int(shape[0]) if shape else 0
+
+
+def image_sizes(samples: Sequence[Any], device: torch.device) -> Tuple[Tensor, Tensor]:
+    """(original [B, 2], resized [B, 2]) (width, height) pixels of each sample from its ``ori_shape`` (H, W) and
+    ``img_shape`` (H, W) or ``scale_factor`` (w, h) metainfo; NaN where unknown."""
+    nan = float('nan')
+    original, resized = [], []
+    for sample in samples:
+        ori = get_field(sample, 'ori_shape')
+        if ori is None or len(ori) < 2:
+            original.append((nan, nan))
+            resized.append((nan, nan))
+            continue
+        h, w = float(ori[0]), float(ori[1])
+        original.append((w, h))
+        img, scale = get_field(sample, 'img_shape'), get_field(sample, 'scale_factor')
+        if img is not None and len(img) >= 2:
+            resized.append((float(img[1]), float(img[0])))
+        elif scale is not None:
+            scale = [float(v) for v in (scale if hasattr(scale, '__len__') else (scale,))]
+            resized.append((w * scale[0], h * scale[-1]))
+        else:
+            resized.append((nan, nan))
+    return (torch.tensor(original, dtype=torch.float32, device=device).reshape(-1, 2),
+            torch.tensor(resized, dtype=torch.float32, device=device).reshape(-1, 2))
+
+
+def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
+    """Refuse a zero-shot set with an index outside the dataset (a 1-based list given as 0-based, or the set of
+    another dataset), naming ``source`` and the first offending row: its codes would alias real triplets."""
+    bounds = torch.tensor([num_classes, num_classes, num_predicates])
+    bad = ((triplets < 0) | (triplets >= bounds)).any(1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f'zero-shot triplets ({source}): row {row} = (subject, object, predicate) {triplets[row].tolist()} '
+            f'(0-based) is outside the dataset ({num_classes} classes, {num_predicates} predicates; '
+            f'{int(bad.sum())} of {triplets.shape[0]} rows are); a list of triplets must be 0-based, the legacy file '
+            f'(a path) 1-based')
 
 
 def _as_unpredicted(sample: Any, num_predicates: int) -> Any:
@@ -99,6 +140,10 @@ class SceneGraphMetric(RowMetric):
         protocol: named bundle of conventions ('sgb' = the legacy defaults above, 'openpsg', 'r1sgg'; see
             ``docs/protocols.md``). The convention arguments iou_thr ... match default to the protocol's
             values; an explicit argument overrides its single choice. :attr:`conventions` lists them all.
+        score_layout: how the columns of [R, C] ``pred_relations.scores`` are read: 'auto' (C = P + 1: column
+            0 = no relation; C = P: no background column), 'background_first', 'background_last' (column P =
+            no relation) or 'no_background' (the last three refuse any other C). The report says how the
+            scores were read, and warns when the results look like shifted columns.
     """
 
     default_prefix: Optional[str] = None
@@ -113,25 +158,26 @@ class SceneGraphMetric(RowMetric):
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None,
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None, strict_counts: bool = False, protocol: str = 'sgb') -> None:
+                 prefix: Optional[str] = None, strict_counts: bool = False, protocol: str = 'sgb',
+                 score_layout: str = 'auto') -> None:
         self.protocol = resolve_protocol(protocol, dict(
             iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
             skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match),
             self.protocol_target)
         iou_thr, iou_plus_one, ng_topk, rank, skip_empty_predictions, mr_average, recall_average, match = \
             self.protocol.values(SCENE_GRAPH_SETTINGS)
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+        owner = type(self).__name__
+        one_of(mode, 'mode', owner, MODES)
         for name, value, allowed in (('rank', rank, ('score', 'given')), ('mr_average', mr_average, ('all', 'present')),
                                      ('recall_average', recall_average, ('image', 'micro')),
-                                     ('match', match, ('box', 'mask'))):
-            if value not in allowed:
-                raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
+                                     ('match', match, ('box', 'mask')), ('score_layout', score_layout, SCORE_LAYOUTS)):
+            one_of(value, name, owner, allowed)
         if match == 'mask' and mode == 'phrdet':
             raise ValueError("match='mask' is not defined for phrdet (union boxes)")
-        topk = tuple(int(k) for k in topk)
-        if not topk or min(topk) < 1:
-            raise ValueError(f'topk must be positive integers, got {topk}')
+        topk = positive_ints(topk, 'topk', owner)
+        iou_thr = iou_threshold(iou_thr, 'iou_thr', owner)
+        ng_topk = positive_int(ng_topk, 'ng_topk', owner)
+        pool_samples = positive_int(pool_samples, 'pool_samples', owner)
         super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, pool_samples=pool_samples,
                          collect_device=collect_device, prefix=prefix or mode)
         self.mode = mode
@@ -145,6 +191,9 @@ class SceneGraphMetric(RowMetric):
         self.recall_average = recall_average
         self.match = match
         self.user_zeroshot = as_zeroshot_triplets(zeroshot_triplets)
+        self._zs_source = f'file {zeroshot_triplets}' if isinstance(zeroshot_triplets, str) else \
+            'the zeroshot_triplets argument'
+        self.score_layout = score_layout
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
         self._workspace = ScoreWorkspace()  # the pools' score copies, one pool at a time
@@ -164,11 +213,31 @@ class SceneGraphMetric(RowMetric):
     def row_schema(self) -> Schema:
         rank_dtype = torch.int16 if self._rank_cap == RANK_CAP_INT16 else torch.int32
         return {
-            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ())},
+            'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ()),
+                       **self.diagnostic_columns()},
             'relations': {'predicate': (torch.int16, ()), 'triplet': (torch.int32, ()),
                           'zeroshot': (torch.bool, ()), 'rank_gc': (rank_dtype, ()),
                           'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
         }
+
+    @staticmethod
+    def diagnostic_columns() -> Schema:
+        """Per-image columns of the input diagnostics (:mod:`mmsgg_eval.functional.diagnostics`): score columns
+        given (-1 single-label), the predicate of the first graph-constrained entry (-1 none), box-frame flags."""
+        return {'score_width': (torch.int16, ()), 'top_predicate': (torch.int16, ()), 'box_flags': (torch.uint8, ())}
+
+    def diagnostic_rows(self, samples: List[Any], batch: Any, top_predicate: Tensor) -> Dict[str, Tensor]:
+        """The :meth:`diagnostic_columns` of a read pool (``samples`` in batch order)."""
+        device = batch.device
+        if self.mode == 'predcls':  # the GT boxes are evaluated: nothing of the model's to check
+            flags = torch.zeros(len(samples), dtype=torch.uint8, device=device)
+        else:
+            original, resized = image_sizes(samples, device)
+            flags = box_frame_flags(batch.pred_boxes, batch.pred_labels >= 0, original, resized)
+        widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
+        width = torch.tensor(widths, dtype=torch.int16, device=device)
+        return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
+                'top_predicate': top_predicate.to(torch.int16), 'box_flags': flags}
 
     def compute_key(self) -> Hashable:
         """Every setting the rows depend on, exactly (zero-shot codes by content, class and predicate names,
@@ -176,12 +245,13 @@ class SceneGraphMetric(RowMetric):
         return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
                 self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
                 tuple(self.predicates), exact_tensor_key(self._zeroshot_codes(torch.device('cpu'))),
-                self.pool_samples)
+                self.pool_samples, self.score_layout)
 
     def summary_key(self) -> Hashable:
         """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
         return (self.protocol_target, repr(self.protocol), self.topk, self.skip_empty_predictions,
-                self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups))
+                self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups),
+                self.score_layout)
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
         return sum(_score_rows(s) for s in samples)
@@ -221,12 +291,15 @@ class SceneGraphMetric(RowMetric):
     def _zeroshot_codes(self, device: torch.device) -> Optional[Tensor]:
         """Sorted integer codes of the given zero-shot triplets (cached per dataset_meta object), or None."""
         if self._zs_meta is not self.dataset_meta or not self._zs_cache:
-            triplets = self.user_zeroshot
+            triplets, source = self.user_zeroshot, self._zs_source
             meta_zs = self._meta('zeroshot_triplets')
             if triplets is None and meta_zs is not None:
                 triplets = as_zeroshot_triplets(meta_zs)
+                source = f"dataset_meta['zeroshot_triplets'] = {meta_zs}" if isinstance(meta_zs, str) else \
+                    "dataset_meta['zeroshot_triplets']"
             codes = None
             if triplets is not None:
+                check_zeroshot_indices(triplets, len(self.classes), len(self.predicates), source)
                 codes = torch.sort(triplet_keys(triplets[:, 0], triplets[:, 1], triplets[:, 2], len(self.classes),
                                                 len(self.predicates))).values
             self._zs_meta, self._zs_codes, self._zs_cache = self.dataset_meta, codes, {'cpu': codes}
@@ -237,25 +310,25 @@ class SceneGraphMetric(RowMetric):
 
     # ------------------------------------------------------------------ a pool becomes rows
     def _read_pool(self, samples: List[Any]):
-        """The padded batch of a pool and its [B] bool ``prediction_missing`` flags. A ``sample_idx`` repeated
-        within the pool counts once (the first); a sample whose prediction is missing is read as an explicitly
-        empty prediction (objects on the GT, no predicted pair)."""
+        """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
+        order). A ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is
+        missing is read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
         samples = first_occurrences(samples)
         missing = [prediction_missing(s) for s in samples]
         if any(missing):
             samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
                                      with_masks=self.match == 'mask', counts=self.object_counts,
-                                     workspace=self._workspace)
+                                     workspace=self._workspace, score_layout=self.score_layout)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
-        return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device)
+        return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device), samples
 
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
         missing; per GT relation its predicate, triplet code, zero-shot flag and first-hit ranks. A
         ``sample_idx`` repeated within the pool (sampler padding) is processed once: the first counts."""
         classes, predicates = self.classes, self.predicates
-        batch, missing = self._read_pool(samples)
+        batch, missing, samples = self._read_pool(samples)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
@@ -280,7 +353,7 @@ class SceneGraphMetric(RowMetric):
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing},
+                       'missing': missing, **self.diagnostic_rows(samples, batch, ranks['top_predicate'])},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
                           'triplet': codes, 'zeroshot': zeroshot,
                           'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),
@@ -360,7 +433,7 @@ class SceneGraphMetric(RowMetric):
         if self.mode in ('predcls', 'sgcls'):
             total = float(rel['predicate'].numel())
             for k in ks:
-                m[f'A@{k}'] = 100.0 * float((rel['rank_pair'].long() < k).sum()) / total if total else 0.0
+                m[f'A@{k}'] = 100.0 * float(hit_within(rel['rank_pair'].long(), k).sum()) / total if total else 0.0
 
         pred = rel['predicate'].long()
         per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_pred_classes, ks, avg)
@@ -400,15 +473,37 @@ class SceneGraphMetric(RowMetric):
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions}
+                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images)}
+
+    def input_diagnostics(self, images: Dict[str, Tensor], metrics: Dict[str, float],
+                          num_evaluated: int) -> Dict[str, Any]:
+        """``score_columns`` (how the predicate scores were read) and ``input_warnings`` of the reduced image
+        rows; each warning is issued once here (summaries are computed once per group of metrics)."""
+        if 'score_width' not in images:
+            return {}
+        k = max(self.topk)
+        warnings_ = box_frame_warnings(images['box_flags'])
+        warnings_ += score_column_warnings(metrics.get(f'R@{k}'), metrics.get(f'ngR@{k}'), k, num_evaluated,
+                                           images['top_predicate'], images['score_width'], self.predicates,
+                                           self.score_layout)
+        for text in warnings_:
+            warn_user(f'{type(self).__name__} ({self.prefix}): {text}')
+        return {'score_columns': describe_score_columns(images['score_width'], len(self.predicates),
+                                                        self.score_layout),
+                'input_warnings': warnings_}
 
     # ------------------------------------------------------------------ reporting
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
-        return format_scene_graph_report(summary, keys, mode=self.mode,
+        text = format_scene_graph_report(summary, keys, mode=self.mode,
                                          dataset=self._meta('dataset_name', 'unknown dataset'),
                                          metric_name=f'{type(self).__name__} | protocol={self.protocol.name}',
                                          ks=self.topk,
                                          with_per_predicate=self._reports_per_predicate)
+        lines = [text]
+        if summary.get('score_columns'):
+            lines.append(f'predicate scores read as {summary["score_columns"]}')
+        lines += [f'WARNING: {w}' for w in summary.get('input_warnings', ())]
+        return '\n'.join(lines)
 
     def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
         return dump_metric_json(self.outfile_prefix, self.file_stem(), {

@@ -36,6 +36,7 @@ from ..functional.instance_matching import (assign_detections, deduplicate_gt_tr
 from ..functional.limits import K_ALL, NO_HIT
 from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
+from ..reports import write_scene_graph_reports
 from .base import Schema, Tables
 from .scene_graph import SceneGraphMetric
 
@@ -63,7 +64,8 @@ class SGBenchMetric(SceneGraphMetric):
     def row_schema(self) -> Schema:
         return {
             'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ()),
-                       'num_gt_objects': (torch.int32, ()), 'num_matched_objects': (torch.int32, ())},
+                       'num_gt_objects': (torch.int32, ()), 'num_matched_objects': (torch.int32, ()),
+                       **self.diagnostic_columns()},
             'relations': {'predicate': (torch.int32, ()), 'first_pair': (torch.bool, ()),
                           'rank_gc': (torch.int32, ()), 'rank_pair': (torch.int32, ()), 'prank': (torch.int32, ())},
         }
@@ -77,7 +79,7 @@ class SGBenchMetric(SceneGraphMetric):
         within the pool counts once; an image marked ``prediction_missing`` predicts nothing."""
         predicates = self.predicates
         use_masks = self.match == 'mask'
-        batch, missing = self._read_pool(samples)
+        batch, missing, samples = self._read_pool(samples)
         pred_valid, gt_obj_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
         iou = object_iou_matrix(batch, self.plus_one, use_masks)
         assigned = assign_detections(iou, batch.pred_labels, pred_valid, batch.gt_labels, gt_obj_valid, self.iou_thr)
@@ -95,6 +97,8 @@ class SGBenchMetric(SceneGraphMetric):
             gc_order, gc_valid = stable_topk(triplet_scores(batch.gc_prob, subject_score, object_score),
                                              batch.rel_valid, length)
         gc_pred = batch.gc_predicate_at(gc_order, gc_valid)
+        top_predicate = torch.where(gc_valid[:, 0], gc_pred[:, 0], -1) if length else \
+            torch.full((gc_valid.shape[0],), -1, dtype=torch.long, device=batch.device)
         rank_gc, rank_pair, _ = remapped_first_hits(
             assigned, batch.rel_pairs[..., 0].gather(1, gc_order), batch.rel_pairs[..., 1].gather(1, gc_order),
             gc_pred, gc_valid, gt_sub, gt_obj, batch.gt_predicates, gt_valid, base)
@@ -111,7 +115,8 @@ class SGBenchMetric(SceneGraphMetric):
         image_of = torch.arange(gt_valid.shape[0], device=batch.device)[:, None].expand_as(gt_valid)[gt_valid]
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': gt_valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1)},
+                       'missing': missing, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1),
+                       **self.diagnostic_rows(samples, batch, top_predicate)},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': batch.gt_predicates[gt_valid],
                           'first_pair': first_pair[gt_valid], 'rank_gc': rank_gc[gt_valid],
                           'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
@@ -160,7 +165,14 @@ class SGBenchMetric(SceneGraphMetric):
         return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
-                'zeroshot': None, 'groups': {}, 'conventions': self.conventions}
+                'zeroshot': None, 'groups': {}, 'conventions': self.conventions,
+                **self.input_diagnostics(images, m, num_images)}
+
+    def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
+        """The scene-graph report files (metrics.json, chart, tables) with K = ``topk`` and ``inf``: the tables
+        hold R, mR and PairR at every K, InstR and PRank."""
+        return write_scene_graph_reports(summary, self.report_dir, stem, list(self.topk) + ['inf'],
+                                         self._meta('dataset_name', 'unknown dataset'), self.mode)
 
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         table = super().format_report(summary, {k: v for k, v in keys.items()

@@ -28,7 +28,7 @@ model's list) is a ValueError naming the sample: the legacy numpy indexing raise
 """
 import functools
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -36,10 +36,15 @@ from torch import Tensor
 from ..functional import compiled
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, lengths_mask, pad_rows,
                                  padded_positions, scatters)
-from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
+from .fields import get_field, member, optional, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
 MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
+#: How the columns of a [R, C] ``pred_relations.scores`` matrix are read (P = number of predicates):
+#: 'auto': C = P + 1 -> column 0 is "no relation"; C = P -> no background column;
+#: 'background_first': C must be P + 1, column 0 = no relation; 'background_last': C must be P + 1, column P =
+#: no relation; 'no_background': C must be P. 1-D scores with ``pred_relations.labels`` are read alike by all.
+SCORE_LAYOUTS = ('auto', 'background_first', 'background_last', 'no_background')
 # what each mode needs predicted: PredCls nothing, SGCls labels/scores, SGDet/PhrDet boxes too
 _STRENGTH = {'predcls': 0, 'sgcls': 1, 'sgdet': 2, 'phrdet': 2}
 
@@ -131,6 +136,7 @@ class SceneGraphBatch:
     scores: RelationScores
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
+    score_width: Optional[List[int]] = None  # score columns each sample gave (-1: single-label scores)
 
     @property
     def device(self) -> torch.device:
@@ -206,13 +212,37 @@ def _check_produced_mode(sample: Any, produced: Any, mode: str) -> None:
                          f'them')
 
 
+def score_columns(scores: Tensor, num_predicates: int, score_layout: str, sample: Any) -> Tuple[Tensor, int]:
+    """One sample's [R, C] predicate scores read under ``score_layout`` (:data:`SCORE_LAYOUTS`): the matrix to
+    rank ([R, P + 1] with column 0 = no relation, or [R, P]; a background-last matrix becomes the view of its
+    first P columns, its last column is checked like every score) and whether it has a background column. A
+    width the layout does not allow raises a ValueError naming the sample."""
+    width, num_rel = scores.shape[1], scores.shape[0]
+    allowed = {'auto': (num_predicates + 1, num_predicates), 'background_first': (num_predicates + 1,),
+               'background_last': (num_predicates + 1,), 'no_background': (num_predicates,)}[score_layout]
+    if width not in allowed:
+        expected = ' or '.join(f'[{num_rel}, {w}]' for w in allowed)
+        rule = '' if score_layout == 'auto' else f' under score_layout={score_layout!r}'
+        raise ValueError(
+            f'{sample_name(sample)}: `pred_relations.scores` has shape {list(scores.shape)}; expected {expected}'
+            f'{rule} for {num_predicates} predicates ([R, {num_predicates + 1}]: column 0 = no relation unless '
+            f"score_layout='background_last'; [R, {num_predicates}]: no background column), or [{num_rel}] "
+            f'with `pred_relations.labels`')
+    if score_layout == 'background_last':
+        check_tensor('score', scores[:, num_predicates], sample, f'pred_relations.scores[:, {num_predicates}]')
+        return scores[:, :num_predicates], 0
+    return scores, int(width == num_predicates + 1)
+
+
 def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: int,
-                     with_masks: bool = False, device: Optional[torch.device] = None) -> dict:
+                     with_masks: bool = False, device: Optional[torch.device] = None,
+                     score_layout: str = 'auto') -> dict:
     """Read one sample into tensors (see :class:`SceneGraphBatch`), checking its structure.
 
     Presence, shapes and counts are checked here; index fields keep their dtype (the values of every field
     are checked on the padded batch by :func:`collate_scene_graphs`). ``model_objects`` is the length of
-    the model's object list in PredCls / SGCls when the model gave one (-1 otherwise).
+    the model's object list in PredCls / SGCls when the model gave one (-1 otherwise); ``score_width`` the
+    number of score columns given (-1: single-label scores), read under ``score_layout``.
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -267,6 +297,8 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     single_label = rel_scores.dim() == 1 or (rel_scores.dim() == 2 and rel_scores.shape[1] == 1
                                              and optional(sample, 'pred_relations.labels') is not None)
     given_scores = None
+    score_width = -1 if single_label else (rel_scores.shape[1] if rel_scores.dim() == 2 else 0)
+    background = 0
     if single_label:
         labels = optional(sample, 'pred_relations.labels', device)
         if labels is None:
@@ -281,21 +313,22 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
         given_scores = rel_scores.reshape(-1)
         dense[torch.arange(num_rel, device=device), labels.long()] = given_scores
         rel_scores = dense
-    elif rel_scores.dim() != 2 or rel_scores.shape[0] != num_rel or \
-            rel_scores.shape[1] not in (num_predicates, num_predicates + 1):
+    elif rel_scores.dim() != 2 or rel_scores.shape[0] != num_rel:
         raise ValueError(
             f'{sample_name(sample)}: `pred_relations.scores` has shape {list(rel_scores.shape)}; expected '
             f'[{num_rel}, {num_predicates + 1}] (column 0 = no relation) or [{num_rel}, {num_predicates}] '
             f'for {num_predicates} predicates, or [{num_rel}] with `pred_relations.labels`')
+    else:
+        rel_scores, background = score_columns(rel_scores, num_predicates, score_layout, sample)
     out = dict(sample_idx=sample_index(sample), pred_boxes=pred_boxes, pred_labels=pred_labels,
                pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label,
-               given_scores=given_scores, background=int(rel_scores.shape[1] == num_predicates + 1),
-               model_objects=model_objects)
+               given_scores=given_scores, background=background, model_objects=model_objects,
+               score_width=score_width)
     if with_masks:
-        gt_masks = require(sample, 'gt_instances.masks', device).bool()
+        gt_masks = _require_masks(sample, 'gt_instances.masks', device)
         if mode in ('sgdet', 'phrdet'):
-            pred_masks = require(sample, 'pred_instances.masks', device).bool()
+            pred_masks = _require_masks(sample, 'pred_instances.masks', device)
             if pred_masks.shape[0] != pred_boxes.shape[0]:
                 raise ValueError(f'{sample_name(sample)}: `pred_instances.masks` has {pred_masks.shape[0]} '
                                  f'masks for {pred_boxes.shape[0]} boxes')
@@ -306,6 +339,17 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
                              f'{num_gt_objects} boxes')
         out.update(gt_masks=gt_masks, pred_masks=pred_masks)
     return out
+
+
+def _require_masks(sample: Any, path: str, device: Optional[torch.device]) -> Tensor:
+    """Bool masks at ``path`` for mask matching; a missing field says to use box matching instead."""
+    masks = optional(sample, path, device)
+    if masks is None:
+        raise ValueError(f'{sample_name(sample)}: missing field `{path}`: match=\'mask\' (the default of '
+                         f'protocol=\'openpsg\') compares segmentation masks; for box-only data use '
+                         f'match=\'box\' (e.g. SGRecall(protocol=\'openpsg\', match=\'box\'), offline: '
+                         f'--metric-options match=box)')
+    return masks.bool()
 
 
 def _valid_mask(lengths: Optional[List[int]], batch: int, width: int, device: torch.device) -> Tensor:
@@ -338,6 +382,7 @@ class _Padded:
     single_label: List[bool]
     given_scores: List[Tensor]      # the 1-D scores of single-label images
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
+    score_width: List[int]          # score columns as given (-1: single-label scores)
     rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
@@ -355,10 +400,14 @@ class _NotFast(Exception):
 
 
 def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
-                 device: Optional[torch.device]) -> _Padded:
+                 device: Optional[torch.device], score_layout: str = 'auto') -> _Padded:
     """Read a batch of well-formed dict samples (what MMEngine's evaluator passes: ``DataSample.to_dict()``)
     field by field, without the per-sample reader; raises :class:`_NotFast` for anything else (other
-    containers, single-label scores, shape or dtype surprises, mode mismatches)."""
+    containers, single-label scores, shape or dtype surprises, mode mismatches, a background-last layout)."""
+    widths = {'auto': (num_predicates, num_predicates + 1), 'background_first': (num_predicates + 1,),
+              'no_background': (num_predicates,)}.get(score_layout)
+    if widths is None:
+        raise _NotFast
     pred_boxes_list = None
     try:
         gt_inst = [s['gt_instances'] for s in samples]
@@ -407,8 +456,8 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
           and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
           and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
-          and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in
-                  (num_predicates, num_predicates + 1) and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
+          and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in widths
+                  and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
     if not ok:
         raise _NotFast
     batch = gt_boxes.shape[0]
@@ -447,7 +496,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    raw_scores=[t if t.dtype == torch.float32 else t.float() for t in scores_list],
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
                    single_label=[False] * batch, given_scores=[], model_objects=model_objects,
-                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
+                   score_width=[t.shape[1] for t in scores_list], rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
 
 
 def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device) -> _Padded:
@@ -468,7 +517,7 @@ def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device
         num_rel=[it['rel_pairs'].shape[0] for it in items], raw_scores=[it['rel_scores'] for it in items],
         background=[it['background'] for it in items], single_label=[it['single_label'] for it in items],
         given_scores=[it['given_scores'] for it in items if it['single_label']],
-        model_objects=[it['model_objects'] for it in items],
+        model_objects=[it['model_objects'] for it in items], score_width=[it['score_width'] for it in items],
         pred_masks=[it['pred_masks'] for it in items] if with_masks else None,
         gt_masks=[it['gt_masks'] for it in items] if with_masks else None)
 
@@ -543,7 +592,7 @@ def _score_layout(padded: _Padded, num_predicates: int, device: torch.device) ->
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
                          with_masks: bool = False, device: Optional[torch.device] = None,
                          counts: Optional[ObjectCounts] = None,
-                         workspace: Optional[ScoreWorkspace] = None) -> SceneGraphBatch:
+                         workspace: Optional[ScoreWorkspace] = None, score_layout: str = 'auto') -> SceneGraphBatch:
     """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
 
     Well-formed dict samples are read field by field; anything else goes through :func:`read_scene_graph`.
@@ -551,18 +600,22 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     whose predicted object list does not have the GT's length (PredCls / SGCls) are added to ``counts``
     (the caller warns once per evaluation); without ``counts`` this call warns itself. ``workspace``: where
     the copy of the score matrices goes (:class:`~mmsgg_eval.functional.scores.ScoreWorkspace`: the batch
-    returned then lives in it until the workspace's next batch).
+    returned then lives in it until the workspace's next batch). ``score_layout``: how score columns are read
+    (:data:`SCORE_LAYOUTS`).
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+    if score_layout not in SCORE_LAYOUTS:
+        raise ValueError(f'score_layout must be one of {SCORE_LAYOUTS}, got {score_layout!r}')
     padded = None
     if samples and not with_masks:
         try:
-            padded = _fast_padded(samples, mode, num_predicates, device)
+            padded = _fast_padded(samples, mode, num_predicates, device, score_layout)
         except _NotFast:
             padded = None
     if padded is None:
-        items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device) for s in samples]
+        items = [read_scene_graph(s, mode, num_classes, num_predicates, with_masks, device, score_layout)
+                 for s in samples]
         device = items[0]['rel_pairs'].device if items else (device or torch.device('cpu'))
         padded = _padded_from_items(items, with_masks, device)
     device = padded.gt_boxes.device
@@ -592,4 +645,5 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         rel_pairs=padded.rel_pairs.long(),
         rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel) else num_rel, batch_size,
                               max_rel, device),
-        num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks)
+        num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks,
+        score_width=padded.score_width)
