@@ -32,10 +32,10 @@ Not reproduced: the legacy check that image files exist (the real files have all
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import logging
-import h5py
 import numpy as np
 from mmengine.logging import print_log
 
+from ..open_vocab import base_training_graphs, split_table
 from ..registry import DATASETS
 from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, graph_statistics, load_json,
                    ranges, require_file)
@@ -78,6 +78,7 @@ def load_vg150_vocabulary(dict_file: str, data_root: str = '') -> Tuple[List[str
 
 def read_vg150_h5(path: str, data_root: str = '') -> Dict[str, np.ndarray]:
     """The h5 arrays needed for indexing (all read at once; ``labels``/``predicates`` flattened to 1-D)."""
+    import h5py  # here: `import mmsgg_eval` (every config) does not pay for it
     require_file(path, 'VG150 h5 file', data_root)
     out = {}
     try:
@@ -174,6 +175,12 @@ class VG150Dataset(SceneGraphDataset):
             training loader).
         clip_boxes: clamp boxes to the image (True, the legacy evaluation GT); False keeps the decoded boxes
             unclipped, as ``get_VG_statistics`` sees them (used for the frequency-baseline background).
+        open_vocab_split: None, or 'ovd' | 'ovr' | 'ovdr': the open-vocabulary setting of OvSGTR
+            (:mod:`mmsgg_eval.open_vocab`): the TRAINING split (and the training statistics in ``metainfo``, so
+            the frequency baseline) becomes base-only (novel boxes relabelled to a parent class or dropped;
+            novel predicates dropped); val / test are unchanged. ``metainfo['open_vocab']`` names the novel
+            classes and predicates, which the scene-graph metrics then report separately.
+        open_vocab_seed: seed of the parent class picked for each relabelled novel training box.
 
     ``metainfo``: classes (150), predicates (50), dataset_name 'VG150', iou_plus_one True, predicate_counts and
     train_triplets of the training split (see ``train_statistics``).
@@ -191,7 +198,9 @@ class VG150Dataset(SceneGraphDataset):
                  data_prefix: Optional[dict] = None, split: str = 'test', num_val_images: int = 5000,
                  zeroshot_file: Optional[str] = None, duplicate_rels: Optional[str] = None,
                  train_statistics: str = 'legacy', filter_non_overlap: bool = False, clip_boxes: bool = True,
-                 **kwargs: Any) -> None:
+                 open_vocab_split: Optional[str] = None, open_vocab_seed: int = 0, **kwargs: Any) -> None:
+        self.open_vocab = None if open_vocab_split is None else split_table(open_vocab_split)
+        self.open_vocab_seed = int(open_vocab_seed)
         if train_statistics not in ('legacy', 'all'):
             raise ValueError(f"VG150Dataset: train_statistics must be 'legacy' or 'all', got {train_statistics!r}")
         self.train_statistics = train_statistics
@@ -317,6 +326,12 @@ class VG150Dataset(SceneGraphDataset):
                                 image_of_rel=new_pos[graphs['image_of_rel'][rel_keep]],
                                 relations=graphs['relations'][rel_keep], labels=graphs['labels'][obj_keep])
 
+    def _base_only(self, graphs: Dict[str, np.ndarray], classes: Sequence[str],
+                   predicates: Sequence[str]) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """The open-vocabulary base-only version of training graphs, and the image positions kept."""
+        return base_training_graphs(graphs, classes, predicates, self.open_vocab['setting'], self.open_vocab_seed,
+                                    novel_predicates=self.open_vocab['novel_predicates'] or None)
+
     # ------------------------------------------------------------------ metainfo and data list
     def _file_metainfo(self) -> Dict[str, Any]:
         classes, predicates = load_vg150_vocabulary(self.dict_file, self.data_root)
@@ -326,6 +341,12 @@ class VG150Dataset(SceneGraphDataset):
             meta['zeroshot_triplets'] = str(self.zeroshot_file)
         train = self._graphs(vg150_split_rows(self._h5(), 'train', self.num_val_images), len(classes),
                              len(predicates))
+        if self.open_vocab is not None:
+            train = self._base_only(train, classes, predicates)[0]
+            meta['open_vocab'] = dict(split=self.open_vocab['name'], setting=self.open_vocab['setting'],
+                                      novel_objects=list(self.open_vocab['novel_objects']),
+                                      novel_predicates=list(self.open_vocab['novel_predicates']),
+                                      seed=self.open_vocab_seed, source=self.open_vocab['source'])
         if self.train_statistics == 'legacy':  # get_VG_statistics: training set with filter_non_overlap=True
             train = self._keep_relations(train, self._overlapping(train))
         stats = graph_statistics(train, len(predicates))
@@ -339,6 +360,9 @@ class VG150Dataset(SceneGraphDataset):
     def load_data_list(self) -> List[dict]:
         rows = vg150_split_rows(self._h5(), self.split, self.num_val_images)
         graphs = self._graphs(rows, len(self._metainfo['classes']), len(self._metainfo['predicates']))
+        if self.open_vocab is not None and self.split == 'train':
+            graphs, kept = self._base_only(graphs, self._metainfo['classes'], self._metainfo['predicates'])
+            rows = rows[kept]
         if self.filter_non_overlap and self.split == 'train':
             graphs = self._keep_relations(graphs, self._overlapping(graphs))
             rows, graphs = self._keep_images(rows, graphs, np.bincount(graphs['image_of_rel'],

@@ -142,7 +142,9 @@ def score_column_warnings(recall: Optional[float], ng_recall: Optional[float], k
     matrix = (widths > 0).any()
     if matrix and recall is not None and ng_recall is not None and num_evaluated >= SHIFT_MIN_EVALUATED \
             and recall == 0 and ng_recall >= SHIFT_MIN_NG_RECALL:
-        out.append(f'graph-constrained R@{k} is 0 while ngR@{k} is {ng_recall:.2f} ({num_evaluated} images): {hint}')
+        out.append(f'graph-constrained R@{k} is 0 while ngR@{k} is {ng_recall:.2f} ({num_evaluated} images): no '
+                   f'GT predicate is ever the best-scored one of its pair, which misplaced score columns (or '
+                   f'random scores) give; {hint}')
     predicted = top_predicate[(top_predicate >= 0) & (widths > 0)].long()
     if matrix and predicted.numel() >= SAME_TOP_MIN_IMAGES and len(predicates):
         counts = torch.bincount(predicted, minlength=len(predicates))

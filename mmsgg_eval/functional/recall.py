@@ -273,6 +273,12 @@ def triplet_keys(subject_class: Tensor, object_class: Tensor, predicate: Tensor,
     return (subject_class.long() * num_classes + object_class.long()) * num_predicates + predicate.long()
 
 
+def triplet_parts(codes: Tensor, num_classes: int, num_predicates: int):
+    """(subject class, object class, predicate) of :func:`triplet_keys` codes (the inverse, all 0-based)."""
+    codes = codes.long()
+    return codes // num_predicates // num_classes, codes // num_predicates % num_classes, codes % num_predicates
+
+
 def hits_per_k(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> Tensor:
     """[size, len(ks)] float64: for each key (0..size-1) and each K, the number of relations of that key with
     ``rank < K``; one bincount for all K (each relation counted at the first K, in ascending order, that it is

@@ -17,7 +17,8 @@ from torch import Tensor
 from ..functional.limits import NO_HIT, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..functional.diagnostics import box_frame_flags, box_frame_warnings, describe_score_columns, score_column_warnings
-from ..functional.recall import evaluated_image_rows, hit_within
+from ..functional.recall import evaluated_image_rows, hit_within, triplet_parts
+from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
@@ -129,7 +130,8 @@ class SceneGraphMetric(RowMetric):
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.{file_tag}.json`` (``file_tag`` 'recall' for
             SGRecall, 'mean_recall' for SGMeanRecall) receives the keys and per-predicate recalls.
         report_dir: when set, ``{prefix}.metrics.json``, ``{prefix}.per_predicate.png`` (long-tail bar chart)
-            and ``{prefix}.tables.md`` are written there, once per evaluator (tools/test.py sets it to the work
+            and the tables ``{prefix}.tables.md`` / ``.tables.tex`` / ``.tables.{name}.csv`` are written there,
+            once per evaluator (tools/test.py sets it to the work
             dir). They hold every key, so SGRecall and SGMeanRecall with equal settings write them once.
         pool_samples: samples pooled across ``process()`` calls and ranked as one batch (1 = each call on
             its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
@@ -144,6 +146,14 @@ class SceneGraphMetric(RowMetric):
             0 = no relation; C = P: no background column), 'background_first', 'background_last' (column P =
             no relation) or 'no_background' (the last three refuse any other C). The report says how the
             scores were read, and warns when the results look like shifted columns.
+        novel_objects / novel_predicates: names of the novel object classes / predicates of an
+            open-vocabulary split (unknown names are an error); keys ``R@K_novel_obj`` / ``ngR@K_novel_obj``
+            (GT relations whose subject AND object are novel), ``R@K_novel_pred`` / ``ngR@K_novel_pred`` /
+            ``mR@K_novel_pred`` / ``ngmR@K_novel_pred`` (GT relations with a novel predicate; mR over the novel
+            predicates) and ``R@K_base`` / ``ngR@K_base`` (no novel part). None = ``dataset_meta['open_vocab']``
+            (``VG150Dataset(open_vocab_split=...)``), else no novel keys.
+        novel_split: a named split instead ('ovsgtr-ovd', 'ovsgtr-ovr', 'ovsgtr-ovdr': OvSGTR's VG150 tables,
+            :mod:`mmsgg_eval.open_vocab`).
     """
 
     default_prefix: Optional[str] = None
@@ -159,7 +169,8 @@ class SceneGraphMetric(RowMetric):
                  outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 256, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, strict_counts: bool = False, protocol: str = 'sgb',
-                 score_layout: str = 'auto') -> None:
+                 score_layout: str = 'auto', novel_objects: Optional[Sequence[str]] = None,
+                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None) -> None:
         self.protocol = resolve_protocol(protocol, dict(
             iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
             skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match),
@@ -194,6 +205,17 @@ class SceneGraphMetric(RowMetric):
         self._zs_source = f'file {zeroshot_triplets}' if isinstance(zeroshot_triplets, str) else \
             'the zeroshot_triplets argument'
         self.score_layout = score_layout
+        if novel_split is not None:
+            if novel_objects is not None or novel_predicates is not None:
+                raise ValueError(f'{owner}: give novel_split or novel_objects / novel_predicates, not both')
+            table = split_table(novel_split)
+            novel_objects, novel_predicates = table['novel_objects'], table['novel_predicates']
+        for name, value in (('novel_objects', novel_objects), ('novel_predicates', novel_predicates)):
+            if value is not None and (isinstance(value, str) or not all(isinstance(v, str) for v in value)):
+                raise ValueError(f'{owner}: {name} must be a list of names, got {value!r}')
+        self.novel_split = novel_split
+        self.novel_names = None if novel_objects is None and novel_predicates is None else \
+            (tuple(novel_objects or ()), tuple(novel_predicates or ()))
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
         self._workspace = ScoreWorkspace()  # the pools' score copies, one pool at a time
@@ -251,7 +273,7 @@ class SceneGraphMetric(RowMetric):
         """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
         return (self.protocol_target, repr(self.protocol), self.topk, self.skip_empty_predictions,
                 self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups),
-                self.score_layout)
+                self.score_layout, self.novel_names)
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
         return sum(_score_rows(s) for s in samples)
@@ -276,11 +298,27 @@ class SceneGraphMetric(RowMetric):
         return list(predicates)
 
     def before_epoch(self) -> None:
-        """A missing ``dataset_meta`` fails at the first ``process()``, not at the first pool."""
+        """A missing ``dataset_meta`` (or an unknown novel class / predicate name) fails at the first
+        ``process()``, not at the first pool or at the end."""
         for key in ('classes', 'predicates'):
             if self._meta(key) is None:
                 getattr(self, key)  # raises the explanatory error
+        self.novel_indices()
         super().before_epoch()
+
+    def novel_indices(self) -> Optional[Dict[str, Any]]:
+        """The open-vocabulary split evaluated: ``{'objects': [0-based classes], 'predicates': [...], 'source'}``
+        from the arguments, else ``dataset_meta['open_vocab']``; None when there is none."""
+        names, source = self.novel_names, self.novel_split or 'the novel_objects / novel_predicates arguments'
+        meta = self._meta('open_vocab')
+        if names is None and meta:
+            names = (tuple(meta.get('novel_objects') or ()), tuple(meta.get('novel_predicates') or ()))
+            source = f"dataset_meta['open_vocab'] ({meta.get('split', 'custom')})"
+        if names is None:
+            return None
+        owner = f'{type(self).__name__} ({source})'
+        return {'objects': name_indices(names[0], self.classes, 'classes', owner),
+                'predicates': name_indices(names[1], self.predicates, 'predicates', owner), 'source': source}
 
     @property
     def plus_one(self) -> bool:
@@ -415,8 +453,7 @@ class SceneGraphMetric(RowMetric):
         if not has_zs and self._meta('train_triplets') is not None:
             train = torch.as_tensor(self._meta('train_triplets')).long().reshape(-1, 3)
             c, p = len(self.classes), num_pred_classes
-            split_trip = rels['triplet']  # every GT relation of the split, evaluated image or not
-            eval_trip = torch.stack([split_trip // p // c, split_trip // p % c, split_trip % p], 1)
+            eval_trip = torch.stack(triplet_parts(rels['triplet'], c, p), 1)  # every GT relation of the split
             derived = derive_zeroshot(eval_trip, train)
             codes = triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p)
             zs_mask = torch.isin(rel['triplet'], codes)
@@ -438,6 +475,13 @@ class SceneGraphMetric(RowMetric):
         pred = rel['predicate'].long()
         per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_pred_classes, ks, avg)
         ng_per_pred, _ = per_predicate_recall(rank_ngc, pred, image_of, num_images, num_pred_classes, ks, avg)
+        novel = self.novel_indices()
+        subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
+        for subset, mask in subsets.items():
+            for family, rank in (('R', rank_gc), ('ngR', rank_ngc)):
+                values = recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg)
+                for k, v in zip(ks, values.tolist()):
+                    m[f'{family}@{k}_{subset}'] = 100.0 * v
 
         def mean_over(values: Tensor, members: Sequence[int]) -> Tensor:
             idx = torch.as_tensor(list(members), dtype=torch.long)
@@ -454,6 +498,10 @@ class SceneGraphMetric(RowMetric):
         for name, members in groups.items():
             for k, v in zip(ks, mean_over(per_pred, members).tolist()):
                 m[f'mR@{k}_{name}'] = 100.0 * v
+        if 'novel_pred' in subsets:
+            for family, table in (('mR', per_pred), ('ngmR', ng_per_pred)):
+                for k, v in zip(ks, mean_over(table, novel['predicates']).tolist()):
+                    m[f'{family}@{k}_novel_pred'] = 100.0 * v
         for k in ks:
             r, mrk = m[f'R@{k}'], m[f'mR@{k}']
             m[f'F@{k}'] = 2 * r * mrk / (r + mrk) if r + mrk > 0 else 0.0
@@ -473,7 +521,30 @@ class SceneGraphMetric(RowMetric):
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images)}
+                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images),
+                **({'open_vocab': {'source': novel['source'],
+                                   'novel_objects': [self.classes[i] for i in novel['objects']],
+                                   'novel_predicates': [self.predicates[i] for i in novel['predicates']],
+                                   'num_gt_relations': {n: int(mk.sum()) for n, mk in subsets.items()}}}
+                   if novel else {})}
+
+    def novel_subsets(self, triplets: Tensor, novel: Dict[str, Any]) -> Dict[str, Tensor]:
+        """[G] bool masks of the open-vocabulary subsets of GT relations (their triplet codes): 'novel_obj'
+        (subject and object novel; when novel classes are set), 'novel_pred' (novel predicate; when set) and
+        'base' (no novel subject, object or predicate)."""
+        c, p = len(self.classes), len(self.predicates)
+        subject, obj, predicate = triplet_parts(triplets, c, p)
+        novel_obj = torch.zeros(c, dtype=torch.bool)
+        novel_obj[novel['objects']] = True
+        novel_pred = torch.zeros(p, dtype=torch.bool)
+        novel_pred[novel['predicates']] = True
+        out = {}
+        if novel['objects']:
+            out['novel_obj'] = novel_obj[subject] & novel_obj[obj]
+        if novel['predicates']:
+            out['novel_pred'] = novel_pred[predicate]
+        out['base'] = ~(novel_obj[subject] | novel_obj[obj] | novel_pred[predicate])
+        return out
 
     def input_diagnostics(self, images: Dict[str, Tensor], metrics: Dict[str, float],
                           num_evaluated: int) -> Dict[str, Any]:
@@ -500,6 +571,14 @@ class SceneGraphMetric(RowMetric):
                                          ks=self.topk,
                                          with_per_predicate=self._reports_per_predicate)
         lines = [text]
+        info = summary.get('open_vocab')
+        if info:
+            lines.append(f'open-vocabulary subsets ({info["source"]}; GT relations: '
+                         + ', '.join(f'{n} {c}' for n, c in info['num_gt_relations'].items()) + ')')
+            for subset in info['num_gt_relations']:
+                shown = [f'{k}: {v:.2f}' for k, v in keys.items() if k.endswith(f'_{subset}')]
+                if shown:
+                    lines.append(f'  {subset}: ' + '  '.join(shown))
         if summary.get('score_columns'):
             lines.append(f'predicate scores read as {summary["score_columns"]}')
         lines += [f'WARNING: {w}' for w in summary.get('input_warnings', ())]

@@ -53,7 +53,7 @@ class SGBenchMetric(SceneGraphMetric):
 
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100), protocol: str = 'sgbench',
                  **kwargs: Any) -> None:
-        for name in ('zeroshot_triplets', 'predicate_groups'):
+        for name in ('zeroshot_triplets', 'predicate_groups', 'novel_objects', 'novel_predicates', 'novel_split'):
             if kwargs.get(name) is not None:
                 raise ValueError(f'SGBenchMetric does not use {name}')
         if mode == 'phrdet':
