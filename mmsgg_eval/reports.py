@@ -1,10 +1,11 @@
 """Human-readable reports: the legacy-style ``SGG eval`` text block, per-predicate tables, and report files
-(``metrics.json``, a per-predicate bar chart PNG, Markdown tables) written by :func:`write_scene_graph_reports`."""
+(``metrics.json``, a per-predicate bar chart PNG, the tables as Markdown, LaTeX (booktabs) and CSV) written by
+:func:`write_scene_graph_reports` / :func:`write_grounding_reports`."""
 import json
 import os
 import os.path as osp
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 def _family_line(name: str, keys: Dict[str, float], ks: Sequence[int], suffix: str = '') -> str:
@@ -16,6 +17,7 @@ FAMILY_TITLES = {
     'R': 'Recall', 'ngR': 'No-graph-constraint recall', 'zR': 'Zero-shot recall',
     'ngzR': 'No-graph-constraint zero-shot recall', 'A': 'Pair accuracy', 'mR': 'Mean recall',
     'ngmR': 'No-graph-constraint mean recall', 'F': 'F (2 R mR / (R + mR))', 'AVG': 'AVG ((R + mR) / 2)',
+    'PairR': 'Pair recall (predicate ignored)',
 }
 
 
@@ -42,49 +44,60 @@ def format_scene_graph_report(summary: Dict[str, Any], keys: Dict[str, float], m
     if zs and any(k.startswith(('zR', 'ngzR')) for k in keys):
         lines.append(f'Zero-shot set: {zs["size"]} triplets ({zs["source"]}), sha1 {zs["sha1"]}')
     if with_per_predicate and summary.get('per_predicate'):
-        lines.append(format_per_predicate_table(summary['per_predicate'], ks, mode))
+        lines.append(format_per_predicate_table(summary['per_predicate'], ks, mode, recall_average_of(summary)))
     return '\n'.join(lines)
 
 
-def format_per_predicate_table(per_predicate: Dict[str, Dict[str, float]], ks: Sequence[int], mode: str) -> str:
-    """Fixed-width per-predicate recall table (rows in the given order: training frequency when known)."""
+def format_per_predicate_table(per_predicate: Dict[str, Dict[str, float]], ks: Sequence[int], mode: str,
+                               recall_average: Optional[str] = None) -> str:
+    """Fixed-width per-predicate recall table (rows in the given order: training frequency when known); a
+    predicate without GT relations shows ``–``. ``recall_average`` ('image' / 'micro') is named in the title."""
     name_w = max([len('predicate')] + [len(p) for p in per_predicate])
     header = f'{"predicate":<{name_w}}  {"#GT":>7}  ' + '  '.join(f'{"R@" + str(k):>8}' for k in ks)
-    lines = [f'Per-predicate recall ({mode}, sorted by training frequency when known):', header,
+    how = {'image': 'image-averaged, ', 'micro': 'pooled over images, '}.get(recall_average or '', '')
+    lines = [f'Per-predicate recall ({mode}, {how}sorted by training frequency when known; – = no GT):', header,
              '-' * len(header)]
     for name, row in per_predicate.items():
+        no_gt = not row.get('num_gt', 0)
         lines.append(f'{name:<{name_w}}  {row.get("num_gt", 0):>7d}  '
-                     + '  '.join(f'{row[f"R@{k}"]:>8.2f}' for k in ks))
+                     + '  '.join(f'{"–" if no_gt else format(row[f"R@{k}"], ".2f"):>8}' for k in ks))
     return '\n'.join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- report files
 # ``write_scene_graph_reports`` turns the summary of a scene-graph evaluation (``metric.last_report`` of
-# SGRecall / SGMeanRecall / VLMSceneGraphMetric) into files a person can look at. A K is an int (keys
-# ``R@K``, ``mR@K``, ``mR@K_head`` and per-predicate ``R@K``) or the string ``'all'`` for the K-free keys of the
-# VLM metric (``Recall``, ``mRecall``, ``mRecall_head`` and per-predicate ``Recall``).
+# SGRecall / SGMeanRecall / SGBenchMetric / VLMSceneGraphMetric) into files a person can look at. A K is an int
+# (keys ``R@K``, ``mR@K``, ``mR@K_head`` and per-predicate ``R@K``), another string such as ``'inf'`` (keys
+# ``R@inf``; SGBenchMetric) or ``'all'`` for the K-free keys of the VLM metric (``Recall``, ``mRecall``,
+# ``mRecall_head`` and per-predicate ``Recall``). The same :class:`ReportTable` s are written as Markdown, CSV
+# and LaTeX (booktabs), see :func:`write_tables`.
 
 GROUP_ORDER = ('head', 'body', 'tail')
-HEADLINE_EXTRA = ('AP@50', 'FailureRate')
+#: Keys without K shown in the main table when the summary has them (detection AP, sgbench, VLM).
+HEADLINE_EXTRA = ('mAP', 'AP@50', 'InstR', 'PRank', 'FailureRate')
+#: Row order of the key-family table (families not listed follow in the order met).
+FAMILY_ORDER = ('R', 'ngR', 'zR', 'ngzR', 'A', 'PairR', 'mR', 'ngmR', 'F', 'AVG')
+MISSING = '–'  # shown for a value that does not exist (NaN, a predicate without GT)
 
 
 def _k_label(k: Any) -> str:
-    return 'all' if _is_all(k) else str(int(k))
+    return 'all' if _is_all(k) else str(k) if isinstance(k, str) else str(int(k))
 
 
 def _is_all(k: Any) -> bool:
-    return k is None or (isinstance(k, str) and k.lower() in ('all', 'inf'))
+    return k is None or (isinstance(k, str) and k.lower() == 'all')
 
 
 def recall_key(family: str, k: Any, suffix: str = '') -> str:
-    """Metric key of a recall family at K: ``('R', 50) -> 'R@50'``, ``('mR', 'all', '_tail') -> 'mRecall_tail'``."""
+    """Metric key of a recall family at K: ``('R', 50) -> 'R@50'``, ``('R', 'inf') -> 'R@inf'``,
+    ``('mR', 'all', '_tail') -> 'mRecall_tail'``."""
     if _is_all(k):
         return {'R': 'Recall', 'mR': 'mRecall'}[family] + suffix
-    return f'{family}@{int(k)}{suffix}'
+    return f'{family}@{_k_label(k)}{suffix}'
 
 
 def _per_predicate_key(k: Any) -> str:
-    return 'Recall' if _is_all(k) else f'R@{int(k)}'
+    return 'Recall' if _is_all(k) else f'R@{_k_label(k)}'
 
 
 def json_safe(value: Any, nan_as_null: bool = True) -> Any:
@@ -110,11 +123,14 @@ def json_safe(value: Any, nan_as_null: bool = True) -> Any:
     return str(value)
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
+def _is_value(value: Any) -> bool:
+    """True for a finite number (None, NaN and inf are no value: shown as ``–``)."""
     import math
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return '–'
-    return f'{float(value):.{digits}f}'
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return f'{float(value):.{digits}f}' if _is_value(value) else MISSING
 
 
 def _group_of(summary: Dict[str, Any]) -> Dict[str, str]:
@@ -135,45 +151,240 @@ def _chart_k(ks: Sequence[Any], chart_k: Any) -> Any:
         return chart_k
     if any(_is_all(k) for k in ks):
         return 'all'
-    ints = [int(k) for k in ks]
-    return max(ints) if ints else 'all'
+    ints = [int(k) for k in ks if not isinstance(k, str)]
+    return max(ints) if ints else (ks[-1] if ks else 'all')
 
 
-def format_markdown_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str, mode: str,
-                           digits: int = 2, with_per_predicate: bool = True) -> str:
-    """Markdown ready to paste into a paper (values in percent).
+def recall_average_of(summary: Dict[str, Any]) -> Optional[str]:
+    """'image' or 'micro': how the summary's recalls average over images (its ``recall_average``, else its
+    ``conventions['recall']``); None when it does not say."""
+    if summary.get('recall_average') in ('image', 'micro'):
+        return summary['recall_average']
+    text = str((summary.get('conventions') or {}).get('recall', ''))
+    if text.startswith('pooled'):
+        return 'micro'
+    if text.startswith('per image'):
+        return 'image'
+    return None
 
-    1. main table: ``| Dataset | Mode | R@K ... | mR@K ... |`` (+ ``AP@50`` / ``FailureRate`` when present);
-    2. head/body/tail mean recall for each K (when groups are known);
-    3. per-predicate recall for each K, in the summary's order (training frequency when known), with the
-       predicate's group and GT count.
+
+def _per_predicate_caption(summary: Dict[str, Any], ks: Sequence[Any]) -> str:
+    average = recall_average_of(summary)
+    how = {'image': 'image-averaged: for each predicate, the mean over the evaluated images containing it of '
+                    'its hits / its GT relations (the recall mR averages)',
+           'micro': 'pooled: hits / GT relations of the predicate over all evaluated images'}.get(
+        average, 'as the summary defines it')
+    return (f'Per-predicate recall (%), {how}; rows in training-frequency order when known; {MISSING} = no GT '
+            f'relation of the predicate in the evaluated images')
+
+
+class ReportTable:
+    """One table of a report, rendered by :func:`tables_markdown`, :func:`table_csv` and :func:`tables_latex`.
+
+    ``header``: column names; ``rows``: cells, a string (text) or a number (``None`` / NaN = no value: ``–`` in
+    Markdown, ``--`` in LaTeX, empty in CSV); the first ``text_columns`` columns are text (left-aligned), the
+    others numbers printed with ``digits[column]`` decimals (default 2; integers as integers). ``name`` is the
+    file-name part of its CSV file, ``caption`` one line said above it.
+    """
+
+    def __init__(self, name: str, caption: str, header: Sequence[str], rows: Sequence[Sequence[Any]],
+                 text_columns: int = 1, digits: Optional[Dict[int, int]] = None) -> None:
+        self.name, self.caption = name, caption
+        self.header, self.rows = list(header), [list(r) for r in rows]
+        self.text_columns = text_columns
+        self.digits = dict(digits or {})
+
+    def cell(self, column: int, value: Any, missing: str = MISSING) -> str:
+        """The printed form of a cell (Markdown / LaTeX)."""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return _fmt(value, self.digits.get(column, 2)) if _is_value(value) else missing
+
+
+def _key_parts(key: str) -> Optional[Tuple[str, str, str]]:
+    """``(family, K label, group)`` of a recall-like key (``'mR@50_tail'`` -> ``('mR', '50', 'tail')``,
+    ``'Recall'`` -> ``('R', 'all', '')``); None for a key without K (``'InstR'``, ``'AP@50'``, ...)."""
+    if key in HEADLINE_EXTRA:
+        return None
+    for name, family in (('mRecall', 'mR'), ('Recall', 'R')):
+        if key == name or key.startswith(name + '_'):
+            return family, 'all', key[len(name) + 1:]
+    if '@' not in key:
+        return None
+    family, rest = key.split('@', 1)
+    k, _, group = rest.partition('_')
+    return family, k, group
+
+
+def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str, mode: str,
+                       with_per_predicate: bool = True) -> List[ReportTable]:
+    """The tables of a scene-graph summary (values in percent), every key of ``summary['metrics']`` in one:
+
+    1. ``main``: ``| Dataset | Mode | R@K ... | mR@K ... |`` and the keys of :data:`HEADLINE_EXTRA` present
+       (``mAP`` / ``AP@50`` of DetectionAP, ``InstR`` / ``PRank`` of sgbench, ``FailureRate`` of the VLM metric);
+    2. ``families``: one row per key family (R, ngR, zR, ngzR, A, PairR, mR, ngmR, F, AVG, ...), one column per K;
+    3. ``groups``: head/body/tail mean recall for each K (when groups are known);
+    4. ``per_predicate``: recall of each predicate at each K in the summary's order (training frequency when
+       known) with its group and GT count; ``–`` for a predicate without GT in the evaluated images;
+    5. ``other``: any remaining key (``| Key | Value |``), so that nothing computed is left out.
     """
     m = summary.get('metrics', {})
-    lines = [f'### {dataset} — {mode} ({summary.get("num_images", 0)} images evaluated'
-             f'{", " + str(summary["num_samples"]) + " samples" if "num_samples" in summary else ""})', '']
+    labels = [_k_label(k) for k in ks]
+    shown = set()
     cols = [recall_key('R', k) for k in ks] + [recall_key('mR', k) for k in ks]
     cols = [c for c in cols if c in m] + [c for c in HEADLINE_EXTRA if c in m]
-    lines.append('| Dataset | Mode | ' + ' | '.join(cols) + ' |')
-    lines.append('|---|---|' + '---:|' * len(cols))
-    lines.append(f'| {dataset} | {mode} | ' + ' | '.join(_fmt(m[c], digits) for c in cols) + ' |')
+    shown.update(cols)
+    tables = [ReportTable('main', 'Main results (%)', ['Dataset', 'Mode'] + cols,
+                          [[dataset, mode] + [m[c] for c in cols]], text_columns=2)]
+    families: Dict[str, Dict[str, str]] = {}
+    for key in m:
+        parts = _key_parts(key)
+        if parts is None or parts[2]:
+            continue
+        family, k, _ = parts
+        families.setdefault(family, {})[k] = key
+        if k not in labels:
+            labels.append(k)
+    order = [f for f in FAMILY_ORDER if f in families] + [f for f in families if f not in FAMILY_ORDER]
+    if order:
+        used = [k for k in labels if any(k in families[f] for f in order)]
+        rows = [[f, FAMILY_TITLES.get(f, f)] + [m.get(families[f].get(k, ''), None) for k in used] for f in order]
+        shown.update(key for f in order for key in families[f].values())
+        tables.append(ReportTable('families', 'Every key family (%), one column per K', ['Family', 'Meaning']
+                                  + ['all' if k == 'all' else f'@{k}' for k in used], rows, text_columns=2))
     groups = _ordered_groups(summary)
-    if groups:
-        gcols = [(k, g) for k in ks for g in groups if recall_key('mR', k, '_' + g) in m]
-        if gcols:
-            lines += ['', '| Dataset | Mode | ' + ' | '.join(f'{recall_key("mR", k)} {g}' for k, g in gcols) + ' |',
-                      '|---|---|' + '---:|' * len(gcols),
-                      f'| {dataset} | {mode} | '
-                      + ' | '.join(_fmt(m[recall_key('mR', k, '_' + g)], digits) for k, g in gcols) + ' |']
+    gcols = [(k, g) for k in ks for g in groups if recall_key('mR', k, '_' + g) in m]
+    if gcols:
+        keys = [recall_key('mR', k, '_' + g) for k, g in gcols]
+        shown.update(keys)
+        tables.append(ReportTable('groups', 'Mean recall per predicate group (%)', ['Dataset', 'Mode']
+                                  + [f'{recall_key("mR", k)} {g}' for k, g in gcols],
+                                  [[dataset, mode] + [m[key] for key in keys]], text_columns=2))
     per_pred = summary.get('per_predicate') or {}
     if with_per_predicate and per_pred:
         group_of = _group_of(summary)
         pcols = [k for k in ks if any(_per_predicate_key(k) in row for row in per_pred.values())]
-        lines += ['', '| Predicate | Group | #GT | ' + ' | '.join(recall_key('R', k) for k in pcols) + ' |',
-                  '|---|---|---:|' + '---:|' * len(pcols)]
+        rows = []
         for name, row in per_pred.items():
-            lines.append(f'| {name} | {group_of.get(name, "")} | {int(row.get("num_gt", 0))} | '
-                         + ' | '.join(_fmt(row.get(_per_predicate_key(k)), digits) for k in pcols) + ' |')
+            num_gt = int(row.get('num_gt', 0))
+            rows.append([name, group_of.get(name, ''), num_gt]
+                        + [row.get(_per_predicate_key(k)) if num_gt else None for k in pcols])
+        tables.append(ReportTable('per_predicate', _per_predicate_caption(summary, pcols),
+                                  ['Predicate', 'Group', '#GT'] + [recall_key('R', k) for k in pcols], rows,
+                                  text_columns=2))
+    rest = [k for k in m if k not in shown]
+    if rest:
+        tables.append(ReportTable('other', 'Other keys', ['Key', 'Value'], [[k, m[k]] for k in rest]))
+    return tables
+
+
+def grounding_tables(summary: Dict[str, Any], dataset: str) -> List[ReportTable]:
+    """The tables of a ``GroundingPr`` summary: ``main`` (``| Dataset | Protocol | Pr@τ ... | meanIoU | cumIoU |``,
+    Pr in percent, IoUs in [0, 1] with 4 decimals) and ``thresholds`` (hits and Pr per threshold)."""
+    m = summary.get('metrics', {})
+    pr = [k for k in m if k.startswith('Pr@')]
+    ious = [k for k in ('meanIoU', 'cumIoU') if k in m]
+    protocol = str(summary.get('protocol', 'exact'))
+    op = '>' if summary.get('strict') else '>='
+    main = ReportTable('main', f'Grounding accuracy: Pr@τ = % of samples with IoU {op} τ; meanIoU, cumIoU in [0, 1]',
+                       ['Dataset', 'Protocol'] + pr + ious, [[dataset, protocol] + [m[k] for k in pr + ious]],
+                       text_columns=2, digits={2 + len(pr) + i: 4 for i in range(len(ious))})
+    hits = summary.get('hits') or {}
+    rows = [[k[3:], int(hits.get(k, 0)), m[k]] for k in pr]
+    return [main, ReportTable('thresholds', f'Hits per threshold (IoU {op} τ) of {summary.get("num_samples", 0)} '
+                                            f'samples', ['τ', 'Hits', 'Pr (%)'], rows)]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace('|', '\\|')
+
+
+def tables_markdown(title: str, tables: Sequence[ReportTable]) -> str:
+    """Markdown: ``### title``, then each table with its caption in italics."""
+    lines = [f'### {title}']
+    for table in tables:
+        lines += ['', f'*{table.caption}*', '',
+                  '| ' + ' | '.join(_md_cell(h) for h in table.header) + ' |',
+                  '|' + '---|' * table.text_columns + '---:|' * (len(table.header) - table.text_columns)]
+        for row in table.rows:
+            lines.append('| ' + ' | '.join(_md_cell(table.cell(i, v)) for i, v in enumerate(row)) + ' |')
     return '\n'.join(lines) + '\n'
+
+
+def table_csv(table: ReportTable) -> str:
+    """CSV (``csv`` module, excel dialect): the header, then the rows; numbers at full precision (``repr``),
+    no value = empty cell."""
+    import csv
+    import io
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator='\n')
+    writer.writerow(table.header)
+    for row in table.rows:
+        writer.writerow([v if isinstance(v, str) else repr(v) if _is_value(v) else '' for v in row])
+    return out.getvalue()
+
+
+_LATEX_SPECIALS = {'\\': r'\textbackslash{}', '&': r'\&', '%': r'\%', '$': r'\$', '#': r'\#', '_': r'\_',
+                   '{': r'\{', '}': r'\}', '~': r'\textasciitilde{}', '^': r'\textasciicircum{}',
+                   '—': '---', '–': '--', 'τ': r'$\tau$', '≥': r'$\geq$', '×': r'$\times$'}
+
+
+def latex_escape(text: str) -> str:
+    """Text safe in LaTeX: ``\\ & % $ # _ { } ~ ^`` escaped, dashes as ``---`` / ``--``, τ ≥ × in math mode."""
+    return ''.join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def tables_latex(title: str, tables: Sequence[ReportTable]) -> str:
+    """LaTeX: one ``table`` environment per table, a booktabs ``tabular`` (``\\toprule`` / ``\\midrule`` /
+    ``\\bottomrule``; needs ``\\usepackage{booktabs}``) captioned with the title and the table's caption."""
+    lines = [f'% {latex_escape(title)}', '% needs \\usepackage{booktabs}']
+    for table in tables:
+        spec = 'l' * table.text_columns + 'r' * (len(table.header) - table.text_columns)
+        lines += ['', r'\begin{table}[t]', r'\centering',
+                  f'\\caption{{{latex_escape(title)}: {latex_escape(table.caption)}}}',
+                  f'\\begin{{tabular}}{{{spec}}}', r'\toprule',
+                  ' & '.join(latex_escape(h) for h in table.header) + r' \\', r'\midrule']
+        for row in table.rows:
+            lines.append(' & '.join(latex_escape(table.cell(i, v, missing='–')) for i, v in enumerate(row))
+                         + r' \\')
+        lines += [r'\bottomrule', r'\end{tabular}', r'\end{table}']
+    return '\n'.join(lines) + '\n'
+
+
+def write_tables(out_dir: str, stem: str, title: str, tables: Sequence[ReportTable]) -> Dict[str, str]:
+    """Write ``{stem}.tables.md`` (Markdown), ``{stem}.tables.tex`` (LaTeX, booktabs) and one
+    ``{stem}.tables.{table name}.csv`` per table into ``out_dir`` (``tables.*`` when ``stem`` is empty).
+
+    Returns ``{'markdown': path, 'latex': path, 'csv_{name}': path, ...}``.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f'{stem}.tables' if stem else 'tables')
+    paths = {'markdown': base + '.md', 'latex': base + '.tex'}
+    paths.update({f'csv_{t.name}': f'{base}.{t.name}.csv' for t in tables})
+    with open(paths['markdown'], 'w', encoding='utf-8') as f:
+        f.write(tables_markdown(title, tables))
+    with open(paths['latex'], 'w', encoding='utf-8') as f:
+        f.write(tables_latex(title, tables))
+    for t in tables:
+        with open(paths[f'csv_{t.name}'], 'w', encoding='utf-8', newline='') as f:
+            f.write(table_csv(t))
+    return paths
+
+
+def _scene_graph_title(summary: Dict[str, Any], dataset: str, mode: str) -> str:
+    return (f'{dataset} — {mode} ({summary.get("num_images", 0)} images evaluated'
+            f'{", " + str(summary["num_samples"]) + " samples" if "num_samples" in summary else ""})')
+
+
+def format_markdown_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str, mode: str,
+                           digits: int = 2, with_per_predicate: bool = True) -> str:
+    """Markdown ready to paste into a paper (values in percent): the tables of :func:`scene_graph_tables`."""
+    tables = scene_graph_tables(summary, ks, dataset, mode, with_per_predicate)
+    for t in tables:
+        t.digits = {i: digits for i in range(len(t.header))}
+    return tables_markdown(_scene_graph_title(summary, dataset, mode), tables)
 
 
 GROUP_COLORS = {'head': '#1f77b4', 'body': '#ff7f0e', 'tail': '#2ca02c'}
@@ -181,11 +392,22 @@ GROUP_COLORS = {'head': '#1f77b4', 'body': '#ff7f0e', 'tail': '#2ca02c'}
 
 def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, dataset: str, mode: str,
                               figsize: Optional[Sequence[float]] = None, dpi: int = 100) -> str:
-    """Bar chart of per-predicate recall at ``k`` in the summary's order (training frequency when known).
+    """Save :func:`per_predicate_figure` as a PNG of exactly ``figsize * dpi`` pixels; returns ``path``."""
+    fig = per_predicate_figure(summary, k, dataset, mode, figsize, dpi)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def per_predicate_figure(summary: Dict[str, Any], k: Any, dataset: str, mode: str,
+                         figsize: Optional[Sequence[float]] = None, dpi: int = 100) -> Any:
+    """Bar chart (a matplotlib ``Figure``) of per-predicate recall at ``k`` in the summary's order (training
+    frequency when known).
 
     Bars are coloured by predicate group; contiguous runs of one group are shaded as bands and labelled
-    (head / body / tail). The image is exactly ``figsize * dpi`` pixels (default width 0.32 in per predicate,
-    at least 8 in; height 5 in). Drawn on an Agg canvas (no pyplot); returns ``path``.
+    (head / body / tail). A predicate without GT relations has no bar but a ``–`` (its recall does not exist).
+    The title says how the recall averages over images. Size ``figsize`` inches (default width 0.32 in per
+    predicate, at least 8 in; height 5 in) at ``dpi``. Drawn on an Agg canvas (no pyplot).
     """
     # the Agg canvas is used directly: no pyplot, no global backend switch, works headless
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -195,7 +417,8 @@ def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, datase
     per_pred = summary.get('per_predicate') or {}
     names = list(per_pred)
     key = _per_predicate_key(k)
-    values = [float(per_pred[n].get(key) or 0.0) for n in names]
+    has_gt = [bool(per_pred[n].get('num_gt', 0)) for n in names]
+    values = [float(per_pred[n].get(key) or 0.0) if gt else 0.0 for n, gt in zip(names, has_gt)]
     group_of = _group_of(summary)
     groups = [group_of.get(n, '') for n in names]
     if figsize is None:
@@ -214,6 +437,9 @@ def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, datase
     top = max(values + [1.0])
     ymax = min(108.0, top * 1.15 + 1.0)
     ax.set_ylim(0, ymax)
+    for i, gt in enumerate(has_gt):
+        if not gt:  # no GT: no recall (not 0)
+            ax.text(i, ymax * 0.01, MISSING, ha='center', va='bottom', fontsize=9, color='#555555', zorder=3)
     # bands: contiguous runs of one group
     start = 0
     for i in range(1, len(names) + 1):
@@ -235,17 +461,17 @@ def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, datase
     m = summary.get('metrics', {})
     mr_key = recall_key('mR', k)
     mr_text = f' | {mr_key} = {_fmt(m[mr_key])}' if mr_key in m else ''
-    k_text = 'all predictions (no K)' if _is_all(k) else f'K = {int(k)}'
-    ax.set_title(f'Per-predicate recall — {dataset} | {mode} | {k_text}{mr_text}\n'
-                 f'predicates sorted by training frequency (when known)', fontsize=10)
+    k_text = 'all predictions (no K)' if _is_all(k) else f'K = {_k_label(k)}'
+    average = {'image': 'image-averaged', 'micro': 'pooled over images'}.get(recall_average_of(summary) or '', '')
+    ax.set_title(f'Per-predicate recall{" (" + average + ")" if average else ""} — {dataset} | {mode} | '
+                 f'{k_text}{mr_text}\npredicates sorted by training frequency (when known); {MISSING} = no GT',
+                 fontsize=10)
     present = [g for g in dict.fromkeys(groups) if g]
     if present:
         ax.legend(handles=[Patch(color=palette[g], label=g) for g in present], loc='upper left',
                   bbox_to_anchor=(1.005, 1.0), fontsize=8, title='group', title_fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    return path
+    return fig
 
 
 def write_scene_graph_reports(summary: Dict[str, Any], out_dir: str, prefix: str, ks: Sequence[Any],
@@ -257,22 +483,67 @@ def write_scene_graph_reports(summary: Dict[str, Any], out_dir: str, prefix: str
       summary — every key (``metrics``), the per-predicate recalls, groups, counts (NaN -> null);
     * ``{prefix}.per_predicate.png``: :func:`plot_per_predicate_recall` at ``chart_k`` (default: ``'all'`` if in
       ``ks``, else the largest K);
-    * ``{prefix}.tables.md``: :func:`format_markdown_tables`.
+    * ``{prefix}.tables.md`` / ``.tables.tex`` / ``.tables.{name}.csv``: :func:`scene_graph_tables` written by
+      :func:`write_tables`.
 
-    Returns ``{'json': path, 'png': path, 'markdown': path}``.
+    Returns ``{'json': path, 'png': path, 'markdown': path, 'latex': path, 'csv_main': path, ...}``.
     """
     os.makedirs(out_dir, exist_ok=True)
     stem = f'{prefix}.' if prefix else ''
     ks = list(ks)
     paths = {'json': os.path.join(out_dir, f'{stem}metrics.json'),
-             'png': os.path.join(out_dir, f'{stem}per_predicate.png'),
-             'markdown': os.path.join(out_dir, f'{stem}tables.md')}
+             'png': os.path.join(out_dir, f'{stem}per_predicate.png')}
     payload = {'dataset': dataset, 'mode': mode, 'ks': [_k_label(k) for k in ks]}
     payload.update(summary)
     _write_json(paths['json'], payload)
     plot_per_predicate_recall(summary, paths['png'], _chart_k(ks, chart_k), dataset, mode, figsize, dpi)
-    with open(paths['markdown'], 'w', encoding='utf-8') as f:
-        f.write(format_markdown_tables(summary, ks, dataset, mode))
+    paths.update(write_tables(out_dir, prefix, _scene_graph_title(summary, dataset, mode),
+                              scene_graph_tables(summary, ks, dataset, mode)))
+    _SCENE_GRAPH_TABLES[(os.path.abspath(out_dir), prefix)] = (summary, ks, dataset, mode)
+    return paths
+
+
+# (directory, stem) -> (summary, ks, dataset, mode) of the last scene-graph tables written there and not yet
+# completed by add_detection_keys
+_SCENE_GRAPH_TABLES: Dict[Tuple[str, str], Tuple[Dict[str, Any], List[Any], str, str]] = {}
+
+
+def add_detection_keys(out_dir: str, stem: str, keys: Dict[str, float]) -> Optional[Dict[str, str]]:
+    """Rewrite the tables of the scene-graph report last written to ``out_dir`` under ``stem`` (in this
+    process, and not completed yet) with ``keys`` (DetectionAP's ``mAP`` / ``AP@50``) added to its main table;
+    returns the table paths, or None when there is no such report. The summary's own keys are never replaced."""
+    entry = _SCENE_GRAPH_TABLES.pop((os.path.abspath(out_dir), stem), None)
+    if entry is None:
+        return None
+    summary, ks, dataset, mode = entry
+    summary = dict(summary, metrics={**keys, **summary.get('metrics', {})})
+    return write_tables(out_dir, stem, _scene_graph_title(summary, dataset, mode),
+                        scene_graph_tables(summary, ks, dataset, mode))
+
+
+def write_detection_reports(keys: Dict[str, float], counts: Dict[str, Any], out_dir: str, prefix: str,
+                            dataset: str, mode: str) -> Dict[str, str]:
+    """Report files of ``DetectionAP`` (keys in percent, unprefixed): ``{prefix}.detection.metrics.json`` (keys
+    and counts), its tables ``{prefix}.detection.tables.*`` (``| Dataset | Mode | mAP | AP@50 |``), and the
+    keys added to the main table of the scene-graph report written under ``{prefix}`` just before
+    (:func:`add_detection_keys`; keys ``merged_markdown`` ...)."""
+    stem = f'{prefix}.detection' if prefix else 'detection'
+    summary = {'metrics': dict(keys), **counts}
+    paths = {'json': write_summary_json(summary, out_dir, stem)}
+    paths.update(write_tables(out_dir, stem, f'{dataset} — {mode} detections ({counts.get("num_images", 0)} images)',
+                              scene_graph_tables(summary, [], dataset, mode)))
+    merged = add_detection_keys(out_dir, prefix, keys)
+    paths.update({f'merged_{k}': v for k, v in (merged or {}).items()})
+    return paths
+
+
+def write_grounding_reports(summary: Dict[str, Any], out_dir: str, prefix: str, dataset: str) -> Dict[str, str]:
+    """Report files of a ``GroundingPr`` evaluation: ``{prefix}.metrics.json`` (the summary, per-sample IoUs
+    included) and the tables of :func:`grounding_tables` (``{prefix}.tables.md`` / ``.tex`` / ``.{name}.csv``)."""
+    paths = {'json': write_summary_json(summary, out_dir, prefix)}
+    title = (f'{dataset} — grounding ({summary.get("num_samples", 0)} samples, '
+             f'{summary.get("num_without_prediction", 0)} without prediction)')
+    paths.update(write_tables(out_dir, prefix, title, grounding_tables(summary, dataset)))
     return paths
 
 

@@ -383,7 +383,9 @@ def test_files_are_written_on_the_main_rank_only(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ['rank0']
     assert sorted(os.listdir(tmp_path / 'rank0')) == sorted([
         'res.grounding.json', 'grounding.metrics.json', 'res.vlm.json', 'vlm.metrics.json',
-        'vlm.per_predicate.png', 'vlm.tables.md'])
+        'vlm.per_predicate.png', 'vlm.tables.md']
+        + [f'grounding.tables.{ext}' for ext in ('md', 'tex', 'main.csv', 'thresholds.csv')]
+        + [f'vlm.tables.{ext}' for ext in ('tex', 'main.csv', 'families.csv', 'groups.csv', 'per_predicate.csv')])
 
 
 # ---------------------------------------------------------------------------- distributed sharing

@@ -244,3 +244,22 @@ def test_ovdr_end_to_end_through_tools_test_and_the_offline_cli(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     offline = read_metrics(off)
     assert {k: offline[k] for k in novel} == novel
+
+
+# ---------------------------------------------------------------------------- VLM answers (free text)
+def test_vlm_answers_get_the_novel_subsets_on_their_mapped_words():
+    """The model's words ('guy riding horse' with synonyms) are mapped to dataset names, then the novel keys of
+    the scene-graph rows apply: the hit 'riding' relation is in the novel-predicate subset."""
+    from mmsgg_eval.metrics.vlm import VLMSceneGraphMetric
+    from tests.test_vlm import GT, META as VLM_META, VALID
+    metric = VLMSceneGraphMetric(iou_plus_one=False, topk=(20,), novel_predicates=['riding'])
+    metric.dataset_meta = VLM_META
+    metric.process(None, [dict(GT, sample_idx=0, pred_text=VALID), dict(GT, sample_idx=1, pred_text='oops')])
+    out = metric.evaluate(2)
+    assert out['vlm/Recall_novel_pred'] == 50.0 and out['vlm/R@20_novel_pred'] == 50.0  # 1 of the 2 answers parsed
+    assert out['vlm/mRecall_novel_pred'] == 50.0 and 'vlm/Recall_base' in out
+    assert metric.last_report['open_vocab']['novel_predicates'] == ['riding']
+    bad = VLMSceneGraphMetric(novel_objects=['unicorn'])
+    bad.dataset_meta = VLM_META
+    with pytest.raises(ValueError, match="unicorn"):
+        bad.process(None, [dict(GT, sample_idx=0, pred_text=VALID)])

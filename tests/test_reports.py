@@ -73,7 +73,8 @@ def parse_markdown_tables(text):
 def test_write_reports(tmp_path, summary):
     ks = (20, 50, 100)
     paths = write_scene_graph_reports(summary, str(tmp_path), 'predcls', ks, 'VG150', 'predcls')
-    assert set(paths) == {'json', 'png', 'markdown'}
+    assert set(paths) == {'json', 'png', 'markdown', 'latex', 'csv_main', 'csv_families', 'csv_groups',
+                          'csv_per_predicate'}
     assert paths['json'].endswith('predcls.metrics.json')
 
     # metrics.json: every key and the per-predicate recalls
@@ -97,10 +98,15 @@ def test_write_reports(tmp_path, summary):
         assert extrema[0] < 100 and extrema[1] > 200  # dark text/bars on a light background
         assert len(img.convert('RGB').getcolors(1 << 20)) > 10
 
-    # Markdown: three tables that parse, with the right headers and numbers
+    # Markdown: four tables that parse, with the right headers and numbers
     tables = parse_markdown_tables(open(paths['markdown'], encoding='utf-8').read())
-    assert len(tables) == 3
-    (head1, rows1), (head2, rows2), (head3, rows3) = tables
+    assert len(tables) == 4
+    (head1, rows1), (head_f, rows_f), (head2, rows2), (head3, rows3) = tables
+    assert head_f == ['Family', 'Meaning', '@20', '@50', '@100']
+    assert [r[0] for r in rows_f] == ['R', 'ngR', 'A', 'mR', 'ngmR', 'F', 'AVG']  # predcls, no zero-shot set
+    for row in rows_f:
+        assert [float(c) for c in row[2:]] == pytest.approx([summary['metrics'][f'{row[0]}@{k}'] for k in ks],
+                                                            abs=0.005)
     assert head1 == ['Dataset', 'Mode', 'R@20', 'R@50', 'R@100', 'mR@20', 'mR@50', 'mR@100']
     assert rows1 == [['VG150', 'predcls'] + [f'{summary["metrics"][k]:.2f}' for k in head1[2:]]]
     assert head2[2:5] == ['mR@20 head', 'mR@20 body', 'mR@20 tail'] and len(head2) == 2 + 9
@@ -114,6 +120,9 @@ def test_write_reports(tmp_path, summary):
     for row in rows3:
         ref = summary['per_predicate'][row[0]]
         assert row[1] == groups[row[0]] and int(row[2]) == ref['num_gt']
+        if ref['num_gt'] == 0:  # no GT: no recall
+            assert row[3:] == ['–'] * 3
+            continue
         assert [float(c) for c in row[3:]] == pytest.approx([ref[f'R@{k}'] for k in (20, 50, 100)], abs=0.005)
 
 
@@ -140,7 +149,9 @@ def test_reports_without_groups_and_with_nan(tmp_path):
     saved = json.loads(open(paths['json']).read())  # strict JSON: NaN -> null
     assert saved['metrics']['mR@10'] is None
     tables = parse_markdown_tables(open(paths['markdown']).read())
-    assert len(tables) == 2 and tables[0][1][0][2:] == ['12.50', '–']
+    assert len(tables) == 3 and tables[0][1][0][2:] == ['12.50', '–']
+    assert tables[1][1] == [['R', 'Recall', '12.50'], ['mR', 'Mean recall', '–']]
+    assert tables[2][1] == [['a', '', '3', '10.00'], ['b', '', '1', '0.00']]
 
 
 def test_vlm_style_summary(tmp_path):
@@ -154,8 +165,10 @@ def test_vlm_style_summary(tmp_path):
     tables = parse_markdown_tables(text)
     assert tables[0][0] == ['Dataset', 'Mode', 'Recall', 'R@20', 'mRecall', 'mR@20', 'AP@50', 'FailureRate']
     assert tables[0][1][0][2:] == ['30.00', '28.00', '20.00', '18.00', '40.00', '10.00']
-    assert tables[1][0][2:] == ['mRecall head', 'mRecall tail']
-    assert tables[2][0] == ['Predicate', 'Group', '#GT', 'Recall', 'R@20']
+    assert tables[1][0] == ['Family', 'Meaning', 'all', '@20']
+    assert tables[1][1] == [['R', 'Recall', '30.00', '28.00'], ['mR', 'Mean recall', '20.00', '18.00']]
+    assert tables[2][0][2:] == ['mRecall head', 'mRecall tail']
+    assert tables[3][0] == ['Predicate', 'Group', '#GT', 'Recall', 'R@20']
     paths = write_scene_graph_reports(summary, str(tmp_path), 'vlm', ['all', 20], 'PSG', 'sgdet (VLM)')
     from PIL import Image
     with Image.open(paths['png']) as img:

@@ -16,7 +16,12 @@ Extraction from raw text
     ``<answer>...</answer>`` block is used (an unclosed ``<answer>`` runs to the end of the text); markdown
     code fences (```` ```json ... ``` ````) are preferred over the surrounding text; leading and trailing
     prose is ignored: the first JSON object found (``json.JSONDecoder.raw_decode`` at each ``{``) that has an
-    ``objects`` or ``relationships`` key is used. JSON is never repaired: a truncated answer is a failure.
+    ``objects`` or ``relationships`` key is used, whatever precedes it (objects nested in a decoded value are
+    searched in document order, then the search resumes after that value, so the cost is linear in the
+    answer's length). JSON is never repaired: a truncated answer is a failure. The only bound is on the work
+    spent on starts that do NOT decode: at most :data:`SEARCH_WORK_FACTOR` x the answer's length in
+    characters (at least 1 MiB); past that (deeply nested, truncated JSON) the answer is a ``'search_limit'``
+    failure.
 
 Structural validity (``ParseResult.ok``; anything else makes the sample a failure, ``FailureRate``)
     * ``code='no_json'``: no ``{`` at all; ``'invalid_json'``: no decodable JSON object (truncated output,
@@ -35,6 +40,11 @@ Structural validity (``ParseResult.ok``; anything else makes the sample a failur
       file); the sample is a failure like the others, never a crash.
     * ``'duplicate_id'``: two objects with the same id (references would be ambiguous).
     * ``'dangling_id'``: a relationship whose subject or object id is not among the objects.
+    * ``'search_limit'``: the search for the graph gave up (see *Extraction*); JSON nested deeper than
+      Python's decoder allows is ``'invalid_json'``.
+    * ``'missing'``: the sample has no answer at all (set by the metric for a sample marked
+      ``prediction_missing``: the answers file has no record for it, ``--allow-missing``). An answer that is
+      ``null`` / absent in its record is ``'no_json'``.
     An empty graph (``{"objects": [], "relationships": []}``) is valid; it predicts nothing (recall 0).
 
 Names
@@ -49,6 +59,13 @@ Names
 Scores
     ``score`` or ``confidence`` on objects and relationships when given, else 1. ``ParseResult.has_scores``
     tells whether any relationship carried one (then the order by score is meaningful).
+
+Pixel boxes read on a canvas (``ParseResult.pixel_like``)
+    A valid answer with boxes, read on a canvas that exceeds its image by at least
+    :data:`PIXEL_FRAME_RATIO` in width or height, "looks like pixels" (True) when every coordinate, read as
+    pixels, lies within the image (``x2 <= W``, ``y2 <= H``, plus :data:`PIXEL_FRAME_TOLERANCE`); else False.
+    None when the two readings cannot be told apart (no box, no canvas, canvas about the image size).
+    ``VLMSceneGraphMetric`` warns when most answers look like pixels (``docs/metrics.md``).
 """
 import json
 import math
@@ -66,12 +83,20 @@ from .samples import PLACEHOLDER_BOX, gt_fields, gt_from_data_info
 __all__ = [
     'FAILURE_CODES', 'PLACEHOLDER_BOX', 'ParseResult', 'NameMapper', 'normalize_name', 'class_from_id',
     'build_mappers', 'extract_json_text', 'parse_vlm_output', 'parse_scene_graph', 'to_data_sample',
-    'failed_data_sample', 'gt_from_data_info', 'iter_vlm_jsonl', 'TEXT_KEYS', 'ID_KEYS'
+    'failed_data_sample', 'gt_from_data_info', 'iter_vlm_jsonl', 'TEXT_KEYS', 'ID_KEYS', 'SEARCH_WORK_FACTOR',
+    'PIXEL_FRAME_RATIO', 'PIXEL_FRAME_TOLERANCE'
 ]
 
 #: ``ParseResult.code`` values; index in this tuple = the integer code stored by the metric.
 FAILURE_CODES = ('ok', 'no_json', 'invalid_json', 'not_object', 'missing_field', 'wrong_type', 'bad_box',
-                 'box_out_of_canvas', 'duplicate_id', 'dangling_id', 'not_text')
+                 'box_out_of_canvas', 'duplicate_id', 'dangling_id', 'not_text', 'search_limit', 'missing')
+
+#: Characters that graph-search starts which do not decode may examine, per character of the answer.
+SEARCH_WORK_FACTOR = 16
+#: A canvas at least this much wider or taller than the image tells pixel boxes from canvas boxes.
+PIXEL_FRAME_RATIO = 1.25
+#: Relative slack of the "within the image" test of ``ParseResult.pixel_like``.
+PIXEL_FRAME_TOLERANCE = 0.05
 
 _CLASS_FIELDS = ('label', 'category', 'class', 'name')
 _SCORE_FIELDS = ('score', 'confidence')
@@ -167,7 +192,8 @@ class ParseResult:
     class names). Relations, in output order: ``pair_idxs`` [R, 2] int64 into the objects,
     ``rel_labels`` [R] int64 (0-based, -1 = unknown predicate), ``rel_scores`` [R] float32 (1 when absent).
     ``object_words`` / ``predicate_words``: the model's own words, as written (whitespace-stripped, before
-    normalisation and any vocabulary mapping), one per object / relation.
+    normalisation and any vocabulary mapping), one per object / relation. ``pixel_like``: whether the boxes
+    look like image pixels read on the canvas (see the module docstring; None = cannot tell).
     """
     ok: bool
     code: str = 'ok'
@@ -185,6 +211,7 @@ class ParseResult:
     warnings: List[str] = field(default_factory=list)
     object_words: List[str] = field(default_factory=list)
     predicate_words: List[str] = field(default_factory=list)
+    pixel_like: Optional[bool] = None
 
     @property
     def code_index(self) -> int:
@@ -243,29 +270,61 @@ def extract_json_text(text: str) -> List[str]:
     return candidates
 
 
-def _decode_first_graph(text: str, max_starts: int = 64) -> Any:
-    """First JSON object in ``text`` with a graph key; else the outermost decodable value; else _Invalid."""
+def _is_graph(value: Any) -> bool:
+    return isinstance(value, dict) and any(k in value for k in ('objects',) + _RELATION_KEYS)
+
+
+def _graph_within(value: Any) -> Optional[dict]:
+    """The first object with a graph key in a decoded value, in document order (the value itself first)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if _is_graph(item):
+                return item
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return None
+
+
+def _decode_first_graph(text: str) -> Any:
+    """First JSON object in ``text`` with a graph key; else the outermost decodable value; else _Invalid.
+
+    Each start (``{``, or a leading ``[``) that decodes is searched as a whole and skipped, so the cost is
+    linear in the text; starts that fail may examine :data:`SEARCH_WORK_FACTOR` x ``len(text)`` characters
+    (at least 1 MiB) in all before the search gives up (``'search_limit'``).
+    """
     decoder = json.JSONDecoder()
-    first_value, first_error, starts = None, None, 0
+    first_value, first_error = None, None
+    budget = SEARCH_WORK_FACTOR * max(len(text), 1 << 16)
     for candidate in extract_json_text(text):
         pos = candidate.find('{')
         bracket = candidate.find('[')
         if bracket != -1 and (pos == -1 or bracket < pos):
             pos = bracket  # a top-level array is decoded too (then reported as 'not_object')
-        while pos != -1 and starts < max_starts:
-            starts += 1
+        while pos != -1:
             try:
-                value, _ = decoder.raw_decode(candidate, pos)
-            except json.JSONDecodeError as err:
+                value, end = decoder.raw_decode(candidate, pos)
+            except (json.JSONDecodeError, RecursionError) as err:
+                if isinstance(err, RecursionError):  # nested deeper than the decoder allows
+                    err = json.JSONDecodeError('JSON nested too deeply', candidate, pos)
+                    budget -= len(candidate) - pos
+                else:
+                    budget -= err.pos - pos + 1
                 first_error = first_error or err
-                pos = candidate.find('{', pos + 1)
+                if budget < 0:
+                    raise _Invalid('search_limit', f'no graph found before the search limit: starts that do not '
+                                   f'decode examined over {SEARCH_WORK_FACTOR}x the answer\'s {len(text)} '
+                                   f'characters (deeply nested, truncated JSON?)')
+                pos = candidate.find('{', pos + 1)  # a graph may still start inside the undecodable text
                 continue
-            if isinstance(value, dict) and any(k in value for k in ('objects',) + _RELATION_KEYS):
-                return value
+            graph = _graph_within(value)
+            if graph is not None:
+                return graph
             if first_value is None and first_error is None:
                 first_value = value
-            # keep looking, inside the value too: a graph wrapped in another object is found
-            pos = candidate.find('{', pos + 1)
+            pos = candidate.find('{', end)
     if first_value is not None:
         return first_value
     stripped = _THINK.sub('', text)
@@ -359,6 +418,17 @@ def parse_scene_graph(graph: Any, image_size: Tuple[float, float], classes: Sequ
         return ParseResult.failure(err.code, err.reason)
 
 
+def _pixel_like(extent: Optional[Tuple[float, float]], image_wh: Tuple[float, float],
+                canvas_wh: Tuple[float, float]) -> Optional[bool]:
+    """Whether boxes reaching ``extent`` (largest x2, y2, canvas units) look like pixels of the image; None when
+    there is no box or the canvas is not :data:`PIXEL_FRAME_RATIO` larger than the image (module docstring)."""
+    (w, h), (cw, ch) = image_wh, canvas_wh
+    if extent is None or not (cw >= PIXEL_FRAME_RATIO * w or ch >= PIXEL_FRAME_RATIO * h):
+        return None
+    slack = 1.0 + PIXEL_FRAME_TOLERANCE
+    return extent[0] <= w * slack and extent[1] <= h * slack
+
+
 def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, predicate_of) -> ParseResult:
     if not isinstance(graph, dict):
         raise _Invalid('not_object', f'the JSON value is a {type(graph).__name__}, not an object')
@@ -374,6 +444,7 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
         raise _Invalid('wrong_type', f'"{rel_key}" must be a list, got {type(relations).__name__}')
     sx, sy = image_wh[0] / canvas_wh[0], image_wh[1] / canvas_wh[1]
     boxes, labels, scores, ids, names, words, index = [], [], [], [], [], [], {}
+    extent: Optional[Tuple[float, float]] = None  # largest x2, y2 on the canvas
     for i, obj in enumerate(objects):
         where = f'objects[{i}]'
         if not isinstance(obj, dict):
@@ -394,6 +465,7 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
         if name is None:
             name = class_from_id(oid)
         box = _read_box(obj['bbox'], f'{where}.bbox', canvas_wh, tolerance, box_format)
+        extent = (max(extent[0], box[2]), max(extent[1], box[3])) if extent else (box[2], box[3])
         score = _optional_score(obj, where)
         index[oid] = len(ids)
         ids.append(oid)
@@ -430,7 +502,7 @@ def _parse_graph(graph, image_wh, canvas_wh, tolerance, box_format, class_of, pr
         scores=np.asarray(scores, np.float32), ids=ids, names=names,
         pair_idxs=np.asarray(pairs, np.int64).reshape(-1, 2), rel_labels=np.asarray(rel_labels, np.int64),
         rel_scores=np.asarray(rel_scores, np.float32), predicate_names=pred_names, has_scores=has_scores,
-        object_words=words, predicate_words=pred_words)
+        object_words=words, predicate_words=pred_words, pixel_like=_pixel_like(extent, image_wh, canvas_wh))
     if result.num_unknown_objects:
         unknown = sorted({n for n, lab in zip(names, labels) if lab < 0})
         result.warnings.append(f'unknown object classes (cannot match): {unknown}')
@@ -578,18 +650,23 @@ def iter_vlm_jsonl(path: str) -> Iterator[Tuple[str, Any, Any]]:
     that is not a JSON object, or without a usable identity, raises :class:`~mmsgg_eval.io.errors.InputFileError`
     naming the line.
     """
-    for _, id_key, id_value, text in _iter_answers(path):
+    for _, id_key, id_value, text, _ in _iter_answers(path):
         yield id_key, id_value, text
 
 
 def iter_vlm_answers(path: str) -> Iterator[Tuple[str, Dict[str, Any], Any]]:
-    """``(location, identity, text)`` per line of a VLM answers file: ``identity`` holds ``sample_idx`` or
-    ``img_id`` (``image_id`` / ``id`` are read as ``img_id``), ``text`` as in :func:`iter_vlm_jsonl`."""
-    for where, id_key, id_value, text in _iter_answers(path):
-        yield where, {'sample_idx' if id_key == 'sample_idx' else 'img_id': id_value}, text
+    """``(location, identity, text)`` per line of a VLM answers file: ``identity`` holds ``sample_idx`` and / or
+    ``img_id`` (``image_id`` / ``id`` are read as ``img_id``; an ``img_id`` / ``image_id`` beside
+    ``sample_idx`` is kept, to be checked against the dataset), ``text`` as in :func:`iter_vlm_jsonl`."""
+    for where, id_key, id_value, text, img_id in _iter_answers(path):
+        identity = {'sample_idx' if id_key == 'sample_idx' else 'img_id': id_value}
+        if img_id is not None:
+            identity['img_id'] = img_id
+        yield where, identity, text
 
 
-def _iter_answers(path: str) -> Iterator[Tuple[str, str, Any, Any]]:
+def _iter_answers(path: str) -> Iterator[Tuple[str, str, Any, Any, Any]]:
+    """(location, identity key, its value, text, the image id beside a ``sample_idx`` or None) per line."""
     for lineno, record in iter_json_lines(path, undecodable='escape'):
         where = describe(path, lineno)
         id_key = next((k for k in ID_KEYS if k in record), None)
@@ -601,4 +678,6 @@ def _iter_answers(path: str) -> Iterator[Tuple[str, str, Any, Any]]:
         text = next((record[k] for k in TEXT_KEYS if k in record), None)
         if isinstance(text, str) and _has_surrogates(text):
             text = text.encode('utf-8', 'surrogateescape')
-        yield where, id_key, id_value, text
+        img_id = next((record[k] for k in ('img_id', 'image_id') if k in record), None) \
+            if id_key == 'sample_idx' else None  # not `id`: beside an index it may name a question
+        yield where, id_key, id_value, text, img_id

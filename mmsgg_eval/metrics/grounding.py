@@ -46,9 +46,10 @@ from torch import Tensor
 
 from ..functional.grounding import MGVLF_IMAGE_SIZE, mgvlf_clamp_predictions, mgvlf_gt_boxes
 from ..registry import METRICS
-from ..reports import dump_metric_json
+from ..reports import dump_metric_json, write_grounding_reports
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
 from .base import RowMetric, Schema, Tables, missing_flags, warn_user
+from .options import number_sequence
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PROTOCOLS = ('exact', 'mgvlf')
@@ -201,7 +202,8 @@ class GroundingPr(RowMetric):
             'first': score against the first GT box.
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the per-sample
             IoUs (sorted by ``sample_idx``); main rank only.
-        report_dir: when set, ``{prefix}.metrics.json`` (the summary) is written there; main rank only.
+        report_dir: when set, ``{prefix}.metrics.json`` (the summary) and the tables ``{prefix}.tables.md`` /
+            ``.tables.tex`` / ``.tables.{name}.csv`` are written there; main rank only.
         collect_device: unused (rows are reduced by :class:`RowAccumulator`); kept for config compatibility.
         prefix: key prefix, default ``grounding``.
 
@@ -228,8 +230,14 @@ class GroundingPr(RowMetric):
             strict = protocol == 'mgvlf'
         super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
                          prefix=prefix)
-        self.thresholds: Tuple[Any, ...] = tuple(thresholds)
-        self.exact_thresholds = tuple(as_fraction(t) for t in self.thresholds)
+        self.thresholds: Tuple[Any, ...] = number_sequence(thresholds, 'thresholds', 'GroundingPr')
+        try:
+            if any(isinstance(t, bool) for t in self.thresholds):
+                raise TypeError
+            self.exact_thresholds = tuple(as_fraction(t) for t in self.thresholds)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            raise ValueError(f'GroundingPr: thresholds must be numbers in [0, 1] (one or a sequence), got '
+                             f'{thresholds!r}') from None
         for raw, t in zip(self.thresholds, self.exact_thresholds):
             if not 0 <= t <= 1:
                 raise ValueError(f'thresholds must lie in [0, 1], got {raw!r}')
@@ -363,6 +371,11 @@ class GroundingPr(RowMetric):
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         return format_grounding_report(summary, keys, type(self).__name__,
                                        str(self._meta('dataset_name', 'unknown dataset')), self.strict)
+
+    def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
+        """``{stem}.metrics.json`` (the summary) and the Markdown / LaTeX / CSV tables (``{stem}.tables.*``)."""
+        return write_grounding_reports(summary, self.report_dir, stem, str(self._meta('dataset_name',
+                                                                                     'unknown dataset')))
 
     def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
         return dump_metric_json(self.outfile_prefix, self.file_stem(), {

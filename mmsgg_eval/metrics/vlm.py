@@ -22,8 +22,10 @@ Input data samples carry the GT of the data contract (``gt_instances``, ``gt_rel
 Distributed state (:class:`~mmsgg_eval.metrics.base.RowMetric`): one row per sample (failure code, counts),
 one row per predicted / GT object (box, label, score) for AP, and the per-image / per-GT-relation rows of the
 inner scene-graph metric, all in ONE accumulator: one reduce, de-duplicated by ``sample_idx``. A sample
-marked ``prediction_missing`` (no answer given for it) predicts nothing and is counted in
-``num_missing_predictions``.
+marked ``prediction_missing`` (no answer given for it) predicts nothing, is a failure with the code
+``'missing'`` and is counted in ``num_missing_predictions``. One warning per evaluation names the answers whose
+boxes look like image pixels read on the canvas (``ParseResult.pixel_like`` of at least
+:data:`PIXEL_ANSWERS_MIN` answers and :data:`PIXEL_ANSWERS_FRACTION` of those that can tell; ``docs/metrics.md``).
 """
 import contextlib
 import io
@@ -38,10 +40,17 @@ import torch
 from ..registry import METRICS
 from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
 from ..structures import get_field
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
+from .options import positive_int, positive_ints
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
 from .scene_graph import SceneGraphMetric
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
+
+_SAMPLE_DTYPES = {'missing': torch.bool, 'pixel_like': torch.int8}
+#: Pixel-box warning: at least this many answers look like pixels ...
+PIXEL_ANSWERS_MIN = 2
+#: ... and at least this fraction of the answers whose image can tell pixels from the canvas.
+PIXEL_ANSWERS_FRACTION = 0.9
 
 
 def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], image_ids: Sequence[int],
@@ -105,9 +114,14 @@ class VLMSceneGraphMetric(RowMetric):
         rank: order of the triplets for ``R@K``: 'given' (output order, default) or 'score' (relation score x
             object scores when the model gives them; ties keep the output order).
         iou_thr / iou_plus_one / mr_average / recall_average / predicate_groups: as in ``SGRecall``.
+        novel_objects / novel_predicates / novel_split: open-vocabulary subsets as in ``SGRecall`` (default
+            ``dataset_meta['open_vocab']``), on the model's words mapped to dataset names: keys
+            ``Recall_novel_obj`` / ``Recall_novel_pred`` / ``mRecall_novel_pred`` / ``Recall_base`` (and
+            ``R@K_...`` for each ``topk``).
         ap_max_dets: detections per image kept by COCO AP (pycocotools' default 100).
         report_dir: when set, ``write_scene_graph_reports`` writes ``{prefix}.metrics.json``, the per-predicate
-            PNG and the Markdown table there after every evaluation (main rank only).
+            PNG and the tables (``{prefix}.tables.md`` / ``.tex`` / ``.{name}.csv``) there after every
+            evaluation (main rank only).
         outfile_prefix: when set, ``{outfile_prefix}.{prefix}.json`` receives the keys and the summary.
         prefix: key prefix (default 'vlm').
         protocol: named bundle of conventions ('sgb': the defaults above; 'r1sgg': plain IoU, pooled recall,
@@ -124,7 +138,8 @@ class VLMSceneGraphMetric(RowMetric):
                  predicate_groups: Optional[Dict[str, Sequence[str]]] = None, ap_max_dets: int = 100,
                  report_dir: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, outfile_prefix: Optional[str] = None,
-                 protocol: str = 'sgb') -> None:
+                 protocol: str = 'sgb', novel_objects: Optional[Sequence[str]] = None,
+                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None) -> None:
         super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
                          prefix=prefix or self.default_prefix)
         self.protocol = resolve_protocol(protocol, dict(iou_thr=iou_thr, iou_plus_one=iou_plus_one, rank=rank,
@@ -139,17 +154,19 @@ class VLMSceneGraphMetric(RowMetric):
         self.box_tolerance = float(box_tolerance)
         self.box_format = box_format
         self.synonyms = synonyms
-        self.topk = tuple(int(k) for k in topk)
-        if any(k < 1 or k >= K_ALL for k in self.topk):
+        empty = isinstance(topk, (tuple, list)) and not topk
+        self.topk = () if empty else positive_ints(topk, 'topk', 'VLMSceneGraphMetric')
+        if any(k >= K_ALL for k in self.topk):
             raise ValueError(f'topk must be positive integers below {K_ALL}, got {self.topk}')
         self.rank = rank
-        self.ap_max_dets = int(ap_max_dets)
+        self.ap_max_dets = positive_int(ap_max_dets, 'ap_max_dets', 'VLMSceneGraphMetric')
         # scores the converted samples (rows and summary); never fed by an evaluator itself
         self.inner = SceneGraphMetric(mode='sgdet', topk=(K_ALL,) + self.topk, iou_thr=iou_thr,
                                       iou_plus_one=iou_plus_one, rank=rank, skip_empty_predictions=False,
                                       mr_average=mr_average, recall_average=recall_average,
                                       predicate_groups=predicate_groups, collect_device=collect_device,
-                                      prefix=self.prefix)
+                                      prefix=self.prefix, novel_objects=novel_objects,
+                                      novel_predicates=novel_predicates, novel_split=novel_split)
         self._mappers = None
         self._mappers_key = None
 
@@ -163,7 +180,7 @@ class VLMSceneGraphMetric(RowMetric):
         schema = {
             'samples': {'code': (torch.int32, ()), 'num_objects': (torch.int32, ()),
                         'num_relations': (torch.int32, ()), 'num_unknown_relations': (torch.int32, ()),
-                        'missing': (torch.bool, ())},
+                        'missing': (torch.bool, ()), 'pixel_like': (torch.int8, ())},
             'pred_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ()), 'score': (torch.float32, ())},
             'gt_objects': {'box': (torch.float32, (4,)), 'label': (torch.int32, ())},
         }
@@ -171,6 +188,13 @@ class VLMSceneGraphMetric(RowMetric):
         return schema
 
     # ------------------------------------------------------------------ helpers
+    def before_epoch(self) -> None:
+        """Unknown novel class / predicate names fail at the first ``process()``."""
+        self._sync_meta()
+        if self.dataset_meta:
+            self.inner.novel_indices()
+        super().before_epoch()
+
     def _sync_meta(self) -> None:
         if self.inner.dataset_meta is not self.dataset_meta:
             self.inner.dataset_meta = self.dataset_meta
@@ -222,12 +246,15 @@ class VLMSceneGraphMetric(RowMetric):
         data_samples = first_occurrences(data_samples)  # sampler padding within one call counts once
         converted: List[Dict[str, Any]] = []
         sample_rows = {k: [] for k in ('sample_idx', 'code', 'num_objects', 'num_relations',
-                                       'num_unknown_relations', 'missing')}
+                                       'num_unknown_relations', 'missing', 'pixel_like')}
         pred_rows = {k: [] for k in ('sample_idx', 'box', 'label', 'score')}
         gt_rows = {k: [] for k in ('sample_idx', 'box', 'label')}
         for sample in data_samples:
             idx = self._sample_idx(sample)
-            result = self._result_of(sample)
+            missing = prediction_missing(sample)
+            # no answer at all (the answers file has no record for it): its own failure code, not 'no_json'
+            result = ParseResult.failure('missing', 'no answer for this sample') if missing else \
+                self._result_of(sample)
             ds = to_data_sample(result, sample, sample_idx=idx)
             converted.append(ds)
             sample_rows['sample_idx'].append(idx)
@@ -235,7 +262,8 @@ class VLMSceneGraphMetric(RowMetric):
             sample_rows['num_objects'].append(result.num_objects)
             sample_rows['num_relations'].append(result.num_relations)
             sample_rows['num_unknown_relations'].append(ds['vlm']['num_unknown_relations'])
-            sample_rows['missing'].append(prediction_missing(sample))
+            sample_rows['missing'].append(missing)
+            sample_rows['pixel_like'].append(-1 if result.pixel_like is None else int(result.pixel_like))
             if result.ok:
                 known = result.labels >= 0
                 n = int(known.sum())
@@ -252,7 +280,7 @@ class VLMSceneGraphMetric(RowMetric):
             return torch.cat(parts).to(dtype) if parts else torch.zeros(shape, dtype=dtype)
 
         rows = {
-            'samples': {k: torch.tensor(v, dtype=torch.bool if k == 'missing' else torch.long)
+            'samples': {k: torch.tensor(v, dtype=_SAMPLE_DTYPES.get(k, torch.long))
                         for k, v in sample_rows.items()},
             'pred_objects': {'sample_idx': cat(pred_rows['sample_idx'], (0,), torch.long),
                              'box': cat(pred_rows['box'], (0, 4), torch.float32),
@@ -276,10 +304,18 @@ class VLMSceneGraphMetric(RowMetric):
                    if int((codes == c).sum())}
         sg = self.inner.summarize({'images': tables['images'], 'relations': tables['relations']})
         m: Dict[str, float] = {'FailureRate': 100.0 * failed / num_samples if num_samples else 0.0}
+        self._check_pixel_boxes(samples['pixel_like'])
         m['Recall'] = sg['metrics'][f'R@{K_ALL}']
         m['mRecall'] = sg['metrics'][f'mR@{K_ALL}']
         for group in sg['groups']:
             m[f'mRecall_{group}'] = sg['metrics'][f'mR@{K_ALL}_{group}']
+        for subset in (sg.get('open_vocab') or {}).get('num_gt_relations', {}):
+            for family, name in (('R', 'Recall'), ('mR', 'mRecall')):
+                if f'{family}@{K_ALL}_{subset}' in sg['metrics']:
+                    m[f'{name}_{subset}'] = sg['metrics'][f'{family}@{K_ALL}_{subset}']
+                for k in self.topk:
+                    if f'{family}@{k}_{subset}' in sg['metrics']:
+                        m[f'{family}@{k}_{subset}'] = sg['metrics'][f'{family}@{k}_{subset}']
         image_ids = samples['sample_idx'].tolist()
         pred, gt = tables['pred_objects'], tables['gt_objects']
         ap = coco_ap50({'image': gt['sample_idx'].numpy(), 'box': gt['box'].numpy(), 'label': gt['label'].numpy()},
@@ -301,6 +337,7 @@ class VLMSceneGraphMetric(RowMetric):
             new['num_gt'] = row['num_gt']
             per_predicate[name] = new
         return {'metrics': m, 'per_predicate': per_predicate, 'groups': sg['groups'],
+                **({'open_vocab': sg['open_vocab']} if sg.get('open_vocab') else {}),
                 'num_images': sg['num_images'], 'num_samples': num_samples, 'num_failed': failed,
                 'failure_reasons': reasons, 'num_gt_relations': sg['num_gt_relations'],
                 'num_pred_relations': int(samples['num_relations'].sum()),
@@ -310,6 +347,19 @@ class VLMSceneGraphMetric(RowMetric):
                 'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
                 'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
                 'canvas': self.canvas, 'conventions': self.conventions}
+
+    def _check_pixel_boxes(self, pixel_like: torch.Tensor) -> None:
+        """Warn once per evaluation when most answers whose image can tell pixels from the canvas look like
+        pixels (``ParseResult.pixel_like``; at least :data:`PIXEL_ANSWERS_MIN` answers and
+        :data:`PIXEL_ANSWERS_FRACTION` of those that can tell)."""
+        tell = int((pixel_like >= 0).sum())
+        pixels = int((pixel_like == 1).sum())
+        if tell == 0 or pixels < max(PIXEL_ANSWERS_MIN, math.ceil(PIXEL_ANSWERS_FRACTION * tell)):
+            return
+        warn_user(f'{self.name} ({self.prefix}): the boxes of {pixels} of {tell} answers lie within their '
+                  f'image\'s own pixel frame (width x height), a part of the {self.canvas} canvas they are read on: '
+                  f'they look like PIXEL coordinates read as x / canvas x image width. If the model writes '
+                  f'pixels, set canvas=None: Recall and AP@50 below are not meaningful then.')
 
     # ------------------------------------------------------------------ reporting
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:

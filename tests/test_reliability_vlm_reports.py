@@ -1,0 +1,346 @@
+"""Issue 26, items 5, 13, 15 and 18: the VLM graph search, pixel boxes read on the canvas, missing answers,
+and the report files (tables of every key family, "–" without GT, Markdown / CSV / LaTeX)."""
+import contextlib
+import csv
+import io
+import json
+import os
+import time
+import warnings
+
+import pytest
+import torch
+
+from mmsgg_eval.io.vlm import SEARCH_WORK_FACTOR, parse_vlm_output
+from mmsgg_eval.metrics import GroundingPr
+from mmsgg_eval.metrics.scene_graph import SGMeanRecall
+from mmsgg_eval.metrics.sgbench import SGBenchMetric
+from mmsgg_eval.metrics.vlm import VLMSceneGraphMetric
+from mmsgg_eval.reports import (per_predicate_figure, scene_graph_tables, tables_latex, write_scene_graph_reports,
+                                write_tables)
+from tests.test_reports import parse_markdown_tables, synthetic_samples, vg150_meta
+from tests.test_vlm import CLASSES, GT, GT_BOXES, H, META, PREDICATES, VALID, W, graph
+
+
+def parse(text, size=(W, H), **kwargs):
+    return parse_vlm_output(text, size, CLASSES, PREDICATES, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- item 5
+@pytest.mark.parametrize('count', [70, 1000])
+def test_graph_after_many_one_line_objects_is_found(count):
+    # a model that logs its steps as one-line JSON objects before the graph: the first graph object is used
+    lines = [json.dumps({'step': i, 'thought': {'look': 'left', 'n': i}}) for i in range(count)]
+    result = parse('\n'.join(lines + [VALID, json.dumps({'done': True})]))
+    assert result.ok, result.reason
+    assert result.ids == ['person.1', 'horse.2', 'hat.3'] and result.num_relations == 2
+
+
+def test_graph_search_is_linear_in_a_one_megabyte_answer():
+    filler = json.dumps({'objects_seen': 'none', 'detail': {'a': [1, 2, 3], 'b': {'c': 'x' * 40}}})
+    text = '\n'.join([filler] * (1_000_000 // len(filler))) + '\n' + VALID
+    assert len(text) > 1_000_000
+    start = time.perf_counter()
+    result = parse(text)
+    assert result.ok and result.num_relations == 2
+    assert time.perf_counter() - start < 3.0  # about 0.1 s; a search restarting inside every value is quadratic
+
+
+def test_graph_nested_in_a_decoded_value_after_many_objects():
+    lines = [json.dumps({'i': i}) for i in range(200)]
+    result = parse('\n'.join(lines + [json.dumps({'answer': {'scene_graph': json.loads(VALID)}})]))
+    assert result.ok and result.num_objects == 3
+
+
+def test_deeply_nested_truncated_json_hits_the_documented_limit_quickly():
+    pad = '"p": [' + ','.join(['1'] * 100) + '], '
+    text = ''.join('{' + pad + '"a": ' for _ in range(900))  # truncated: no object ever closes
+    start = time.perf_counter()
+    result = parse(text)
+    assert result.code == 'search_limit' and f'{SEARCH_WORK_FACTOR}x' in result.reason
+    assert time.perf_counter() - start < 2.0  # unbounded, every start scans to the end: about 5 s
+
+
+def test_json_nested_deeper_than_the_decoder_is_a_failure_not_a_crash():
+    assert parse('[' * 100_000).code == 'no_json'  # no object at all
+    assert parse('[{"a": ' * 50_000).code in ('invalid_json', 'search_limit')
+    assert parse('[' * 100_000 + ']' * 100_000 + VALID).ok  # still found after the too-deep value
+
+
+# ---------------------------------------------------------------------------------------------- item 15
+def test_missing_answers_have_their_own_failure_code():
+    metric = VLMSceneGraphMetric(iou_plus_one=False)
+    metric.dataset_meta = META
+    samples = [dict(GT, sample_idx=0, pred_text=VALID), dict(GT, sample_idx=1, pred_text='no graph here')]
+    # as the offline reader feeds a sample without any record in the answers file (--allow-missing)
+    samples += [dict(GT, sample_idx=i, pred_text=None, prediction_missing=True) for i in range(2, 10)]
+    metric.process(None, samples)
+    with contextlib.redirect_stdout(io.StringIO()):
+        metric.evaluate(10)
+    report = metric.last_report
+    assert report['failure_reasons'] == {'no_json': 1, 'missing': 8}
+    assert report['num_missing_predictions'] == 8 and report['num_failed'] == 9
+    assert 'missing=8' in report['text'] and 'no_json=1' in report['text']
+
+
+def test_a_null_answer_in_a_record_is_still_no_json():
+    metric = VLMSceneGraphMetric(iou_plus_one=False)
+    metric.dataset_meta = META
+    metric.process(None, [dict(GT, sample_idx=0, pred_text=None)])
+    with contextlib.redirect_stdout(io.StringIO()):
+        metric.evaluate(1)
+    assert metric.last_report['failure_reasons'] == {'no_json': 1}
+
+
+# ---------------------------------------------------------------------------------------------- item 13
+OBJECT_IDS = ['person.1', 'horse.2', 'hat.3']
+
+
+def scene_text(boxes):
+    return graph([{'id': i, 'bbox': [round(v, 1) for v in b]} for i, b in zip(OBJECT_IDS, boxes)],
+                 [{'subject': 'person.1', 'predicate': 'riding', 'object': 'horse.2'},
+                  {'subject': 'person.1', 'predicate': 'wearing', 'object': 'hat.3'}])
+
+
+def on_canvas(boxes):
+    return [[b[0] / W * 1000, b[1] / H * 1000, b[2] / W * 1000, b[3] / H * 1000] for b in boxes]
+
+
+def evaluate_vlm(texts):
+    metric = VLMSceneGraphMetric(iou_plus_one=False)
+    metric.dataset_meta = META
+    metric.process(None, [dict(GT, sample_idx=i, pred_text=t) for i, t in enumerate(texts)])
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter('always')
+        out = metric.evaluate(len(texts))
+    return out, [str(w.message) for w in caught if 'PIXEL' in str(w.message)]
+
+
+def test_pixel_boxes_read_on_the_canvas_are_named():
+    out, warned = evaluate_vlm([scene_text(GT_BOXES)] * 3)  # the GT boxes, written in pixels of 640x480
+    assert out['vlm/Recall'] < 100
+    assert len(warned) == 1 and '3 of 3 answers' in warned[0] and 'canvas=None' in warned[0]
+
+
+def test_genuine_canvas_boxes_do_not_warn():
+    out, warned = evaluate_vlm([scene_text(on_canvas(GT_BOXES))] * 3)
+    assert out['vlm/Recall'] == 100.0 and warned == []
+    # canvas answers whose objects all lie in the top-left part of some images: most answers still reach out
+    small = [[10, 10, 300, 200], [0, 0, 400, 300], [20, 20, 60, 60]]  # canvas units, inside 640x480 as pixels
+    texts = [scene_text(small)] * 7 + [scene_text(on_canvas(GT_BOXES))] * 3
+    assert evaluate_vlm(texts)[1] == []
+
+
+def test_pixel_like_flag_of_the_parser():
+    assert parse(scene_text(GT_BOXES)).pixel_like is True
+    assert parse(scene_text(on_canvas(GT_BOXES))).pixel_like is False
+    assert parse(scene_text(GT_BOXES), canvas=None).pixel_like is None           # boxes already in pixels
+    assert parse(scene_text(GT_BOXES), size=(1000, 1000)).pixel_like is None     # readings cannot be told apart
+    assert parse(graph([], [])).pixel_like is None                               # no box
+    assert parse('not json').pixel_like is None
+
+
+# ---------------------------------------------------------------------------------------------- item 18
+def read_csv(path):
+    with open(path, newline='', encoding='utf-8') as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def csv_values(paths):
+    """{(table, row label, column): float} of every numeric CSV cell of a report."""
+    out = {}
+    for key, path in paths.items():
+        if not key.startswith('csv_'):
+            continue
+        header, rows = read_csv(path)
+        for row in rows:
+            for col, cell in zip(header, row):
+                try:
+                    out[(key[4:], row[0], col)] = float(cell)
+                except ValueError:
+                    pass
+    return out
+
+
+@pytest.fixture(scope='module')
+def predcls_summary():
+    meta = vg150_meta()
+    samples = synthetic_samples()
+    labels, rels = samples[0]['gt_instances']['labels'], samples[0]['gt_relations']
+    sub, obj = rels['pair_idxs'][0].tolist()
+    zeroshot = [[int(labels[sub]), int(labels[obj]), int(rels['labels'][0])]]  # one GT triplet is zero-shot
+    metric = SGMeanRecall(mode='predcls', zeroshot_triplets=zeroshot)
+    metric.dataset_meta = meta
+    metric.process(None, samples)
+    with contextlib.redirect_stdout(io.StringIO()):
+        metric.evaluate(len(samples))
+    return metric.last_report
+
+
+def test_tables_show_every_key_family(tmp_path, predcls_summary):
+    summary = dict(predcls_summary, metrics=dict(predcls_summary['metrics'], **{'mAP': 12.5, 'AP@50': 25.0}))
+    families = {k.split('@')[0] for k in summary['metrics'] if '@' in k}
+    assert {'R', 'ngR', 'zR', 'ngzR', 'A', 'mR', 'ngmR', 'F', 'AVG', 'AP'} <= families
+    paths = write_scene_graph_reports(summary, str(tmp_path), 'predcls', (20, 50, 100), 'VG150', 'predcls')
+    tables = {t.name: t for t in scene_graph_tables(summary, (20, 50, 100), 'VG150', 'predcls')}
+    assert list(tables) == ['main', 'families', 'groups', 'per_predicate']
+    assert tables['main'].header[-2:] == ['mAP', 'AP@50']  # DetectionAP's keys in the SGDet/PredCls row
+    assert [r[0] for r in tables['families'].rows] == ['R', 'ngR', 'zR', 'ngzR', 'A', 'mR', 'ngmR', 'F', 'AVG']
+    # every key of the summary is in some table, with the same number in the CSV files
+    values = csv_values(paths)
+    found = set()
+    for key, value in summary['metrics'].items():
+        hits = [v for v in values.values() if v == value]
+        assert hits, key
+        found.add(key)
+    assert found == set(summary['metrics'])
+    fam_header, fam_rows = read_csv(paths['csv_families'])
+    assert fam_header == ['Family', 'Meaning', '@20', '@50', '@100']
+    for row in fam_rows:
+        for k, cell in zip((20, 50, 100), row[2:]):
+            assert float(cell) == summary['metrics'][f'{row[0]}@{k}']  # full precision, parsed back exactly
+    markdown = open(paths['markdown'], encoding='utf-8').read()
+    for head, _ in parse_markdown_tables(markdown):
+        assert head[0] in ('Dataset', 'Family', 'Predicate')
+    assert '| zR | Zero-shot recall |' in markdown and '| A | Pair accuracy |' in markdown
+
+
+def test_predicates_without_gt_show_a_dash(tmp_path, predcls_summary):
+    no_gt = [p for p, row in predcls_summary['per_predicate'].items() if row['num_gt'] == 0]
+    with_gt = [p for p, row in predcls_summary['per_predicate'].items() if row['num_gt'] > 0]
+    assert no_gt and with_gt
+    paths = write_scene_graph_reports(predcls_summary, str(tmp_path), 'predcls', (20, 50, 100), 'VG150', 'predcls')
+    tables = parse_markdown_tables(open(paths['markdown'], encoding='utf-8').read())
+    rows = {r[0]: r for r in tables[-1][1]}
+    assert rows[no_gt[0]][2:] == ['0', '–', '–', '–']
+    assert all(c != '–' for c in rows[with_gt[0]][3:])
+    header, csv_rows = read_csv(paths['csv_per_predicate'])
+    assert {r[0]: r for r in csv_rows}[no_gt[0]][3:] == ['', '', '']  # no value, not 0
+    # the chart: no bar and a dash for the predicate without GT
+    fig = per_predicate_figure(predcls_summary, 100, 'VG150', 'predcls')
+    ax = fig.axes[0]
+    names = list(predcls_summary['per_predicate'])
+    dashes = sorted(round(t.get_position()[0]) for t in ax.texts if t.get_text() == '–')
+    assert dashes == sorted(names.index(p) for p in no_gt)
+    heights = [bar.get_height() for bar in ax.patches[:len(names)]]
+    assert all(heights[names.index(p)] == 0 for p in no_gt)
+
+
+@pytest.mark.parametrize('average, phrase', [('image', 'image-averaged'), ('micro', 'pooled')])
+def test_per_predicate_table_says_how_recall_is_averaged(average, phrase):
+    metric = SGMeanRecall(mode='predcls', recall_average=average)
+    metric.dataset_meta = vg150_meta()
+    metric.process(None, synthetic_samples(4))
+    with contextlib.redirect_stdout(io.StringIO()):
+        metric.evaluate(4)
+    table = scene_graph_tables(metric.last_report, (20, 50, 100), 'VG150', 'predcls')[-1]
+    assert table.name == 'per_predicate' and phrase in table.caption
+    assert phrase in metric.last_report['text']  # the logged per-predicate table says it too
+    chart_title = per_predicate_figure(metric.last_report, 20, 'VG150', 'predcls').axes[0].get_title()
+    assert phrase in chart_title
+
+
+def test_latex_uses_booktabs_and_escapes():
+    summary = {'metrics': {'R@20': 12.5, 'mR@20': 50.0}, 'num_images': 2,
+               'per_predicate': {'on_top & 50%': {'R@20': 10.0, 'num_gt': 3}, 'b': {'R@20': 0.0, 'num_gt': 0}},
+               'groups': {}}
+    tex = tables_latex('VG_150 & co', scene_graph_tables(summary, [20], 'VG_150 & co', 'sgdet'))
+    for rule in (r'\toprule', r'\midrule', r'\bottomrule'):
+        assert tex.count(rule) == 3  # main, families, per-predicate
+    assert r'on\_top \& 50\%' in tex and r'VG\_150 \& co' in tex
+    assert 'on_top' not in tex.replace(r'on\_top', '') and ' & 50%' not in tex
+    assert r'b & -- & 0 & --' not in tex and r'b &  & 0 & --' in tex  # no group, no value: --
+    assert tex.count(r'\begin{tabular}') == tex.count(r'\end{tabular}') == 3
+
+
+def test_write_tables_round_trip(tmp_path):
+    from mmsgg_eval.reports import ReportTable
+    table = ReportTable('main', 'x', ['Name', 'a', 'b'], [['r1', 1 / 3, None], ['r,2 "q"', 2.5, float('nan')]])
+    paths = write_tables(str(tmp_path), 'demo', 'Demo', [table])
+    assert sorted(os.listdir(tmp_path)) == ['demo.tables.main.csv', 'demo.tables.md', 'demo.tables.tex']
+    header, rows = read_csv(paths['csv_main'])
+    assert header == ['Name', 'a', 'b'] and rows == [['r1', repr(1 / 3), ''], ['r,2 "q"', '2.5', '']]
+    assert float(rows[0][1]) == 1 / 3
+
+
+def evaluate_quietly(metric, samples):
+    metric.process(None, samples)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        metric.evaluate(len(samples))
+    return metric.last_report
+
+
+def test_vlm_metric_writes_every_report_file(tmp_path):
+    metric = VLMSceneGraphMetric(report_dir=str(tmp_path), topk=(1,), iou_plus_one=False)
+    metric.dataset_meta = META
+    report = evaluate_quietly(metric, [dict(GT, sample_idx=0, pred_text=VALID), dict(GT, sample_idx=1, pred_text='x')])
+    files = report['report_files']
+    assert {'json', 'png', 'markdown', 'latex', 'csv_main', 'csv_families', 'csv_per_predicate'} <= set(files)
+    assert all(os.path.isfile(p) for p in files.values())
+    header, rows = read_csv(files['csv_main'])
+    assert header[2:] == ['Recall', 'R@1', 'mRecall', 'mR@1', 'AP@50', 'FailureRate']
+    assert float(rows[0][header.index('FailureRate')]) == 50.0
+
+
+def test_sgbench_metric_writes_tables_with_its_keys(tmp_path):
+    from tests.sgg_samples import random_dataset
+    from tests.test_scene_graph_metrics import META as SG_META
+    samples, _ = random_dataset(3, 8, 'sgdet')
+    metric = SGBenchMetric(mode='sgdet', topk=(5, 10), report_dir=str(tmp_path))
+    metric.dataset_meta = SG_META
+    report = evaluate_quietly(metric, samples)
+    files = report['report_files']
+    assert all(os.path.isfile(files[k]) for k in ('json', 'png', 'markdown', 'latex', 'csv_main', 'csv_families'))
+    header, rows = read_csv(files['csv_main'])
+    assert header[2:] == ['R@5', 'R@10', 'R@inf', 'mR@5', 'mR@10', 'mR@inf', 'InstR', 'PRank']
+    fam_header, fam_rows = read_csv(files['csv_families'])
+    assert fam_header[2:] == ['@5', '@10', '@inf'] and [r[0] for r in fam_rows] == ['R', 'PairR', 'mR']
+    for row in fam_rows:
+        for k, cell in zip(('5', '10', 'inf'), row[2:]):
+            assert float(cell) == report['metrics'][f'{row[0]}@{k}']
+    _, pp_rows = read_csv(files['csv_per_predicate'])
+    assert len(pp_rows) == len(SG_META['predicates'])
+
+
+def test_grounding_metric_writes_tables(tmp_path):
+    metric = GroundingPr(report_dir=str(tmp_path), thresholds=(0.5, 0.75))
+    metric.dataset_meta = {'dataset_name': 'DIOR_RSVG'}
+    samples = [{'sample_idx': i, 'ori_shape': (100, 100), 'gt_instances': {'bboxes': torch.tensor([[0., 0., 10, 10]])},
+                'pred_instances': {'bboxes': torch.tensor([[0., 0., w, 10]])}} for i, w in enumerate((5, 8, 10))]
+    report = evaluate_quietly(metric, samples)
+    files = report['report_files']
+    assert set(files) == {'json', 'markdown', 'latex', 'csv_main', 'csv_thresholds'}
+    header, rows = read_csv(files['csv_main'])
+    assert header == ['Dataset', 'Protocol', 'Pr@0.5', 'Pr@0.75', 'meanIoU', 'cumIoU']
+    assert rows[0][:2] == ['DIOR_RSVG', 'exact']
+    assert [float(c) for c in rows[0][2:]] == [report['metrics'][k] for k in header[2:]]
+    _, hit_rows = read_csv(files['csv_thresholds'])
+    assert hit_rows == [['0.5', '3', repr(100.0)], ['0.75', '2', repr(200 / 3)]]
+    tex = open(files['latex'], encoding='utf-8').read()
+    assert r'DIOR\_RSVG' in tex and r'\toprule' in tex
+    assert '| DIOR_RSVG | exact |' in open(files['markdown'], encoding='utf-8').read()
+
+
+def test_detection_ap_keys_join_the_sgdet_tables(tmp_path):
+    from tests.sgg_samples import random_dataset
+    from tests.test_metric_base import build_evaluator, feed
+    samples, _ = random_dataset(5, 9, 'sgdet')
+    evaluator = build_evaluator(*[dict(type=t, mode='sgdet', report_dir=str(tmp_path))
+                                  for t in ('SGRecall', 'SGMeanRecall')], dict(type='DetectionAP'))
+    evaluator.metrics[2].report_dir = str(tmp_path)  # as tools/test.py sets it on every metric that has it
+    feed(evaluator, samples, 4)
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        out = evaluator.evaluate(len(samples))
+    header, rows = read_csv(tmp_path / 'sgdet.tables.main.csv')
+    assert header[-2:] == ['mAP', 'AP@50']
+    assert [float(c) for c in rows[0][-2:]] == [out['sgdet/mAP'], out['sgdet/AP@50']]
+    assert float(rows[0][header.index('R@50')]) == out['sgdet/R@50']
+    assert '| mAP | AP@50 |' in open(tmp_path / 'sgdet.tables.md', encoding='utf-8').read()
+    assert r'mAP & AP@50 \\' in open(tmp_path / 'sgdet.tables.tex', encoding='utf-8').read()
+    det_header, det_rows = read_csv(tmp_path / 'sgdet.detection.tables.main.csv')
+    assert det_header == ['Dataset', 'Mode', 'mAP', 'AP@50'] and float(det_rows[0][2]) == out['sgdet/mAP']
+    saved = json.load(open(tmp_path / 'sgdet.detection.metrics.json'))
+    assert saved['metrics']['AP@50'] == out['sgdet/AP@50'] and saved['num_images'] == 9
