@@ -73,7 +73,9 @@ PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
         notes=('OpenPSG computes no no-graph-constraint metrics (ngR, ngmR) with mask matching; the ngR/ngmR '
                'reported under this protocol with match="mask" are mmsgg_eval\'s no-graph-constraint list '
                '(top ng_topk (pair, predicate) scores, mask IoU), not numbers OpenPSG prints.',
-               'OpenPSG computes no zero-shot recall; zR/ngzR appear only when a zero-shot set is given.',
+               'OpenPSG computes no zero-shot recall; the zR/ngzR reported here are mmsgg_eval\'s, as under '
+               'every protocol: over the given zero-shot set or, without one, over the evaluated GT triplets '
+               'absent from dataset_meta["train_triplets"] (PSGDataset provides them, so PSG reports zR).',
                'OpenPSG ranks no-graph-constraint entries with an unstable sort; ties keep the input order here.'),
     ),
     Protocol(

@@ -3,7 +3,8 @@
 * :mod:`.launch`: :func:`distributed_evaluation` (initialise the process group with the configured backend
   and timeout, explain failed collectives, tear down cleanly), :func:`setup_cpu_distributed`.
 * :mod:`.wrapper`: :class:`EvalOnlyModelWrapper` (registered in mmdet's ``MODEL_WRAPPERS``).
-* :mod:`.results`: :func:`check_writable`, :func:`write_metrics_json`.
+* :mod:`.results`: :func:`check_writable`, :func:`write_metrics_json`, :func:`write_run_metrics` (the
+  ``metrics.json`` of ``tools/test.py`` and of the offline CLI: keys, tables, ``provenance``).
 * :mod:`.cli`: ``tools/test.py`` (mmdet's command line: config, checkpoint, ``--work-dir``, ``--out``,
   ``--cfg-options``, ``--launcher``).
 

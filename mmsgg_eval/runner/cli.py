@@ -6,20 +6,27 @@
 Order of a run: every output location (work dir, ``--out`` directory, the metrics' report locations) is
 checked for writability first; then the process group is set up (configured backend and
 ``env_cfg.dist_cfg.timeout``); the Runner evaluates and logs the metrics; the main rank writes
-``WORK_DIR/metrics.json`` (all keys, per-predicate recalls included); the ranks then meet at a barrier and
-the process group is destroyed. A stalled or dead rank ends the run with a ``DistributedEvaluationError``
-within the timeout.
+``WORK_DIR/metrics.json`` (all keys, per-predicate recalls included, and the run's ``provenance``:
+:func:`~mmsgg_eval.runner.results.write_run_metrics`, the writer the offline CLI uses too); the ranks then
+meet at a barrier and the process group is destroyed. A stalled or dead rank ends the run with a
+``DistributedEvaluationError`` within the timeout.
+
+Errors: user errors (missing files, unwritable outputs, a metric refusing a sample, failed ranks) are printed
+as one line, ``tools/test.py: error: ...`` and ``(rerun with --debug for the traceback)``, exit status 1, as
+the offline CLI does; ``--debug`` shows the traceback.
 """
 import argparse
 import os
 import os.path as osp
+import sys
 from typing import Any, Dict, List, Optional
 
 from .launch import DistributedEvaluationError, distributed_evaluation
-from .results import OutputNotWritableError, check_writable, write_metrics_json
+from .results import OutputNotWritableError, check_writable, run_provenance, set_report_dirs, write_run_metrics
 
 _OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_file_path', True))
 """Metric attributes naming where the metric writes: (attribute, is a file path or prefix)."""
+PROG = 'tools/test.py'
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, cfg_options_example: str) -> None:
@@ -67,6 +74,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                                 '(tools/eval_offline.py)')
     add_common_arguments(parser, 'env_cfg.dist_cfg.backend=gloo env_cfg.dist_cfg.timeout=600 (seconds a '
                                  'collective may wait for a rank)')
+    parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     return parse_common(parser, argv)
 
 
@@ -80,9 +88,20 @@ def check_metric_outputs(metrics: List[Any]) -> None:
                 check_writable(directory, f'{type(metric).__name__}.{attribute} location')
 
 
+def user_error_line(prog: str, err: BaseException) -> str:
+    """The one-line report of a user error, as both command lines print it (the project's own error
+    classes are named, e.g. ``OutputNotWritableError: ...``)."""
+    from mmsgg_eval.eval import _message
+    text = _message(err)
+    if isinstance(err, (OutputNotWritableError, DistributedEvaluationError)):
+        text = f'{type(err).__name__}: {text}'
+    return f'{prog}: error: {text}\n(rerun with --debug for the traceback)'
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Run ``tools/test.py``; user errors (missing files, unwritable outputs, failed ranks) exit with a
-    message instead of a traceback."""
+    """Run ``tools/test.py``; user errors (missing files, unwritable outputs, invalid predictions, failed
+    ranks) exit with status 1 and one message instead of a traceback (``--debug``: the traceback)."""
+    from mmsgg_eval.eval import USER_ERRORS
     args = parse_args(argv)
     # mmengine 0.10.7 loads checkpoints with torch.load's default, weights_only=True since torch 2.6, which
     # refuses mmengine's own training checkpoints (message hub, numpy metadata). The checkpoint is the one
@@ -90,8 +109,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
     try:
         return _run(args)
-    except (OutputNotWritableError, DistributedEvaluationError) as err:
-        raise SystemExit(f'{type(err).__name__}: {err}') from err
+    except USER_ERRORS + (DistributedEvaluationError,) as err:
+        if args.debug:
+            raise
+        print(user_error_line(PROG, err), file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 def _run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -101,12 +123,12 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
     import mmsgg_eval  # noqa: F401  (registers metrics, datasets, transforms, models)
 
     if not osp.isfile(args.config):
-        raise SystemExit(f'config file not found: {args.config}')
+        raise FileNotFoundError(f'config file not found: {osp.abspath(args.config)}')
     if not osp.isfile(args.checkpoint):
-        raise SystemExit(f'checkpoint not found: {osp.abspath(args.checkpoint)} (build one for the frequency '
-                         f'baseline with tools/build_freq_baseline.py CONFIG --out CHECKPOINT)')
+        raise FileNotFoundError(f'checkpoint not found: {osp.abspath(args.checkpoint)} (build one for the '
+                                f'frequency baseline with tools/build_freq_baseline.py CONFIG --out CHECKPOINT)')
     if args.out is not None and not args.out.endswith(('.pkl', '.pickle')):
-        raise SystemExit('--out must be a .pkl or .pickle file')
+        raise ValueError(f'--out must be a .pkl or .pickle file, got {args.out}')
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
     # every output location is checked before anything is evaluated
@@ -117,16 +139,19 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
     with distributed_evaluation(cfg, args.launcher):
         runner = Runner.from_cfg(cfg)
         evaluator = runner.test_evaluator
-        for metric in evaluator.metrics:
-            if hasattr(metric, 'report_dir') and metric.report_dir is None:
-                metric.report_dir = cfg.work_dir  # metrics.json, long-tail chart, Markdown tables
+        set_report_dirs(evaluator.metrics, cfg.work_dir)  # {prefix}.metrics.json, long-tail chart, tables
         if args.out is not None:
             from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
             evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out, config=args.config))
         check_metric_outputs(evaluator.metrics)
         metrics = runner.test()  # the Runner logs the metrics before anything is written
         if is_main_process():  # written before the process group is torn down
-            from mmsgg_eval.metrics import extra_results_of  # per-predicate tables: metrics.json, not the log
-            path = write_metrics_json({**metrics, **extra_results_of(evaluator.metrics)}, cfg.work_dir)
+            from mmengine.dist import get_world_size
+            provenance = run_provenance(
+                PROG, args.config, evaluator.metrics, runner.test_dataloader.dataset,
+                cfg.get('test_dataloader', {}).get('dataset'), checkpoint=args.checkpoint, predictions=args.out,
+                predictions_format='dump', work_dir=cfg.work_dir,
+                options=dict(cfg_options=args.cfg_options, launcher=args.launcher, world_size=get_world_size()))
+            path, _ = write_run_metrics(metrics, evaluator.metrics, cfg.work_dir, provenance)
             print(f'metrics written to {path}', flush=True)
     return metrics
