@@ -86,7 +86,10 @@ def test_motifs_background_channel_by_hand():
     # an image where no pair overlaps contributes ALL its pairs (legacy box_filter), touching is no overlap
     apart = TinyDataset()
     apart.infos = [dict(instances=[dict(bbox=[0, 0, 10, 10], bbox_label=1), dict(bbox=[10, 0, 20, 10], bbox_label=1)],
-                        relations=np.zeros((0, 3), np.int64))]
+                        relations=np.zeros((0, 3), np.int64)),
+                   # a related class-0 pair elsewhere (statistics without any relation are refused)
+                   dict(instances=[dict(bbox=[0, 0, 10, 10], bbox_label=0), dict(bbox=[5, 5, 15, 15], bbox_label=0)],
+                        relations=np.array([[0, 1, 0]]))]
     assert count_frequency_statistics(apart, 2, 3, must_overlap=True, progress=False)[1, 1, 0] == 2 + 1
     with pytest.raises(ValueError, match='background'):
         count_frequency_statistics(apart, 2, 3, background='none', progress=False)

@@ -10,7 +10,8 @@ Per image (boxes xyxy in ORIGINAL image pixels):
    relation counts when both boxes match, to two DIFFERENT GT objects; of several relations mapped to the same
    ordered GT pair only the best-ranked one counts. k = number of counted relations.
 3. Each counted relation: text = ``template`` filled with the relation's subject, predicate and object words
-   (see *Texts* below); image = the union of the two predicted boxes cropped from the original image file. The
+   (see *Texts* below); image = the union of the two predicted boxes cropped from the original image file (read
+   as its 8-bit RGB version whatever its mode or bit depth, :func:`~mmsgg_eval.encoders.decode_image`). The
    score s = max(cos, 0) of the L2-normalised embeddings (SigLIP: its sigmoid probability; BLIP-2: the ITM
    "match" probability; see :mod:`mmsgg_eval.encoders`).
 4. m = number of GT objects, p = m(m-1)/2. Image score = mean(s) / D, D = max(log(max(p - k, 1)) + alpha, 1)
@@ -70,12 +71,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..encoders import RelationScorer
+from ..encoders import RelationScorer, decode_image  # decode_image: the 8-bit RGB version of any image file
 from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name, to_tensor
 from ..io.vlm import normalize_name, to_data_sample
 from .base import RowMetric, Schema, Tables, warn_user
+from .options import iou_threshold, positive_int
 
 RELCLIP_MODES = ('predcls', 'sgcls', 'sgdet')
 TEXT_SOURCES = ('auto', 'open', 'closed')
@@ -95,24 +97,6 @@ def harmonic_mean(a: Tensor, b: Tensor) -> Tensor:
     """2ab / (a + b), 0 where a + b = 0."""
     total = a + b
     return torch.where(total > 0, 2 * a * b / total.clamp(min=1e-12), torch.zeros_like(total))
-
-
-def decode_image(path: str, backend_args: Optional[dict] = None) -> Tensor:
-    """RGB uint8 [3, H, W] of an image file (any MMEngine file backend; EXIF orientation applied, as cv2)."""
-    from mmengine import fileio
-    data = fileio.get(path, backend_args=backend_args)
-    try:
-        from torchvision.io import ImageReadMode, decode_image as tv_decode
-        return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB,
-                         apply_exif_orientation=True)
-    except (RuntimeError, ValueError):  # a format torchvision cannot decode: fall back to PIL
-        import io
-
-        import numpy as np
-        from PIL import Image, ImageOps
-        with Image.open(io.BytesIO(data)) as img:
-            arr = np.asarray(ImageOps.exif_transpose(img).convert('RGB'))
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 
 def clean_words(text: Any) -> str:
@@ -189,8 +173,9 @@ class RelCLIPScore(RowMetric):
             raise ValueError(f"rank must be 'score' or 'given', got {rank!r}")
         if text_source not in TEXT_SOURCES:
             raise ValueError(f'text_source must be one of {TEXT_SOURCES}, got {text_source!r}')
-        if int(topk) < 1 or int(batch_size) < 1:
-            raise ValueError(f'topk and batch_size must be positive, got {topk}, {batch_size}')
+        owner = type(self).__name__
+        topk, batch_size = positive_int(topk, 'topk', owner), positive_int(batch_size, 'batch_size', owner)
+        iou_thr = iou_threshold(iou_thr, 'iou_thr', owner)
         try:
             template.format(subject='s', predicate='p', object='o')
         except (KeyError, IndexError) as err:

@@ -31,10 +31,21 @@ def boxes_overlap(boxes_a: np.ndarray, boxes_b: np.ndarray) -> np.ndarray:
 BACKGROUND_MODES = ('motifs', 'unlabelled')
 
 
+def describe_dataset(dataset: Any) -> str:
+    """``'VG150Dataset(data_root=..., ann_file=..., split=...)'``: a dataset as error messages name it."""
+    parts = [f'{key}={getattr(dataset, key)!r}' for key in ('data_root', 'ann_file', 'split')
+             if getattr(dataset, key, None) not in (None, '')]
+    return f'{type(dataset).__name__}({", ".join(parts)})'
+
+
 def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: int,
                                must_overlap: bool = False, progress: bool = True,
-                               background: str = 'motifs') -> np.ndarray:
+                               background: str = 'motifs', source: Optional[str] = None) -> np.ndarray:
     """Count ``[C, C, P+1]`` int64 statistics over a dataset's ``get_data_info`` records.
+
+    Statistics of nothing are refused: a dataset with 0 images, or whose images carry 0 relations (a wrong
+    ``data_root`` / ``ann_file`` / split), raises ``ValueError`` naming ``source`` (default: the dataset's
+    class, ``data_root``, ``ann_file`` and ``split``) instead of giving a model that predicts only background.
 
     Channel ``1 + p`` of ``[c_s, c_o]``: GT relations with predicate p (0-based) between a subject of class
     c_s and an object of class c_o, every relation of the records counted (duplicates too). Channel 0 (no
@@ -59,6 +70,10 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
         raise ValueError(f'background must be one of {BACKGROUND_MODES}, got {background!r}')
     counts = np.zeros((num_classes, num_classes, num_predicates + 1), dtype=np.int64)
     n = len(dataset)
+    what = source or f'training dataset {describe_dataset(dataset)}'
+    if n == 0:
+        raise ValueError(f'{what}: 0 images (and so 0 relations) to count the frequency statistics on; check its '
+                         f'data_root, ann_file and split')
     bar = None
     if progress:
         from mmengine.utils import ProgressBar
@@ -89,6 +104,10 @@ def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: i
             np.add.at(counts, (labels[sub[bg]], labels[obj[bg]], 0), 1)
         if bar is not None:
             bar.update()
+    if not counts[..., 1:].any():
+        raise ValueError(f'{what}: 0 relations counted on its {n} images; frequency statistics need annotated '
+                         f'relations (check its data_root, ann_file and split, and that the split keeps its '
+                         f'relations)')
     if background == 'motifs':
         counts[..., 0] += 1
     return counts

@@ -83,8 +83,9 @@ class FrequencyRelationHead(FrequencyStatistics, BaseRelationHead):
             self.fit(self.count_statistics(statistics_dataset))
 
     def count_statistics(self, dataset_cfg: dict) -> np.ndarray:
-        """Count ``[C, C, P+1]`` statistics on a dataset config (no images read)."""
-        from ..frequency_baseline import count_frequency_statistics
+        """Count ``[C, C, P+1]`` statistics on a dataset config (no images read); a dataset with 0 images or
+        0 relations is refused (``ValueError``, see :func:`count_frequency_statistics`)."""
+        from ..frequency_baseline import count_frequency_statistics, describe_dataset
         dataset = DATASETS.build(dict(dataset_cfg, pipeline=[], test_mode=False))
         meta = dataset.metainfo
         sizes = (len(meta.get('classes', ())), len(meta.get('predicates', ())))
@@ -97,7 +98,9 @@ class FrequencyRelationHead(FrequencyStatistics, BaseRelationHead):
                   f'on {len(dataset)} images of {meta.get("dataset_name", type(dataset).__name__)}',
                   logger='current')
         return count_frequency_statistics(dataset, self.num_classes, self.num_predicates,
-                                          must_overlap=self.must_overlap, progress=False)
+                                          must_overlap=self.must_overlap, progress=False,
+                                          source=f'{type(self).__name__}.statistics_dataset '
+                                                 f'{describe_dataset(dataset)}')
 
     def predict(self, feats: Optional[Sequence[Tensor]], objects: List[Any], pair_idxs: List[Tensor],
                 data_samples: Sequence[Any]) -> List[Tensor]:
