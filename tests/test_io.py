@@ -343,7 +343,8 @@ def test_cli_truncated_stream_fails_unless_allowed(sample, tmp_path, capsys):
     n = len(sample['dataset'])
     full = tmp_path / 'full.pkl'
     stream_for(sample['dataset'], full)
-    ref = cli(sample, full, tmp_path)
+    cli(sample, full, tmp_path)
+    assert json.load(open(tmp_path / 'o' / 'metrics.json'))['sgdet/num_missing_predictions'] == 0
     cut = tmp_path / 'cut.pkl'
     stream_for(sample['dataset'], cut, keep=set(range(5)), close=False)
     with pytest.raises(SystemExit) as info:
@@ -353,11 +354,9 @@ def test_cli_truncated_stream_fails_unless_allowed(sample, tmp_path, capsys):
     assert 'cut.pkl: the stream has no closing record; the last good record is #5 (sample_idx=4), of ' \
            f'{n} expected' in err and '--allow-missing' in err
     with pytest.warns(UserWarning):
-        res = cli(sample, cut, tmp_path, '--allow-missing')
-    assert res['offline/missing_predictions'] == n - 5
+        cli(sample, cut, tmp_path, '--allow-missing')
     saved = json.load(open(tmp_path / 'o' / 'metrics.json'))
-    assert saved['offline/missing_predictions'] == n - 5
-    assert 'offline/missing_predictions' not in ref
+    assert saved['sgdet/num_missing_predictions'] == n - 5
     # a complete stream cut at a record boundary and closed (e.g. a filtered copy) still misses samples
     part = tmp_path / 'part.pkl'
     stream_for(sample['dataset'], part, keep=set(range(3, n)))
@@ -393,8 +392,8 @@ def test_cli_partial_jsonl_fails_unless_allowed(sample, tmp_path, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 1 and 'Traceback' not in err
     assert f'part.jsonl: {n - 5} of the {n} dataset samples have no prediction (first sample_idx: 5, 6, 7' in err
-    res = cli(sample, path, tmp_path, '--allow-missing')
-    assert res['offline/missing_predictions'] == n - 5
+    cli(sample, path, tmp_path, '--allow-missing')
+    assert json.load(open(tmp_path / 'o' / 'metrics.json'))['sgdet/num_missing_predictions'] == n - 5
 
 
 def test_allowed_missing_samples_count_as_recall_zero_by_default(sample, tmp_path):
@@ -464,7 +463,8 @@ def test_cli_partial_grounding_fails_unless_allowed(tmp_path, capsys):
         main(args)
     assert f'boxes.json: 1 of the {n} dataset samples have no prediction (first sample_idx: 0)' in capsys.readouterr().err
     res = main(args + ['--allow-missing'])
-    assert res['grounding/Pr@0.5'] == pytest.approx(100.0 * (n - 1) / n) and res['offline/missing_predictions'] == 1
+    assert res['grounding/Pr@0.5'] == pytest.approx(100.0 * (n - 1) / n) and \
+        json.load(open(tmp_path / 'o' / 'metrics.json'))['grounding/num_missing_predictions'] == 1
 
 
 # ---------------------------------------------------------------------------------------------- VLM answers
@@ -499,7 +499,8 @@ def test_vlm_missing_answers_fail_unless_allowed(sample, tmp_path, capsys):
         main(args)
     assert f'2 of the {n} dataset samples have no prediction' in capsys.readouterr().err
     res = main(args + ['--allow-missing'])
-    assert res['vlm/FailureRate'] == pytest.approx(200.0 / n) and res['offline/missing_predictions'] == 2
+    assert res['vlm/FailureRate'] == pytest.approx(200.0 / n) and \
+        json.load(open(tmp_path / 'o' / 'metrics.json'))['vlm/num_missing_predictions'] == 2
 
 
 def test_stream_v2_records_hold_arrays_and_read_back_as_tensors(tmp_path):
@@ -582,7 +583,7 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith('ours')]
     assert [r[0] for r in rows] == ['ours', 'ours-torch'] and rows[0][-2:] == rows[1][-2:]  # same R@50, mR@50
     bad = subprocess.run([sys.executable, str(tool), '--rounds', '0'], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and '--rounds must be at least 1, got 0' in bad.stderr
+    assert bad.returncode == 2 and 'argument --rounds: must be a positive integer (>= 1), got 0' in bad.stderr
 
 
 def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():

@@ -15,10 +15,13 @@ lists precomputed, outside the timing; and as ``sgbench+lists`` with the numpy s
 from the scores inside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
 protocol. With ``--offline``, also each workload written as a prediction stream (the ``tools/test.py --out``
 format) and evaluated from the file (:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading +
-evaluating, the plain-read share). Every implementation runs in its own subprocess (fair peak memory); the
-job list runs ``--rounds`` times in turn and each figure is the job's best round, so that a busy phase of a
-shared machine does not fall on one implementation only. Prints a table and one JSON line with the ratios to
-the peers.
+evaluating, the plain-read share), by the offline CLI ``python -m mmsgg_eval.eval`` in a fresh process (the time
+to the first sample and the marginal rate, as a share of the in-process rate), and the CLI's start-up on the
+bundled VG150 sample (time to the first sample, total). Every implementation runs in its own subprocess (fair
+peak memory); the job list runs ``--rounds`` times in turn and each figure is the job's best round, so that a
+busy phase of a shared machine does not fall on one implementation only. Prints a table and one JSON line with
+the ratios to the peers, the offline shares of the in-process rate and the CLI's start-up times. Every number
+option must be a positive integer (exit status 2 naming the option otherwise).
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ import time
 import warnings
 
 from mmsgg_eval.benchmarks.workloads import VARIABLE_WORKLOADS, WORKLOADS
+from mmsgg_eval.eval import positive_int_arg
 
 PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'sgbench+lists': ('triplets',) + VARIABLE_WORKLOADS,
                   'legacy': ('triplets',)}
@@ -44,7 +48,7 @@ def run_ours(workload, images, batch_size, device, repeat):
     MMLogger.get_instance('mmengine', log_level='WARNING')
     data = make_workload(workload, images, device=device)
     mode = 'predcls' if workload == 'predcls-full' else 'sgdet'
-    best, result, sent = None, None, 0
+    best, best_cpu, result, sent = None, None, None, 0
     for _ in range(repeat):
         metrics = [cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (3, 4, 5)]) for cls in (SGRecall, SGMeanRecall)]
         dataset_meta = meta()
@@ -52,7 +56,7 @@ def run_ours(workload, images, batch_size, device, repeat):
             m.dataset_meta = dataset_meta
         if device == 'cuda':
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for i in range(0, images, batch_size):
             chunk = data[i:i + batch_size]
             for m in metrics:
@@ -67,11 +71,13 @@ def run_ours(workload, images, batch_size, device, repeat):
             result.update(m.evaluate(images))
         if device == 'cuda':
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
         best = elapsed if best is None else min(best, elapsed)
+        best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
     peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
     keys = {k: v for k, v in result.items() if isinstance(v, float)}
-    return dict(seconds=best, images_per_s=images / best, bytes_sent_per_rank=sent,
+    return dict(seconds=best, images_per_s=images / best, cpu_images_per_s=images / best_cpu,
+                bytes_sent_per_rank=sent,
                 bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
                 r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'))
 
@@ -170,6 +176,12 @@ def worker(args):
     elif impl == 'offline':
         from mmsgg_eval.benchmarks.offline import run_offline
         res = run_offline(workload, args.offline_images, args.repeat)
+    elif impl == 'offline-cli':
+        from mmsgg_eval.benchmarks.offline import run_cli
+        res = run_cli(workload, args.offline_images, args.repeat)
+    elif impl == 'cli-startup':
+        from mmsgg_eval.benchmarks.offline import run_cli_startup
+        res = run_cli_startup(args.repeat)
     elif impl == 'relclip':
         from mmsgg_eval.benchmarks.relclip import run_alignment_benchmark, run_relclip_benchmark
         res = run_relclip_benchmark(device=device)
@@ -192,21 +204,24 @@ def run_job(job, args):
 
 
 def better(res, old):
-    """Whether a round's result beats the best so far (higher throughput; any result beats an error)."""
-    if 'images_per_s' not in res:
+    """Whether a round's result beats the best so far (higher throughput, or a shorter start-up where there
+    is no throughput; any result beats an error)."""
+    key, sign = ('images_per_s', 1) if 'images_per_s' in res else ('first_sample_s', -1)
+    if key not in res:
         return False
-    return 'images_per_s' not in old or res['images_per_s'] > old['images_per_s']
+    return key not in old or sign * res[key] > sign * old[key]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--workload', nargs='+', default=list(WORKLOADS), choices=list(WORKLOADS) + ['none'],
                         help="workloads ('none' with --relclip for the RelCLIPScore figure alone)")
-    parser.add_argument('--images', type=int, default=2000)
-    parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
+    parser.add_argument('--images', type=positive_int_arg, default=2000)
+    parser.add_argument('--batch-size', type=positive_int_arg, default=64, help='samples per process() call')
     parser.add_argument('--device', nargs='+', default=None, help='default: cpu, and cuda when available')
-    parser.add_argument('--repeat', type=int, default=3, help='best of R runs within each worker process')
-    parser.add_argument('--rounds', type=int, default=3,
+    parser.add_argument('--repeat', type=positive_int_arg, default=3,
+                        help='best of R runs within each worker process')
+    parser.add_argument('--rounds', type=positive_int_arg, default=3,
                         help='run the whole job list this many times in turn and keep each job\'s best round: the '
                              'load of a shared machine changes over minutes, and alternating gives every '
                              'implementation the same chances')
@@ -216,14 +231,15 @@ def main():
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
                              'the torch implementation, as where the kernels are not built)')
     parser.add_argument('--offline', action='store_true',
-                        help='also evaluate each workload from a prediction stream file (tools/test.py --out)')
-    parser.add_argument('--offline-images', type=int, default=400,
+                        help='also evaluate each workload from a prediction stream file (tools/test.py --out), '
+                             'in-process and with the offline CLI, and time the CLI\'s start-up')
+    parser.add_argument('--offline-images', type=positive_int_arg, default=400,
                         help='images in the stream file of --offline (sgdet-full: 1.4 MB each)')
     parser.add_argument('--worker', nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    for name in ('repeat', 'rounds', 'images', 'batch_size', 'offline_images'):
-        if getattr(args, name) < 1:
-            parser.error(f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}')
+    args = parser.parse_args(argv)
+    if args.offline and args.offline_images < 2:
+        parser.error(f'argument --offline-images: must be at least 2 with --offline (the CLI\'s marginal rate '
+                     f'compares two stream sizes), got {args.offline_images}')
     if args.worker:
         return worker(args)
     import torch
@@ -238,7 +254,9 @@ def main():
         if not args.no_peers:
             jobs += [(peer, wl, 'cpu') for peer, workloads in PEER_WORKLOADS.items() if wl in workloads]
         if args.offline:
-            jobs.append(('offline', wl, 'cpu'))
+            jobs += [('offline', wl, 'cpu'), ('offline-cli', wl, 'cpu')]
+    if args.offline:
+        jobs.append(('cli-startup', 'vg150-sample', 'cpu'))
     if args.relclip:
         jobs += [('relclip', '-', dev) for dev in devices]
     best = {}
@@ -258,6 +276,11 @@ def main():
                   f'   ({res["relations_per_s"]:.1f} relations/s, study {res["study_relations_per_s"]:.1f} '
                   f'relations/s, random weights)')
             continue
+        if impl == 'cli-startup' and 'first_sample_s' in res:
+            print(f'{impl:<14} {wl:<14} {dev:<6}   first sample after {res["first_sample_s"]:.2f} s '
+                  f'({res["first_sample_cpu_s"]:.2f} CPU s), total {res["total_s"]:.2f} s ({res["images"]} images, '
+                  f'python -m mmsgg_eval.eval)')
+            continue
         if 'images_per_s' not in res:
             print(f'{impl:<14} {wl:<14} {dev:<6} {res.get("skipped") or res.get("error")}')
             continue
@@ -271,16 +294,37 @@ def main():
             print(f'{"":<14} {"":<14} {"":<6} ({res["file_mb"]:.0f} MB stream: reading alone '
                   f'{res["read_images_per_s"]:.0f} images/s, {100 * res["read_share"]:.0f}% of the offline time; '
                   f'plain file read {res["disk_images_per_s"]:.0f} images/s)')
+        if impl == 'offline-cli':
+            ours = best.get(('ours', wl, 'cpu'), {}).get('images_per_s')
+            ours_cpu = best.get(('ours', wl, 'cpu'), {}).get('cpu_images_per_s')
+            share = f', {100 * res["images_per_s"] / ours:.0f}% of the in-process rate' if ours else ''
+            if ours_cpu:
+                share += f' ({100 * res["cpu_images_per_s"] / ours_cpu:.0f}% in CPU time)'
+            print(f'{"":<14} {"":<14} {"":<6} (python -m mmsgg_eval.eval: marginal rate{share}, '
+                  f'{res["cpu_images_per_s"]:.0f} images per CPU second; {res["small_images"]} images: first '
+                  f'sample after {res["first_sample_s"]:.2f} s ({res["first_sample_cpu_s"]:.2f} CPU s), total '
+                  f'{res["total_s"]:.2f} s; {args.offline_images} images: total {res["total_s_full"]:.2f} s)')
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})
+    startup = {f'{impl}/{wl}': {k: res[k] for k in ('first_sample_s', 'first_sample_cpu_s', 'total_s') if k in res}
+               for (impl, wl, dev), res in rows if impl in ('offline-cli', 'cli-startup')}
     ratios = {}
     for peer, workloads in dict(PEER_WORKLOADS, **{'ours-torch': tuple(WORKLOADS)}).items():
         for wl in workloads:
             ours, theirs = summary.get(f'ours/{wl}/cpu'), summary.get(f'{peer}/{wl}/cpu')
             if ours and theirs:
                 ratios[f'ours_vs_{peer}_{wl}_cpu'] = ours / theirs
-    print(json.dumps({'images_per_s': summary, 'ratios': ratios, 'images': args.images,
+    for impl in ('offline', 'offline-cli'):  # offline rates as a share of the in-process rate
+        for wl in WORKLOADS:
+            ours, offline = summary.get(f'ours/{wl}/cpu'), summary.get(f'{impl}/{wl}/cpu')
+            if ours and offline:
+                ratios[f'{impl}_share_of_ours_{wl}_cpu'] = offline / ours
+    for (impl, wl, dev), res in rows:  # the same share in CPU seconds (steadier on a shared machine)
+        ours_cpu = best.get(('ours', wl, 'cpu'), {}).get('cpu_images_per_s')
+        if impl == 'offline-cli' and ours_cpu and res.get('cpu_images_per_s'):
+            ratios[f'offline-cli_cpu_share_of_ours_{wl}_cpu'] = res['cpu_images_per_s'] / ours_cpu
+    print(json.dumps({'images_per_s': summary, 'ratios': ratios, 'startup': startup, 'images': args.images,
                       'batch_size': args.batch_size, 'rounds': args.rounds, 'repeat': args.repeat,
                       'torch_threads': torch.get_num_threads(), 'compiled_kernels': compiled.built()}))
 

@@ -28,15 +28,19 @@ def guess_format(path: str) -> str:
 def _dump_samples(path: str, dataset: DatasetSamples, unsafe: bool, allow_missing: bool) -> Iterator[Located]:
     from .stream import PredictionStream
     stream = PredictionStream(path, unsafe=unsafe, allow_truncated=allow_missing)
-    checked = False
+    checked, hint = False, ''
     for index, record in stream:
         if not checked and stream.header is not None:
             written_for = stream.header.get('dataset_length')
             if written_for is not None and written_for != len(dataset):
                 raise InputFileError(path, f'was written for a dataset of {written_for} samples, the dataset of '
                                            f'the config has {len(dataset)}: wrong config or split?')
+            if stream.header.get('config'):
+                hint = f' The stream was written with the config {stream.header["config"]}'
         checked = True
-        yield f'{path} record #{index}', record
+        where = f'{path} record #{index}'
+        dataset.check_identity(where, record, hint)  # same length is not enough: the same images
+        yield where, record
 
 
 def _jsonl_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
@@ -44,6 +48,7 @@ def _jsonl_samples(path: str, dataset: DatasetSamples) -> Iterator[Located]:
     for where, prediction in iter_jsonl(path):
         idx = dataset.resolve(where, prediction)
         sample = dataset.gt(idx)
+        prediction.pop('img_id', None)  # the dataset's identity is kept (resolve checked that they agree)
         sample.update(prediction)
         sample['sample_idx'] = idx
         yield where, sample

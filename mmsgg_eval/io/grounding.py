@@ -7,7 +7,8 @@ File format: a JSON list (or ``{"predictions": [...]}``) of entries
 * ``sample_idx`` is the index in the dataset; ``img_id`` is matched against ``get_data_info(i)['img_id']``
   (compared as strings). When several samples share an image (RSVGD has several queries per image), the
   entry must also carry the query ``text`` (matched against ``get_data_info(i)['text']``) or use
-  ``sample_idx``.
+  ``sample_idx``. An entry with both ``sample_idx`` and ``img_id`` must name the dataset's image at that index
+  (an error naming both otherwise).
 * ``bbox`` is in original image pixels, xyxy by default (``bbox_format='xywh'``: x, y, width, height;
   ``coord_scale=S``: coordinates on a [0, S] canvas, scaled by width / S and height / S).
 * ``score`` is optional; with several entries for one sample the highest score wins (the first entry on
@@ -90,6 +91,7 @@ def _index_entries(dataset: DatasetSamples, entries: List[Dict[str, Any]], sourc
             if not is_sample_index(idx) or idx >= n:
                 raise InputFileError(_entry(source, k), f'{value_repr(idx)} is not an index of the dataset '
                                                         f'(length {n})', field='sample_idx')
+            dataset.check_identity(_entry(source, k), e)  # an img_id beside it must name the same image
             out.append(int(idx))
             continue
         candidates = dataset.indices_of_img_id(e['img_id'])

@@ -7,7 +7,9 @@ Format (UTF-8 text; blank lines are ignored)::
      "pred_relations": {"pair_idxs": [[s, o], ...], "scores": [[p0, p1, ...], ...]}}
 
 * Identity: ``sample_idx``, a non-negative JSON integer (the dataset index; floats, strings and null are
-  errors), or, without it, ``img_id`` (a string or integer matched against the dataset's ``img_id``).
+  errors), or, without it, ``img_id`` (a string or integer matched against the dataset's ``img_id``). A line
+  with both must name the dataset's image at that index (an error naming both otherwise); the samples keep
+  the dataset's ``img_id``.
 * ``pred_instances``: ``bboxes`` [N, 4] xyxy in original image pixels, ``labels`` [N] 0-based object classes,
   ``scores`` [N]; each optional (PredCls needs none, SGCls labels and scores, SGDet all three).
 * ``pred_relations`` (required by the scene-graph metrics): ``pair_idxs`` [R, 2] 0-based (subject, object) indices into the objects;

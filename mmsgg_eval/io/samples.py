@@ -7,7 +7,9 @@ its ground truth and identity from here, so that they are built one way:
   pixels and 0-based ``bbox_label``, ``relations`` [G, 3] = (subject index, object index, 0-based predicate),
   ``width`` / ``height``) into the ``gt_instances`` / ``gt_relations`` fields of a data sample;
 * :class:`DatasetSamples` resolves a prediction's identity (``sample_idx`` = dataset index, or ``img_id``
-  looked up in the dataset) and builds the GT sample of an index;
+  looked up in the dataset; a record with both must name the dataset's sample: a disagreement is an error
+  naming the record, its ``img_id`` and the dataset's, whatever the format) and builds the GT sample of an
+  index;
 * :class:`CoveredSamples` streams located samples to an evaluator and checks that they cover the dataset
   exactly once: a sample predicted twice is an error; samples without a prediction are an error
   (:class:`~mmsgg_eval.io.errors.MissingSamplesError`) unless ``allow_missing``, in which case each is fed as
@@ -130,8 +132,25 @@ class DatasetSamples:
                 self._by_img_id.setdefault(str(self.dataset.get_data_info(i).get('img_id')), []).append(i)
         return self._by_img_id.get(str(img_id), [])
 
+    def check_identity(self, where: str, record: Mapping, hint: str = '') -> None:
+        """``InputFileError`` when a record carrying both a ``sample_idx`` (a valid index) and an ``img_id``
+        (not null) names another image than the dataset's sample at that index (compared as strings, as
+        :meth:`indices_of_img_id`): predictions of another split or dataset, or records whose two identities
+        contradict each other. One ``get_data_info`` per record; a dataset without ``img_id`` is not checked.
+        ``hint`` is appended to the message (e.g. where the file says it comes from)."""
+        idx, img_id = record.get('sample_idx'), record.get('img_id')
+        if img_id is None or not is_sample_index(idx) or idx >= len(self.dataset):
+            return
+        expected = self.dataset.get_data_info(int(idx)).get('img_id')
+        if expected is not None and str(img_id) != str(expected):
+            raise InputFileError(where, f'{value_repr(img_id)} disagrees with the dataset: its sample at '
+                                        f'sample_idx={idx} is img_id={value_repr(expected)} (predictions of '
+                                        f'another split or dataset, or sample_idx and img_id that do not belong '
+                                        f'together?{hint})', f'sample_idx={idx}', 'img_id')
+
     def resolve(self, where: str, record: Mapping) -> int:
-        """Dataset index of a prediction record from its ``sample_idx`` or, without one, its ``img_id``."""
+        """Dataset index of a prediction record from its ``sample_idx`` or, without one, its ``img_id``; a
+        record with both must agree with the dataset (:meth:`check_identity`)."""
         n = len(self.dataset)
         if 'sample_idx' in record:
             idx = record['sample_idx']
@@ -141,6 +160,7 @@ class DatasetSamples:
             if idx >= n:
                 raise InputFileError(where, f'= {idx} is outside the dataset (indices 0..{n - 1})',
                                      field='sample_idx')
+            self.check_identity(where, record)
             return int(idx)
         img_id = record.get('img_id')
         if isinstance(img_id, bool) or not isinstance(img_id, (str, int)):
