@@ -7,6 +7,6 @@ imports compiled mmcv ops, mmdet's model code, ``transformers`` or ``open_clip``
 first used (see :func:`mmsgg_eval.registry.register_lazily`).
 """
 from .version import __version__
-from . import datasets, metrics, models, runner  # noqa: F401,E402  (registration)
+from . import datasets, metrics, models, runner, visualization  # noqa: F401,E402  (registration)
 
 __all__ = ['__version__', 'datasets', 'metrics', 'models', 'runner']

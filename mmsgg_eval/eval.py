@@ -17,9 +17,12 @@ is built from them and fed the samples in chunks (``Evaluator.offline_evaluate``
 the dataset of the config exactly once: a sample predicted twice, a truncated stream, or samples without a
 prediction make the command fail, naming how many and which samples are missing, unless ``--allow-missing``
 is given; then every missing sample is scored as an empty prediction (recall 0, never skipped) and the count
-is printed and written to metrics.json (``offline/missing_predictions``). Reports (metrics.json, the
-per-predicate long-tail chart, Markdown tables) are written to ``--work-dir``. No GPU is needed; files are
-streamed, never loaded whole (except the legacy format, which is one torch object).
+is printed and written to metrics.json (``{prefix}/num_missing_predictions``, the name ``tools/test.py``
+writes too). ``metrics.json`` is written by the writer of ``tools/test.py``
+(:func:`mmsgg_eval.runner.results.write_run_metrics`: the same keys, per-predicate tables and ``provenance``
+included); every metric with a ``report_dir`` writes its report files (``{prefix}.metrics.json``, the
+per-predicate long-tail chart, Markdown tables) into ``--work-dir``. No GPU is needed; files are streamed,
+never loaded whole (except the legacy format, which is one torch object).
 
 Exit status: 0 on success; 1 on a user error (bad or truncated file, refused pickle, missing samples, invalid
 predictions), printed as one message without a traceback (``--debug`` shows it); 2 for bad arguments.
@@ -34,7 +37,12 @@ from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
 from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples
 
-SG_METRICS = ('SGRecall', 'SGMeanRecall')
+#: Scene-graph metrics: ``--mode`` sets their ``mode``.
+SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric')
+#: Metrics ``--protocol`` applies to, with the :func:`~mmsgg_eval.metrics.protocols.resolve_protocol` target
+#: that says which protocols each accepts (GroundingPr's own ``protocol`` is set with ``--metric-options``).
+PROTOCOL_TARGETS = {'SGRecall': 'scene_graph', 'SGMeanRecall': 'scene_graph', 'SGBenchMetric': 'sgbench',
+                    'VLMSceneGraphMetric': 'vlm'}
 #: Options of the grounding reader (the other ``--metric-options`` go to the metric).
 GROUNDING_READER_OPTIONS = ('bbox_format', 'coord_scale')
 #: Exceptions printed as one message by :func:`main` (anything else is a bug and keeps its traceback).
@@ -43,16 +51,41 @@ USER_ERRORS = (ValueError, OSError, KeyError, SyntaxError, pickle.UnpicklingErro
 
 def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
     """The config's evaluation dataset, annotations only (no pipeline, no images)."""
-    from mmsgg_eval.registry import DATASETS
+    from mmsgg_eval.registry import DATASETS, resolve_registered
     loader = cfg.get(split_key) or cfg.get('val_dataloader')
     if loader is None:
         raise ValueError(f'the config has no {split_key}.dataset (nor val_dataloader.dataset)')
-    return DATASETS.build(dict(loader['dataset'], pipeline=[]))
+    # our datasets by class: DATASETS.build by name imports all of mmdet.datasets (seconds of start-up)
+    return DATASETS.build(resolve_registered(DATASETS, dict(loader['dataset'], pipeline=[])))
+
+
+def metric_type(metric_cfg: dict) -> str:
+    """The class name of a metric config's ``type`` (a registry scope such as ``mmdet.`` removed)."""
+    kind = metric_cfg.get('type')
+    return kind.rsplit('.', 1)[-1] if isinstance(kind, str) else getattr(kind, '__name__', str(kind))
+
+
+def check_protocol_option(protocol: str, metric_cfgs: List[dict]) -> None:
+    """``ValueError`` naming ``--protocol`` when a metric it applies to has no conventions for ``protocol``
+    (e.g. ``openpsg`` on ``VLMSceneGraphMetric``, ``sgbench`` on ``SGRecall``), or when it applies to none
+    of the metrics (it would change nothing)."""
+    from mmsgg_eval.metrics.protocols import resolve_protocol
+    kinds = [metric_type(m) for m in metric_cfgs]
+    if not any(kind in PROTOCOL_TARGETS for kind in kinds):
+        raise ValueError(f'--protocol {protocol} applies to {", ".join(PROTOCOL_TARGETS)}, none of which is '
+                         f'evaluated here ({", ".join(kinds)}); a metric\'s own protocol argument is set with '
+                         f'--metric-options protocol=NAME (e.g. GroundingPr: exact, mgvlf)')
+    for kind in kinds:
+        if kind in PROTOCOL_TARGETS:
+            try:
+                resolve_protocol(protocol, {}, PROTOCOL_TARGETS[kind])
+            except ValueError as err:
+                raise ValueError(f'--protocol {protocol} does not apply to {kind}: {err}') from None
 
 
 def metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> List[dict]:
     """Metric configs: ``names`` (types or metric config dicts) or the config's test/val evaluator, with ``mode``
-    for SG metrics."""
+    for the scene-graph metrics (:data:`SG_METRICS`)."""
     if names:
         metrics = [dict(type=name) if isinstance(name, str) else dict(name) for name in names]
     else:
@@ -64,7 +97,7 @@ def metric_cfgs(cfg: Any, names: Optional[List[str]], mode: Optional[str]) -> Li
         metrics = [dict(m) for m in (evaluator if isinstance(evaluator, (list, tuple)) else [evaluator])]
     if mode:
         for m in metrics:
-            if m.get('type') in SG_METRICS:
+            if metric_type(m) in SG_METRICS:
                 m['mode'] = mode
     return metrics
 
@@ -100,6 +133,8 @@ def evaluate_grounding_predictions(predictions: Any, dataset: Any, bbox_format: 
 
     from mmsgg_eval.io.grounding import grounding_gt, iter_grounding_samples
     from mmsgg_eval.metrics import GroundingPr
+    from mmsgg_eval.metrics.options import positive_int
+    batch_size = positive_int(batch_size, 'batch_size', 'evaluate_grounding_predictions')
     index = DatasetSamples(dataset)
     source = predictions if isinstance(predictions, str) else 'grounding predictions'
     samples = CoveredSamples(iter_grounding_samples(predictions, index, bbox_format, coord_scale, source), index,
@@ -115,21 +150,30 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
                   mode: Optional[str] = None, work_dir: Optional[str] = None, batch_size: int = 64,
                   cfg_options: Optional[dict] = None, unsafe_load: bool = False,
                   progress: bool = True, metric_options: Optional[dict] = None,
-                  allow_missing: bool = False, protocol: Optional[str] = None) -> Dict[str, Any]:
+                  allow_missing: bool = False, protocol: Optional[str] = None,
+                  per_image: Optional[str] = None) -> Dict[str, Any]:
     """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict.
 
     ``allow_missing``: score dataset samples without a prediction (or cut off by a truncated stream) as empty
     predictions instead of failing with :class:`~mmsgg_eval.io.errors.MissingSamplesError`.
-    ``protocol``: named conventions (docs/protocols.md) for the scene-graph and VLM metrics; it replaces the
-    config's, and a ``protocol`` in ``metric_options`` replaces it.
+    ``protocol``: named conventions (docs/protocols.md) for the metrics of :data:`PROTOCOL_TARGETS`; it
+    replaces the config's, a ``protocol`` in ``metric_options`` replaces it, and a metric that has no
+    conventions for it is a ``ValueError`` naming the option. ``per_image``: path of the per-image results
+    (``per_image_out`` of the metrics that take it: :func:`mmsgg_eval.metrics.per_image.set_per_image_out`).
+
+    Returns the evaluator's scalar keys; ``WORK_DIR/metrics.json`` adds the tables,
+    ``{prefix}/num_missing_predictions`` and ``provenance`` (:func:`mmsgg_eval.runner.results.write_run_metrics`).
     """
     from mmengine.config import Config
     from mmengine.evaluator import Evaluator
     from mmengine.registry import init_default_scope
 
     import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
-    from mmsgg_eval.runner.results import write_metrics_json
+    from mmsgg_eval.metrics.options import positive_int
+    from mmsgg_eval.registry import METRICS, resolve_registered
+    from mmsgg_eval.runner.results import run_provenance, set_report_dirs, write_run_metrics
 
+    batch_size = positive_int(batch_size, 'batch_size', 'evaluate_file')  # 0 would loop forever in mmengine
     if not osp.isfile(config):
         raise FileNotFoundError(f'config file not found: {config}')
     if not osp.isfile(predictions):
@@ -152,15 +196,19 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     elif fmt == 'grounding' and not metrics:
         metrics = ['GroundingPr']
     cfgs = metric_cfgs(cfg, metrics, mode)
+    if protocol and 'protocol' not in options:
+        check_protocol_option(protocol, cfgs)
     for m in cfgs:
         m.update(options)
-        if protocol and m.get('type') in SG_METRICS + ('VLMSceneGraphMetric',):
+        if protocol and metric_type(m) in PROTOCOL_TARGETS:
             m['protocol'] = options.get('protocol', protocol)
-        if m.get('type') in SG_METRICS and m.get('report_dir') is None:
-            m['report_dir'] = work_dir
+    if per_image:
+        from mmsgg_eval.metrics.per_image import set_per_image_out
+        set_per_image_out(cfgs, per_image)
     sg_mode = mode or next((m.get('mode') for m in cfgs if m.get('mode')), 'sgdet')
-    evaluator = Evaluator(cfgs)
+    evaluator = Evaluator([resolve_registered(METRICS, m) for m in cfgs])  # by class: no mmdet.evaluation
     evaluator.dataset_meta = dataset.metainfo
+    set_report_dirs(evaluator.metrics, work_dir)  # as tools/test.py: every metric that writes reports
 
     samples = open_predictions(fmt, predictions, dataset, sg_mode, unsafe_load, allow_missing, reader_options)
     if progress:
@@ -175,13 +223,28 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     finally:
         if progress:
             print(file=sys.stderr)
-    if samples.missing:
-        results['offline/missing_predictions'] = len(samples.missing)
-    path = write_metrics_json(results, work_dir)
+    provenance = run_provenance(
+        'mmsgg_eval.eval', config, evaluator.metrics, dataset, (cfg.get('test_dataloader') or
+                                                                 cfg.get('val_dataloader') or {}).get('dataset'),
+        predictions=predictions, predictions_format=fmt, work_dir=work_dir,
+        options=dict(cfg_options=cfg_options, mode=mode, protocol=protocol, metric_options=metric_options,
+                     metrics=metrics, allow_missing=allow_missing, per_image=per_image))
+    path, _ = write_run_metrics(results, evaluator.metrics, work_dir, provenance, len(samples.missing))
     missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
         if samples.missing else ''
     print(f'{len(samples)} samples evaluated{missing}; metrics written to {path}')
     return results
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse ``type=`` of a count option: an integer >= 1, else an error naming the option (exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'must be a positive integer, got {text!r}') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be a positive integer (>= 1), got {value}')
+    return value
 
 
 def _message(err: BaseException) -> str:
@@ -202,9 +265,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--format', default='auto', choices=('auto',) + FORMATS)
     parser.add_argument('--metrics', nargs='+', help='metric types instead of the config test_evaluator')
     parser.add_argument('--mode', choices=['predcls', 'sgcls', 'sgdet', 'phrdet'],
-                        help='scene-graph mode for SGRecall/SGMeanRecall')
+                        help=f'scene-graph mode of {", ".join(SG_METRICS)}')
     parser.add_argument('--work-dir', help='where metrics.json and the reports go (default work_dirs/offline)')
-    parser.add_argument('--batch-size', type=int, default=64, help='samples per process() call')
+    parser.add_argument('--batch-size', type=positive_int_arg, default=64, help='samples per process() call')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     parser.add_argument('--metric-options', nargs='+', action=DictAction,
                         help='extra metric arguments, e.g. iou_plus_one=False skip_empty_predictions=False')
@@ -215,14 +278,19 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--unsafe-load', action='store_true',
                         help='load pickles with the unrestricted unpickler (only for files you trust)')
     parser.add_argument('--no-progress', action='store_true')
-    parser.add_argument('--protocol', help='named evaluation conventions of the scene-graph / VLM metrics: sgb '
-                                           '(default), openpsg, r1sgg (see docs/protocols.md)')
+    from mmsgg_eval.metrics.protocols import PROTOCOLS
+    parser.add_argument('--protocol', choices=list(PROTOCOLS),
+                        help=f'named evaluation conventions of {", ".join(PROTOCOL_TARGETS)} (sgb is the '
+                             f'default; each metric accepts only some of them, see docs/protocols.md)')
+    parser.add_argument('--per-image', metavar='PATH',
+                        help='write per-image results (JSON lines: per-image R@K, GT relations with their '
+                             'first-hit ranks, top predictions and the GT relations they hit) to PATH')
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
     try:
         return evaluate_file(args.config, args.predictions, args.format, args.metrics, args.mode, args.work_dir,
                              args.batch_size, args.cfg_options, args.unsafe_load, not args.no_progress,
-                             args.metric_options, args.allow_missing, args.protocol)
+                             args.metric_options, args.allow_missing, args.protocol, args.per_image)
     except USER_ERRORS as err:
         if args.debug:
             raise

@@ -19,11 +19,12 @@ import importlib
 from typing import Any, Dict, Mapping
 
 try:
-    from mmdet.registry import DATASETS, METRICS, MODEL_WRAPPERS, MODELS, TRANSFORMS
+    from mmdet.registry import DATASETS, METRICS, MODEL_WRAPPERS, MODELS, TRANSFORMS, VISUALIZERS
 except ImportError:  # pragma: no cover - exercised only without mmdet
-    from mmengine.registry import DATASETS, METRICS, MODEL_WRAPPERS, MODELS, TRANSFORMS
+    from mmengine.registry import DATASETS, METRICS, MODEL_WRAPPERS, MODELS, TRANSFORMS, VISUALIZERS
 
-__all__ = ['DATASETS', 'METRICS', 'MODELS', 'MODEL_WRAPPERS', 'TRANSFORMS', 'register_lazily', 'resolve_registered']
+__all__ = ['DATASETS', 'METRICS', 'MODELS', 'MODEL_WRAPPERS', 'TRANSFORMS', 'VISUALIZERS', 'register_lazily',
+           'resolve_registered']
 
 
 def register_lazily(registry: Any, name: str, module: str) -> None:

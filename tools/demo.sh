@@ -21,6 +21,9 @@ echo "[demo] 2/5 counting frequency-baseline statistics on the training split"
 python3 tools/build_freq_baseline.py "$CONFIG" --out "$WORK_DIR/freq_vg150_sample.pth"
 echo "[demo] 3/5 evaluating with tools/test.py (PredCls, SGRecall + SGMeanRecall)"
 python3 tools/test.py "$CONFIG" "$WORK_DIR/freq_vg150_sample.pth" --work-dir "$WORK_DIR" --out "$WORK_DIR/predictions.pkl"
+echo "[demo]     HTML report of its hits and misses (tools/analysis/browse_results.py): $WORK_DIR/report/index.html"
+python3 tools/analysis/browse_results.py "$CONFIG" "$WORK_DIR/predictions.pkl" --out-dir "$WORK_DIR/report" \
+    --no-progress | tail -n 1
 predcls_done=$(date +%s)
 echo "[demo] 4/5 training the demo detector with tools/train.py (Faster R-CNN R18-FPN, random start, CPU; log in $WORK_DIR/detector/train.log)"
 mkdir -p "$WORK_DIR/detector"
@@ -32,5 +35,5 @@ python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-di
     --out "$WORK_DIR/sgdet/predictions.pkl"
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
-echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*"
+echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*, HTML report in $WORK_DIR/report/index.html"
 echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json, reports in $WORK_DIR/sgdet/sgdet.*"

@@ -3,8 +3,17 @@
 # torch 2.9.1 (CPU or CUDA wheel from the registry), mmcv 2.1.0 with compiled ops (built from the
 # sdist when no wheel is cached; ~12 min on 2 cores, then pip reuses the cached wheel), mmengine,
 # mmdet 3.3.0, the evaluation extras, and mmsgg_eval itself in editable mode.
+# --with-browser (opt-in): also a headless Chromium + selenium for the report's browser test
+# (tools/install_browser.sh; without it that test is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WITH_BROWSER=0
+for arg in "$@"; do
+    case "$arg" in
+        --with-browser) WITH_BROWSER=1 ;;
+        *) echo "tools/setup_env.sh: unknown option $arg (known: --with-browser)" >&2; exit 2 ;;
+    esac
+done
 PY=${PYTHON:-python3}
 pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
 
@@ -42,5 +51,8 @@ if "$PY" -c "import sys; from mmsgg_eval.functional import compiled; sys.exit(0 
     echo "[setup] compiled CPU score kernels: built"
 else
     echo "[setup] WARNING: the compiled CPU score kernels were not built (no C++ compiler?); the torch implementation runs instead (same numbers, slower)"
+fi
+if [ "$WITH_BROWSER" = 1 ]; then
+    PYTHON="$PY" bash tools/install_browser.sh
 fi
 echo "[setup] done"

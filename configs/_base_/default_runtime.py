@@ -12,7 +12,11 @@ env_cfg = dict(
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50),
+    # draws nothing unless asked: tools/test.py --show-dir DIR (ours and mmdet's) turns it on
+    visualization=dict(type='DetVisualizationHook'),
 )
+# one picture per image (GT | prediction panels, hits and misses at K): mmsgg_eval/visualization/
+visualizer = dict(type='SceneGraphLocalVisualizer', vis_backends=[dict(type='LocalVisBackend')], name='visualizer')
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=True)
 log_level = 'INFO'
 load_from = None

@@ -192,13 +192,19 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
 
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
                       phrase: bool = False, use_masks: bool = False, rank_by: str = 'score',
-                      with_pair_accuracy: bool = True) -> Dict[str, Tensor]:
+                      with_pair_accuracy: bool = True, list_length: int = 0) -> Dict[str, Tensor]:
     """First-hit ranks of every GT relation in the ranked lists of a :class:`SceneGraphBatch`.
 
     Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
     within a list has rank ``NO_HIT`` (2**30). ``'top_predicate'`` [B]: the predicate of each image's first
     graph-constrained entry (-1 for an image without pairs), for the score-column diagnostics.
     ``rank_by='given'`` keeps the input order of the pairs for the graph-constrained list.
+    ``list_length`` > 0 also returns the head of each image's graph-constrained list (per-image results,
+    :mod:`mmsgg_eval.metrics.per_image`): ``'gc_pairs'`` [B, L] pair indices, ``'gc_predicate'`` [B, L],
+    ``'gc_score'`` [B, L] triplet scores, ``'gc_valid'`` [B, L] (L <= ``list_length``), and per GT relation
+    ``'pair_rank'`` [B, G], the first graph-constrained position (below ``max_k``) whose pair matches both its
+    ends whatever the predicate (``NO_HIT`` when none; always ``NO_HIT`` for ``phrase``), and ``'pair_predicate'``
+    [B, G] the predicate of that entry (what the model ranked highest on the GT pair; -1 when none).
     """
     scores = batch.scores  # the predicate scores, in the layout the reader chose
     subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
@@ -241,6 +247,22 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     else:
         gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k, batch.rel_valid)  # real pairs first
     out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
+    if list_length > 0:
+        length = min(int(list_length), gc_order.shape[1])
+        head, head_valid = gc_order[:, :length], gc_valid[:, :length]
+        out['gc_pairs'], out['gc_valid'] = head, head_valid
+        out['gc_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)
+        out['gc_score'] = torch.where(head_valid, gc_score.gather(1, head), 0.0)
+        if phrase:
+            out['pair_rank'] = torch.full_like(batch.gt_predicates, NO_HIT, dtype=torch.int32)
+        else:
+            ends = pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, gc_order),
+                                 batch.rel_pairs[..., 1].gather(1, gc_order), gc_valid)
+            out['pair_rank'] = first_hit_rank_bits(ends, num_gt, None)
+        found = out['pair_rank'] < NO_HIT
+        at = torch.where(found, out['pair_rank'], 0).long()
+        on_pair = gc_order.gather(1, at) if gc_order.shape[1] else at
+        out['pair_predicate'] = torch.where(found, scores.predicate_at(on_pair, found), -1)
     if gc_order.shape[1]:
         head, head_valid = gc_order[:, :1], gc_valid[:, :1]
         out['top_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)[:, 0]

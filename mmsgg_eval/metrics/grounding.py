@@ -217,7 +217,7 @@ class GroundingPr(RowMetric):
     def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: Optional[bool] = None,
                  multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, protocol: str = 'exact', mgvlf_size: int = MGVLF_IMAGE_SIZE,
-                 report_dir: Optional[str] = None) -> None:
+                 report_dir: Optional[str] = None, per_image_out: Optional[str] = None) -> None:
         if multiple_gt not in ('error', 'first'):
             raise ValueError(f"multiple_gt must be 'error' or 'first', got {multiple_gt!r}")
         if protocol not in PROTOCOLS:
@@ -246,6 +246,30 @@ class GroundingPr(RowMetric):
             raise ValueError(f'duplicate thresholds: {self.thresholds}')
         self.strict = bool(strict)
         self.multiple_gt = multiple_gt
+        from .per_image import ImageNames
+        self.per_image_out = per_image_out  # JSON lines: per sample its IoU and hits (metrics/per_image.py)
+        self._image_names = ImageNames()
+
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        """As :meth:`RowMetric.process`; with ``per_image_out``, notes the samples' ``img_id`` / ``img_path``."""
+        if self.per_image_out:
+            self._image_names.note(data_samples)
+        super().process(data_batch, data_samples)
+
+    def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
+        super()._write_files(summary, keys, tables)
+        if self.per_image_out:
+            from .per_image import named, write_metric_per_image
+            rows = {n: c.tolist() for n, c in tables['samples'].items()}
+            names = self._image_names.names
+
+            def records() -> List[Dict[str, Any]]:
+                order = sorted(range(len(rows['sample_idx'])), key=lambda i: rows['sample_idx'][i])
+                return [named({'iou': rows['iou'][i], 'has_prediction': bool(rows['has_pred'][i]),
+                               'prediction_missing': bool(rows['missing'][i]),
+                               'hits': {k: bool(h) for k, h in zip(self.threshold_keys, rows['hits'][i])}},
+                              rows['sample_idx'][i], names) for i in order]
+            write_metric_per_image(self, summary, records)
 
     def row_schema(self) -> Schema:
         return {'samples': {'inter': (torch.float64, ()), 'union': (torch.float64, ()), 'iou': (torch.float64, ()),

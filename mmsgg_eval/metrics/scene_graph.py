@@ -24,6 +24,8 @@ from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
+from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
+    write_per_image
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
@@ -154,6 +156,11 @@ class SceneGraphMetric(RowMetric):
             (``VG150Dataset(open_vocab_split=...)``), else no novel keys.
         novel_split: a named split instead ('ovsgtr-ovd', 'ovsgtr-ovr', 'ovsgtr-ovdr': OvSGTR's VG150 tables,
             :mod:`mmsgg_eval.open_vocab`).
+        per_image_out: when set, a JSON-lines file of per-image results (per-image R@K / ngR@K, the GT
+            relations with their first-hit ranks, the top ``per_image_topk`` graph-constrained triplets with
+            the GT relations they hit) is written there on the main rank after the reduce
+            (:mod:`mmsgg_eval.metrics.per_image`). It adds a few columns per GT relation and at most
+            ``per_image_topk`` rows per image to the reduced rows; nothing is added when it is None.
     """
 
     default_prefix: Optional[str] = None
@@ -170,7 +177,8 @@ class SceneGraphMetric(RowMetric):
                  pool_samples: int = 256, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, strict_counts: bool = False, protocol: str = 'sgb',
                  score_layout: str = 'auto', novel_objects: Optional[Sequence[str]] = None,
-                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None) -> None:
+                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None,
+                 per_image_out: Optional[str] = None, per_image_topk: int = PER_IMAGE_TOPK) -> None:
         self.protocol = resolve_protocol(protocol, dict(
             iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
             skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match),
@@ -224,6 +232,10 @@ class SceneGraphMetric(RowMetric):
         self._zs_meta: Any = None
         self._zs_codes: Optional[Tensor] = None
         self._zs_cache: Dict[str, Optional[Tensor]] = {}
+        self.per_image_out = per_image_out
+        self.per_image_topk = positive_int(per_image_topk, 'per_image_topk', owner)
+        self._list_length = self.per_image_topk if per_image_out else 0  # 0: no per-image rows
+        self._image_names = ImageNames()
 
     @property
     def conventions(self) -> Dict[str, Any]:
@@ -234,13 +246,17 @@ class SceneGraphMetric(RowMetric):
     # ------------------------------------------------------------------ rows and sharing
     def row_schema(self) -> Schema:
         rank_dtype = torch.int16 if self._rank_cap == RANK_CAP_INT16 else torch.int32
-        return {
+        schema = {
             'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()), 'missing': (torch.bool, ()),
                        **self.diagnostic_columns()},
             'relations': {'predicate': (torch.int16, ()), 'triplet': (torch.int32, ()),
                           'zeroshot': (torch.bool, ()), 'rank_gc': (rank_dtype, ()),
                           'rank_ngc': (rank_dtype, ()), 'rank_pair': (rank_dtype, ())},
         }
+        if self._list_length:  # per-image results: a few more columns and the bounded top-triplet table
+            for table, columns in per_image_schema(rank_dtype).items():
+                schema.setdefault(table, {}).update(columns)
+        return schema
 
     @staticmethod
     def diagnostic_columns() -> Schema:
@@ -267,7 +283,7 @@ class SceneGraphMetric(RowMetric):
         return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
                 self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
                 tuple(self.predicates), exact_tensor_key(self._zeroshot_codes(torch.device('cpu'))),
-                self.pool_samples, self.score_layout)
+                self.pool_samples, self.score_layout, self._list_length)
 
     def summary_key(self) -> Hashable:
         """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
@@ -305,6 +321,12 @@ class SceneGraphMetric(RowMetric):
                 getattr(self, key)  # raises the explanatory error
         self.novel_indices()
         super().before_epoch()
+        from mmengine.dist import is_main_process
+        if self.per_image_out and is_main_process():
+            import os
+            from .base import ensure_writable_dir
+            ensure_writable_dir(os.path.dirname(os.path.abspath(str(self.per_image_out))), self.name,
+                                'per_image_out')
 
     def novel_indices(self) -> Optional[Dict[str, Any]]:
         """The open-vocabulary split evaluated: ``{'objects': [0-based classes], 'predicates': [...], 'source'}``
@@ -370,7 +392,8 @@ class SceneGraphMetric(RowMetric):
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
-                                  rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'))
+                                  rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
+                                  list_length=self._list_length)
         valid = batch.gt_valid
         slot = valid.reshape(-1).nonzero().squeeze(1)  # b * G + g of the real GT relations
 
@@ -389,7 +412,7 @@ class SceneGraphMetric(RowMetric):
         else:
             zeroshot = torch.zeros_like(codes, dtype=torch.bool)
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
-        return {
+        rows = {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
                        'missing': missing, **self.diagnostic_rows(samples, batch, ranks['top_predicate'])},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
@@ -398,6 +421,39 @@ class SceneGraphMetric(RowMetric):
                           'rank_ngc': real(ranks['ngc']).clamp(max=self._rank_cap),
                           'rank_pair': real(pair_rank).clamp(max=self._rank_cap)},
         }
+        if self._list_length:
+            for table, columns in per_image_rows(samples, batch, ranks, slot, self._rank_cap).items():
+                rows.setdefault(table, {}).update(columns)
+        return rows
+
+    def compute_rows_per_image(self, samples: List[Any], topk: int) -> Dict[str, Dict[str, Tensor]]:
+        """:meth:`compute_rows` with the per-image columns (``topk`` listed triplets), whatever
+        ``per_image_out``: the rows :func:`~.per_image.image_record` turns into one image's record."""
+        length, self._list_length = self._list_length, positive_int(topk, 'topk_drawn', type(self).__name__)
+        try:
+            return self.compute_rows(samples)
+        finally:
+            self._list_length = length
+
+    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
+        """As :meth:`RowMetric.process`; with ``per_image_out``, notes the samples' ``img_id`` / ``img_path``."""
+        if self._list_length:
+            self._image_names.note(data_samples)
+        super().process(data_batch, data_samples)
+
+    def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
+        super()._write_files(summary, keys, tables)
+        done = (str(self.per_image_out), id(tables))
+        if self.per_image_out and getattr(self._group, 'per_image_written', None) == done:
+            summary.setdefault('report_files', {})['per_image'] = done[0]  # a group member wrote these lines
+        elif self.per_image_out:
+            path = self._guarded('per_image_out', lambda: write_per_image(
+                str(self.per_image_out), per_image_records(self, tables, self._image_names.names)))
+            if path is not None and self._group is not None:
+                self._group.per_image_written = done
+            if path is not None:
+                summary.setdefault('report_files', {})['per_image'] = path
+        self._image_names.clear()
 
     # ------------------------------------------------------------------ reduced tables become keys
     def evaluate(self, size: int) -> Dict[str, float]:
@@ -410,14 +466,14 @@ class SceneGraphMetric(RowMetric):
     def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
         return {k: v for k, v in summary['metrics'].items() if k.split('@')[0] in self.report_keys}
 
-    def _evaluated_images(self, images: Dict[str, Tensor]) -> Tensor:
+    def _evaluated_images(self, images: Dict[str, Tensor], quiet: bool = False) -> Tensor:
         """[N] bool: images that count. Images without GT relations never count; with
         ``skip_empty_predictions`` images without predicted pairs are skipped (legacy), except those whose
         prediction is missing (the user did not predict them: they count as recall 0)."""
         evaluated = images['num_gt'] > 0
         if self.skip_empty_predictions:
             evaluated &= (images['num_pred'] > 0) | images['missing']
-        if not bool(evaluated.any()):
+        if not quiet and not bool(evaluated.any()):
             num = int(images['sample_idx'].numel())
             no_gt = int((images['num_gt'] == 0).sum())
             reason = f'{no_gt} without GT relations'

@@ -58,6 +58,9 @@ class SGBenchMetric(SceneGraphMetric):
                 raise ValueError(f'SGBenchMetric does not use {name}')
         if mode == 'phrdet':
             raise ValueError('SGBenchMetric: instance matching is not defined for phrdet (union boxes)')
+        if kwargs.get('per_image_out') is not None:
+            raise ValueError('SGBenchMetric: per_image_out is not supported (its rows are per distinct GT triplet); '
+                             'set it on SGRecall / SGMeanRecall')
         super().__init__(mode=mode, topk=topk, protocol=protocol, **kwargs)
         self._rank_cap = NO_HIT
 

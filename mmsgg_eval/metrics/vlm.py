@@ -139,7 +139,8 @@ class VLMSceneGraphMetric(RowMetric):
                  report_dir: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, outfile_prefix: Optional[str] = None,
                  protocol: str = 'sgb', novel_objects: Optional[Sequence[str]] = None,
-                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None) -> None:
+                 novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None,
+                 per_image_out: Optional[str] = None) -> None:
         super().__init__(outfile_prefix=outfile_prefix, report_dir=report_dir, collect_device=collect_device,
                          prefix=prefix or self.default_prefix)
         self.protocol = resolve_protocol(protocol, dict(iou_thr=iou_thr, iou_plus_one=iou_plus_one, rank=rank,
@@ -166,7 +167,12 @@ class VLMSceneGraphMetric(RowMetric):
                                       mr_average=mr_average, recall_average=recall_average,
                                       predicate_groups=predicate_groups, collect_device=collect_device,
                                       prefix=self.prefix, novel_objects=novel_objects,
-                                      novel_predicates=novel_predicates, novel_split=novel_split)
+                                      novel_predicates=novel_predicates, novel_split=novel_split,
+                                      per_image_out=per_image_out)
+        # per_image_out: JSON lines of the inner scene-graph records plus each answer's parse status, failure
+        # code and unknown names (metrics/per_image.py); the inner metric only computes the rows
+        self.per_image_out = per_image_out
+        self._unknown_words: Dict[int, List[str]] = {}
         self._mappers = None
         self._mappers_key = None
 
@@ -256,6 +262,11 @@ class VLMSceneGraphMetric(RowMetric):
             result = ParseResult.failure('missing', 'no answer for this sample') if missing else \
                 self._result_of(sample)
             ds = to_data_sample(result, sample, sample_idx=idx)
+            if self.per_image_out:
+                self.inner._image_names.note([dict(sample_idx=idx, img_id=get_field(sample, 'img_id'),
+                                                   img_path=get_field(sample, 'img_path'))])
+                self._unknown_words.setdefault(idx, [w for w in getattr(result, 'warnings', ()) or ()
+                                                     if str(w).startswith('unknown')])
             converted.append(ds)
             sample_rows['sample_idx'].append(idx)
             sample_rows['code'].append(result.code_index)
@@ -347,6 +358,28 @@ class VLMSceneGraphMetric(RowMetric):
                 'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
                 'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
                 'canvas': self.canvas, 'conventions': self.conventions}
+
+    def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
+        super()._write_files(summary, keys, tables)
+        if not self.per_image_out:
+            return
+        from .per_image import per_image_records, write_metric_per_image
+        samples = {n: c.tolist() for n, c in tables['samples'].items()}
+        status = {idx: i for i, idx in enumerate(samples['sample_idx'])}
+
+        def records() -> List[Dict[str, Any]]:
+            out = per_image_records(self.inner, {t: tables[t] for t in ('images', 'relations', 'top_triplets')},
+                                    self.inner._image_names.names)
+            for record in out:
+                i = status.get(record['sample_idx'])
+                if i is not None:
+                    code = FAILURE_CODES[samples['code'][i]]
+                    record.update(parse_status='ok' if code == 'ok' else 'failed', failure_code=code,
+                                  num_unknown_relations=samples['num_unknown_relations'][i],
+                                  unknown_words=self._unknown_words.get(record['sample_idx'], []))
+            return out
+        write_metric_per_image(self.inner, summary, records)
+        self._unknown_words = {}
 
     def _check_pixel_boxes(self, pixel_like: torch.Tensor) -> None:
         """Warn once per evaluation when most answers whose image can tell pixels from the canvas look like

@@ -24,7 +24,8 @@ from typing import Any, Dict, List, Optional
 from .launch import DistributedEvaluationError, distributed_evaluation
 from .results import OutputNotWritableError, check_writable, run_provenance, set_report_dirs, write_run_metrics
 
-_OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_file_path', True))
+_OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_file_path', True),
+                      ('per_image_out', True))
 """Metric attributes naming where the metric writes: (attribute, is a file path or prefix)."""
 PROG = 'tools/test.py'
 
@@ -74,6 +75,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                                 '(tools/eval_offline.py)')
     add_common_arguments(parser, 'env_cfg.dist_cfg.backend=gloo env_cfg.dist_cfg.timeout=600 (seconds a '
                                  'collective may wait for a rank)')
+    parser.add_argument('--per-image', metavar='PATH',
+                        help='write per-image results (JSON lines: per-image R@K, GT relations with their '
+                             'first-hit ranks, top predictions and the GT relations they hit) to PATH')
+    parser.add_argument('--show-dir', metavar='DIR',
+                        help='draw one picture per image (GT panel | prediction panel, hits and misses) into '
+                             'DIR, relative to WORK_DIR/TIMESTAMP as mmdet\'s --show-dir '
+                             '(SceneGraphLocalVisualizer through DetVisualizationHook)')
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     return parse_common(parser, argv)
 
@@ -86,6 +94,39 @@ def check_metric_outputs(metrics: List[Any]) -> None:
             if isinstance(value, str) and value:
                 directory = osp.dirname(osp.abspath(value)) if is_file else value
                 check_writable(directory, f'{type(metric).__name__}.{attribute} location')
+
+
+def set_config_per_image(cfg: Any, path: str) -> None:
+    """``--per-image PATH``: ``per_image_out`` on the config's test-evaluator metrics that take it
+    (:func:`mmsgg_eval.metrics.per_image.set_per_image_out`)."""
+    from mmsgg_eval.metrics.per_image import set_per_image_out
+    evaluator = cfg.get('test_evaluator')
+    if evaluator is None:
+        raise ValueError('--per-image: the config has no test_evaluator')
+    metrics = evaluator.get('metrics', None) if isinstance(evaluator, dict) and 'type' in evaluator and \
+        evaluator.get('type') == 'Evaluator' else evaluator
+    metrics = [metrics] if isinstance(metrics, dict) else list(metrics)
+    set_per_image_out(metrics, path)
+    if isinstance(evaluator, dict) and evaluator.get('type') == 'Evaluator':
+        evaluator['metrics'] = metrics
+    else:
+        cfg.test_evaluator = metrics if not isinstance(evaluator, dict) else metrics[0]
+
+
+def trigger_visualization_hook(cfg: Any, show_dir: str) -> None:
+    """``--show-dir DIR``, as mmdet's ``tools/test.py``: the ``visualization`` hook
+    (``DetVisualizationHook``, added when the config has none) draws every test image into ``DIR`` (relative
+    to ``WORK_DIR/TIMESTAMP``) with the config's visualizer, which becomes ``SceneGraphLocalVisualizer`` unless
+    the config names one of its own kind."""
+    hooks = cfg.setdefault('default_hooks', {})
+    hook = dict(hooks.get('visualization') or {'type': 'DetVisualizationHook'})
+    hook.update(draw=True, test_out_dir=show_dir)
+    hooks['visualization'] = hook
+    visualizer = dict(cfg.get('visualizer') or {})
+    if 'SceneGraph' not in str(visualizer.get('type', '')):
+        visualizer = dict(type='SceneGraphLocalVisualizer', vis_backends=visualizer.get(
+            'vis_backends', [dict(type='LocalVisBackend')]), name=visualizer.get('name', 'visualizer'))
+    cfg.visualizer = visualizer
 
 
 def user_error_line(prog: str, err: BaseException) -> str:
@@ -131,6 +172,10 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
         raise ValueError(f'--out must be a .pkl or .pickle file, got {args.out}')
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
+    if args.per_image is not None:
+        set_config_per_image(cfg, args.per_image)
+    if args.show_dir is not None:
+        trigger_visualization_hook(cfg, args.show_dir)
     # every output location is checked before anything is evaluated
     check_writable(cfg.work_dir, 'work dir (--work-dir)')
     if args.out is not None:

@@ -382,8 +382,8 @@ class _Padded:
     single_label: List[bool]
     given_scores: List[Tensor]      # the 1-D scores of single-label images
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
-    score_width: List[int]          # score columns as given (-1: single-label scores)
     rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
+    score_width: Optional[List[int]] = None  # score columns as given (-1: single-label scores)
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
 

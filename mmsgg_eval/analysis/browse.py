@@ -1,0 +1,361 @@
+"""A static, self-contained HTML report of per-image hits and misses (``tools/analysis/browse_results.py``).
+
+Input: the per-image records of a scene-graph metric (:mod:`mmsgg_eval.metrics.per_image`), from a
+``per_image_out`` file or from an offline evaluation of saved predictions run here. Output folder::
+
+    index.html                 summary table, per-predicate chart, confusion heat map, image table
+    images/<sample_idx>.html   one page per drawn image; images/<sample_idx>.jpg its picture
+    predicates/<n>.html        one page per predicate
+    per_predicate.png, confusion.png
+
+No server and no network: inline CSS and vanilla JavaScript, relative links, so ``index.html`` opens from
+disk. The numbers are computed from the records with the metric's own aggregation
+(:func:`~mmsgg_eval.functional.recall_from_ranks`, :func:`~mmsgg_eval.functional.per_predicate_recall`), so
+the index's R@K equal the evaluation's (``metrics.json``) for the recall average given (``image``, the
+default, or ``micro``). Pictures are drawn from the records by
+:func:`~mmsgg_eval.visualization.drawing.draw_record`, as ``SceneGraphLocalVisualizer`` draws them (boxes
+only: masks are drawn by ``--show-dir``, which has the data samples); an image file that
+cannot be read is replaced by a grey canvas.
+"""
+import html
+import json
+import os
+import os.path as osp
+import shutil
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..functional import per_predicate_recall, recall_from_ranks
+from ..functional.limits import NO_HIT
+
+CSS = """
+body{font-family:sans-serif;margin:1em 2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}
+th{background:#eee;cursor:pointer}tr.hit td.s{color:#080}tr.miss td.s{color:#c00}
+.hit{color:#080}.miss{color:#c00}.thumbs img{width:180px;margin:2px;border:1px solid #aaa}
+img.pic{max-width:100%}nav a{margin-right:1em}.hidden{display:none}
+"""
+
+SORT_JS = """
+function sortTable(th){var t=th.closest('table'),b=t.tBodies[0],i=Array.prototype.indexOf.call(th.parentNode.children,th);
+var asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';var rows=Array.prototype.slice.call(b.rows);
+rows.sort(function(x,y){var a=x.cells[i].dataset.v!==undefined?x.cells[i].dataset.v:x.cells[i].textContent,
+c=y.cells[i].dataset.v!==undefined?y.cells[i].dataset.v:y.cells[i].textContent,p=parseFloat(a),q=parseFloat(c);
+var r=(!isNaN(p)&&!isNaN(q))?p-q:a.localeCompare(c);return asc?r:-r;});rows.forEach(function(r){b.appendChild(r);});}
+document.querySelectorAll('th.sortable').forEach(function(th){th.addEventListener('click',function(){sortTable(th);});});
+"""
+
+FILTER_JS = """
+function applyFilter(){var p=document.getElementById('pred').value,k=document.getElementById('kval').value,
+s=document.getElementById('split').value,n=0;document.querySelectorAll('#images tbody tr').forEach(function(r){
+var missed=(r.dataset['missed'+k]||'').split('|'),show=(!p||missed.indexOf(p)>=0)&&(!s||r.dataset.split===s);
+r.classList.toggle('hidden',!show);if(show)n++;});document.getElementById('shown').textContent=n;}
+['pred','kval','split'].forEach(function(id){document.getElementById(id).addEventListener('change',applyFilter);});
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _page(title: str, body: str, script: str = '') -> str:
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_e(title)}</title><style>{CSS}</style>'
+            f'</head><body>{body}' + (f'<script>{script}</script>' if script else '') + '</body></html>\n')
+
+
+def _fmt(value: Optional[float]) -> str:
+    return '–' if value is None else f'{value:.2f}'
+
+
+def record_ks(records: Sequence[Dict[str, Any]]) -> List[int]:
+    """The K of the records' ``R@K`` fields (in their order)."""
+    for r in records:
+        ks = [int(k[2:]) for k in r if k.startswith('R@') and k[2:].isdigit()]
+        if ks:
+            return ks
+    return []
+
+
+def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[int],
+                      average: str = 'image') -> Dict[str, Any]:
+    """R@K / ngR@K, per-predicate recall and the predicate confusion over GT pairs of the evaluated images,
+    with the metric's aggregation functions; ``average``: the metric's ``recall_average``."""
+    index = {p: i for i, p in enumerate(predicates)}
+    evaluated = [r for r in records if r['evaluated']]
+    ranks = {'R': [], 'ngR': []}
+    preds, image_of = [], []
+    num_p = len(predicates)
+    confusion = np.zeros((num_p, num_p + 1), dtype=np.int64)  # column P: nothing ranked on the pair
+    for i, r in enumerate(evaluated):
+        for g in r['gt_relations']:
+            ranks['R'].append(NO_HIT if g['rank_gc'] is None else g['rank_gc'])
+            ranks['ngR'].append(NO_HIT if g['rank_ngc'] is None else g['rank_ngc'])
+            p = index[g['predicate']]
+            preds.append(p)
+            image_of.append(i)
+            confusion[p, index.get(g.get('pair_predicate'), num_p) if g.get('pair_predicate') else num_p] += 1
+    n = len(evaluated)
+    img = torch.tensor(image_of, dtype=torch.long)
+    out: Dict[str, Any] = {'num_images': n, 'num_records': len(records), 'num_gt_relations': len(preds),
+                           'metrics': {}, 'confusion': confusion}
+    for family in ('R', 'ngR'):
+        rank = torch.tensor(ranks[family], dtype=torch.long)
+        values = recall_from_ranks(rank, img, n, ks, average=average).tolist()
+        out['metrics'].update({f'{family}@{k}': 100.0 * v for k, v in zip(ks, values)})
+    table, present = per_predicate_recall(torch.tensor(ranks['R'], dtype=torch.long),
+                                          torch.tensor(preds, dtype=torch.long), img, n, num_p, ks, average)
+    counts = np.bincount(np.asarray(preds, dtype=np.int64), minlength=num_p) if preds else np.zeros(num_p, int)
+    out['per_predicate'] = {p: {**{f'R@{k}': 100.0 * float(table[j, i]) for j, k in enumerate(ks)},
+                                'num_gt': int(counts[i])} for i, p in enumerate(predicates)}
+    for k in ks:
+        rows = [out['per_predicate'][p][f'R@{k}'] for i, p in enumerate(predicates)]
+        out['metrics'][f'mR@{k}'] = sum(rows) / num_p if num_p else 0.0
+    out['present'] = present.tolist()
+    return out
+
+
+def confusion_png(confusion: np.ndarray, predicates: Sequence[str], path: str) -> str:
+    """Heat map of the predicate confusion over GT pairs (rows: GT predicate, columns: what the model ranked
+    highest on the pair; last column: nothing on the pair), row-normalised, for the predicates present."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    rows = [i for i in range(len(predicates)) if confusion[i].sum()]
+    cols = sorted(set(rows) | {j for j in range(len(predicates)) if confusion[rows, j].sum()}) if rows else []
+    labels_c = [predicates[j] for j in cols] + ['(none)']
+    matrix = confusion[np.ix_(rows, cols + [len(predicates)])].astype(float) if rows else np.zeros((1, 1))
+    matrix = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
+    size = max(4.0, 0.28 * len(labels_c) + 2)
+    fig = Figure(figsize=(size, max(3.0, 0.28 * max(len(rows), 1) + 2)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(matrix, cmap='viridis', vmin=0, vmax=1, aspect='auto')
+    ax.set_xticks(range(len(labels_c)))
+    ax.set_xticklabels(labels_c, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([predicates[i] for i in rows], fontsize=7)
+    ax.set_xlabel('top predicate of the model on the GT pair')
+    ax.set_ylabel('GT predicate')
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def _read_image(path: Optional[str], record: Dict[str, Any]) -> np.ndarray:
+    """The image (RGB) or a grey canvas that holds every box of the record."""
+    if path and osp.isfile(path):
+        import mmcv
+        img = mmcv.imread(path, channel_order='rgb')
+        if img is not None:
+            return img
+    extent = [1.0, 1.0]
+    for item in record['gt_relations'] + record['predictions']:
+        for box in (item['subject_box'], item['object_box']):
+            extent = [max(extent[0], box[2]), max(extent[1], box[3])]
+    return np.full((int(extent[1]) + 10, int(extent[0]) + 10, 3), 128, dtype=np.uint8)
+
+
+def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[str], predicates: Sequence[str],
+                 k: int = 50, topk_drawn: int = 20, max_images: Optional[int] = None, average: str = 'image',
+                 metrics: Optional[Dict[str, Any]] = None, title: str = 'scene-graph results',
+                 image_root: Optional[str] = None, progress: bool = True, split: str = '') -> Dict[str, Any]:
+    """Write the report of ``records`` into ``out_dir`` (see the module docstring); returns its summary.
+
+    ``max_images``: images drawn (the first by ``sample_idx``; default all); the index lists every image.
+    ``metrics``: the evaluation's scalar keys (``metrics.json``), shown as they are next to the recomputed
+    ones. ``image_root``: prefix of relative ``img_path``."""
+    import mmcv
+
+    from ..visualization.drawing import draw_record, relation_items
+    os.makedirs(osp.join(out_dir, 'images'), exist_ok=True)
+    os.makedirs(osp.join(out_dir, 'predicates'), exist_ok=True)
+    records = sorted(records, key=lambda r: r['sample_idx'])
+    ks = record_ks(records)
+    if k not in ks:
+        ks = sorted(set(ks) | {k})
+    summary = summarize_records(records, predicates, ks, average)
+    limit = len(records) if max_images is None else max(0, int(max_images))
+    drawn = set()
+    bar = None
+    if progress and limit:
+        from mmengine.utils import ProgressBar
+        bar = ProgressBar(min(limit, len(records)))
+    for r in records[:limit]:
+        path = r.get('img_path')
+        if path and image_root and not osp.isabs(path):
+            path = osp.join(image_root, path)
+        picture = draw_record(_read_image(path, r), r, k, topk_drawn)
+        mmcv.imwrite(picture[..., ::-1], osp.join(out_dir, 'images', f'{r["sample_idx"]}.jpg'))
+        _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'), image_page(r, k, topk_drawn, relation_items))
+        drawn.add(r['sample_idx'])
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        print()
+    pred_file = {p: f'{i}.html' for i, p in enumerate(predicates)}
+    for i, p in enumerate(predicates):
+        _write(osp.join(out_dir, 'predicates', pred_file[p]),
+               predicate_page(p, i, summary, records, drawn, ks, k, predicates))
+    chart = None
+    try:
+        from ..reports import plot_per_predicate_recall
+        plot_per_predicate_recall({'per_predicate': summary['per_predicate'], 'metrics': summary['metrics']},
+                                  osp.join(out_dir, 'per_predicate.png'), k, title, records[0]['mode'] if records
+                                  else '')
+        chart = 'per_predicate.png'
+    except Exception:  # noqa: BLE001 - the chart is an extra; the tables hold the same numbers
+        chart = None
+    confusion_png(summary['confusion'], predicates, osp.join(out_dir, 'confusion.png'))
+    _write(osp.join(out_dir, 'index.html'),
+           index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split))
+    summary['drawn'] = sorted(drawn)
+    with open(osp.join(out_dir, 'summary.json'), 'w') as f:
+        json.dump({key: v for key, v in summary.items() if key not in ('confusion',)}, f)
+    return summary
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write(text)
+
+
+def _missed(r: Dict[str, Any], k: int) -> List[str]:
+    return sorted({g['predicate'] for g in r['gt_relations'] if g['rank_gc'] is None or g['rank_gc'] >= k})
+
+
+def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split) -> str:
+    m = summary['metrics']
+    body = [f'<h1>{_e(title)}</h1>',
+            f'<p id="counts">images: <span id="num-records">{summary["num_records"]}</span>, evaluated: '
+            f'<span id="num-images">{summary["num_images"]}</span>, GT relations: '
+            f'<span id="num-gt">{summary["num_gt_relations"]}</span>, drawn: {len(drawn)}</p>',
+            '<h2>Summary</h2><table id="summary"><tr><th>key</th>' +
+            ''.join(f'<th>@{kk}</th>' for kk in ks) + '</tr>']
+    for family in ('R', 'ngR', 'mR'):
+        body.append(f'<tr><td>{family}</td>' + ''.join(
+            f'<td data-key="{family}@{kk}">{_fmt(m.get(f"{family}@{kk}"))}</td>' for kk in ks) + '</tr>')
+    body.append('</table>')
+    if metrics:
+        body.append('<details><summary>all keys of the evaluation (metrics.json)</summary><table>' + ''.join(
+            f'<tr><td>{_e(key)}</td><td>{_fmt(v) if isinstance(v, (int, float)) else _e(v)}</td></tr>'
+            for key, v in metrics.items() if isinstance(v, (int, float, str))) + '</table></details>')
+    body.append('<h2>Per predicate</h2>')
+    if chart:
+        body.append(f'<img class="pic" src="{chart}" alt="per-predicate recall">')
+    body.append('<table id="predicates"><thead><tr><th class="sortable">predicate</th><th class="sortable">GT</th>'
+                + ''.join(f'<th class="sortable">R@{kk}</th>' for kk in ks) + '</tr></thead><tbody>')
+    for p in predicates:
+        row = summary['per_predicate'][p]
+        body.append(f'<tr><td><a href="predicates/{pred_file[p]}">{_e(p)}</a></td><td>{row["num_gt"]}</td>' +
+                    ''.join(f'<td>{_fmt(row[f"R@{kk}"])}</td>' for kk in ks) + '</tr>')
+    body.append('</tbody></table><h2>Predicate confusion over GT pairs</h2>'
+                '<img class="pic" src="confusion.png" alt="predicate confusion heat map">')
+    splits = sorted({str(r.get('split') or split) for r in records})
+    body.append('<h2>Images</h2><p>images where <select id="pred"><option value="">(any predicate)</option>' +
+                ''.join(f'<option value="{_e(p)}">{_e(p)}</option>' for p in predicates) +
+                '</select> was missed at <select id="kval">' +
+                ''.join(f'<option value="{kk}"{" selected" if kk == k else ""}>{kk}</option>' for kk in ks) +
+                '</select>, split <select id="split"><option value="">(any)</option>' +
+                ''.join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in splits) +
+                '</select>: <span id="shown">' + str(len(records)) + '</span> shown</p>')
+    body.append('<table id="images"><thead><tr>' + ''.join(
+        f'<th class="sortable">{h}</th>' for h in ['sample_idx', 'image', 'split', 'GT'] +
+        [f'R@{kk}' for kk in ks] + [f'ngR@{kk}' for kk in ks]) + '</tr></thead><tbody>')
+    for r in records:
+        attrs = ' '.join(f'data-missed{kk}="{_e("|".join(_missed(r, kk)))}"' for kk in ks)
+        name = _e(r.get('img_id') if r.get('img_id') is not None else r['sample_idx'])
+        link = f'<a href="images/{r["sample_idx"]}.html">{name}</a>' if r['sample_idx'] in drawn else name
+        cells = ''.join(f'<td data-v="{-1 if r.get(f"{fam}@{kk}") is None else r[f"{fam}@{kk}"]}">'
+                        f'{_fmt(r.get(f"{fam}@{kk}"))}</td>' for fam in ('R', 'ngR') for kk in ks)
+        body.append(f'<tr {attrs} data-split="{_e(r.get("split") or split)}"><td>{r["sample_idx"]}</td>'
+                    f'<td>{link}</td><td>{_e(r.get("split") or split)}</td><td>{r["num_gt"]}</td>{cells}</tr>')
+    body.append('</tbody></table>')
+    return _page(title, ''.join(body), SORT_JS + FILTER_JS)
+
+
+def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> str:
+    idx = r['sample_idx']
+    gt_items, pred_items = relation_items(r, k, topk_drawn)
+    body = [f'<nav><a href="../index.html">index</a></nav><h1>image {_e(r.get("img_id", idx))} '
+            f'(sample_idx {idx})</h1><p>{_e(r.get("img_path") or "")}</p>',
+            '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r if key.startswith(('R@', 'ngR@'))) + '</p>',
+            f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">',
+            f'<h2>GT relations (found at {k})</h2><table id="gt"><thead><tr><th class="sortable">#</th>'
+            '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank</th>'
+            '<th class="sortable">rank (no graph constraint)</th><th>status</th>'
+            '<th>model ranked highest on the pair instead</th></tr></thead><tbody>']
+    for g, item in zip(r['gt_relations'], gt_items):
+        status = 'found' if item['hit'] else 'missed'
+        instead = g.get('pair_predicate') if not item['hit'] else ''
+        body.append(f'<tr class="{"hit" if item["hit"] else "miss"}"><td>{item["number"]}</td>'
+                    f'<td>{g["subject"]}:{_e(g["subject_label"])}</td><td>{_e(g["predicate"])}</td>'
+                    f'<td>{g["object"]}:{_e(g["object_label"])}</td><td>{_rank(g["rank_gc"])}</td>'
+                    f'<td>{_rank(g["rank_ngc"])}</td><td class="s">{status}</td><td>{_e(instead or "")}</td></tr>')
+    body.append(f'</tbody></table><h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
+                '<th class="sortable">rank</th><th>subject</th><th>predicate</th><th>object</th>'
+                '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
+    for item, p in zip(pred_items, r['predictions']):
+        status = ('hit GT ' + ', '.join(str(g + 1) for g in p['hits'])) if item['hit'] else 'miss'
+        body.append(f'<tr class="{"hit" if item["hit"] else "miss"}"><td>{item["number"]}</td>'
+                    f'<td>{p["subject"]}:{_e(p["subject_label"])}</td><td>{_e(p["predicate"])}</td>'
+                    f'<td>{p["object"]}:{_e(p["object_label"])}</td><td>{p["score"]:.4f}</td>'
+                    f'<td class="s">{status}</td></tr>')
+    body.append('</tbody></table>')
+    return _page(f'image {idx}', ''.join(body), SORT_JS)
+
+
+def _rank(value: Optional[int]) -> str:
+    return '–' if value is None else str(value + 1)
+
+
+def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -> str:
+    row = summary['per_predicate'][p]
+    confusion = summary['confusion'][i]
+    total = int(confusion.sum())
+    order = [j for j in np.argsort(-confusion, kind='stable') if confusion[j] and j != i][:8]
+    names = list(predicates) + ['(nothing on the pair)']
+    hits, misses = [], []
+    for r in records:
+        if r['sample_idx'] not in drawn:
+            continue
+        rels = [g for g in r['gt_relations'] if g['predicate'] == p]
+        if any(g['rank_gc'] is not None and g['rank_gc'] < k for g in rels):
+            hits.append(r['sample_idx'])
+        if any(g['rank_gc'] is None or g['rank_gc'] >= k for g in rels):
+            misses.append(r['sample_idx'])
+
+    def thumbs(ids: List[int]) -> str:
+        return '<div class="thumbs">' + ''.join(
+            f'<a href="../images/{s}.html"><img src="../images/{s}.jpg" alt="{s}"></a>' for s in ids[:12]) + '</div>'
+    body = [f'<nav><a href="../index.html">index</a></nav><h1>predicate {_e(p)}</h1>',
+            f'<p>GT relations: {row["num_gt"]}</p><table id="recall"><tr>' +
+            ''.join(f'<th>R@{kk}</th>' for kk in ks) + '</tr><tr>' +
+            ''.join(f'<td>{_fmt(row[f"R@{kk}"])}</td>' for kk in ks) + '</tr></table>',
+            f'<h2>Confused with (top predicate of the model on its {total} GT pairs)</h2><table id="confused">'
+            f'<tr><th>predicate</th><th>GT pairs</th></tr>',
+            f'<tr><td>{_e(p)} (correct)</td><td>{int(confusion[i])}</td></tr>' +
+            ''.join(f'<tr><td>{_e(names[j])}</td><td>{int(confusion[j])}</td></tr>' for j in order) + '</table>',
+            f'<h2>Found at {k} ({len(hits)} drawn images)</h2>' + thumbs(hits),
+            f'<h2>Missed at {k} ({len(misses)} drawn images)</h2>' + thumbs(misses)]
+    return _page(f'predicate {p}', ''.join(body))
+
+
+def copy_into(src: str, out_dir: str) -> Optional[str]:
+    """Copy ``src`` into ``out_dir`` when it exists; returns the new name."""
+    if src and osp.isfile(src):
+        shutil.copy(src, osp.join(out_dir, osp.basename(src)))
+        return osp.basename(src)
+    return None
+
+
+def dataset_facts(dataset: Any) -> Tuple[List[str], List[str], Dict[int, str], str]:
+    """(classes, predicates, sample_idx -> img_path, split name) of a dataset."""
+    meta = dataset.metainfo
+    paths = {}
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        paths[i] = info.get('img_path')
+    split = str(getattr(dataset, 'split', '') or meta.get('split', '') or '')
+    return list(meta['classes']), list(meta['predicates']), paths, split
