@@ -43,12 +43,13 @@ the second metric adds no ranking and sends no byte across ranks. A val and a te
 Both decisions depend only on what the rank itself was fed, identically for every member on every rank,
 so no rank skips a collective that another rank enters.
 """
+import itertools
 import logging
 import os
 import warnings
 import weakref
 from abc import abstractmethod
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.evaluator import BaseMetric
@@ -112,7 +113,7 @@ class FileClaims:
     _owners: Dict[Tuple[str, str, str], Tuple['weakref.ref', int]] = {}
 
     @classmethod
-    def claim(cls, kind: str, place: str, candidates: Sequence[str], metric: Any) -> str:
+    def claim(cls, kind: str, place: str, candidates: Iterable[str], metric: Any) -> str:
         meta = id(metric.dataset_meta) if metric.dataset_meta is not None else 0
         for stem in candidates:
             key = (kind, place, stem)
@@ -121,14 +122,16 @@ class FileClaims:
             if holder is None or holder is metric or owner[1] != meta:
                 cls._owners[key] = (weakref.ref(metric), meta)
                 return stem
-        raise RuntimeError('no free file name')  # pragma: no cover - candidates end with unique names
+        raise RuntimeError('no free file name')  # pragma: no cover - the candidates never end
 
 
-def file_stem_candidates(base: str, tagged: str) -> List[str]:
+def file_stem_candidates(base: str, tagged: str) -> Iterator[str]:
     """Stems tried in turn for a metric's files: ``base``, ``tagged`` (``{prefix}.{file_tag}``), then
-    ``tagged.2``, ``tagged.3``, ... (bounded by the number of metrics a process can hold alive)."""
-    out = [base] if base == tagged else [base, tagged]
-    return out + [f'{tagged}.{n}' for n in range(2, 10000)]
+    ``tagged.2``, ``tagged.3``, ... (generated lazily: the first free one ends the search)."""
+    yield base
+    if tagged != base:
+        yield tagged
+    yield from (f'{tagged}.{n}' for n in itertools.count(2))
 
 
 class ComputeGroup:
