@@ -24,14 +24,24 @@ included); every metric with a ``report_dir`` writes its report files (``{prefix
 per-predicate long-tail chart, Markdown tables) into ``--work-dir``. No GPU is needed; files are streamed,
 never loaded whole (except the legacy format, which is one torch object).
 
+Evaluation states (:mod:`mmsgg_eval.metrics.state`): ``--save-state DIR`` writes every metric's reduced rows
+and what they depend on to ``DIR/{prefix}[.{tag}].state``; ``python -m mmsgg_eval.eval --from-state A.state
+[B.state ...]`` summarises them again without the predictions (the same keys, reports and metrics.json),
+merging the states of disjoint shards of one metric into exactly the result of one run over all of them
+(a shard job evaluates only its predictions with ``--shard``). Several prediction files (or a quoted glob)
+are read as the shards of one prediction set, with the duplicate / missing rules of one file. See
+docs/states.md.
+
 Exit status: 0 on success; 1 on a user error (bad or truncated file, refused pickle, missing samples, invalid
 predictions), printed as one message without a traceback (``--debug`` shows it); 2 for bad arguments.
 """
 import argparse
+import glob
+import logging
 import os.path as osp
 import pickle
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
@@ -146,50 +156,37 @@ def evaluate_grounding_predictions(predictions: Any, dataset: Any, bbox_format: 
     return offline_evaluate(evaluator, samples, batch_size)
 
 
-def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Optional[List[str]] = None,
-                  mode: Optional[str] = None, work_dir: Optional[str] = None, batch_size: int = 64,
-                  cfg_options: Optional[dict] = None, unsafe_load: bool = False,
-                  progress: bool = True, metric_options: Optional[dict] = None,
-                  allow_missing: bool = False, protocol: Optional[str] = None,
-                  per_image: Optional[str] = None) -> Dict[str, Any]:
-    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict.
+def expand_prediction_paths(predictions: Union[str, Sequence[str]]) -> List[str]:
+    """The prediction files of ``predictions`` (a path, a glob pattern such as ``answers_*.jsonl``, or a list of
+    them; patterns expand in sorted order); ``FileNotFoundError`` naming a path or pattern that matches no file."""
+    paths: List[str] = []
+    for item in [predictions] if isinstance(predictions, str) else list(predictions):
+        matches = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+        found = [p for p in matches if osp.isfile(p)]
+        if not found:
+            raise FileNotFoundError(f'predictions file not found: {osp.abspath(item)}')
+        paths.extend(found)
+    return paths
 
-    ``allow_missing``: score dataset samples without a prediction (or cut off by a truncated stream) as empty
-    predictions instead of failing with :class:`~mmsgg_eval.io.errors.MissingSamplesError`.
-    ``protocol``: named conventions (docs/protocols.md) for the metrics of :data:`PROTOCOL_TARGETS`; it
-    replaces the config's, a ``protocol`` in ``metric_options`` replaces it, and a metric that has no
-    conventions for it is a ``ValueError`` naming the option. ``per_image``: path of the per-image results
-    (``per_image_out`` of the metrics that take it: :func:`mmsgg_eval.metrics.per_image.set_per_image_out`).
 
-    Returns the evaluator's scalar keys; ``WORK_DIR/metrics.json`` adds the tables,
-    ``{prefix}/num_missing_predictions`` and ``provenance`` (:func:`mmsgg_eval.runner.results.write_run_metrics`).
-    """
+def load_run_config(config: str, cfg_options: Optional[dict] = None) -> Any:
+    """The config file with ``cfg_options`` merged, its default scope initialised."""
     from mmengine.config import Config
-    from mmengine.evaluator import Evaluator
     from mmengine.registry import init_default_scope
-
-    import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
-    from mmsgg_eval.metrics.options import positive_int
-    from mmsgg_eval.registry import METRICS, resolve_registered
-    from mmsgg_eval.runner.results import run_provenance, set_report_dirs, write_run_metrics
-
-    batch_size = positive_int(batch_size, 'batch_size', 'evaluate_file')  # 0 would loop forever in mmengine
     if not osp.isfile(config):
         raise FileNotFoundError(f'config file not found: {config}')
-    if not osp.isfile(predictions):
-        raise FileNotFoundError(f'predictions file not found: {osp.abspath(predictions)}')
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmdet'))
-    fmt = guess_format(predictions) if fmt == 'auto' else fmt
-    if fmt not in FORMATS:
-        raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
-    dataset = build_dataset(cfg)
-    work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
-    options = dict(metric_options or {})
-    reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
-        if fmt == 'grounding' else {}
+    return cfg
+
+
+def offline_metric_cfgs(cfg: Any, fmt: str, metrics: Optional[List[Any]], mode: Optional[str],
+                        options: dict, protocol: Optional[str], per_image: Optional[str]) -> List[dict]:
+    """The metric configs of an offline run: ``metrics`` or the format's defaults (VLM answers: the config's
+    ``vlm_evaluator`` or ``VLMSceneGraphMetric``; grounding: ``GroundingPr``) or the config's evaluator, with
+    ``--mode``, ``--metric-options`` (``options``), ``--protocol`` and ``--per-image`` applied."""
     if fmt == 'vlm' and not metrics:  # the config's `vlm_evaluator` (e.g. configs/relclip/) when it has one
         metrics = cfg.get('vlm_evaluator') or ['VLMSceneGraphMetric']
         metrics = [metrics] if isinstance(metrics, dict) else list(metrics)
@@ -205,34 +202,194 @@ def evaluate_file(config: str, predictions: str, fmt: str = 'auto', metrics: Opt
     if per_image:
         from mmsgg_eval.metrics.per_image import set_per_image_out
         set_per_image_out(cfgs, per_image)
-    sg_mode = mode or next((m.get('mode') for m in cfgs if m.get('mode')), 'sgdet')
-    evaluator = Evaluator([resolve_registered(METRICS, m) for m in cfgs])  # by class: no mmdet.evaluation
+    return cfgs
+
+
+def build_evaluator(cfgs: List[dict], dataset: Any, work_dir: str, save_state: Optional[str] = None) -> Any:
+    """An mmengine ``Evaluator`` of the metric configs (built by class: no import of mmdet.evaluation), fed the
+    dataset's ``metainfo``; report files go to ``work_dir``; ``save_state``: directory of the metrics' states."""
+    from mmengine.evaluator import Evaluator
+
+    from mmsgg_eval.registry import METRICS, resolve_registered
+    from mmsgg_eval.runner.results import set_report_dirs
+    evaluator = Evaluator([resolve_registered(METRICS, m) for m in cfgs])
     evaluator.dataset_meta = dataset.metainfo
     set_report_dirs(evaluator.metrics, work_dir)  # as tools/test.py: every metric that writes reports
+    if save_state:
+        from mmsgg_eval.metrics.state import set_state_paths
+        from mmsgg_eval.runner.results import check_writable
+        check_writable(save_state, 'directory of --save-state')  # before anything is evaluated
+        set_state_paths(evaluator.metrics, save_state, dataset)
+    return evaluator
 
-    samples = open_predictions(fmt, predictions, dataset, sg_mode, unsafe_load, allow_missing, reader_options)
+
+def run_offline(evaluator: Any, samples: CoveredSamples, batch_size: int, source: str,
+                progress: bool) -> Dict[str, Any]:
+    """:func:`offline_evaluate` with a progress bar; a metric refusing a sample is an ``InputFileError`` of
+    ``source`` (the metric's message names the sample and the field)."""
     if progress:
         from mmengine.utils import ProgressBar
         samples.on_sample = ProgressBar(len(samples)).update
     try:
-        results = offline_evaluate(evaluator, samples, batch_size)
+        return offline_evaluate(evaluator, samples, batch_size)
     except InputFileError:
         raise
-    except ValueError as err:  # a metric refused a sample (it names the sample and the field): name the file
-        raise InputFileError(predictions, f'invalid prediction: {err}') from err
+    except ValueError as err:
+        raise InputFileError(source, f'invalid prediction: {err}') from err
     finally:
         if progress:
             print(file=sys.stderr)
+
+
+class ShardSamples:
+    """The samples of a shard's predictions (``--shard``): a :class:`~mmsgg_eval.io.samples.CoveredSamples`
+    read with ``allow_missing`` whose missing samples are left out instead of scored (duplicates are still
+    refused); ``missing`` lists the dataset samples of other shards."""
+
+    def __init__(self, covered: CoveredSamples) -> None:
+        self.covered = covered
+        covered.quiet = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.covered, name)
+
+    def __len__(self) -> int:
+        return len(self.covered)
+
+    def __iter__(self):
+        from mmsgg_eval.io.samples import MISSING_KEY
+        return (s for s in self.covered if not s.get(MISSING_KEY))
+
+
+def evaluate_file(config: str, predictions: Union[str, Sequence[str]], fmt: str = 'auto',
+                  metrics: Optional[List[str]] = None, mode: Optional[str] = None, work_dir: Optional[str] = None,
+                  batch_size: int = 64, cfg_options: Optional[dict] = None, unsafe_load: bool = False,
+                  progress: bool = True, metric_options: Optional[dict] = None,
+                  allow_missing: bool = False, protocol: Optional[str] = None,
+                  per_image: Optional[str] = None, save_state: Optional[str] = None,
+                  shard: bool = False, bootstrap: Optional[int] = None) -> Dict[str, Any]:
+    """Evaluate a predictions file against the dataset of ``config``; returns the metrics dict.
+
+    ``predictions``: a file, a glob pattern or a list of them: several files are shards of one prediction
+    set, read in order, that together must cover the dataset once (:func:`expand_prediction_paths`).
+    ``allow_missing``: score dataset samples without a prediction (or cut off by a truncated stream) as empty
+    predictions instead of failing with :class:`~mmsgg_eval.io.errors.MissingSamplesError`.
+    ``protocol``: named conventions (docs/protocols.md) for the metrics of :data:`PROTOCOL_TARGETS`; it
+    replaces the config's, a ``protocol`` in ``metric_options`` replaces it, and a metric that has no
+    conventions for it is a ``ValueError`` naming the option. ``per_image``: path of the per-image results
+    (``per_image_out`` of the metrics that take it: :func:`mmsgg_eval.metrics.per_image.set_per_image_out`).
+    ``save_state``: directory where every metric writes its evaluation state (:mod:`mmsgg_eval.metrics.state`).
+    ``shard``: the predictions are one shard of the dataset: only their samples are evaluated (no missing
+    sample error; needs ``save_state``); the shards' states are merged by :func:`evaluate_states`.
+    ``bootstrap``: intervals of every key from that many image resamples (``--bootstrap N``,
+    :func:`mmsgg_eval.metrics.bootstrap.set_bootstrap`).
+
+    Returns the evaluator's scalar keys; ``WORK_DIR/metrics.json`` adds the tables,
+    ``{prefix}/num_missing_predictions`` and ``provenance`` (:func:`mmsgg_eval.runner.results.write_run_metrics`).
+    """
+    import mmsgg_eval  # noqa: F401  (registers the metrics and datasets)
+    from mmsgg_eval.metrics.options import positive_int
+    from mmsgg_eval.runner.results import file_fingerprint, run_provenance, write_run_metrics
+
+    batch_size = positive_int(batch_size, 'batch_size', 'evaluate_file')  # 0 would loop forever in mmengine
+    if shard and not save_state:
+        raise ValueError('--shard evaluates a part of the dataset for merging: give --save-state DIR with it')
+    cfg = load_run_config(config, cfg_options)
+    paths = expand_prediction_paths(predictions)
+    fmt = guess_format(paths[0]) if fmt == 'auto' else fmt
+    if fmt not in FORMATS:
+        raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
+    dataset = build_dataset(cfg)
+    work_dir = work_dir or cfg.get('work_dir') or osp.join('work_dirs', 'offline')
+    options = dict(metric_options or {})
+    reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
+        if fmt == 'grounding' else {}
+    cfgs = offline_metric_cfgs(cfg, fmt, metrics, mode, options, protocol, per_image)
+    sg_mode = mode or next((m.get('mode') for m in cfgs if m.get('mode')), 'sgdet')
+    evaluator = build_evaluator(cfgs, dataset, work_dir, save_state)
+    from mmsgg_eval.metrics.bootstrap import set_bootstrap
+    set_bootstrap(evaluator.metrics, bootstrap)
+    samples = open_predictions(fmt, paths, dataset, sg_mode, unsafe_load, allow_missing or shard, reader_options)
+    if shard:
+        samples = ShardSamples(samples)
+    results = run_offline(evaluator, samples, batch_size, samples.source, progress)
     provenance = run_provenance(
         'mmsgg_eval.eval', config, evaluator.metrics, dataset, (cfg.get('test_dataloader') or
                                                                  cfg.get('val_dataloader') or {}).get('dataset'),
-        predictions=predictions, predictions_format=fmt, work_dir=work_dir,
+        predictions=paths[0], predictions_format=fmt, work_dir=work_dir,
         options=dict(cfg_options=cfg_options, mode=mode, protocol=protocol, metric_options=metric_options,
-                     metrics=metrics, allow_missing=allow_missing, per_image=per_image))
+                     metrics=metrics, allow_missing=allow_missing, per_image=per_image, save_state=save_state,
+                     shard=shard))
+    if len(paths) > 1:
+        provenance['prediction_files'] = [dict(file_fingerprint(p), format=fmt) for p in paths]
     path, _ = write_run_metrics(results, evaluator.metrics, work_dir, provenance, len(samples.missing))
     missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
-        if samples.missing else ''
+        if samples.missing and not shard else ''
     print(f'{len(samples)} samples evaluated{missing}; metrics written to {path}')
+    return results
+
+
+def state_paths(items: Sequence[str]) -> List[str]:
+    """State files of ``items``: files, glob patterns, or directories (their ``*.state`` files), in order."""
+    from mmsgg_eval.metrics.state import STATE_SUFFIX
+    paths: List[str] = []
+    for item in items:
+        if osp.isdir(item):
+            found = sorted(glob.glob(osp.join(item, '*' + STATE_SUFFIX)))
+        else:
+            found = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+        if not found:
+            raise FileNotFoundError(f'no evaluation state at {osp.abspath(item)}')
+        paths.extend(found)
+    return paths
+
+
+def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow_missing: bool = False,
+                    save_state: Optional[str] = None, bootstrap: Optional[int] = None) -> Dict[str, Any]:
+    """Summarise saved evaluation states again, without the predictions (``--from-state``).
+
+    States of one metric (same type and prefix) are shards: they are merged
+    (:func:`~mmsgg_eval.metrics.state.merge_states`: overlapping samples, different settings, protocols or GT
+    are refused, naming the difference); each merged metric then runs its ``evaluate()`` on the rows, in the
+    order of the original evaluator, writing the same reports into ``work_dir`` (default
+    ``work_dirs/offline``) and the same ``metrics.json`` (with ``provenance`` naming the states). Dataset
+    samples in no state are a :class:`~mmsgg_eval.io.errors.MissingSamplesError`; with ``allow_missing``
+    the covered samples are summarised alone (a warning names how many are absent). ``save_state``: a
+    directory where the merged states are written."""
+    from mmengine.logging import print_log
+
+    from mmsgg_eval.io.errors import MissingSamplesError
+    from mmsgg_eval.metrics.state import evaluation_order, evaluate_state, load_state, merge_states, \
+        missing_samples, shared_objects
+    from mmsgg_eval.runner.results import file_fingerprint, run_provenance, write_run_metrics
+    paths = state_paths(states)
+    work_dir = work_dir or osp.join('work_dirs', 'offline')
+    groups: Dict[Any, list] = {}
+    for path in paths:
+        state = load_state(path)
+        groups.setdefault(state.identity(), []).append(state)
+    merged = shared_objects(evaluation_order([merge_states(g) for g in groups.values()]))
+    for state in merged:
+        missing = missing_samples(state)
+        if missing and not allow_missing:
+            raise MissingSamplesError(state.where, missing, state.dataset['num_samples'])
+        if missing:
+            print_log(f'{state.name}: {len(missing)} of the {state.dataset["num_samples"]} dataset samples are in '
+                      f'no state (first sample_idx: {missing[:10]}); --allow-missing: the other samples are '
+                      f'summarised alone', logger='current', level=logging.WARNING)
+    results: Dict[str, Any] = {}
+    metrics = []
+    for state in merged:
+        target = None if not save_state else osp.join(save_state, osp.basename(state.sources[0]))
+        metric, keys = evaluate_state(state, report_dir=work_dir, save_state=target, bootstrap=bootstrap)
+        metrics.append(metric)
+        results.update(keys)
+    provenance = run_provenance('mmsgg_eval.eval --from-state', '', metrics, work_dir=work_dir,
+                                options=dict(allow_missing=allow_missing, save_state=save_state))
+    provenance.update(config=None, dataset=dict(merged[0].dataset) if merged else None,
+                      states=[file_fingerprint(p) for p in paths])
+    path, _ = write_run_metrics(results, metrics, work_dir, provenance)
+    print(f'{len(paths)} evaluation states summarised; metrics written to {path}')
     return results
 
 
@@ -247,6 +404,14 @@ def positive_int_arg(text: str) -> int:
     return value
 
 
+def add_save_state_argument(parser: argparse.ArgumentParser) -> None:
+    """``--save-state DIR`` of both command lines (offline and ``tools/test.py``)."""
+    parser.add_argument('--save-state', metavar='DIR',
+                        help='write every metric\'s evaluation state (reduced rows, settings, GT hash) into DIR '
+                             '(main rank), to merge shards or summarise again with python -m mmsgg_eval.eval '
+                             '--from-state DIR')
+
+
 def _message(err: BaseException) -> str:
     if hasattr(err, 'cli_message'):
         return err.cli_message()
@@ -259,9 +424,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.eval',
                                      description='Evaluate saved scene-graph / grounding predictions offline')
-    parser.add_argument('config', help='config with the dataset (test_dataloader) and test_evaluator')
-    parser.add_argument('predictions', help='tools/test.py --out stream, JSONL predictions, VLM JSONL, '
-                                            'legacy eval_results.pytorch or grounding JSON')
+    parser.add_argument('config', nargs='?', help='config with the dataset (test_dataloader) and test_evaluator')
+    parser.add_argument('predictions', nargs='*',
+                        help='tools/test.py --out stream, JSONL predictions, VLM JSONL, legacy eval_results.pytorch '
+                             'or grounding JSON; several files (or a quoted glob, e.g. "answers_*.jsonl") are shards '
+                             'that together cover the dataset once')
+    parser.add_argument('--from-state', nargs='+', metavar='STATE',
+                        help='summarise saved evaluation states (files, globs or directories of *.state) instead '
+                             'of predictions: shards of one metric are merged; no config is needed')
+    add_save_state_argument(parser)
     parser.add_argument('--format', default='auto', choices=('auto',) + FORMATS)
     parser.add_argument('--metrics', nargs='+', help='metric types instead of the config test_evaluator')
     parser.add_argument('--mode', choices=['predcls', 'sgcls', 'sgdet', 'phrdet'],
@@ -285,12 +456,28 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--per-image', metavar='PATH',
                         help='write per-image results (JSON lines: per-image R@K, GT relations with their '
                              'first-hit ranks, top predictions and the GT relations they hit) to PATH')
+    parser.add_argument('--shard', action='store_true',
+                        help='the predictions are one shard of the dataset: evaluate only their samples and save '
+                             'the state (--save-state) for merging with --from-state')
+    parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
+                        help='95%% bootstrap interval of every key from N resamples of the images (reports, '
+                             'tables, metrics.json; docs/metrics.md)')
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
+    if args.from_state and (args.config or args.predictions):
+        parser.error('--from-state summarises saved states: give no config or predictions with it')
+    if not args.from_state and not (args.config and args.predictions):
+        parser.error('give a config and predictions file(s), or --from-state STATE [STATE ...]')
     try:
-        return evaluate_file(args.config, args.predictions, args.format, args.metrics, args.mode, args.work_dir,
-                             args.batch_size, args.cfg_options, args.unsafe_load, not args.no_progress,
-                             args.metric_options, args.allow_missing, args.protocol, args.per_image)
+        if args.from_state:
+            return evaluate_states(args.from_state, args.work_dir, args.allow_missing, args.save_state,
+                                   args.bootstrap)
+        return evaluate_file(args.config, args.predictions, fmt=args.format, metrics=args.metrics, mode=args.mode,
+                             work_dir=args.work_dir, batch_size=args.batch_size, cfg_options=args.cfg_options,
+                             unsafe_load=args.unsafe_load, progress=not args.no_progress,
+                             metric_options=args.metric_options, allow_missing=args.allow_missing,
+                             protocol=args.protocol, per_image=args.per_image, save_state=args.save_state,
+                             shard=args.shard, bootstrap=args.bootstrap)
     except USER_ERRORS as err:
         if args.debug:
             raise

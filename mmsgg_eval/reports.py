@@ -178,6 +178,24 @@ def _per_predicate_caption(summary: Dict[str, Any], ks: Sequence[Any]) -> str:
             f'relation of the predicate in the evaluated images')
 
 
+class Estimate(float):
+    """A key's value with its bootstrap interval (``low``, ``high``; ``bootstrap=`` of the metrics): a float
+    everywhere (CSV, JSON), printed by the report tables as ``41.36 [39.9, 42.8]`` (one decimal less)."""
+
+    def __new__(cls, value: float, low: float, high: float) -> 'Estimate':
+        out = super().__new__(cls, value)
+        out.low, out.high = low, high
+        return out
+
+
+def summary_values(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """``summary['metrics']`` with each key that has a bootstrap interval (``summary['intervals']``) as an
+    :class:`Estimate`."""
+    intervals = summary.get('intervals') or {}
+    return {k: Estimate(v, *intervals[k]) if k in intervals and _is_value(v) else v
+            for k, v in summary.get('metrics', {}).items()}
+
+
 class ReportTable:
     """One table of a report, rendered by :func:`tables_markdown`, :func:`table_csv` and :func:`tables_latex`.
 
@@ -200,7 +218,11 @@ class ReportTable:
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
-        return _fmt(value, self.digits.get(column, 2)) if _is_value(value) else missing
+        digits = self.digits.get(column, 2)
+        if isinstance(value, Estimate) and _is_value(value):
+            low, high = (_fmt(v, max(digits - 1, 0)) for v in (value.low, value.high))
+            return f'{_fmt(value, digits)} [{low}, {high}]'
+        return _fmt(value, digits) if _is_value(value) else missing
 
 
 def _key_parts(key: str) -> Optional[Tuple[str, str, str]]:
@@ -230,7 +252,7 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
        known) with its group and GT count; ``–`` for a predicate without GT in the evaluated images;
     5. ``other``: any remaining key (``| Key | Value |``), so that nothing computed is left out.
     """
-    m = summary.get('metrics', {})
+    m = summary_values(summary)
     labels = [_k_label(k) for k in ks]
     shown = set()
     cols = [recall_key('R', k) for k in ks] + [recall_key('mR', k) for k in ks]
@@ -283,7 +305,7 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
 def grounding_tables(summary: Dict[str, Any], dataset: str) -> List[ReportTable]:
     """The tables of a ``GroundingPr`` summary: ``main`` (``| Dataset | Protocol | Pr@τ ... | meanIoU | cumIoU |``,
     Pr in percent, IoUs in [0, 1] with 4 decimals) and ``thresholds`` (hits and Pr per threshold)."""
-    m = summary.get('metrics', {})
+    m = summary_values(summary)
     pr = [k for k in m if k.startswith('Pr@')]
     ious = [k for k in ('meanIoU', 'cumIoU') if k in m]
     protocol = str(summary.get('protocol', 'exact'))
@@ -522,12 +544,12 @@ def add_detection_keys(out_dir: str, stem: str, keys: Dict[str, float]) -> Optio
 
 
 def write_detection_reports(keys: Dict[str, float], counts: Dict[str, Any], out_dir: str, prefix: str,
-                            dataset: str, mode: str) -> Dict[str, str]:
-    """Report files of ``DetectionAP`` (keys in percent, unprefixed): ``{prefix}.detection.metrics.json`` (keys
-    and counts), its tables ``{prefix}.detection.tables.*`` (``| Dataset | Mode | mAP | AP@50 |``), and the
-    keys added to the main table of the scene-graph report written under ``{prefix}`` just before
-    (:func:`add_detection_keys`; keys ``merged_markdown`` ...)."""
-    stem = f'{prefix}.detection' if prefix else 'detection'
+                            dataset: str, mode: str, stem: Optional[str] = None) -> Dict[str, str]:
+    """Report files of ``DetectionAP`` (keys in percent, unprefixed): ``{stem}.metrics.json`` (keys and
+    counts), its tables ``{stem}.tables.*`` (``| Dataset | Mode | mAP | AP@50 |``; ``stem`` default
+    ``{prefix}.detection``), and the keys added to the main table of the scene-graph report written under
+    ``{prefix}`` just before (:func:`add_detection_keys`; keys ``merged_markdown`` ...)."""
+    stem = stem or (f'{prefix}.detection' if prefix else 'detection')
     summary = {'metrics': dict(keys), **counts}
     paths = {'json': write_summary_json(summary, out_dir, stem)}
     paths.update(write_tables(out_dir, stem, f'{dataset} — {mode} detections ({counts.get("num_images", 0)} images)',

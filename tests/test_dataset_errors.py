@@ -12,7 +12,7 @@ from PIL import Image
 
 from mmsgg_eval.datasets import (DatasetFormatError, GQA200Dataset, LoadSceneGraphAnnotations, PSGDataset,
                                  RSVGDDataset, VG150Dataset)
-from mmsgg_eval.datasets.sample_data import rsvgd_xml
+from mmsgg_eval.testing import rsvgd_xml
 from tests.test_datasets_gqa200 import entry, write_gqa
 from tests.test_datasets_psg import RECORDS, write_psg
 from tests.test_datasets_vg150 import im, write_vg

@@ -13,7 +13,7 @@ import pytest
 
 from mmsgg_eval.datasets import DIOR_CLASSES, DatasetFormatError, RSVGDDataset
 from mmsgg_eval.datasets.rsvgd import parse_rsvgd_xml, read_split_indices
-from mmsgg_eval.datasets.sample_data import rsvgd_xml
+from mmsgg_eval.testing import rsvgd_xml
 
 # file stem -> objects; written in a scrambled order so that only sorting gives the right enumeration
 FILES = {

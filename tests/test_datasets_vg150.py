@@ -252,7 +252,7 @@ def test_bad_labels_and_missing_files(tmp_path):
 
 
 def test_real_vocabulary(fixtures_dir):
-    from mmsgg_eval.datasets.sample_data import VG150_CLASSES, VG150_PREDICATES
+    from mmsgg_eval.testing import VG150_CLASSES, VG150_PREDICATES
     classes, predicates = load_vg150_vocabulary(osp.join(fixtures_dir, 'vg150', 'VG-SGG-dicts-with-attri.json'))
     assert len(classes) == 150 and len(predicates) == 50
     with open(osp.join(fixtures_dir, 'vg150', 'VG-SGG-dicts-with-attri.json')) as f:

@@ -183,3 +183,30 @@ def test_functional_shapes_on_an_empty_batch():
     out = coco_match_detections(z(1, 0, 4), z(1, 0), z(1, 0, dtype=torch.long), z(1, 0, dtype=torch.bool),
                                 z(1, 0, 4), z(1, 0, dtype=torch.long), z(1, 0, dtype=torch.bool), NUM_CLASSES)
     assert out['matched'].shape == (1, 0, 10) and int(out['gt_counts'].sum()) == 0
+
+
+def test_report_files_keep_their_names_and_are_never_overwritten(tmp_path):
+    """report_dir: ``{prefix}.detection.metrics.json`` (keys and counts) and its tables; a second DetectionAP of
+    the same run and prefix (other settings) writes ``{prefix}.detection.2.*`` instead of overwriting them."""
+    import json
+    import warnings
+    samples = random_samples(4, 7)
+    first, second = DetectionAP(report_dir=str(tmp_path)), DetectionAP(report_dir=str(tmp_path), max_dets=1)
+    results = []
+    for metric in (first, second):
+        metric.dataset_meta = META  # one dataset_meta object, as an Evaluator gives its metrics
+        metric.process({}, samples)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            results.append(metric.evaluate(len(samples)))
+    kept_all = sum(len(s['pred_instances']['scores']) for s in samples)  # at most 9 per image: all kept
+    kept_one = sum(len(set(s['pred_instances']['labels'].tolist())) for s in samples)  # one per image and class
+    for stem, result, kept in (('sgdet.detection', results[0], kept_all),
+                               ('sgdet.detection.2', results[1], kept_one)):
+        saved = json.load(open(tmp_path / f'{stem}.metrics.json'))
+        assert saved['metrics'] == {'mAP': result['sgdet/mAP'], 'AP@50': result['sgdet/AP@50']}
+        assert (saved['num_images'], saved['num_detections']) == (7, kept)
+        assert saved['num_gt_boxes'] == sum(len(s['gt_instances']['labels']) for s in samples)
+        assert (tmp_path / f'{stem}.tables.main.csv').exists()
+    assert results[0] != results[1]  # max_dets=1 keeps fewer detections
+    assert first.last_report['text'].startswith('Detection AP (toy, 7 images')

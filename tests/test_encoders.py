@@ -358,3 +358,14 @@ def test_relation_scorer_joint_and_dual_paths():
     feats = joint.image_features(crops)
     assert feats[0].tolist() == [3.0, 4.0]  # raw for joint scorers
     assert joint.scores(feats, torch.tensor([0, 1, 0]), ['a', 'b', 'b']).tolist() == [3.0, 0.5, 1.5]
+
+
+def test_package_exports_and_registry_names_are_kept():
+    """configs name the encoders by their registry names; every public name stays importable from the package."""
+    import mmsgg_eval.encoders as encoders
+    assert set(ENCODERS.module_dict) >= {'OpenCLIPEncoder', 'HFCLIPEncoder', 'HFSigLIPEncoder', 'BLIP2ITMEncoder'}
+    for name in encoders.__all__:
+        assert getattr(encoders, name) is not None, name
+    for name in ('OpenCLIPEncoder', 'HFCLIPEncoder', 'HFSigLIPEncoder', 'BLIP2ITMEncoder'):
+        assert ENCODERS.get(name) is getattr(encoders, name)
+    assert encoders.DEFAULT_PREPROCESS == ImagePreprocess()

@@ -57,10 +57,67 @@ def test_predictions_are_the_normalised_distribution():
     overlap_model = FrequencyBaseline(2, 3, must_overlap=True)
     overlap_model.fit(count_frequency_statistics(TinyDataset(), 2, 3, must_overlap=True, progress=False,
                                                  background='unlabelled'))
-    far = {'gt_instances': {'bboxes': torch.tensor([[0., 0, 10, 10], [50, 50, 60, 60]]),
-                            'labels': torch.tensor([0, 1])}}
-    far_scores = overlap_model.predict([far])[0]['pred_relations'].scores
-    assert torch.equal(far_scores[:, 0], torch.ones(2)) and far_scores[:, 1:].sum() == 0
+    # FREQ+OVERLAP: the apart pairs of an image where some pair overlaps get the background only
+    mixed = {'gt_instances': {'bboxes': torch.tensor([[0., 0, 10, 10], [5, 5, 15, 15], [50, 50, 60, 60]]),
+                              'labels': torch.tensor([0, 1, 1])}}
+    out = overlap_model.predict([mixed])[0]['pred_relations']
+    by_pair = {tuple(p): row for p, row in zip(out.pair_idxs.tolist(), out.scores)}
+    assert torch.allclose(by_pair[(0, 1)], torch.tensor([0., 1 / 3, 0, 2 / 3]))  # A, B overlap
+    for apart in ((0, 2), (2, 0), (1, 2), (2, 1)):
+        assert by_pair[apart].tolist() == [1, 0, 0, 0], apart
+
+
+def overlap_reference(counts, boxes, labels, pairs):
+    """FREQ+OVERLAP scores restated from MOTIFS' box_filter: a pair whose boxes overlap (positive area) keeps
+    counts / counts.sum() (never-seen class pairs: background); with no overlapping pair in the image, every
+    pair does; the other pairs get the background only."""
+    def overlap(a, b):
+        return min(a[2], b[2]) - max(a[0], b[0]) > 0 and min(a[3], b[3]) - max(a[1], b[1]) > 0
+    flags = [overlap(boxes[s], boxes[o]) for s, o in pairs]
+    rows = []
+    for (s, o), flag in zip(pairs, flags):
+        c = [float(v) for v in counts[labels[s]][labels[o]]]
+        total = sum(c)
+        row = [v / total for v in c] if total else [1.0] + [0.0] * (len(c) - 1)
+        rows.append(row if flag or not any(flags) else [1.0] + [0.0] * (len(c) - 1))
+    return rows
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_overlap_falls_back_to_all_pairs_when_no_pair_overlaps(seed):
+    """MOTIFS' FREQ+OVERLAP scores every pair of an image where no pair overlaps (box_filter), it does not give
+    only background; images with some overlap keep the filter. Both models, random images vs a loop."""
+    from mmsgg_eval.models.relation_heads import FrequencyRelationHead, all_ordered_pairs
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, (3, 3, 5))
+    counts[0, 2] = 0  # a class pair never seen
+    baseline = FrequencyBaseline(3, 4, must_overlap=True)
+    head = FrequencyRelationHead(3, 4, must_overlap=True)
+    baseline.fit(counts)
+    head.fit(counts)
+    for image in range(6):
+        n = int(rng.integers(2, 6))
+        if image % 2:  # every box in its own 100-pixel column, touching at most: no pair overlaps
+            x = np.arange(n) * 100.0
+            boxes = np.stack([x, np.zeros(n), x + 100 * (image % 4 == 1) + 50 * (image % 4 == 3),
+                              np.full(n, 40.0)], 1)
+        else:
+            xy = rng.uniform(0, 60, (n, 2))
+            boxes = np.concatenate([xy, xy + rng.uniform(5, 40, (n, 2))], 1)
+        labels = rng.integers(0, 3, n)
+        pairs = all_ordered_pairs(n).tolist()
+        expected = torch.tensor(overlap_reference(counts.tolist(), boxes.tolist(), labels.tolist(), pairs))
+        sample = {'gt_instances': {'bboxes': torch.tensor(boxes, dtype=torch.float32),
+                                   'labels': torch.tensor(labels)}}
+        out = baseline.predict([sample])[0]['pred_relations']
+        got = dict(zip(map(tuple, out.pair_idxs.tolist()), out.scores))
+        assert torch.allclose(torch.stack([got[tuple(p)] for p in pairs]), expected), (seed, image)
+        from mmengine.structures import InstanceData
+        objects = InstanceData(bboxes=torch.tensor(boxes, dtype=torch.float32), labels=torch.tensor(labels))
+        head_scores = head.predict(None, [objects], [torch.tensor(pairs)], [sample])[0]
+        assert torch.allclose(head_scores, expected), (seed, image)
+        if image % 2:
+            assert (expected[:, 1:].sum(1) > 0).any()  # the fallback gives foreground scores
 
 
 def test_modes():
@@ -200,3 +257,42 @@ def test_freq_statistics_equal_the_legacy_get_vg_statistics(tmp_path, must_overl
                            duplicate_rels='keep')
     if must_overlap:
         assert count_frequency_statistics(clipped, 5, 4, must_overlap=True, progress=False).tolist() != ours.tolist()
+
+
+def test_models_package_has_no_import_cycle():
+    """Every relative import of mmsgg_eval/models (function-level ones included) between its modules: no cycle
+    (the statistics live in models/frequency_statistics.py, imported by the baseline and the head)."""
+    import ast
+    import os
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mmsgg_eval', 'models')
+    modules = {}  # dotted name below mmsgg_eval.models ('' = the package) -> (path, its package's parts)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith('.py'):
+                parts = os.path.relpath(os.path.join(folder, name), root)[:-3].split(os.sep)
+                package = parts[:-1]
+                if parts[-1] == '__init__':
+                    parts = package
+                modules['.'.join(parts)] = (os.path.join(folder, name), package)
+    graph = {}
+    for mod, (path, package) in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(open(path, encoding='utf-8').read())):
+            if not isinstance(node, ast.ImportFrom) or not node.level or node.level - 1 > len(package):
+                continue  # absolute, or above mmsgg_eval.models
+            base = package[:len(package) - (node.level - 1)] + (node.module.split('.') if node.module else [])
+            for target in ['.'.join(base)] + ['.'.join(base + [a.name]) for a in node.names]:
+                if target in modules and target != mod:
+                    deps.add(target)
+        graph[mod] = deps
+
+    def reachable(start):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+        return seen
+    assert graph['frequency_baseline'] >= {'frequency_statistics'}
+    assert [m for m in graph if m in reachable(m)] == []

@@ -30,7 +30,16 @@ from tests.test_offline_eval import predictions_for, sample  # noqa: F401  (modu
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 IO_DIR = osp.join(ROOT, 'mmsgg_eval', 'io')
-IO_MODULES = sorted(f[:-3] for f in os.listdir(IO_DIR) if f.endswith('.py') and f != '__init__.py')
+IO_MODULES = sorted(f[:-3] if f.endswith('.py') else f for f in os.listdir(IO_DIR)  # modules and packages
+                    if (f.endswith('.py') and f != '__init__.py') or osp.isfile(osp.join(IO_DIR, f, '__init__.py')))
+
+
+def io_sources(module):
+    """(path, depth below io/) of a module's file, or of each file of a subpackage."""
+    folder = osp.join(IO_DIR, module)
+    if osp.isdir(folder):
+        return [(osp.join(folder, f), 1) for f in sorted(os.listdir(folder)) if f.endswith('.py')]
+    return [(folder + '.py', 0)]
 
 
 def run_python(args, timeout=600):
@@ -52,18 +61,22 @@ def test_each_io_module_imports_alone_and_nothing_above_io():
     allowed = {'mmsgg_eval.io', 'mmsgg_eval.structures', 'mmsgg_eval.version'}
     graph = {}
     for module in IO_MODULES + ['__init__']:
-        tree = ast.parse(open(osp.join(IO_DIR, module + '.py')).read())
         graph[module] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                base = 'mmsgg_eval.io' if node.level == 1 else 'mmsgg_eval'
-                target = base + ('.' + node.module if node.module else '')
-                assert any(target == a or target.startswith(a + '.') for a in allowed), (module, target)
-                if node.level == 1 and node.module:
-                    graph[module].add(node.module.split('.')[0])
-            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                assert not node.module.startswith('mmsgg_eval') or \
-                    any(node.module.startswith(a) for a in allowed), (module, node.module)
+        for path, depth in io_sources(module):
+            tree = ast.parse(open(path).read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level and node.level <= depth:
+                    continue  # within the subpackage
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    level = node.level - depth
+                    base = 'mmsgg_eval.io' if level == 1 else 'mmsgg_eval'
+                    target = base + ('.' + node.module if node.module else '')
+                    assert any(target == a or target.startswith(a + '.') for a in allowed), (module, target)
+                    if level == 1 and node.module:
+                        graph[module].add(node.module.split('.')[0])
+                if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    assert not node.module.startswith('mmsgg_eval') or \
+                        any(node.module.startswith(a) for a in allowed), (module, node.module)
     order, state = [], {}
 
     def visit(m, path):  # depth-first: no module reaches itself through the io imports (deferred ones too)
@@ -449,7 +462,7 @@ def test_cli_user_error_without_traceback_and_debug(sample, tmp_path):
 
 def test_cli_partial_grounding_fails_unless_allowed(tmp_path, capsys):
     from mmsgg_eval.datasets import RSVGDDataset
-    from mmsgg_eval.datasets.sample_data import make_sample_data
+    from mmsgg_eval.testing import make_sample_data
     make_sample_data(str(tmp_path), datasets=['rsvgd'])
     root = str(tmp_path / 'rsvgd') + '/'
     dataset = RSVGDDataset(data_root=root, split='test', pipeline=[])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mmsgg_eval.datasets import VG150Dataset
-from mmsgg_eval.datasets.sample_data import make_sample_data
+from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.io.vlm import gt_from_data_info

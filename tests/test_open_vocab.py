@@ -174,14 +174,14 @@ def test_parent_choice_is_seeded_and_uniform():
 
 
 def _vg150_sample(tmp_path):
-    from mmsgg_eval.datasets.sample_data import write_vg150_sample
+    from mmsgg_eval.testing import write_vg150_sample
     return write_vg150_sample(str(tmp_path))['root']
 
 
 @pytest.mark.parametrize('setting', ['ovd', 'ovr', 'ovdr'])
 def test_vg150_base_only_training_split(tmp_path, setting):
     from mmsgg_eval.datasets import VG150Dataset
-    from mmsgg_eval.datasets.sample_data import VG150_SAMPLE_NUM_VAL
+    from mmsgg_eval.testing import VG150_SAMPLE_NUM_VAL
     root = _vg150_sample(tmp_path)
     common = dict(data_root=root, num_val_images=VG150_SAMPLE_NUM_VAL, pipeline=[])
     plain_train = VG150Dataset(split='train', **common)

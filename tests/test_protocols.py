@@ -414,7 +414,7 @@ def test_offline_cli_protocol(tmp_path):
     from mmsgg_eval.eval import main
     from tests.test_offline_eval import CONFIG, direct, predictions_for
     from mmsgg_eval.datasets import VG150Dataset
-    from mmsgg_eval.datasets.sample_data import make_sample_data
+    from mmsgg_eval.testing import make_sample_data
     make_sample_data(str(tmp_path / 'data'), datasets=['vg150'])
     root = str(tmp_path / 'data' / 'vg150') + '/'
     dataset = VG150Dataset(data_root=root, split='test', num_val_images=8, pipeline=[])

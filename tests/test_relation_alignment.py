@@ -50,7 +50,7 @@ class JointStubEncoder(AlignStubEncoder):
 @pytest.fixture(scope='module')
 def samples(tmp_path_factory):
     from mmsgg_eval.datasets import PSGDataset, VG150Dataset
-    from mmsgg_eval.datasets.sample_data import VG150_SAMPLE_NUM_VAL, make_sample_data
+    from mmsgg_eval.testing import VG150_SAMPLE_NUM_VAL, make_sample_data
     out = tmp_path_factory.mktemp('alignment')
     make_sample_data(str(out), datasets=['psg', 'vg150'])
     psg_root, vg_root = str(out / 'psg') + '/', str(out / 'vg150') + '/'

@@ -449,7 +449,7 @@ def _register_word_stub():
 @pytest.fixture(scope='module')
 def psg_sample(tmp_path_factory):
     from mmsgg_eval.datasets import PSGDataset
-    from mmsgg_eval.datasets.sample_data import make_sample_data
+    from mmsgg_eval.testing import make_sample_data
     out = tmp_path_factory.mktemp('psg_sample')
     make_sample_data(str(out), datasets=['psg'])
     root = str(out / 'psg') + '/'
@@ -704,3 +704,100 @@ def test_distributed_equals_single_process_with_words_and_regions(image_path):
     for result in run_distributed(_dist_worker_words, 3, image_path):
         assert result.keys() == single.keys()
         assert all(result[k] == single[k] or (math.isnan(result[k]) and math.isnan(single[k])) for k in single)
+
+
+# ------------------------------------------------------------------------------- functional parts (clip_score)
+def _loop_counted(sample: dict, mode: str, topk: int, iou_thr: float, rank: str) -> List[tuple]:
+    """Reference, one image, from the definitions: (position in the ranked list, pair index, GT subject, GT
+    object) of every counted relation. Triplet score = best predicate score x subject score x object score
+    (float32; PredCls: object scores 1), stable descending (or the given order); a box's GT object is the first
+    GT box of highest IoU when that IoU >= ``iou_thr`` (sgdet) or the box itself (sgcls / predcls)."""
+    rel, inst = sample['pred_relations'], sample['pred_instances']
+    pairs = rel['pair_idxs'].tolist()
+    scores = rel['scores']
+    best = scores[:, 1:].max(1).values if scores.dim() == 2 else scores
+    obj_scores = torch.ones(len(sample['gt_instances']['labels'])) if mode == 'predcls' else inst['scores'].float()
+    triplet = [float(best[j].float() * obj_scores[a] * obj_scores[b]) for j, (a, b) in enumerate(pairs)]
+    ranked = list(range(len(pairs))) if rank == 'given' else \
+        sorted(range(len(pairs)), key=lambda j: -triplet[j])  # sorted() is stable
+    gt_boxes = sample['gt_instances']['bboxes'].tolist()
+
+    def gt_of(i):
+        if mode != 'sgdet':
+            return i
+        box = inst['bboxes'][i].tolist()
+        best_iou, best_g = -1.0, None
+        for g, gb in enumerate(gt_boxes):
+            iw = max(min(box[2], gb[2]) - max(box[0], gb[0]), 0.0)
+            ih = max(min(box[3], gb[3]) - max(box[1], gb[1]), 0.0)
+            union = (box[2] - box[0]) * (box[3] - box[1]) + (gb[2] - gb[0]) * (gb[3] - gb[1]) - iw * ih
+            iou = iw * ih / union if union > 0 else 0.0
+            if iou > best_iou:
+                best_iou, best_g = iou, g
+        return best_g if best_g is not None and best_iou >= iou_thr else None
+
+    out, seen = [], set()
+    for position, j in enumerate(ranked[:topk]):
+        gs, go = gt_of(pairs[j][0]), gt_of(pairs[j][1])
+        if gs is None or go is None or gs == go or (gs, go) in seen:
+            continue
+        seen.add((gs, go))
+        out.append((position, j, gs, go))
+    return out
+
+
+def _random_relclip_samples(rng, num_images: int, image: str) -> List[dict]:
+    samples = []
+    for i in range(num_images):
+        m = int(rng.integers(0, 7))
+        xy = rng.uniform(0, 60, (m, 2))
+        gt_boxes = np.concatenate([xy, xy + rng.uniform(8, 40, (m, 2))], 1)
+        n = int(rng.integers(max(m - 1, 0), m + 1))
+        # mostly a jittered copy of GT box i (some of another GT box: two boxes on one GT object), some far off
+        src = np.where(rng.random(n) < 0.8, np.arange(n), rng.integers(0, max(m, 1), n))
+        pred_boxes = gt_boxes[src] + rng.normal(0, 1.5, (n, 4)) if m else np.zeros((0, 4))
+        pred_boxes[rng.random(n) < 0.15] += 40
+        pred_boxes[:, 2:] = np.maximum(pred_boxes[:, 2:], pred_boxes[:, :2] + 1)
+        rels = [(int(rng.integers(0, n)), int(rng.integers(0, n)), int(rng.integers(0, len(PREDICATES))),
+                 float(rng.choice([0.25, 0.5, 0.75]))) for _ in range(int(rng.integers(0, 16)) if n else 0)]
+        sample = make_sample(i, image, rng.integers(0, len(CLASSES), m).tolist(), rels,
+                             pred_boxes=pred_boxes.tolist(), pred_labels=rng.integers(0, len(CLASSES), n).tolist(),
+                             dense=bool(rng.random() < 0.5), gt_boxes=gt_boxes.tolist())
+        sample['pred_instances']['scores'] = torch.tensor(rng.choice([0.5, 1.0], n), dtype=torch.float32)
+        samples.append(sample)
+    return samples
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_counted_relations_equal_a_loop_reference(image_path, seed):
+    from mmsgg_eval.functional.clip_score import counted_relations
+    from mmsgg_eval.structures import collate_scene_graphs
+    rng = np.random.default_rng(seed)
+    samples = _random_relclip_samples(rng, 7, image_path)
+    for mode in ('sgdet', 'sgcls', 'predcls'):
+        batch = collate_scene_graphs(samples, mode, len(CLASSES), len(PREDICATES))
+        for rank, topk in (('score', 4), ('given', 3), ('score', 50)):
+            counted, order, _, gt_sub, gt_obj = counted_relations(batch, topk, mode, 0.5, rank)
+            for b, sample in enumerate(samples):
+                got = [(p, int(order[b, p]), int(gt_sub[b, p]), int(gt_obj[b, p]))
+                       for p in counted[b].nonzero().flatten().tolist()]
+                assert got == _loop_counted(sample, mode, topk, 0.5, rank), (seed, mode, rank, b)
+
+
+def test_image_scores_and_region_groups_follow_their_definitions():
+    from mmsgg_eval.functional.clip_score import harmonic_mean, image_scores, region_groups
+    m, k = torch.tensor([2, 5, 7, 3]), torch.tensor([1, 0, 4, 3])
+    sums, n_ref, ref = torch.tensor([0.5, 0.0, 2.0, 1.5], dtype=torch.float64), torch.tensor([1, 0, 2, 0]), \
+        torch.tensor([0.25, 0.0, 1.0, 0.0], dtype=torch.float64)
+    rel, mean_s, mean_ref = image_scores(m, k, sums, n_ref, ref, alpha=1e-5)
+    for i in range(4):
+        p, mi, ki = m[i] * (m[i] - 1) / 2, float(sums[i]) / int(k[i]) if int(k[i]) else 0.0, int(k[i])
+        divisor = max(math.log(max(float(p) - ki, 1)) + 1e-5, 1)
+        assert float(mean_s[i]) == pytest.approx(mi, rel=1e-15) and float(rel[i]) == pytest.approx(mi / divisor)
+        assert float(mean_ref[i]) == (float(ref[i]) / int(n_ref[i]) if int(n_ref[i]) else 0.0)
+    assert torch.equal(image_scores(m, k, sums, n_ref, ref, penalty=False)[0], mean_s)
+    assert harmonic_mean(torch.tensor([0.0, 0.5]), torch.tensor([0.0, 1.0])).tolist() == pytest.approx([0, 2 / 3])
+    groups = region_groups(torch.tensor([0.1, 0.2, 0.9]), torch.tensor([0.5, 0.1, 0.2]), 0.2, 0.2)
+    assert {g: v.tolist() for g, v in groups.items()} == {
+        'low_ratio': [True, False, False], 'high_ratio': [False, True, True],
+        'near': [False, True, False], 'far': [True, False, True]}

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from mmsgg_eval import encoders
+from mmsgg_eval.encoders import images as encoder_images  # holds the once-per-process range warning flag
 from mmsgg_eval.encoders import ImagePreprocess, crop_regions, decode_image, to_rgb_float, to_rgb_uint8
 from tests.test_relclip import H, M, RIDING, S, ON, make_sample, run_metric
 
@@ -194,13 +194,13 @@ def test_tensors_of_every_sample_type_crop_as_their_8bit_version():
 
 def test_out_of_scale_samples_are_clipped_with_a_warning(tmp_path, monkeypatch):
     gray = np.asarray(Image.fromarray(base_rgb()).convert('L'))
-    monkeypatch.setattr(encoders, '_WARNED_RANGE', [False])
+    monkeypatch.setattr(encoder_images, '_WARNED_RANGE', [False])
     path = str(tmp_path / 'F255.tif')  # PIL's own 0-255 scale for 'F': documented to read on [0, 1]
     Image.fromarray(gray.astype(np.float32)).save(path)
     with pytest.warns(UserWarning, match=r'outside \[0, 1\]'):
         image = decode_image(path)
     assert torch.equal(image, torch.from_numpy(gray3(np.where(gray > 0, 255, 0).astype(np.uint8))).permute(2, 0, 1))
-    monkeypatch.setattr(encoders, '_WARNED_RANGE', [False])
+    monkeypatch.setattr(encoder_images, '_WARNED_RANGE', [False])
     path = str(tmp_path / 'I255.tif')  # 8-bit data in a 32-bit container reads black: said so
     Image.fromarray(gray.astype(np.int32)).save(path)
     with pytest.warns(UserWarning, match='16-bit scale'):
@@ -281,7 +281,7 @@ def test_statistics_of_nothing_are_refused():
 
 
 def _vg150_root(tmp_path) -> str:
-    from mmsgg_eval.datasets.sample_data import write_vg150_sample
+    from mmsgg_eval.testing import write_vg150_sample
     return write_vg150_sample(str(tmp_path / 'data'), with_images=False)['root'] + '/'
 
 

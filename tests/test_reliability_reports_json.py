@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from mmsgg_eval.datasets.sample_data import make_sample_data
+from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main, metric_cfgs
 from mmsgg_eval.runner import cli
 from mmsgg_eval.runner.launch import DistributedEvaluationError

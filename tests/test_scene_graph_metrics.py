@@ -256,10 +256,10 @@ def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
                                                            ('sgcls', 'single', None), ('sgdet', 'bg', 15),
                                                            ('phrdet', 'bg', None)])
 def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_format, fixed_pairs, torch_scores):
-    """Batches above SMALL_BATCH_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
+    """Batches above POOL_SCORE_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
     row maxima per image, pruned no-graph-constraint candidates. Forced here on small data."""
-    from mmsgg_eval.structures import reader as structures
-    monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS', 0)
+    from mmsgg_eval.functional import scores as layouts
+    monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)
     samples, refs = random_dataset(77, 40, mode, score_format=score_format, fixed_pairs=fixed_pairs,
                                    num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     batch = collate_scene_graphs(samples[:8], mode, NUM_CLASSES, NUM_PREDICATES)
@@ -274,8 +274,8 @@ def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_fo
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
 def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad, score_kernels):
-    from mmsgg_eval.structures import reader as structures
-    monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS', 0)
+    from mmsgg_eval.functional import scores as layouts
+    monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)
     samples, _ = random_dataset(78, 12, 'sgdet', fixed_pairs=6, num_classes=NUM_CLASSES,
                                 num_predicates=NUM_PREDICATES)
     samples[9]['pred_relations']['scores'][4, 2] = bad
@@ -320,9 +320,9 @@ def _to_device(sample, device):
     ('sgdet', 'nobg', 12, False), ('sgdet', 'bg', None, True), ('phrdet', 'bg', 12, False)])
 def test_cuda_equals_reference(monkeypatch, mode, score_format, fixed_pairs, large):
     """On a GPU (dense same-class IoU, the device's max/topk/sort kernels) the numbers equal the reference."""
-    from mmsgg_eval.structures import reader as structures
+    from mmsgg_eval.functional import scores as layouts
     if large:
-        monkeypatch.setattr(structures, 'SMALL_BATCH_ROWS_GPU', 0)
+        monkeypatch.setattr(layouts, 'SMALL_BATCH_ROWS_GPU', 0)
     samples, refs = random_dataset(31, 40, mode, score_format=score_format, fixed_pairs=fixed_pairs,
                                    num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     on_gpu = [_to_device(s, 'cuda') for s in samples]

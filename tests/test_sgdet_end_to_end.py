@@ -294,7 +294,7 @@ def test_detector_configs_train_on_the_dataset_wrappers(ds, classes, tmp_path):
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     import mmsgg_eval  # noqa: F401
-    from mmsgg_eval.datasets.sample_data import make_sample_data
+    from mmsgg_eval.testing import make_sample_data
     from mmsgg_eval.registry import DATASETS
     make_sample_data(str(tmp_path), datasets=[ds])
     cfg = Config.fromfile(osp.join(ROOT, 'configs', ds, f'faster-rcnn_r50_fpn_{ds}.py'))

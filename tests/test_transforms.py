@@ -80,7 +80,7 @@ def test_mmdet_pipeline_from_configs(tmp_path):
     from mmengine.registry import init_default_scope
 
     import mmsgg_eval.datasets  # noqa: F401
-    from mmsgg_eval.datasets.sample_data import VG150_SAMPLE_NUM_VAL, make_sample_data
+    from mmsgg_eval.testing import VG150_SAMPLE_NUM_VAL, make_sample_data
     init_default_scope('mmdet')
     make_sample_data(str(tmp_path), datasets=['vg150', 'psg', 'rsvgd'])
     for name, extra in (('vg150', dict(num_val_images=VG150_SAMPLE_NUM_VAL)), ('psg', {}), ('rsvgd', {})):

@@ -147,8 +147,10 @@ def test_show_dir_and_per_image_options_of_tools_test():
 
 
 def test_offline_cli_per_image_option(tmp_path, monkeypatch):
+    import inspect
     import mmsgg_eval.eval as cli
     seen = {}
-    monkeypatch.setattr(cli, 'evaluate_file', lambda *a, **k: seen.setdefault('args', a))
+    signature = inspect.signature(cli.evaluate_file)
+    monkeypatch.setattr(cli, 'evaluate_file', lambda *a, **k: seen.setdefault('call', signature.bind(*a, **k)))
     cli.main(['c.py', 'p.jsonl', '--per-image', str(tmp_path / 'x.jsonl')])
-    assert seen['args'][-1] == str(tmp_path / 'x.jsonl')
+    assert seen['call'].arguments['per_image'] == str(tmp_path / 'x.jsonl')

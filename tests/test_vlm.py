@@ -350,6 +350,111 @@ def _random_case(seed, num_images=12):
     return samples, direct_gt, direct_dt
 
 
+def pycocotools_ap50(gt_rows, pred_rows, image_ids, num_classes, plus_one=False, max_dets=100):
+    """Reference: COCO AP at IoU 0.5 by pycocotools ``COCOeval`` (``stats[1]``) of the rows of ``coco_ap50``;
+    category id = label + 1, annotation ids from 1, NaN without GT rows, 0 without predictions."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+    extra = 1.0 if plus_one else 0.0
+
+    def xywh(box):
+        return [box[0], box[1], box[2] - box[0] + extra, box[3] - box[1] + extra]
+    anns = [{'id': i + 1, 'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': xywh(box),
+             'area': xywh(box)[2] * xywh(box)[3], 'iscrowd': 0}
+            for i, (img, box, lab) in enumerate(zip(gt_rows['image'].tolist(), gt_rows['box'].tolist(),
+                                                    gt_rows['label'].tolist()))]
+    if not anns:
+        return float('nan')
+    dets = [{'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': xywh(box), 'score': float(score)}
+            for img, box, lab, score in zip(pred_rows['image'].tolist(), pred_rows['box'].tolist(),
+                                            pred_rows['label'].tolist(), pred_rows['score'].tolist())]
+    if not dets:
+        return 0.0
+    gt = COCO()
+    gt.dataset = {'images': [{'id': int(i)} for i in image_ids], 'annotations': anns,
+                  'categories': [{'id': c + 1, 'name': str(c)} for c in range(num_classes)]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt.createIndex()
+        ev = COCOeval(gt, gt.loadRes(dets), 'bbox')
+        ev.params.imgIds = [int(i) for i in image_ids]
+        ev.params.maxDets = [1, 10, int(max_dets)]
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    ap = float(ev.stats[1])
+    return float('nan') if ap < 0 else ap
+
+
+def _random_rows(rng, num_images, num_classes):
+    """Rows of ``coco_ap50`` on a random case: images without GT, without predictions or without either,
+    duplicate boxes (IoU ties), scores from a few values (score ties), image ids neither contiguous nor in
+    order, rows of the images interleaved."""
+    image_ids = rng.permutation(np.arange(num_images) * 3 + 7)
+    gt, pred = {k: [] for k in ('image', 'box', 'label')}, {k: [] for k in ('image', 'box', 'label', 'score')}
+    for img in image_ids.tolist():
+        kind = rng.integers(0, 4)  # 0: GT and predictions, 1: GT only, 2: predictions only, 3: nothing
+        num_gt = int(rng.integers(1, 7)) if kind in (0, 1) else 0
+        xy = rng.uniform(0, 300, (num_gt, 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(1, 30, (num_gt, 2))], 1)  # small: +1 widths matter
+        if num_gt > 1 and rng.random() < 0.5:
+            boxes[1] = boxes[0]  # a duplicate GT box: IoU ties
+        labels = rng.integers(0, num_classes, num_gt)
+        gt['image'] += [img] * num_gt
+        gt['box'] += boxes.tolist()
+        gt['label'] += labels.tolist()
+        if kind in (0, 2):
+            num_det = int(rng.integers(1, 9 if rng.random() < 0.7 else 40))  # some past max_dets
+            src = rng.integers(0, max(num_gt, 1), num_det)
+            det = boxes[src] + rng.normal(0, 3, (num_det, 4)) if num_gt else \
+                np.concatenate([xy := rng.uniform(0, 300, (num_det, 2)), xy + 40], 1)
+            det[:, 2:] = np.maximum(det[:, 2:], det[:, :2])
+            det_labels = labels[src] if num_gt else rng.integers(0, num_classes, num_det)
+            flip = rng.random(num_det) < 0.2
+            det_labels = np.where(flip, rng.integers(0, num_classes, num_det), det_labels)
+            pred['image'] += [img] * num_det
+            pred['box'] += det.tolist()
+            pred['label'] += det_labels.tolist()
+            pred['score'] += rng.choice([0.25, 0.5, 0.75, 1.0], num_det).tolist()
+    order_gt, order_pred = rng.permutation(len(gt['image'])), rng.permutation(len(pred['image']))
+    gt = {'image': np.asarray(gt['image'], np.int64)[order_gt],
+          'box': np.asarray(gt['box'], np.float32).reshape(-1, 4)[order_gt],
+          'label': np.asarray(gt['label'], np.int64)[order_gt]}
+    pred = {'image': np.asarray(pred['image'], np.int64)[order_pred],
+            'box': np.asarray(pred['box'], np.float32).reshape(-1, 4)[order_pred],
+            'label': np.asarray(pred['label'], np.int64)[order_pred],
+            'score': np.asarray(pred['score'], np.float32)[order_pred]}
+    return gt, pred, image_ids.tolist()
+
+
+@pytest.mark.parametrize('seed', range(8))
+def test_ap50_equals_pycocotools_on_random_rows(seed, monkeypatch):
+    from mmsgg_eval.functional import detection_rows
+    rng = np.random.default_rng(seed)
+    gt, pred, image_ids = _random_rows(rng, int(rng.integers(1, 15)), num_classes=4)
+    for plus_one in (False, True):
+        for max_dets in (100, 11, 3):  # below 10 acts as 10 (COCOeval sorts [1, 10, max_dets])
+            expected = pycocotools_ap50(gt, pred, image_ids, 4, plus_one, max_dets)
+            for chunk in (1 << 22, 40):  # all images in one matching call, or a few at a time
+                monkeypatch.setattr(detection_rows, 'AP_CHUNK_ENTRIES', chunk)
+                got = coco_ap50(gt, pred, image_ids, 4, plus_one, max_dets)
+                assert got == expected or (np.isnan(got) and np.isnan(expected)), (seed, plus_one, max_dets, chunk)
+
+
+def test_ap50_edge_cases_equal_pycocotools():
+    empty_gt = {'image': np.zeros(0, np.int64), 'box': np.zeros((0, 4), np.float32), 'label': np.zeros(0, np.int64)}
+    empty_pred = dict(empty_gt, score=np.zeros(0, np.float32))
+    one_gt = {'image': np.array([5]), 'box': np.array([[0, 0, 10, 10]], np.float32), 'label': np.array([1])}
+    one_pred = dict(one_gt, score=np.array([0.5], np.float32))
+    cases = [(empty_gt, one_pred, [5]), (one_gt, empty_pred, [5]), (empty_gt, empty_pred, [5]),
+             (one_gt, one_pred, [5, 9]), (one_gt, dict(one_pred, label=np.array([0])), [5])]
+    for gt, pred, ids in cases:
+        expected, got = pycocotools_ap50(gt, pred, ids, 3), coco_ap50(gt, pred, ids, 3)
+        assert got == expected or (np.isnan(got) and np.isnan(expected))
+    assert np.isnan(coco_ap50(empty_gt, one_pred, [5], 3)) and coco_ap50(one_gt, empty_pred, [5], 3) == 0.0
+    assert coco_ap50(one_gt, one_pred, [5, 9], 3) == pytest.approx(1.0)  # tp / (tp + fp + eps), as COCOeval
+    assert coco_ap50(one_gt, dict(one_pred, label=np.array([0])), [5], 3) == 0.0
+
+
 def test_ap50_equals_pycocotools_directly():
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -436,3 +541,34 @@ def test_distributed_equals_single_process():
     results = run_distributed(_dist_worker, 2, texts)
     for res in results:
         assert res == single
+
+
+# ---------------------------------------------------------------------------------------------- one answer parser
+def test_both_vlm_metrics_hold_one_answer_parser(tmp_path):
+    from mmsgg_eval.io.vlm import VLMAnswerParser
+    from mmsgg_eval.metrics import RelCLIPScore
+    from tests.test_relclip import StubEncoder
+    synonyms = tmp_path / 'syn.json'
+    synonyms.write_text(json.dumps({'man': 'person'}))
+    vlm = VLMSceneGraphMetric(canvas=None, synonyms=str(synonyms))
+    relclip = RelCLIPScore(encoder=StubEncoder(), vlm=dict(canvas=None, synonyms=str(synonyms)))
+    assert isinstance(vlm.parser, VLMAnswerParser) and isinstance(relclip.vlm_parser, VLMAnswerParser)
+    assert vlm.parser.synonyms == relclip.vlm_parser.synonyms == {'man': 'person'}
+    text = graph([{'id': 'man.1', 'bbox': [1, 2, 30, 40]}, {'id': 'horse.2', 'bbox': [0, 0, 600, 400]}],
+                 [{'subject': 'man.1', 'predicate': 'riding', 'object': 'horse.2'}])
+    sample = dict(ori_shape=(H, W), pred_text=text)
+    direct = parse_vlm_output(text, (W, H), CLASSES, PREDICATES, canvas=None, synonyms={'man': 'person'})
+    for parser in (vlm.parser, relclip.vlm_parser):
+        got = parser.result_of(sample, CLASSES, PREDICATES)
+        assert got.ok and got.labels.tolist() == direct.labels.tolist() == [0, 1]
+        assert np.array_equal(got.bboxes, direct.bboxes) and got.rel_labels.tolist() == [0]
+        assert parser.result_of(dict(sample, vlm_result=direct), CLASSES, PREDICATES) is direct
+        assert parser.mappers(CLASSES, PREDICATES) is parser.mappers(list(CLASSES), list(PREDICATES))  # cached
+    assert relclip.vlm_parser.holds_answer(sample) and not relclip.vlm_parser.holds_answer(
+        dict(sample, pred_relations={}))
+    with pytest.raises(ValueError, match=r'RelCLIPScore: a sample needs `ori_shape`'):
+        relclip.vlm_parser.result_of(dict(pred_text=text), CLASSES, PREDICATES)
+    with pytest.raises(ValueError, match="box_format must be 'xyxy' or 'xywh'"):
+        RelCLIPScore(encoder=StubEncoder(), vlm=dict(box_format='cxcywh'))
+    with pytest.raises(TypeError, match='topk'):
+        RelCLIPScore(encoder=StubEncoder(), vlm=dict(topk=(5,)))  # not an answer-reading option

@@ -8,14 +8,11 @@ serialisation). ``--scaling`` also times 25k and 50k images to show the growth i
 """
 import argparse
 import os.path as osp
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
-
 from mmsgg_eval.datasets import VG150Dataset
-from mmsgg_eval.datasets.sample_data import write_synthetic_vg150
+from mmsgg_eval.testing import write_synthetic_vg150
 
 
 def bench(num_images: int, work_dir: str) -> None:

@@ -22,8 +22,6 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
-
 
 PROG = 'tools/build_freq_baseline.py'
 

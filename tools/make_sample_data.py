@@ -3,18 +3,13 @@
 
     python tools/make_sample_data.py --out data/sample [--seed 0] [--datasets vg150 psg]
 
-See :mod:`mmsgg_eval.datasets.sample_data` for what is written. The VG150 sample has 8 val images: use
+See :mod:`mmsgg_eval.testing.sample_data` for what is written. The VG150 sample has 8 val images: use
 ``VG150Dataset(num_val_images=8)`` with it.
 """
 import argparse
 import json
 
-import os.path as osp
-import sys
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..')))
-
-from mmsgg_eval.datasets.sample_data import WRITERS, make_sample_data  # noqa: E402
+from mmsgg_eval.testing import WRITERS, make_sample_data
 
 
 def main() -> None:

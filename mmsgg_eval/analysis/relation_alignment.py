@@ -120,6 +120,94 @@ def _decode(path: str, backend_args: Optional[dict]) -> Tensor:
     return decode_image(path, backend_args)
 
 
+@dataclass
+class _CandidateTexts:
+    """Each candidate triplet's text once: ``index[(s, o, p)]`` its position in ``texts``, ``predicate[t]`` the
+    predicate of text t, ``embeddings`` [T, D] (None for a joint scorer, which reads the texts)."""
+    index: Dict[Tuple[int, int, int], int]
+    texts: List[str]
+    predicate: List[int]
+    embeddings: Optional[Tensor] = None
+
+
+def _candidate_texts(candidates: Dict[Tuple[int, int], List[int]], classes: Sequence[str],
+                     predicates: Sequence[str], template: str) -> _CandidateTexts:
+    out = _CandidateTexts({}, [], [])
+    for (s, o), preds in candidates.items():
+        for p in preds:
+            out.index[(s, o, p)] = len(out.texts)
+            out.predicate.append(p)
+            out.texts.append(template.format(subject=classes[s], predicate=predicates[p], object=classes[o]))
+    return out
+
+
+def _chunk_features(scorer: RelationScorer, chunk: range, graphs: Sequence[Tuple[np.ndarray, ...]],
+                    infos: Sequence[Dict[str, Any]], dev: torch.device,
+                    backend_args: Optional[dict]) -> Tuple[Optional[Tensor], List[Tuple[int, int, int, int]]]:
+    """Image features of the union crops (subject box | object box, in the decoded image's pixel frame) of
+    every GT relation of the chunk's images, and each row's (image, subject class, object class, predicate);
+    (None, []) when the chunk has no relation."""
+    images, image_of, boxes, meta_rows = [], [], [], []
+    for slot, i in enumerate(chunk):
+        box, labels, rels = graphs[i]
+        if not len(rels):
+            images.append(None)
+            continue
+        img = _decode(str(infos[i]['img_path']), backend_args).to(dev)
+        h, w = img.shape[-2:]
+        sx = w / float(infos[i].get('width') or w)
+        sy = h / float(infos[i].get('height') or h)
+        images.append(img)
+        sub_box, obj_box = box[rels[:, 0]], box[rels[:, 1]]
+        union = np.concatenate([np.minimum(sub_box[:, :2], obj_box[:, :2]),
+                                np.maximum(sub_box[:, 2:], obj_box[:, 2:])], 1) * [sx, sy, sx, sy]
+        boxes.append(union)
+        image_of += [slot] * len(rels)
+        for s, o, p in rels.tolist():
+            meta_rows.append((i, int(labels[s]), int(labels[o]), int(p)))
+    if not meta_rows:
+        return None, []
+    index = torch.tensor(image_of, dtype=torch.long, device=dev)
+    crops = scorer.crop(images, index, torch.as_tensor(np.concatenate(boxes), dtype=torch.float32, device=dev))
+    del images
+    return scorer.image_features(crops), meta_rows
+
+
+def _score_rows(scorer: RelationScorer, features: Tensor, meta_rows: List[Tuple[int, int, int, int]],
+                candidates: Dict[Tuple[int, int], List[int]], texts: _CandidateTexts, width: int,
+                dev: torch.device) -> Dict[str, np.ndarray]:
+    """The :class:`AlignmentRows` columns of one chunk: every row scored against its candidate texts."""
+    cand = torch.full((len(meta_rows), width), -1, dtype=torch.long)
+    gt_column = torch.zeros(len(meta_rows), dtype=torch.long)
+    for r, (_, s, o, p) in enumerate(meta_rows):
+        preds = candidates[(s, o)]
+        cand[r, :len(preds)] = torch.tensor([texts.index[(s, o, q)] for q in preds])
+        gt_column[r] = preds.index(p)
+    cand, gt_column = cand.to(dev), gt_column.to(dev)
+    valid = cand >= 0
+    row, col = valid.nonzero(as_tuple=True)
+    flat_text = cand[row, col]
+    pair_texts = [texts.texts[t] for t in flat_text.tolist()] if scorer.joint else [''] * int(row.numel())
+    flat = scorer.scores(features, row, pair_texts,
+                         None if texts.embeddings is None else texts.embeddings[flat_text])
+    mat = torch.full(cand.shape, float('-inf'), device=dev)
+    mat[row, col] = flat.float()
+    stats = rank_statistics(mat, gt_column, valid)
+    best_text = cand.gather(1, stats['best_other'].clamp(min=0)[:, None])[:, 0]
+    confused = torch.where(stats['num_higher'] > 0, best_text, torch.full_like(best_text, -1))
+    arr = np.asarray(meta_rows, np.int64)
+    return dict(image=arr[:, 0], subject=arr[:, 1], object=arr[:, 2], predicate=arr[:, 3],
+                score=stats['gt_score'].double().cpu().numpy(), theta=stats['theta'].cpu().numpy(),
+                precision=stats['precision'].cpu().numpy(), size=stats['size'].cpu().numpy(),
+                num_higher=stats['num_higher'].cpu().numpy(),
+                confused=np.asarray([-1 if t < 0 else texts.predicate[t] for t in confused.tolist()], np.int64))
+
+
+_COLUMN_DTYPES = dict(image=np.int64, subject=np.int64, object=np.int64, predicate=np.int64, score=np.float64,
+                      theta=np.float64, precision=np.float64, size=np.int64, num_higher=np.int64,
+                      confused=np.int64)
+
+
 def run_relation_alignment(dataset: Any, encoder: Any, template: str = '{subject} {predicate} {object}',
                            batch_size: int = 64, images_per_chunk: int = 16, device: Optional[str] = None,
                            backend_args: Optional[dict] = None, progress: bool = True,
@@ -143,94 +231,33 @@ def run_relation_alignment(dataset: Any, encoder: Any, template: str = '{subject
     meta = dataset.metainfo
     classes, predicates = [str(c) for c in meta['classes']], [str(p) for p in meta['predicates']]
     dev = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
-    infos, graphs = [], []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        graphs.append(_info_graph(info, f'dataset sample {i} ({info.get("img_path")})'))
-        infos.append(info)
+    infos = [dataset.get_data_info(i) for i in range(len(dataset))]
+    graphs = [_info_graph(info, f'dataset sample {i} ({info.get("img_path")})') for i, info in enumerate(infos)]
     candidates = candidate_predicates(graphs, extra_triplets)
     scorer = RelationScorer(encoder, batch_size)
     scorer.place(dev)
-    text_of: Dict[Tuple[int, int, int], int] = {}
-    texts: List[str] = []
-    predicate_of_text: List[int] = []
-    for (s, o), preds in candidates.items():
-        for p in preds:
-            text_of[(s, o, p)] = len(texts)
-            predicate_of_text.append(p)
-            texts.append(template.format(subject=classes[s], predicate=predicates[p], object=classes[o]))
-    text_emb = None if scorer.joint else scorer.embed_texts(texts, dev)
+    texts = _candidate_texts(candidates, classes, predicates, template)
+    texts.embeddings = None if scorer.joint else scorer.embed_texts(texts.texts, dev)
     width = max((len(v) for v in candidates.values()), default=1)
-    columns = {k: [] for k in ('image', 'subject', 'object', 'predicate', 'score', 'theta', 'precision', 'size',
-                               'num_higher', 'confused')}
+    columns: Dict[str, List[np.ndarray]] = {k: [] for k in _COLUMN_DTYPES}
     bar = None
     if progress:
         from mmengine.utils import ProgressBar
         bar = ProgressBar(len(infos))
     for start in range(0, len(infos), images_per_chunk):
         chunk = range(start, min(start + images_per_chunk, len(infos)))
-        images, image_of, boxes, meta_rows = [], [], [], []
-        for slot, i in enumerate(chunk):
-            box, labels, rels = graphs[i]
-            if not len(rels):
-                images.append(None)
-                continue
-            img = _decode(str(infos[i]['img_path']), backend_args).to(dev)
-            h, w = img.shape[-2:]
-            sx = w / float(infos[i].get('width') or w)
-            sy = h / float(infos[i].get('height') or h)
-            images.append(img)
-            sub_box, obj_box = box[rels[:, 0]], box[rels[:, 1]]
-            union = np.concatenate([np.minimum(sub_box[:, :2], obj_box[:, :2]),
-                                    np.maximum(sub_box[:, 2:], obj_box[:, 2:])], 1) * [sx, sy, sx, sy]
-            boxes.append(union)
-            image_of += [slot] * len(rels)
-            for s, o, p in rels.tolist():
-                meta_rows.append((i, int(labels[s]), int(labels[o]), int(p)))
+        features, meta_rows = _chunk_features(scorer, chunk, graphs, infos, dev, backend_args)
         if meta_rows:
-            index = torch.tensor(image_of, dtype=torch.long, device=dev)
-            crops = scorer.crop(images, index, torch.as_tensor(np.concatenate(boxes), dtype=torch.float32,
-                                                               device=dev))
-            del images
-            features = scorer.image_features(crops)
-            cand = torch.full((len(meta_rows), width), -1, dtype=torch.long)
-            gt_column = torch.zeros(len(meta_rows), dtype=torch.long)
-            for r, (_, s, o, p) in enumerate(meta_rows):
-                preds = candidates[(s, o)]
-                cand[r, :len(preds)] = torch.tensor([text_of[(s, o, q)] for q in preds])
-                gt_column[r] = preds.index(p)
-            cand, gt_column = cand.to(dev), gt_column.to(dev)
-            valid = cand >= 0
-            row, col = valid.nonzero(as_tuple=True)
-            flat_text = cand[row, col]
-            pair_texts = [texts[t] for t in flat_text.tolist()] if scorer.joint else [''] * int(row.numel())
-            flat = scorer.scores(features, row, pair_texts, None if text_emb is None else text_emb[flat_text])
-            mat = torch.full(cand.shape, float('-inf'), device=dev)
-            mat[row, col] = flat.float()
-            stats = rank_statistics(mat, gt_column, valid)
-            best_text = cand.gather(1, stats['best_other'].clamp(min=0)[:, None])[:, 0]
-            confused = torch.where(stats['num_higher'] > 0, best_text, torch.full_like(best_text, -1))
-            confused_pred = [-1 if t < 0 else predicate_of_text[t] for t in confused.tolist()]
-            arr = np.asarray(meta_rows, np.int64)
-            columns['image'].append(arr[:, 0])
-            columns['subject'].append(arr[:, 1])
-            columns['object'].append(arr[:, 2])
-            columns['predicate'].append(arr[:, 3])
-            columns['score'].append(stats['gt_score'].double().cpu().numpy())
-            columns['theta'].append(stats['theta'].cpu().numpy())
-            columns['precision'].append(stats['precision'].cpu().numpy())
-            columns['size'].append(stats['size'].cpu().numpy())
-            columns['num_higher'].append(stats['num_higher'].cpu().numpy())
-            columns['confused'].append(np.asarray(confused_pred, np.int64))
+            for key, value in _score_rows(scorer, features, meta_rows, candidates, texts, width, dev).items():
+                columns[key].append(value)
         if bar is not None:
             for _ in chunk:
                 bar.update()
     if progress:
         import sys
         print(file=sys.stderr)
-    dtypes = dict(image=np.int64, subject=np.int64, object=np.int64, predicate=np.int64, score=np.float64,
-                  theta=np.float64, precision=np.float64, size=np.int64, num_higher=np.int64, confused=np.int64)
-    return AlignmentRows(**{k: np.concatenate(v) if v else np.zeros(0, dtypes[k]) for k, v in columns.items()})
+    return AlignmentRows(**{k: np.concatenate(v) if v else np.zeros(0, _COLUMN_DTYPES[k])
+                            for k, v in columns.items()})
 
 
 def alignment_summary(rows: AlignmentRows, classes: Sequence[str], predicates: Sequence[str],

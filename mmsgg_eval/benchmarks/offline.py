@@ -3,7 +3,7 @@
 
 Three timings of the same file, each best of ``repeat``: the plain file read (the disk / page-cache share),
 reading and unpickling the records alone, and reading + ``Evaluator.offline_evaluate`` with SGRecall +
-SGMeanRecall (every key, as :func:`tools.benchmark.run_ours`). The records carry their GT, as the in-process
+SGMeanRecall (every key, as :func:`.runners.run_ours`). The records carry their GT, as the in-process
 benchmark's samples do.
 
 The offline command line itself (``python -m mmsgg_eval.eval``, each run a fresh subprocess):
@@ -26,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
+
+from .timing import best_of
 
 CHUNK = 64  # samples per process() call, the offline CLI's default --batch-size
 
@@ -48,39 +50,30 @@ def run_offline(workload: str, images: int, repeat: int = 3, path: Optional[str]
     from mmengine.logging import MMLogger
     from ..io.stream import iter_records
     from ..metrics import SGMeanRecall, SGRecall
-    from .workloads import meta
+    from .workloads import ZEROSHOT_TRIPLETS, meta, workload_mode
     MMLogger.get_instance('mmengine', log_level='WARNING')
     own = path is None
     if own:
         path = os.path.join(tempfile.mkdtemp(prefix='mmsgg_offline_'), f'{workload}.pkl')
     try:
         size = write_stream(workload, images, path)
-        mode = 'predcls' if workload == 'predcls-full' else 'sgdet'
-        best = {'disk': None, 'read': None, 'evaluate': None}
+        mode = workload_mode(workload)
 
-        def keep(name: str, seconds: float) -> None:
-            best[name] = seconds if best[name] is None else min(best[name], seconds)
-
-        result = {}
-        for _ in range(repeat):
-            start = time.perf_counter()
-            with open(path, 'rb') as f:
-                while f.read(1 << 24):
-                    pass
-            keep('disk', time.perf_counter() - start)
-            start = time.perf_counter()
-            count = sum(1 for _ in iter_records(path))
-            keep('read', time.perf_counter() - start)
-            assert count == images, (count, images)
-            evaluator = Evaluator([cls(mode=mode, zeroshot_triplets=[(0, 1, 2), (3, 4, 5)])
+        def new_evaluator() -> Evaluator:
+            evaluator = Evaluator([cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS)
                                    for cls in (SGRecall, SGMeanRecall)])
             evaluator.dataset_meta = meta()
-            start = time.perf_counter()
-            result = evaluator.offline_evaluate(iter_records(path), chunk_size=CHUNK)
-            keep('evaluate', time.perf_counter() - start)
-        return dict(images_per_s=images / best['evaluate'], read_images_per_s=images / best['read'],
-                    disk_images_per_s=images / best['disk'], file_mb=size / 2 ** 20,
-                    read_share=best['read'] / best['evaluate'], disk_share=best['disk'] / best['evaluate'],
+            return evaluator
+
+        disk = best_of(lambda: _read_file(path), repeat)['seconds']
+        read = best_of(lambda: sum(1 for _ in iter_records(path)), repeat)
+        assert read['result'] == images, (read['result'], images)
+        evaluate = best_of(lambda ev: ev.offline_evaluate(iter_records(path), chunk_size=CHUNK), repeat,
+                           setup=new_evaluator)
+        seconds, result = evaluate['seconds'], evaluate['result']
+        return dict(images_per_s=images / seconds, read_images_per_s=images / read['seconds'],
+                    disk_images_per_s=images / disk, file_mb=size / 2 ** 20,
+                    read_share=read['seconds'] / seconds, disk_share=disk / seconds,
                     r50=result.get(f'{mode}/R@50'), mr50=result.get(f'{mode}/mR@50'))
     finally:
         if own:
@@ -88,6 +81,13 @@ def run_offline(workload: str, images: int, repeat: int = 3, path: Optional[str]
                 if os.path.exists(name):
                     os.remove(name)
             os.rmdir(os.path.dirname(path))
+
+
+def _read_file(path: str) -> None:
+    """Read ``path`` through in 16 MiB blocks (the plain file read: disk or page cache)."""
+    with open(path, 'rb') as f:
+        while f.read(1 << 24):
+            pass
 
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -130,6 +130,12 @@ def _register() -> None:
     DATASETS.register_module(name='WorkloadDataset', module=WorkloadDataset, force=True)
 
 
+TIMED_CLI_KEYS = ('first_sample_s', 'total_s', 'first_sample_cpu_s', 'total_cpu_s')
+"""The timings :func:`timed_cli` returns."""
+CLI_TIMINGS = TIMED_CLI_KEYS + ('after_first_s', 'after_first_cpu_s')
+"""The timings of each stream size in :func:`run_cli`."""
+
+
 def timed_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
     """Run the offline CLI with ``args`` in a subprocess: seconds to the first sample and in total (both from
     before the process starts), and the CPU seconds of the process at these two points (user + system, all
@@ -160,7 +166,8 @@ def _cli_env() -> Dict[str, str]:
 
 def write_workload_config(path: str, num_images: int, mode: str) -> None:
     """A config evaluating a stream of ``num_images`` workload images with the metrics of :func:`run_offline`."""
-    metrics = [dict(type=name, mode=mode, zeroshot_triplets=[(0, 1, 2), (3, 4, 5)])
+    from .workloads import ZEROSHOT_TRIPLETS
+    metrics = [dict(type=name, mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS)
                for name in ('SGRecall', 'SGMeanRecall')]
     with open(path, 'w') as f:
         f.write(f"default_scope = 'mmdet'\n"
@@ -170,13 +177,20 @@ def write_workload_config(path: str, num_images: int, mode: str) -> None:
                 f"test_evaluator = {metrics!r}\n")
 
 
+def _with_time_after_first(timing: Dict[str, float]) -> Dict[str, float]:
+    """A :func:`timed_cli` timing with the seconds and CPU seconds after the first sample added."""
+    return dict(timing, after_first_s=timing['total_s'] - timing['first_sample_s'],
+                after_first_cpu_s=timing['total_cpu_s'] - timing['first_sample_cpu_s'])
+
+
 def run_cli(workload: str, images: int, repeat: int = 1) -> Dict[str, float]:
     """Start-up, total and marginal rate of the offline CLI on streams of ``workload`` (module docstring);
     each time the best of ``repeat`` runs."""
     small = max(images // 10, 1)
     if small >= images:
         raise ValueError(f'run_cli needs at least 2 images, got {images}')
-    mode = 'predcls' if workload == 'predcls-full' else 'sgdet'
+    from .workloads import workload_mode
+    mode = workload_mode(workload)
     tmp = tempfile.mkdtemp(prefix='mmsgg_cli_')
     env = _cli_env()
     try:
@@ -186,19 +200,14 @@ def run_cli(workload: str, images: int, repeat: int = 1) -> Dict[str, float]:
             write_stream(workload, n, stream)
             write_workload_config(config, n, mode)
             args = [config, stream, '--work-dir', osp.join(tmp, f'out-{n}')]
-            timings = [timed_cli(args, env) for _ in range(repeat)]
-            for t in timings:
-                t['after_first_s'] = t['total_s'] - t['first_sample_s']
-                t['after_first_cpu_s'] = t['total_cpu_s'] - t['first_sample_cpu_s']
-            runs[n] = {key: min(t[key] for t in timings) for key in timings[0]}
+            runs[n] = best_of(lambda: _with_time_after_first(timed_cli(args, env)), repeat, reported=CLI_TIMINGS)
             os.remove(stream)
         rate = {}
         for key in ('after_first_s', 'after_first_cpu_s'):
             extra = runs[images][key] - runs[small][key]
             rate[key] = (images - small) / extra if extra > 0 else float('inf')
         return dict(images_per_s=rate['after_first_s'], cpu_images_per_s=rate['after_first_cpu_s'],
-                    small_images=small, **{k: runs[small][k] for k in ('first_sample_s', 'total_s',
-                                                                         'first_sample_cpu_s', 'total_cpu_s')},
+                    small_images=small, **{k: runs[small][k] for k in TIMED_CLI_KEYS},
                     total_s_full=runs[images]['total_s'])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -219,7 +228,7 @@ def run_cli_startup(repeat: int = 3) -> Dict[str, float]:
     """Seconds to the first sample and in total of the offline CLI on the bundled VG150 sample (module
     docstring), each the best of ``repeat`` runs."""
     from ..datasets import VG150Dataset
-    from ..datasets.sample_data import VG150_SAMPLE_NUM_VAL, make_sample_data
+    from ..testing import VG150_SAMPLE_NUM_VAL, make_sample_data
     tmp = tempfile.mkdtemp(prefix='mmsgg_startup_')
     try:
         make_sample_data(tmp, datasets=['vg150'])
@@ -230,8 +239,8 @@ def run_cli_startup(repeat: int = 3) -> Dict[str, float]:
         config = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
         args = [config, preds, '--mode', 'predcls', '--work-dir', osp.join(tmp, 'out'), '--no-progress',
                 '--cfg-options', f'test_dataloader.dataset.data_root={root}']
-        timings: List[Dict[str, float]] = [timed_cli(args, _cli_env()) for _ in range(repeat)]
-        return dict({key: min(t[key] for t in timings) for key in timings[0]}, images=len(dataset))
+        best = best_of(lambda: timed_cli(args, _cli_env()), repeat, reported=TIMED_CLI_KEYS)
+        return dict({key: best[key] for key in TIMED_CLI_KEYS}, images=len(dataset))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -30,6 +30,14 @@ NUM_CLASSES, NUM_PREDICATES = 150, 50
 FIXED_WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
 VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'variable-256', 'sgdet-variable')
 WORKLOADS = FIXED_WORKLOADS + VARIABLE_WORKLOADS
+ZEROSHOT_TRIPLETS = [(0, 1, 2), (3, 4, 5)]
+"""The zero-shot (subject, object, predicate) class triplets the benchmarked metrics are given (so that every
+zR@K key is computed)."""
+
+
+def workload_mode(workload: str) -> str:
+    """The evaluation mode of a workload: PredCls for ``predcls-full`` (GT boxes), SGDet for the others."""
+    return 'predcls' if workload == 'predcls-full' else 'sgdet'
 
 
 def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:

@@ -77,3 +77,11 @@ def mask_iou(masks_a: Tensor, masks_b: Tensor) -> Tensor:
     union = area_a[..., :, None] + area_b[..., None, :] - inter
     iou = torch.where(union > 0, inter / union.clamp(min=1), torch.zeros_like(inter))
     return iou.float()
+
+
+def boxes_overlap(boxes_a: Tensor, boxes_b: Tensor) -> Tensor:
+    """True where xyxy boxes ``[..., 4]`` and ``[..., 4]`` share a region of positive area (element-wise,
+    continuous convention: touching boxes do not overlap), computed in the boxes' own dtype."""
+    w = torch.minimum(boxes_a[..., 2], boxes_b[..., 2]) - torch.maximum(boxes_a[..., 0], boxes_b[..., 0])
+    h = torch.minimum(boxes_a[..., 3], boxes_b[..., 3]) - torch.maximum(boxes_a[..., 1], boxes_b[..., 1])
+    return (w > 0) & (h > 0)

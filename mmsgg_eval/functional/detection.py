@@ -81,6 +81,65 @@ def _rank_within_label(labels: Tensor, valid: Tensor, num_classes: int) -> Tenso
     return rank
 
 
+def _sort_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Tensor, det_valid: Tensor,
+                     num_classes: int, max_dets: int) -> Dict[str, Tensor]:
+    """Detections in COCO's evaluation order (stable descending score per image, padding last) and which
+    are kept (valid and among the ``max_dets`` first of their class in their image)."""
+    scores = torch.where(det_valid, det_scores.double(), torch.full_like(det_scores.double(), float('-inf')))
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices
+    valid = det_valid.gather(1, order)
+    labels = det_labels.long().gather(1, order)
+    return dict(order=order, scores=det_scores.gather(1, order), labels=labels,
+                boxes=det_boxes.gather(1, order[..., None].expand(-1, -1, 4)),
+                kept=valid & (_rank_within_label(labels, valid, num_classes) < max_dets))
+
+
+def _order_gt(gt_boxes: Tensor, gt_labels: Tensor, gt_valid: Tensor, gt_unmatchable: Optional[Tensor],
+              plus_one: bool, lo: float, hi: float) -> Dict[str, Tensor]:
+    """GT boxes in pycocotools' visiting order: the regular boxes of an image first, then the ignored ones
+    (area outside [lo, hi]) and the padding (stable)."""
+    gt_area = coco_box_area(gt_boxes, plus_one)
+    gt_ignored_raw = (gt_area < lo) | (gt_area > hi)
+    gt_order = torch.sort((gt_ignored_raw | ~gt_valid).to(torch.int8), dim=1, stable=True).indices
+    valid = gt_valid.gather(1, gt_order)
+    return dict(boxes=gt_boxes.gather(1, gt_order[..., None].expand(-1, -1, 4)),
+                labels=gt_labels.long().gather(1, gt_order), valid=valid,
+                ignored=gt_ignored_raw.gather(1, gt_order) & valid,
+                unmatchable=(torch.zeros_like(valid) if gt_unmatchable is None
+                             else gt_unmatchable.gather(1, gt_order)))
+
+
+def _greedy_match(iou: Tensor, kept: Tensor, gt: Dict[str, Tensor], thrs: Tensor) -> Tuple[Tensor, Tensor]:
+    """``COCOeval.evaluateImg``'s greedy loop over the detections of all images at once.
+
+    ``iou`` float64 [B, D, G] (-1 where the classes differ or an entry is padding), detections in evaluation
+    order; each detection takes, per threshold, the free GT box of highest IoU >= the threshold, regular boxes
+    before ignored ones, the later box on ties. Returns ``matched`` / ``ignored`` bool [B, D, T] (a match
+    of an unmatchable GT box is not ``matched``; ``ignored`` = matched an ignored GT box)."""
+    batch, num_det, num_gt = iou.shape
+    num_thr = thrs.numel()
+    g_ignored, g_unmatchable = gt['ignored'], gt['unmatchable']
+    matched = torch.zeros(batch, num_det, num_thr, dtype=torch.bool, device=iou.device)
+    ignored = torch.zeros_like(matched)
+    gt_taken = torch.zeros(batch, num_thr, num_gt, dtype=torch.bool, device=iou.device)
+    kept_pos = torch.where(kept, torch.arange(num_det, device=iou.device).expand_as(kept),
+                           torch.full_like(kept, -1, dtype=torch.long))
+    steps = int(kept_pos.max()) + 1 if batch and num_det else 0
+    last = max(num_gt - 1, 0)
+    for d in range(steps if num_gt else 0):
+        iou_d = iou[:, d, :]                                                    # [B, G]
+        cand = (iou_d[:, None, :] >= thrs[None, :, None]) & ~gt_taken           # [B, T, G]
+        regular = cand & ~g_ignored[:, None, :]
+        use = torch.where(regular.any(-1, keepdim=True), regular, cand & g_ignored[:, None, :])
+        value = torch.where(use, iou_d[:, None, :].expand_as(use), torch.full_like(use, -2.0, dtype=iou.dtype))
+        best = last - torch.argmax(value.flip(-1), dim=-1)                      # ties: the later GT box
+        hit = use.any(-1)                                                       # [B, T]
+        gt_taken.scatter_(2, best[..., None], hit[..., None] | gt_taken.gather(2, best[..., None]))
+        matched[:, d, :] = hit & ~g_unmatchable.gather(1, best)
+        ignored[:, d, :] = hit & g_ignored.gather(1, best)
+    return matched, ignored
+
+
 def coco_match_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Tensor, det_valid: Tensor,
                           gt_boxes: Tensor, gt_labels: Tensor, gt_valid: Tensor, num_classes: int,
                           plus_one: bool = False, max_dets: int = 100, float32_det_sizes: bool = False,
@@ -108,63 +167,28 @@ def coco_match_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Ten
         within the top ``max_dets`` of its class), ``scores`` / ``labels`` [B, D] sorted, ``matched`` and
         ``ignored`` bool [B, D, T]; ``gt_counts`` int64 [B, C] non-ignored GT boxes per class.
     """
-    device = det_boxes.device
-    batch, num_det = det_scores.shape
-    num_gt = gt_labels.shape[1]
-    thrs = torch.tensor([min(float(t), 1 - 1e-10) for t in iou_thrs], dtype=torch.float64, device=device)
-    num_thr = thrs.numel()
+    thrs = torch.tensor([min(float(t), 1 - 1e-10) for t in iou_thrs], dtype=torch.float64,
+                        device=det_boxes.device)
     lo, hi = float(area_range[0]), float(area_range[1])
+    det = _sort_detections(det_boxes, det_scores, det_labels, det_valid, num_classes, max_dets)
+    kept = det['kept']
+    gt = _order_gt(gt_boxes, gt_labels, gt_valid, gt_unmatchable, plus_one, lo, hi)
 
-    scores = torch.where(det_valid, det_scores.double(), torch.full_like(det_scores.double(), float('-inf')))
-    order = torch.sort(scores, dim=1, descending=True, stable=True).indices
-    valid = det_valid.gather(1, order)
-    scores = det_scores.gather(1, order)
-    labels = det_labels.long().gather(1, order)
-    boxes = det_boxes.gather(1, order[..., None].expand(-1, -1, 4))
-    kept = valid & (_rank_within_label(labels, valid, num_classes) < max_dets)
-
-    gt_area = coco_box_area(gt_boxes, plus_one)
-    gt_ignored_raw = (gt_area < lo) | (gt_area > hi)
-    # pycocotools visits the regular GT boxes of a class first, then the ignored ones (stable)
-    gt_order = torch.sort((gt_ignored_raw | ~gt_valid).to(torch.int8), dim=1, stable=True).indices
-    g_boxes = gt_boxes.gather(1, gt_order[..., None].expand(-1, -1, 4))
-    g_labels = gt_labels.long().gather(1, gt_order)
-    g_valid = gt_valid.gather(1, gt_order)
-    g_ignored = gt_ignored_raw.gather(1, gt_order) & g_valid
-    g_unmatchable = torch.zeros_like(g_valid) if gt_unmatchable is None else gt_unmatchable.gather(1, gt_order)
-
-    iou = coco_box_iou(boxes, g_boxes, plus_one, float32_det_sizes)
-    same = (labels[:, :, None] == g_labels[:, None, :]) & kept[:, :, None] & g_valid[:, None, :]
+    iou = coco_box_iou(det['boxes'], gt['boxes'], plus_one, float32_det_sizes)
+    same = (det['labels'][:, :, None] == gt['labels'][:, None, :]) & kept[:, :, None] & gt['valid'][:, None, :]
     iou = torch.where(same, iou, torch.full_like(iou, -1.0))
-
-    matched = torch.zeros(batch, num_det, num_thr, dtype=torch.bool, device=device)
-    ignored = torch.zeros_like(matched)
-    gt_taken = torch.zeros(batch, num_thr, num_gt, dtype=torch.bool, device=device)
-    kept_pos = torch.where(kept, torch.arange(num_det, device=device).expand_as(kept), torch.full_like(order, -1))
-    steps = int(kept_pos.max()) + 1 if batch and num_det else 0
-    last = max(num_gt - 1, 0)
-    for d in range(steps if num_gt else 0):
-        iou_d = iou[:, d, :]                                                    # [B, G]
-        cand = (iou_d[:, None, :] >= thrs[None, :, None]) & ~gt_taken           # [B, T, G]
-        regular = cand & ~g_ignored[:, None, :]
-        use = torch.where(regular.any(-1, keepdim=True), regular, cand & g_ignored[:, None, :])
-        value = torch.where(use, iou_d[:, None, :].expand_as(use), torch.full_like(use, -2.0, dtype=iou.dtype))
-        best = last - torch.argmax(value.flip(-1), dim=-1)                      # ties: the later GT box
-        hit = use.any(-1)                                                       # [B, T]
-        gt_taken.scatter_(2, best[..., None], hit[..., None] | gt_taken.gather(2, best[..., None]))
-        matched[:, d, :] = hit & ~g_unmatchable.gather(1, best)
-        ignored[:, d, :] = hit & g_ignored.gather(1, best)
-    det_area = coco_box_area(boxes, plus_one, float32_det_sizes)
+    matched, ignored = _greedy_match(iou, kept, gt, thrs)
+    det_area = coco_box_area(det['boxes'], plus_one, float32_det_sizes)
     outside = (det_area < lo) | (det_area > hi)
     ignored |= ~matched & outside[:, :, None]
     matched &= kept[:, :, None]
     ignored &= kept[:, :, None]
 
-    counted = (g_valid & ~g_ignored).long()
-    gt_counts = torch.zeros(batch, num_classes, dtype=torch.long, device=device)
-    gt_counts.scatter_add_(1, g_labels.clamp(0, num_classes - 1), counted)
-    return dict(order=order, kept=kept, scores=scores, labels=labels, matched=matched, ignored=ignored,
-                gt_counts=gt_counts)
+    counted = (gt['valid'] & ~gt['ignored']).long()
+    gt_counts = torch.zeros(det_scores.shape[0], num_classes, dtype=torch.long, device=det_boxes.device)
+    gt_counts.scatter_add_(1, gt['labels'].clamp(0, num_classes - 1), counted)
+    return dict(order=det['order'], kept=kept, scores=det['scores'], labels=det['labels'], matched=matched,
+                ignored=ignored, gt_counts=gt_counts)
 
 
 def coco_precision(scores: Tensor, labels: Tensor, matched: Tensor, ignored: Tensor, gt_counts: Tensor,
@@ -220,5 +244,5 @@ def coco_summary(precision: np.ndarray, iou_thrs: Sequence[float] = tuple(COCO_I
     return {'mAP': mean(precision), 'AP@50': mean(precision[at50]) if at50.size else -1.0}
 
 
-__all__ = ['COCO_IOU_THRESHOLDS', 'COCO_RECALL_THRESHOLDS', 'COCO_AREA_ALL', 'coco_xywh', 'coco_box_iou', 'coco_box_area',
-           'coco_match_detections', 'coco_precision', 'coco_summary']
+__all__ = ['COCO_IOU_THRESHOLDS', 'COCO_RECALL_THRESHOLDS', 'COCO_AREA_ALL', 'coco_xywh', 'coco_box_iou',
+           'coco_box_area', 'coco_match_detections', 'coco_precision', 'coco_summary']

@@ -9,6 +9,10 @@
   valid while every image has fewer than ``PAIR_KEY_BASE`` objects.
 * ``AUTO_SAMPLE_ID_BASE``: samples without ``sample_idx`` (single process only) are numbered from here, far
   above any dataset index, so they never collide with real ones.
+* ``POOL_SCORE_ROWS``: the predicted pairs (score rows) a scene-graph metric pools before ranking them (~53 MB
+  of 51-column float32 scores), which bounds the memory a pool keeps alive; on the CPU a batch of up to that
+  many rows has its score matrices copied into one tensor (the layout rule of :mod:`.scores`), so a pool is
+  copied whole unless its images are very long (SGDet with all pairs).
 """
 
 NO_HIT = 2 ** 30
@@ -17,6 +21,7 @@ RANK_CAP_INT16 = 2 ** 15 - 1
 PAIR_KEY_BASE = 2 ** 16
 MAX_OBJECTS_PER_IMAGE = PAIR_KEY_BASE - 1
 AUTO_SAMPLE_ID_BASE = 2 ** 40
+POOL_SCORE_ROWS = 2 ** 18
 
 assert K_ALL < NO_HIT < 2 ** 31, 'NO_HIT must exceed every K and fit int32'
 assert RANK_CAP_INT16 < K_ALL and RANK_CAP_INT16 == 32767, 'the int16 rank cap is the int16 maximum'

@@ -132,3 +132,37 @@ def _keyed_topk(scores: Tensor, valid: Optional[Tensor], k: int) -> Tuple[Tensor
 def triplet_scores(prob: Tensor, subject_score: Tensor, object_score: Tensor) -> Tensor:
     """Legacy triplet score ``prob * subject_score * object_score`` in float32, in that order."""
     return prob.float() * subject_score.float() * object_score.float()
+
+
+def pair_end_scores(batch) -> Tuple[Tensor, Tensor]:
+    """``(subject score, object score)`` [B, R] of every predicted pair of a padded scene-graph batch (the object
+    scores at its ``rel_pairs``; padding pairs point at object 0)."""
+    return (batch.pred_scores.gather(1, batch.rel_pairs[..., 0]), batch.pred_scores.gather(1, batch.rel_pairs[..., 1]))
+
+
+def graph_constrained_list(batch, k: int, rank_by: str = 'score', prefix: bool = False,
+                           end_scores: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """The graph-constrained ranked list of every image of a padded scene-graph batch (one predicate a pair).
+
+    ``batch``: a :class:`~mmsgg_eval.structures.reader.SceneGraphBatch`. Each pair is scored
+    ``best predicate score * subject score * object score`` (:func:`triplet_scores`, float32) and the pairs are
+    ranked by that score, descending and stable (``rank_by='score'``), or kept in the order the model gave them
+    (``rank_by='given'``). ``prefix=True`` uses :func:`prefix_topk` (an image's real pairs are its first
+    ``num_rel_preds``; the compiled kernel on the CPU); otherwise :func:`stable_topk` on ``rel_valid``.
+    ``end_scores``: :func:`pair_end_scores` of the batch when the caller already has them.
+    Returns ``(order [B, k'], valid [B, k'], triplet_score [B, R])`` with k' = min(k, R): ``order`` indexes the
+    batch's pairs, ``valid`` marks real entries.
+    """
+    if rank_by not in ('score', 'given'):
+        raise ValueError(f"rank_by must be 'score' or 'given', got {rank_by!r}")
+    subject_score, object_score = end_scores if end_scores is not None else pair_end_scores(batch)
+    score = triplet_scores(batch.scores.best, subject_score, object_score)
+    if rank_by == 'given':
+        length = min(int(k), batch.rel_valid.shape[1])
+        order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
+        return order, batch.rel_valid[:, :length], score
+    if prefix:
+        order, valid = prefix_topk(score, batch.num_rel_preds, k, batch.rel_valid)
+    else:
+        order, valid = stable_topk(score, batch.rel_valid, k)
+    return order, valid, score

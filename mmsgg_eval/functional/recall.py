@@ -16,7 +16,8 @@ from .limits import NO_HIT
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import positions_in_groups, prefix_topk, sortable_key, stable_topk, triplet_scores, valid_counts
+from .ranking import (graph_constrained_list, pair_end_scores, positions_in_groups, sortable_key, stable_topk,
+                      valid_counts)
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -25,10 +26,6 @@ DENSE_NGC_ENTRIES = 8192
 # tight; with more pairs (e.g. 300-1,000 candidates, SGDet with all pairs) the top pairs' own bound lets about as
 # few rows through and the probe costs more than it saves
 NGC_PROBE_PAIRS_PER_ENTRY = 2
-
-
-def _take(values: Tensor, index: Tensor) -> Tensor:
-    return values.gather(1, index)
 
 
 def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
@@ -207,62 +204,18 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     [B, G] the predicate of that entry (what the model ranked highest on the GT pair; -1 when none).
     """
     scores = batch.scores  # the predicate scores, in the layout the reader chose
-    subject_score = _take(batch.pred_scores, batch.rel_pairs[..., 0])
-    object_score = _take(batch.pred_scores, batch.rel_pairs[..., 1])
-    gc_score = triplet_scores(scores.best, subject_score, object_score)
-    gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
-    num_gt = batch.gt_predicates.shape[1]
-    if phrase:
-        def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
-            pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
-            hits = triplet_hits(pairs[..., 0], pairs[..., 1], predicate(valid) if callable(predicate) else predicate,
-                                valid, batch.pred_labels, gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid,
-                                batch.gt_labels, iou_thr, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
-                                phrase=True, plus_one=plus_one)
-            return first_hit_rank(hits, list_valid)
-    else:
-        subject_bits, object_bits = relation_end_bits(object_match_list(batch, iou_thr, plus_one, use_masks),
-                                                      gt_sub, gt_obj, batch.gt_valid)
-        carries = predicate_bits(batch.gt_predicates, batch.gt_valid, scores.num_predicates)
-
-        def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
-            """``predicate``: the entries' predicates [B, J], or a function of a mask giving them there; it is
-            asked only for the entries whose pair matches both ends of some GT relation (the others hit
-            nothing, whatever their predicate)."""
-            ends = pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, pair_index),
-                                 batch.rel_pairs[..., 1].gather(1, pair_index), valid)
-            if callable(predicate):
-                valid = (ends != 0).any(-1)
-                predicate = predicate(valid)
-            return first_hit_rank_bits(predicate_hit_bits(ends, carries, predicate, valid), num_gt, list_valid)
+    subject_score, object_score = pair_end_scores(batch)
+    first_hits, pair_ranks = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
 
     def gc_predicate(order: Tensor):
         return lambda where: scores.predicate_at(order, where)
 
-    out = {}
-    if rank_by == 'given':
-        length = min(max_k, batch.rel_valid.shape[1])
-        gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
-        gc_valid = batch.rel_valid[:, :length]
-    else:
-        gc_order, gc_valid = prefix_topk(gc_score, batch.num_rel_preds, max_k, batch.rel_valid)  # real pairs first
-    out['gc'] = first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)
+    # the graph-constrained list (real pairs first)
+    gc_order, gc_valid, gc_score = graph_constrained_list(batch, max_k, rank_by, prefix=True,
+                                                          end_scores=(subject_score, object_score))
+    out = {'gc': first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)}
     if list_length > 0:
-        length = min(int(list_length), gc_order.shape[1])
-        head, head_valid = gc_order[:, :length], gc_valid[:, :length]
-        out['gc_pairs'], out['gc_valid'] = head, head_valid
-        out['gc_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)
-        out['gc_score'] = torch.where(head_valid, gc_score.gather(1, head), 0.0)
-        if phrase:
-            out['pair_rank'] = torch.full_like(batch.gt_predicates, NO_HIT, dtype=torch.int32)
-        else:
-            ends = pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, gc_order),
-                                 batch.rel_pairs[..., 1].gather(1, gc_order), gc_valid)
-            out['pair_rank'] = first_hit_rank_bits(ends, num_gt, None)
-        found = out['pair_rank'] < NO_HIT
-        at = torch.where(found, out['pair_rank'], 0).long()
-        on_pair = gc_order.gather(1, at) if gc_order.shape[1] else at
-        out['pair_predicate'] = torch.where(found, scores.predicate_at(on_pair, found), -1)
+        out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks))
     if gc_order.shape[1]:
         head, head_valid = gc_order[:, :1], gc_valid[:, :1]
         out['top_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)[:, 0]
@@ -286,6 +239,67 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
             out['pair_acc'] = first_hits(acc_order, acc_valid, gc_predicate(acc_order), None)
+    return out
+
+
+def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_masks: bool):
+    """``(first_hits, pair_ranks)`` for the ranked lists of ``batch``.
+
+    ``first_hits(pair_index, valid, predicate, list_valid)``: the [B, G] first-hit rank of each GT relation in a
+    list of (pair, predicate) entries [B, J]; ``predicate``: the entries' predicates [B, J], or a function of a
+    mask giving them there (asked only for the entries whose pair matches both ends of some GT relation: the
+    others hit nothing, whatever their predicate); ``list_valid``: entries that count as list positions (None:
+    all). Phrase detection matches the union boxes of each entry's pair; otherwise matched objects are bit sets.
+    ``pair_ranks(order, valid)``: the first position whose pair matches both ends of each GT relation, whatever
+    the predicate (None for ``phrase``)."""
+    gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
+    num_gt = batch.gt_predicates.shape[1]
+    if phrase:
+        def phrase_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
+            pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
+            hits = triplet_hits(pairs[..., 0], pairs[..., 1], predicate(valid) if callable(predicate) else predicate,
+                                valid, batch.pred_labels, gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid,
+                                batch.gt_labels, iou_thr, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
+                                phrase=True, plus_one=plus_one)
+            return first_hit_rank(hits, list_valid)
+        return phrase_hits, None
+    subject_bits, object_bits = relation_end_bits(object_match_list(batch, iou_thr, plus_one, use_masks),
+                                                  gt_sub, gt_obj, batch.gt_valid)
+    carries = predicate_bits(batch.gt_predicates, batch.gt_valid, batch.scores.num_predicates)
+
+    def ends_of(pair_index: Tensor, valid: Tensor) -> Tensor:
+        return pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, pair_index),
+                             batch.rel_pairs[..., 1].gather(1, pair_index), valid)
+
+    def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
+        ends = ends_of(pair_index, valid)
+        if callable(predicate):
+            valid = (ends != 0).any(-1)
+            predicate = predicate(valid)
+        return first_hit_rank_bits(predicate_hit_bits(ends, carries, predicate, valid), num_gt, list_valid)
+
+    return first_hits, lambda order, valid: first_hit_rank_bits(ends_of(order, valid), num_gt, None)
+
+
+def _list_head(batch, gc_order: Tensor, gc_valid: Tensor, gc_score: Tensor, list_length: int,
+               pair_ranks) -> Dict[str, Tensor]:
+    """The per-image outputs of :func:`scene_graph_ranks` (``list_length`` > 0): the head of the
+    graph-constrained list and, per GT relation, ``pair_rank`` / ``pair_predicate`` (``pair_ranks`` None:
+    phrase detection, no pair ranks)."""
+    scores = batch.scores
+    length = min(int(list_length), gc_order.shape[1])
+    head, head_valid = gc_order[:, :length], gc_valid[:, :length]
+    out = {'gc_pairs': head, 'gc_valid': head_valid,
+           'gc_predicate': torch.where(head_valid, scores.predicate_at(head, head_valid), -1),
+           'gc_score': torch.where(head_valid, gc_score.gather(1, head), 0.0)}
+    if pair_ranks is None:
+        out['pair_rank'] = torch.full_like(batch.gt_predicates, NO_HIT, dtype=torch.int32)
+    else:
+        out['pair_rank'] = pair_ranks(gc_order, gc_valid)
+    found = out['pair_rank'] < NO_HIT
+    at = torch.where(found, out['pair_rank'], 0).long()
+    on_pair = gc_order.gather(1, at) if gc_order.shape[1] else at
+    out['pair_predicate'] = torch.where(found, scores.predicate_at(on_pair, found), -1)
     return out
 
 

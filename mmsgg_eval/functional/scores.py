@@ -16,6 +16,8 @@ rows, are ``-inf``). How the rows are held depends on the batch:
   contiguous float32 CPU matrices of one background convention without single-label images, when the kernels
   are built (else ``views``).
 
+Which layout a batch gets is decided by :func:`choose_layout` (with its size limits, next to it).
+
 The functional layer reads rows only through :meth:`RelationScores.rows`, :meth:`~RelationScores.predicate_at`
 and the per-pair row maxima ``best`` (and ``dense`` when present), so the layout is a speed choice that never
 changes a number. Every layout reads each score once for the row maxima and once for the value check
@@ -30,6 +32,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 from . import compiled
+from .limits import POOL_SCORE_ROWS
 
 LAYOUTS = ('stacked', 'concatenated', 'views', 'compiled')
 
@@ -240,6 +243,31 @@ def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.devi
     if failed:
         flags[failed] = _range_flags(_ranges_per_image([raw[b] for b in failed], [False] * len(failed), (), device))
     return flags
+
+
+# The layout rule (:func:`choose_layout`). On the CPU a batch of up to POOL_SCORE_ROWS score rows (a whole pool of
+# the metrics) is stacked / concatenated once (one copy of its score matrices, read by whole-batch kernels) unless
+# its images have more than VIEW_ROWS_PER_IMAGE rows on average (SGDet with all pairs): per-image kernels are then
+# long enough to amortise their dispatch, and copying the matrices would cost more than it saves; above, each
+# image's matrix stays a view. On a GPU whole-batch kernels win up to memory limits (SMALL_BATCH_ROWS_GPU).
+VIEW_ROWS_PER_IMAGE = 2048
+SMALL_BATCH_ROWS_GPU = 1 << 22  # ~850 MB of 51-column float32 scores
+
+
+def choose_layout(raw: Sequence[Tensor], background: Sequence[int], single_label: Sequence[bool],
+                  num_rel: Sequence[int], num_predicates: int, device: torch.device) -> str:
+    """The layout of a batch's score matrices (arguments as :func:`build_relation_scores`): 'compiled' where the
+    compiled CPU kernels can read the matrices in place (any size: no copy), else 'stacked' (concatenated when the
+    images differ) for batches up to the size limits above, else 'views'. A speed choice only: every layout gives
+    the same numbers."""
+    if compiled.suits(raw, background, single_label, num_predicates, device):
+        return 'compiled'
+    total = sum(num_rel)
+    if device.type == 'cpu':
+        small = total <= POOL_SCORE_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
+    else:
+        small = total <= SMALL_BATCH_ROWS_GPU
+    return 'stacked' if small else 'views'
 
 
 def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_rel: Sequence[int],

@@ -6,7 +6,9 @@ Formats: ``dump`` (the prediction stream, :mod:`~mmsgg_eval.io.stream`), ``jsonl
 the dataset), ``legacy`` (:mod:`~mmsgg_eval.io.legacy`, GT from the dump, which defines the evaluated images)
 and ``grounding`` (:mod:`~mmsgg_eval.io.grounding`, GT from the dataset).
 """
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+import itertools
+import logging
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from .errors import InputFileError
 from .samples import CoveredSamples, DatasetSamples, Located
@@ -71,7 +73,7 @@ def _legacy_samples(path: str, dataset: DatasetSamples, mode: str, unsafe: bool)
     if size != len(dataset):
         print_log(f'{path}: the legacy dump holds {size} images, the dataset of the config {len(dataset)}; the '
                   f'images of the dump are evaluated with its own GT (the config gives the vocabulary)',
-                  logger='current', level=30)
+                  logger='current', level=logging.WARNING)
     located = ((f'{path} prediction #{s["sample_idx"]}', s) for s in iter_legacy_samples(obj, mode=mode, source=path))
     return located, size
 
@@ -96,11 +98,13 @@ def _read(fmt: str, path: str, dataset: DatasetSamples, mode: str, unsafe: bool,
     raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
 
 
-def open_predictions(fmt: str, path: str, dataset: Any, mode: str = 'sgdet', unsafe: bool = False,
-                     allow_missing: bool = False, reader_options: Optional[dict] = None,
+def open_predictions(fmt: str, path: Union[str, Sequence[str]], dataset: Any, mode: str = 'sgdet',
+                     unsafe: bool = False, allow_missing: bool = False, reader_options: Optional[dict] = None,
                      on_sample: Optional[Callable[[], None]] = None) -> CoveredSamples:
     """The data samples of predictions file ``path`` in format ``fmt`` (``'auto'``: from the file name),
-    covering ``dataset`` (a dataset or :class:`~mmsgg_eval.io.samples.DatasetSamples`).
+    covering ``dataset`` (a dataset or :class:`~mmsgg_eval.io.samples.DatasetSamples`). A list of paths is
+    read as shards of one prediction set, in order: together they cover the dataset once (a sample in two
+    files is an error naming both places); ``fmt='auto'`` then takes the format of the first file.
 
     ``mode``: the scene-graph mode of legacy dumps; ``unsafe``: unrestricted unpickling (trusted files only);
     ``allow_missing``: samples without a prediction (or cut off a truncated stream) become empty predictions
@@ -108,7 +112,12 @@ def open_predictions(fmt: str, path: str, dataset: Any, mode: str = 'sgdet', uns
     of the grounding reader; ``on_sample``: called per sample (progress). Nothing is read before iterating,
     except a legacy dump (one torch object).
     """
-    fmt = guess_format(path) if fmt == 'auto' else fmt
+    paths = [path] if isinstance(path, str) else list(path)
+    fmt = guess_format(paths[0]) if fmt == 'auto' else fmt
+    if fmt == 'legacy' and len(paths) > 1:
+        raise ValueError('legacy dumps hold their own GT and image list: give one legacy file, not several')
     index = dataset if isinstance(dataset, DatasetSamples) else DatasetSamples(dataset)
-    located, missing_sample, size = _read(fmt, path, index, mode, unsafe, allow_missing, reader_options)
-    return CoveredSamples(located, index, path, allow_missing, missing_sample, on_sample=on_sample, size=size)
+    reads = [_read(fmt, p, index, mode, unsafe, allow_missing, reader_options) for p in paths]
+    located = itertools.chain.from_iterable(r[0] for r in reads)
+    source = paths[0] if len(paths) == 1 else f'{len(paths)} prediction files ({", ".join(paths)})'
+    return CoveredSamples(located, index, source, allow_missing, reads[0][1], on_sample=on_sample, size=reads[0][2])

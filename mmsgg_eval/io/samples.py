@@ -16,6 +16,7 @@ its ground truth and identity from here, so that they are built one way:
   an EMPTY prediction whose metainfo carries ``prediction_missing=True`` (the metrics count it as recall 0 and
   never skip it).
 """
+import logging
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -242,7 +243,7 @@ class CoveredSamples:
             from mmengine.logging import print_log
             print_log(f'{self.source}: {len(self.missing)} of the {n} dataset samples have no prediction (first '
                       f'sample_idx: {self.missing[:10]}); --allow-missing: they are scored as empty predictions '
-                      f'(recall 0)', logger='current', level=30)
+                      f'(recall 0)', logger='current', level=logging.WARNING)
         for idx in self.missing:
             sample = self.missing_sample(idx)
             sample[MISSING_KEY] = True

@@ -8,6 +8,7 @@ several ranks (or twice on one): :meth:`reduce` keeps, for each ``sample_idx``, 
 occurrence (lowest rank, then earliest ``add`` call). What crosses ranks is one length exchange and one
 byte buffer per rank: its size depends on the number of samples and GT rows, never on predictions.
 """
+import logging
 from collections import OrderedDict
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -73,7 +74,7 @@ class RowAccumulator:
         if size is not None and num != size:
             from mmengine.logging import print_log
             print_log(f'{owner}: {num} distinct samples were evaluated, the dataset has {size}',
-                      logger='current', level=30)
+                      logger='current', level=logging.WARNING)
         return tables
 
     def __len__(self) -> int:

@@ -55,9 +55,12 @@ import torch
 from mmengine.evaluator import BaseMetric
 from torch import Tensor
 
+from ..functional.threads import compute_threads
 from ..reports import check_writable
 from ..structures import get_field, sample_index
 from .accumulator import RowAccumulator, same_objects
+from .state import record_init_arguments, save_state
+from .bootstrap import add_intervals, format_intervals, with_bootstrap_option
 
 Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
 Tables = Dict[str, Dict[str, Tensor]]
@@ -97,7 +100,7 @@ def warn_user(message: str) -> None:
     """A user-facing warning: through ``warnings`` (tests, notebooks) and the runner's log."""
     from mmengine.logging import print_log
     warnings.warn(message, UserWarning, stacklevel=3)
-    print_log(message, logger='current', level=30)
+    print_log(message, logger='current', level=logging.WARNING)
 
 
 class FileClaims:
@@ -229,6 +232,22 @@ class RowMetric(BaseMetric):
 
     #: distinguishes the ``outfile_prefix`` files of metrics sharing a prefix (e.g. 'recall', 'mean_recall')
     file_tag: Optional[str] = None
+    #: where the per-image results go (metrics that write them set it) and the sample names noted for them
+    per_image_out: Optional[str] = None
+    _image_names: Any = None
+    #: path of the evaluation state written at ``evaluate()`` (main rank; ``save_state=PATH`` of every
+    #: constructor, :mod:`mmsgg_eval.metrics.state`), and the GT hash it records (set by the tools)
+    save_state: Optional[str] = None
+    state_gt_hash: Optional[str] = None
+    #: ``bootstrap=`` of every constructor (:func:`~mmsgg_eval.metrics.bootstrap.bootstrap_options`): percentile
+    #: intervals of every key from image resamples, added to the summary after the reduce; None = off
+    bootstrap: Optional[Dict[str, Any]] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every constructor records its arguments and takes ``save_state`` (:func:`record_init_arguments`)."""
+        super().__init_subclass__(**kwargs)
+        if '__init__' in cls.__dict__:
+            cls.__init__ = with_bootstrap_option(record_init_arguments(cls.__dict__['__init__']))
 
     def __init__(self, outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 1, collect_device: str = 'cpu', prefix: Optional[str] = None) -> None:
@@ -329,6 +348,10 @@ class RowMetric(BaseMetric):
         """``{prefix}.{file_tag}`` (``{prefix}`` for a metric without a tag)."""
         return f'{self.prefix}.{self.file_tag}' if self.file_tag else str(self.prefix)
 
+    def report_stem(self) -> str:
+        """The ``report_dir`` file stem this metric asks for first (default ``{prefix}``; see :class:`FileClaims`)."""
+        return str(self.prefix)
+
     def before_epoch(self) -> None:
         """Checks run at the first ``process()`` of an epoch: the output directories are writable (main
         rank). Subclasses add theirs (e.g. ``dataset_meta``)."""
@@ -343,7 +366,11 @@ class RowMetric(BaseMetric):
 
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
         """Pool the samples; every ``pool_samples`` samples (or :meth:`pool_capacity` weight) turn them into
-        rows. Pooled samples are referenced, not copied: do not modify them in place after ``process()``."""
+        rows. Pooled samples are referenced, not copied: do not modify them in place after ``process()``. With
+        ``per_image_out`` set, the samples' ``img_id`` / ``img_path`` are first noted in ``_image_names`` (a
+        :class:`~mmsgg_eval.metrics.per_image.ImageNames`, for the per-image file)."""
+        if self.per_image_out and self._image_names is not None:
+            self._image_names.note(data_samples)
         if not self._epoch_open:
             self.before_epoch()
             group = self._compute_group()
@@ -364,10 +391,11 @@ class RowMetric(BaseMetric):
             return
         samples = first_occurrences(samples)
         group = self._compute_group()
-        if group is not None and self._epoch_open:
-            rows = group.rows(samples, self.compute_rows, self._group_epoch)
-        else:
-            rows = self.compute_rows(samples)
+        with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
+            if group is not None and self._epoch_open:
+                rows = group.rows(samples, self.compute_rows, self._group_epoch)
+            else:
+                rows = self.compute_rows(samples)
         self.accumulator.add(rows)
 
     def _compute_group(self) -> Optional[ComputeGroup]:
@@ -398,21 +426,27 @@ class RowMetric(BaseMetric):
             return dict(self._last_metrics)
         self.flush()
         self._compute_group()
-        if self._group is not None:
-            tables = self._group.reduce(self.accumulator, size, self.name)
-        else:
-            tables = self.accumulator.reduce_to_cpu(size, self.name)
-        keys = self.compute_metrics(tables)
+        with compute_threads():  # the reduce and the summary: many short ops, the same thread policy as a pool
+            if self._group is not None:
+                tables = self._group.reduce(self.accumulator, size, self.name)
+            else:
+                tables = self.accumulator.reduce_to_cpu(size, self.name)
+            keys = self.compute_metrics(tables)
         summary = self.last_report
         metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
         self._epoch_open = False
         self._last_metrics = dict(metrics)
         from ..reports import log_block
-        summary['text'] = self.format_report(summary, keys)
+        if self.bootstrap:  # intervals of every key (the scalars returned stay as they are)
+            add_intervals(self, tables, summary)
+        report = self.format_report(summary, keys)
+        summary['text'] = '\n'.join(filter(None, (report, format_intervals(summary, keys))))
         log_block(summary['text'])  # the numbers are in the log before any file is written
         from mmengine.dist import is_main_process
         if is_main_process():
             self._write_files(summary, keys, tables)
+            if self.save_state:
+                self._guarded('save_state', lambda: save_state(self, tables, str(self.save_state), size))
         return metrics
 
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
@@ -439,9 +473,9 @@ class RowMetric(BaseMetric):
             done = group.written_reports(target, content)
             if done is not None:
                 return done
-        stem = FileClaims.claim('report', directory, file_stem_candidates(str(self.prefix), self.tagged_stem()),
-                                self)
-        self._note_renamed('report_dir', str(self.prefix), stem)
+        wanted = self.report_stem()
+        stem = FileClaims.claim('report', directory, file_stem_candidates(wanted, self.tagged_stem()), self)
+        self._note_renamed('report_dir', wanted, stem)
         paths = self.write_reports(summary, keys, stem)
         if group is not None:
             group.record_reports(target, content, paths)
@@ -463,17 +497,22 @@ class RowMetric(BaseMetric):
             from mmengine.logging import print_log
             message = (f'{self.name}: could not write the {what} files ({type(err).__name__}: {err}); the '
                        f'results above are complete and are returned to the runner')
-            print_log(message, logger='current', level=40)
+            print_log(message, logger='current', level=logging.ERROR)
             warnings.warn(message, UserWarning)
             return None
 
 
 def extra_results_of(metrics: Sequence[Any]) -> Dict[str, Any]:
     """The non-scalar results (e.g. ``{prefix}/per_predicate_recall``) of the last ``evaluate()`` of each
-    metric, merged: what ``metrics.json`` adds to the scalar keys an evaluator returns."""
+    metric, merged: what ``metrics.json`` adds to the scalar keys an evaluator returns (with ``bootstrap=``,
+    also ``{prefix}/intervals`` and ``{prefix}/bootstrap``)."""
     out: Dict[str, Any] = {}
     for metric in metrics:
         extra = getattr(metric, 'extra_results', None)
         if callable(extra):
             out.update(extra())
+        report = getattr(metric, 'last_report', None) or {}
+        if report.get('intervals'):  # bootstrap=: {prefix}/intervals {key: [low, high]} and its settings
+            out[f'{metric.prefix}/intervals'] = report['intervals']
+            out[f'{metric.prefix}/bootstrap'] = report['bootstrap']
     return out

@@ -250,12 +250,6 @@ class GroundingPr(RowMetric):
         self.per_image_out = per_image_out  # JSON lines: per sample its IoU and hits (metrics/per_image.py)
         self._image_names = ImageNames()
 
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """As :meth:`RowMetric.process`; with ``per_image_out``, notes the samples' ``img_id`` / ``img_path``."""
-        if self.per_image_out:
-            self._image_names.note(data_samples)
-        super().process(data_batch, data_samples)
-
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
         super()._write_files(summary, keys, tables)
         if self.per_image_out:

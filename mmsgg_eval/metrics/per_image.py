@@ -166,17 +166,8 @@ def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
     eval_pos = {int(s): i for i, s in enumerate(eval_sorted.tolist())}
     limit = min(int(metric._rank_cap), NO_HIT)
     names = names or {}
-
-    def name(table: Sequence[str], i: int) -> Optional[str]:
-        return table[i] if 0 <= i < len(table) else None
-
-    by_image: Dict[int, List[int]] = {}
-    for row, idx in enumerate(rels['sample_idx'].tolist()):
-        by_image.setdefault(idx, []).append(row)
-    top_by_image: Dict[int, List[int]] = {}
-    if top is not None:
-        for row, idx in enumerate(top['sample_idx'].tolist()):
-            top_by_image.setdefault(idx, []).append(row)
+    by_image = _rows_by_image(rels['sample_idx'])
+    top_by_image = _rows_by_image(top['sample_idx']) if top is not None else {}
     r = {n: c.tolist() for n, c in rels.items()}
     t = {n: c.tolist() for n, c in top.items()} if top is not None else {}
     out = []
@@ -186,37 +177,13 @@ def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
         img_id, img_path = names.get(idx, (None, None))
         if img_id is None and image_rows['img_id'][i] >= 0:
             img_id = image_rows['img_id'][i]
-        rows = sorted(by_image.get(idx, []), key=lambda j: r['gt_index'][j])
-        gt = []
-        for j in rows:
-            gt.append({
-                'index': r['gt_index'][j], 'subject': r['subject'][j], 'object': r['object'][j],
-                'subject_label': name(classes, r['subject_label'][j]),
-                'object_label': name(classes, r['object_label'][j]),
-                'predicate': name(predicates, r['predicate'][j]),
-                'rank_gc': _rank(r['rank_gc'][j], limit), 'rank_ngc': _rank(r['rank_ngc'][j], limit),
-                'zeroshot': bool(r['zeroshot'][j]),
-                'pair_rank': _rank(r['pair_rank'][j], limit),
-                'pair_predicate': name(predicates, r['pair_predicate'][j]),
-                'subject_box': [round(v, 2) for v in r['subject_box'][j]],
-                'object_box': [round(v, 2) for v in r['object_box'][j]]})
-        first_hit: Dict[int, List[int]] = {}
-        for rel in gt:
-            if rel['rank_gc'] is not None:
-                first_hit.setdefault(rel['rank_gc'], []).append(rel['index'])
-        predictions = []
-        for j in sorted(top_by_image.get(idx, []), key=lambda j: t['position'][j]):
-            pos = t['position'][j]
-            predictions.append({
-                'rank': pos, 'subject': t['subject'][j], 'object': t['object'][j],
-                'subject_label': name(classes, t['subject_label'][j]),
-                'object_label': name(classes, t['object_label'][j]),
-                'predicate': name(predicates, t['predicate'][j]), 'score': t['score'][j],
-                'hits': first_hit.get(pos, []),
-                'subject_box': [round(v, 2) for v in t['subject_box'][j]],
-                'object_box': [round(v, 2) for v in t['object_box'][j]]})
+        gt = _gt_relations(r, sorted(by_image.get(idx, []), key=lambda j: r['gt_index'][j]), classes, predicates,
+                           limit)
+        predictions = _predictions(t, sorted(top_by_image.get(idx, []), key=lambda j: t['position'][j]), gt,
+                                   classes, predicates)
         record = {'sample_idx': idx, 'img_id': img_id, 'img_path': img_path, 'mode': metric.mode,
-                  'recall_average': metric.recall_average, 'evaluated': idx in eval_pos, 'prediction_missing': bool(image_rows['missing'][i]),
+                  'recall_average': metric.recall_average, 'evaluated': idx in eval_pos,
+                  'prediction_missing': bool(image_rows['missing'][i]),
                   'num_gt': image_rows['num_gt'][i], 'num_pred': image_rows['num_pred'][i]}
         pos = eval_pos.get(idx)
         num_hit = {}
@@ -235,6 +202,50 @@ def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
         record['predictions'] = predictions
         out.append(record)
     return out
+
+
+def _rows_by_image(sample_idx: Tensor) -> Dict[int, List[int]]:
+    """``sample_idx -> [row, ...]`` of a reduced table (rows in table order)."""
+    by_image: Dict[int, List[int]] = {}
+    for row, idx in enumerate(sample_idx.tolist()):
+        by_image.setdefault(idx, []).append(row)
+    return by_image
+
+
+def _name(table: Sequence[str], i: int) -> Optional[str]:
+    return table[i] if 0 <= i < len(table) else None
+
+
+def _gt_relations(r: Dict[str, list], rows: Sequence[int], classes: Sequence[str], predicates: Sequence[str],
+                  limit: int) -> List[Dict[str, Any]]:
+    """The ``gt_relations`` entries of one image from its relation rows (``r``: the table's columns as lists)."""
+    return [{
+        'index': r['gt_index'][j], 'subject': r['subject'][j], 'object': r['object'][j],
+        'subject_label': _name(classes, r['subject_label'][j]), 'object_label': _name(classes, r['object_label'][j]),
+        'predicate': _name(predicates, r['predicate'][j]),
+        'rank_gc': _rank(r['rank_gc'][j], limit), 'rank_ngc': _rank(r['rank_ngc'][j], limit),
+        'zeroshot': bool(r['zeroshot'][j]),
+        'pair_rank': _rank(r['pair_rank'][j], limit),
+        'pair_predicate': _name(predicates, r['pair_predicate'][j]),
+        'subject_box': [round(v, 2) for v in r['subject_box'][j]],
+        'object_box': [round(v, 2) for v in r['object_box'][j]]} for j in rows]
+
+
+def _predictions(t: Dict[str, list], rows: Sequence[int], gt: Sequence[Dict[str, Any]], classes: Sequence[str],
+                 predicates: Sequence[str]) -> List[Dict[str, Any]]:
+    """The ``predictions`` entries of one image from its top-triplet rows; ``hits``: the GT relations (of ``gt``)
+    whose first hit is at the entry's position."""
+    first_hit: Dict[int, List[int]] = {}
+    for rel in gt:
+        if rel['rank_gc'] is not None:
+            first_hit.setdefault(rel['rank_gc'], []).append(rel['index'])
+    return [{
+        'rank': t['position'][j], 'subject': t['subject'][j], 'object': t['object'][j],
+        'subject_label': _name(classes, t['subject_label'][j]), 'object_label': _name(classes, t['object_label'][j]),
+        'predicate': _name(predicates, t['predicate'][j]), 'score': t['score'][j],
+        'hits': first_hit.get(t['position'][j], []),
+        'subject_box': [round(v, 2) for v in t['subject_box'][j]],
+        'object_box': [round(v, 2) for v in t['object_box'][j]]} for j in rows]
 
 
 def write_per_image(path: str, records: Sequence[Dict[str, Any]]) -> str:
@@ -278,8 +289,7 @@ def read_per_image(path: str) -> List[Dict[str, Any]]:
 def image_record(metric: Any, sample: Any, topk: int = PER_IMAGE_TOPK) -> Dict[str, Any]:
     """The per-image record of ONE data sample, computed by ``metric``'s own rows (ranking and matching) on
     a private copy of its settings: what the visualizer draws. ``metric`` needs its ``dataset_meta``."""
-    from .scene_graph import SceneGraphMetric
-    if not isinstance(metric, SceneGraphMetric):
+    if not callable(getattr(metric, 'compute_rows_per_image', None)):  # SceneGraphMetric and its subclasses
         raise ValueError(f'image_record: a scene-graph metric is needed, got {type(metric).__name__}')
     rows = metric.compute_rows_per_image([sample], topk)
     tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in rows.items()}

@@ -72,53 +72,26 @@ import torch
 from torch import Tensor
 
 from ..encoders import RelationScorer, decode_image  # decode_image: the 8-bit RGB version of any image file
-from ..functional import box_iou, stable_topk, triplet_scores, union_boxes
+from ..functional import union_boxes
+from ..functional.clip_score import (CLIP_SCORE_MODES, REGION_GROUPS, counted_relations, harmonic_mean,
+                                     image_scores, penalty_divisor, reference_candidates, region_groups,
+                                     region_quantities)
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name, to_tensor
-from ..io.vlm import normalize_name, to_data_sample
+from ..io.vlm import VLMAnswerParser, normalize_name, to_data_sample
 from .base import RowMetric, Schema, Tables, warn_user
 from .options import iou_threshold, positive_int
 
-RELCLIP_MODES = ('predcls', 'sgcls', 'sgdet')
+RELCLIP_MODES = CLIP_SCORE_MODES
 TEXT_SOURCES = ('auto', 'open', 'closed')
-#: Region groups of ``region_breakdown=True`` (see the module docstring).
-REGION_GROUPS = ('low_ratio', 'high_ratio', 'near', 'far')
-_VLM_INPUTS = ('pred_text', 'pred_graph', 'vlm_result')
 Triplet = Tuple[str, str, str]
-
-
-def penalty_divisor(p: Tensor, k: Tensor, alpha: float = 1e-5) -> Tensor:
-    """D = max(log(max(p - k, 1)) + alpha, 1) (natural log), elementwise, float64."""
-    diff = (p.double() - k.double()).clamp(min=1)
-    return (torch.log(diff) + alpha).clamp(min=1)
-
-
-def harmonic_mean(a: Tensor, b: Tensor) -> Tensor:
-    """2ab / (a + b), 0 where a + b = 0."""
-    total = a + b
-    return torch.where(total > 0, 2 * a * b / total.clamp(min=1e-12), torch.zeros_like(total))
+__all__ = ['RelCLIPScore', 'RelBLIPScore', 'RelSIGLIPScore', 'RELCLIP_MODES', 'TEXT_SOURCES', 'REGION_GROUPS',
+           'clean_words', 'penalty_divisor', 'harmonic_mean', 'region_quantities', 'decode_image']
 
 
 def clean_words(text: Any) -> str:
     """A model's words as put into the text template: ``_`` -> space, whitespace collapsed (case kept)."""
     return ' '.join(str(text).replace('_', ' ').split())
-
-
-def region_quantities(sub_boxes: Tensor, obj_boxes: Tensor, image_wh: Tensor) -> Tuple[Tensor, Tensor]:
-    """Size ratio r and normalised centre distance d of box pairs (xyxy [R, 4], image (W, H) [R, 2]).
-
-    r = min(A_s, A_o) / max(A_s, A_o) (A = (x2 - x1)(y2 - y1), continuous; 1 when both areas are 0);
-    d = |c_s - c_o|_2 / sqrt(W^2 + H^2) with c the box centres. Both float32 [R].
-    """
-    def area(b: Tensor) -> Tensor:
-        return (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
-
-    a_s, a_o = area(sub_boxes.float()), area(obj_boxes.float())
-    big = torch.maximum(a_s, a_o)
-    ratio = torch.where(big > 0, torch.minimum(a_s, a_o) / big.clamp(min=1e-12), torch.ones_like(big))
-    centre = lambda b: (b[:, :2] + b[:, 2:]) / 2  # noqa: E731
-    distance = (centre(sub_boxes.float()) - centre(obj_boxes.float())).norm(dim=1) / image_wh.float().norm(dim=1)
-    return ratio, distance
 
 
 @METRICS.register_module()
@@ -141,8 +114,9 @@ class RelCLIPScore(RowMetric):
         rank: 'score' (stable sort by triplet score, as SGRecall) or 'given' (input order).
         text_source: 'auto' (the model's words when a sample carries them, else dataset names), 'open' (words
             required) or 'closed' (dataset names only).
-        vlm: options of the VLM answer parser for raw ``pred_text`` / ``pred_graph`` samples (``canvas``,
-            ``box_tolerance``, ``box_format``, ``synonyms``, as ``VLMSceneGraphMetric``).
+        vlm: options of the VLM answer parser (:class:`~mmsgg_eval.io.vlm.VLMAnswerParser`: ``canvas``,
+            ``box_tolerance``, ``box_format``, ``synonyms``, as ``VLMSceneGraphMetric``) for raw ``pred_text`` /
+            ``pred_graph`` samples; other names raise TypeError here.
         region_breakdown: add ``Precision`` and the size-ratio / distance group keys.
         ratio_thr / distance_thr: group thresholds (default 1:5 and 0.2 of the image diagonal).
         backend_args: MMEngine file backend arguments for reading ``img_path``.
@@ -199,9 +173,8 @@ class RelCLIPScore(RowMetric):
         self.rank = rank
         self.text_source = text_source
         self.vlm_options = dict(vlm or {})
-        self._vlm = None
-        if vlm:
-            self._vlm_parser()  # unknown options fail here, not at the first sample
+        #: the VLM answer reader of raw ``pred_text`` / ``pred_graph`` samples (options fail here)
+        self.vlm_parser = VLMAnswerParser(**self.vlm_options, owner=type(self).__name__)
         self.region_breakdown = bool(region_breakdown)
         self.ratio_thr = float(ratio_thr)
         self.distance_thr = float(distance_thr)
@@ -229,23 +202,6 @@ class RelCLIPScore(RowMetric):
         """The triplet text fed to the text tower."""
         return self.template.format(subject=subject, predicate=predicate, object=obj)
 
-    def _vlm_parser(self) -> Any:
-        """The VLM answer parser (a ``VLMSceneGraphMetric`` holding the ``vlm`` options)."""
-        if self._vlm is None:
-            from .vlm import VLMSceneGraphMetric
-            self._vlm = VLMSceneGraphMetric(**self.vlm_options)
-        if self._vlm.dataset_meta is not self.dataset_meta:
-            self._vlm.dataset_meta = self.dataset_meta
-        return self._vlm
-
-    @staticmethod
-    def _is_vlm_answer(sample: Any) -> bool:
-        if get_field(sample, 'pred_relations') is not None:
-            return False
-        if isinstance(sample, dict):
-            return any(k in sample for k in _VLM_INPUTS)
-        return any(get_field(sample, k) is not None for k in _VLM_INPUTS)
-
     def _prepare(self, sample: Any, predicate_index: Dict[str, int]) -> Tuple[Any, Optional[List[Triplet]],
                                                                                Optional[List[int]]]:
         """``(sample to collate, triplet words or None, predicate label of each word triplet or None)``.
@@ -253,8 +209,8 @@ class RelCLIPScore(RowMetric):
         Raw VLM answers are parsed first; samples with words get a copy whose predictions the collate step
         accepts (object labels 0, single-label predicates only for ranking): words and boxes are what count.
         """
-        if self._is_vlm_answer(sample):
-            result = self._vlm_parser()._result_of(sample)
+        if self.vlm_parser.holds_answer(sample):
+            result = self.vlm_parser.result_of(sample, self._names('classes'), self._names('predicates'))
             sample = to_data_sample(result, sample, sample_idx=get_field(sample, 'sample_idx'))
         if self.text_source == 'closed':
             return sample, None, None
@@ -338,42 +294,12 @@ class RelCLIPScore(RowMetric):
 
     # ------------------------------------------------------------------ selection (pure tensors)
     def select(self, batch: SceneGraphBatch) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Counted relations of a padded batch.
+        """Counted relations of a padded batch (:func:`~mmsgg_eval.functional.clip_score.counted_relations`).
 
         Returns ``(counted [B, K] bool, order [B, K] rel index, predicate [B, K] 0-based, gt_sub [B, K],
         gt_obj [B, K])``: position j of image b is the j-th relation of its graph-constrained ranked list.
         """
-        sub_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
-        obj_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
-        prob = batch.gc_prob
-        if self.rank == 'given':
-            length = min(self.topk, batch.rel_valid.shape[1])
-            order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
-            valid = batch.rel_valid[:, :length]
-        else:
-            order, valid = stable_topk(triplet_scores(prob, sub_score, obj_score), batch.rel_valid, self.topk)
-        pairs = batch.rel_pairs.gather(1, order[..., None].expand(-1, -1, 2))
-        num_pred, num_gt = batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]
-        if self.mode in ('predcls', 'sgcls'):  # predicted object i is GT object i
-            gt_of = torch.arange(num_pred, device=batch.device).expand(batch.pred_boxes.shape[0], num_pred)
-            matched = batch.pred_labels >= 0
-        elif num_gt == 0:
-            gt_of = torch.zeros(batch.pred_boxes.shape[:2], dtype=torch.long, device=batch.device)
-            matched = torch.zeros_like(gt_of, dtype=torch.bool)
-        else:
-            iou = box_iou(batch.pred_boxes, batch.gt_boxes)
-            iou = iou.masked_fill((batch.gt_labels < 0)[:, None, :], -1.0)
-            best, gt_of = iou.max(dim=-1)  # ties: the first GT box
-            matched = best >= self.iou_thr
-        gt_sub = gt_of.gather(1, pairs[..., 0])
-        gt_obj = gt_of.gather(1, pairs[..., 1])
-        ok = valid & matched.gather(1, pairs[..., 0]) & matched.gather(1, pairs[..., 1]) & (gt_sub != gt_obj)
-        key = gt_sub * max(num_gt, num_pred, 1) + gt_obj
-        length = key.shape[1]
-        earlier = torch.ones(length, length, dtype=torch.bool, device=batch.device).tril(-1)
-        dup = ((key[:, :, None] == key[:, None, :]) & ok[:, None, :] & earlier).any(-1)
-        counted = ok & ~dup
-        return counted, order, batch.gc_predicate_at(order, valid), gt_sub, gt_obj
+        return counted_relations(batch, self.topk, self.mode, self.iou_thr, self.rank)
 
     # ------------------------------------------------------------------ a pool becomes rows
     def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
@@ -464,11 +390,8 @@ class RelCLIPScore(RowMetric):
         """For each counted relation: whether its GT pair has GT relations, b = max(cos, 0) with the most
         similar annotated GT triplet text of that pair, and whether ``labels`` is one of the pair's GT
         predicates."""
-        pairs = batch.gt_pairs[image_of]  # [R, G, 2]
-        candidate = (pairs[..., 0] == gt_sub[:, None]) & (pairs[..., 1] == gt_obj[:, None]) \
-            & batch.gt_valid[image_of]
-        has_ref = candidate.any(1)
-        hit = (candidate & (batch.gt_predicates[image_of] == labels[:, None])).any(1)
+        candidate, has_ref, hit = reference_candidates(batch.gt_pairs[image_of], batch.gt_valid[image_of],
+                                                       batch.gt_predicates[image_of], gt_sub, gt_obj, labels)
         b = torch.zeros(image_of.shape[0], device=text_emb.device)
         if not has_ref.any():
             return has_ref, b, hit
@@ -496,13 +419,12 @@ class RelCLIPScore(RowMetric):
         order = torch.argsort(images['sample_idx'])
         images = {name: col[order] for name, col in images.items()}
         evaluated = images['num_objects'] >= 2
-        m = images['num_objects'][evaluated].double()
         k = images['num_counted'][evaluated].double()
-        mean_s = torch.where(k > 0, images['sum_score'][evaluated] / k.clamp(min=1), torch.zeros_like(k))
         num_ref = images['num_ref'][evaluated].double()
-        ref = torch.where(num_ref > 0, images['sum_ref'][evaluated] / num_ref.clamp(min=1), torch.zeros_like(k))
-        rel = mean_s / penalty_divisor(m * (m - 1) / 2, k, self.alpha) if self.penalty else mean_s
-        n = int(m.numel())
+        rel, mean_s, ref = image_scores(*(images[c][evaluated] for c in ('num_objects', 'num_counted', 'sum_score',
+                                                                       'num_ref', 'sum_ref')),
+                                        alpha=self.alpha, penalty=self.penalty)
+        n = int(k.numel())
 
         def mean(values: Tensor) -> float:
             return 100.0 * float(values.mean()) if n else 0.0
@@ -529,9 +451,7 @@ class RelCLIPScore(RowMetric):
             return 100.0 * float(values[where].double().mean()) if bool(where.any()) else float('nan')
 
         out = {'Precision': pct(hit, has_ref)}
-        ratio, distance = relations['ratio'], relations['distance']
-        groups = {'low_ratio': ratio < self.ratio_thr, 'high_ratio': ratio >= self.ratio_thr,
-                  'near': distance < self.distance_thr, 'far': distance >= self.distance_thr}
+        groups = region_groups(relations['ratio'], relations['distance'], self.ratio_thr, self.distance_thr)
         for name in REGION_GROUPS:
             g = groups[name]
             out[f'{plain_key}@{name}'] = pct(score, g)

@@ -14,7 +14,7 @@ from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..functional.limits import NO_HIT, RANK_CAP_INT16
+from ..functional.limits import NO_HIT, POOL_SCORE_ROWS, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..functional.diagnostics import box_frame_flags, box_frame_warnings, describe_score_columns, score_column_warnings
 from ..functional.recall import evaluated_image_rows, hit_within, triplet_parts
@@ -31,7 +31,10 @@ from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
 
-POOL_SCORE_ROWS = 1 << 18  # predicted pairs (score rows) a pool may hold: ~53 MB of 51-column float32 scores
+def _put(m: Dict[str, float], family: str, ks: Sequence[int], values: Tensor, suffix: str = '') -> None:
+    """``m['{family}@{k}{suffix}']`` = 100 x each value (one per K, fractions to percent)."""
+    for k, v in zip(ks, values.tolist()):
+        m[f'{family}@{k}{suffix}'] = 100.0 * v
 
 
 def exact_tensor_key(t: Optional[Tensor]) -> Optional[tuple]:
@@ -136,7 +139,7 @@ class SceneGraphMetric(RowMetric):
             once per evaluator (tools/test.py sets it to the work
             dir). They hold every key, so SGRecall and SGMeanRecall with equal settings write them once.
         pool_samples: samples pooled across ``process()`` calls and ranked as one batch (1 = each call on
-            its own); a pool is also processed once it holds ``POOL_SCORE_ROWS`` predicted pairs (SGDet with
+            its own); a pool is also processed once it holds ``functional.limits.POOL_SCORE_ROWS`` pairs (SGDet with
             all pairs), which bounds the memory it keeps alive. Results do not depend on it.
         prefix: key prefix; default the mode.
         strict_counts: PredCls/SGCls images whose predicted object list is shorter or longer than the GT are
@@ -435,12 +438,6 @@ class SceneGraphMetric(RowMetric):
         finally:
             self._list_length = length
 
-    def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
-        """As :meth:`RowMetric.process`; with ``per_image_out``, notes the samples' ``img_id`` / ``img_path``."""
-        if self._list_length:
-            self._image_names.note(data_samples)
-        super().process(data_batch, data_samples)
-
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
         super()._write_files(summary, keys, tables)
         done = (str(self.per_image_out), id(tables))
@@ -485,59 +482,85 @@ class SceneGraphMetric(RowMetric):
         return evaluated
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:
-        """All keys (percent) and the per-predicate table from de-duplicated row tables."""
+        """All keys (percent) and the per-predicate table from de-duplicated row tables: the zero-shot set
+        (:meth:`_zeroshot_relations`), the recall keys (:meth:`_recall_keys`), the mean-recall keys and predicate
+        groups (:meth:`_mean_recall_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
         images, rels = tables['images'], tables['relations']
-        num_pred_classes = len(self.predicates)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], self._evaluated_images(images),
                                                           rels['sample_idx'])
         kept = keep.nonzero().squeeze(1)
         rel = {n: c.index_select(0, kept) for n, c in rels.items()}
-        ks = self.topk
+        zs_mask, zs_info = self._zeroshot_relations(rels['triplet'], rel)
+        novel = self.novel_indices()
+        subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
         m: Dict[str, float] = {}
-        avg = self.recall_average
+        self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets)
+        per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets)
+        pred = rel['predicate'].long()
+        return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
+                'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
+                'num_missing_predictions': int(images['missing'].sum()),
+                'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
+                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images),
+                **({'open_vocab': {'source': novel['source'],
+                                   'novel_objects': [self.classes[i] for i in novel['objects']],
+                                   'novel_predicates': [self.predicates[i] for i in novel['predicates']],
+                                   'num_gt_relations': {n: int(mk.sum()) for n, mk in subsets.items()}}}
+                   if novel else {})}
 
-        def put(name: str, values: Tensor) -> None:
-            for k, v in zip(ks, values.tolist()):
-                m[f'{name}@{k}'] = 100.0 * v
-
-        rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
-        put('R', recall_from_ranks(rank_gc, image_of, num_images, ks, average=avg))
-        put('ngR', recall_from_ranks(rank_ngc, image_of, num_images, ks, average=avg))
-        has_zs = self.user_zeroshot is not None or self._meta('zeroshot_triplets') is not None
-        zs_mask = rel['zeroshot']
-        zs_info = None
-        if not has_zs and self._meta('train_triplets') is not None:
-            train = torch.as_tensor(self._meta('train_triplets')).long().reshape(-1, 3)
-            c, p = len(self.classes), num_pred_classes
-            eval_trip = torch.stack(triplet_parts(rels['triplet'], c, p), 1)  # every GT relation of the split
-            derived = derive_zeroshot(eval_trip, train)
-            codes = triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p)
-            zs_mask = torch.isin(rel['triplet'], codes)
-            zs_info = {'source': 'derived (evaluated GT triplets absent from training)',
-                       'size': int(derived.shape[0]), 'sha1': triplet_set_digest(derived)}
-            has_zs = True
-        elif has_zs:
+    def _zeroshot_relations(self, triplets: Tensor, rel: Dict[str, Tensor]
+                            ) -> Tuple[Optional[Tensor], Optional[Dict[str, Any]]]:
+        """The zero-shot flags of the evaluated GT relations ``rel`` (None: no zero-shot set) and the set's
+        description: the given set (``zeroshot_triplets``, else ``dataset_meta['zeroshot_triplets']``: the rows'
+        own flags), else the set derived from ``dataset_meta['train_triplets']``: the GT triplets of the split
+        (the codes ``triplets`` of every relation row) absent from training."""
+        if self.user_zeroshot is not None or self._meta('zeroshot_triplets') is not None:
             z = self.user_zeroshot if self.user_zeroshot is not None else \
                 as_zeroshot_triplets(self._meta('zeroshot_triplets'))
-            zs_info = {'source': 'given', 'size': int(z.shape[0]), 'sha1': triplet_set_digest(z)}
-        if has_zs:
-            put('zR', recall_from_ranks(rank_gc, image_of, num_images, ks, rel_mask=zs_mask, average=avg))
-            put('ngzR', recall_from_ranks(rank_ngc, image_of, num_images, ks, rel_mask=zs_mask, average=avg))
+            return rel['zeroshot'], {'source': 'given', 'size': int(z.shape[0]), 'sha1': triplet_set_digest(z)}
+        if self._meta('train_triplets') is None:
+            return None, None
+        train = torch.as_tensor(self._meta('train_triplets')).long().reshape(-1, 3)
+        c, p = len(self.classes), len(self.predicates)
+        derived = derive_zeroshot(torch.stack(triplet_parts(triplets, c, p), 1), train)
+        codes = triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p)
+        return torch.isin(rel['triplet'], codes), {
+            'source': 'derived (evaluated GT triplets absent from training)', 'size': int(derived.shape[0]),
+            'sha1': triplet_set_digest(derived)}
+
+    def _recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
+                     zs_mask: Optional[Tensor], subsets: Dict[str, Tensor]) -> None:
+        """R@K and ngR@K into ``m``; zR@K / ngzR@K (with a zero-shot set), A@K (PredCls / SGCls) and the recalls
+        of the open-vocabulary subsets (``R@K_{subset}``, ``ngR@K_{subset}``)."""
+        ks, avg = self.topk, self.recall_average
+        rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
+
+        def recall(rank: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+            return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg)
+        _put(m, 'R', ks, recall(rank_gc))
+        _put(m, 'ngR', ks, recall(rank_ngc))
+        if zs_mask is not None:
+            _put(m, 'zR', ks, recall(rank_gc, zs_mask))
+            _put(m, 'ngzR', ks, recall(rank_ngc, zs_mask))
         if self.mode in ('predcls', 'sgcls'):
             total = float(rel['predicate'].numel())
             for k in ks:
                 m[f'A@{k}'] = 100.0 * float(hit_within(rel['rank_pair'].long(), k).sum()) / total if total else 0.0
-
-        pred = rel['predicate'].long()
-        per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_pred_classes, ks, avg)
-        ng_per_pred, _ = per_predicate_recall(rank_ngc, pred, image_of, num_images, num_pred_classes, ks, avg)
-        novel = self.novel_indices()
-        subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
         for subset, mask in subsets.items():
             for family, rank in (('R', rank_gc), ('ngR', rank_ngc)):
-                values = recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg)
-                for k, v in zip(ks, values.tolist()):
-                    m[f'{family}@{k}_{subset}'] = 100.0 * v
+                _put(m, family, ks, recall(rank, mask), f'_{subset}')
+
+    def _mean_recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
+                          novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor]
+                          ) -> Tuple[Tensor, Dict[str, Sequence[int]]]:
+        """mR@K, ngmR@K, the predicate groups' mR@K_{group}, the novel predicates' mR@K_novel_pred /
+        ngmR@K_novel_pred, F@K and AVG@K into ``m``; returns the per-predicate recalls [K, P] and the groups."""
+        ks, avg, num_pred_classes = self.topk, self.recall_average, len(self.predicates)
+        pred = rel['predicate'].long()
+        per_pred, present = per_predicate_recall(rel['rank_gc'].long(), pred, image_of, num_images, num_pred_classes,
+                                                 ks, avg)
+        ng_per_pred, _ = per_predicate_recall(rel['rank_ngc'].long(), pred, image_of, num_images, num_pred_classes,
+                                              ks, avg)
 
         def mean_over(values: Tensor, members: Sequence[int]) -> Tensor:
             idx = torch.as_tensor(list(members), dtype=torch.long)
@@ -548,20 +571,25 @@ class SceneGraphMetric(RowMetric):
             return values[:, idx].sum(1) / idx.numel()
 
         everyone = range(num_pred_classes)
-        put('mR', mean_over(per_pred, everyone))
-        put('ngmR', mean_over(ng_per_pred, everyone))
+        _put(m, 'mR', ks, mean_over(per_pred, everyone))
+        _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone))
         groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
         for name, members in groups.items():
-            for k, v in zip(ks, mean_over(per_pred, members).tolist()):
-                m[f'mR@{k}_{name}'] = 100.0 * v
+            _put(m, 'mR', ks, mean_over(per_pred, members), f'_{name}')
         if 'novel_pred' in subsets:
             for family, table in (('mR', per_pred), ('ngmR', ng_per_pred)):
-                for k, v in zip(ks, mean_over(table, novel['predicates']).tolist()):
-                    m[f'{family}@{k}_novel_pred'] = 100.0 * v
+                _put(m, family, ks, mean_over(table, novel['predicates']), '_novel_pred')
         for k in ks:
             r, mrk = m[f'R@{k}'], m[f'mR@{k}']
             m[f'F@{k}'] = 2 * r * mrk / (r + mrk) if r + mrk > 0 else 0.0
             m[f'AVG@{k}'] = (r + mrk) / 2
+        return per_pred, groups
+
+    def _per_predicate_table(self, per_pred: Tensor, pred: Tensor) -> Dict[str, Dict[str, Any]]:
+        """``{predicate: {'R@K': percent, ..., 'num_gt': GT relations}}`` from the per-predicate recalls [K, P] and
+        the evaluated relations' predicates, by descending training frequency when ``predicate_counts`` is known
+        (else in predicate order)."""
+        ks, num_pred_classes = self.topk, len(self.predicates)
         counts = self._meta('predicate_counts')
         order = list(range(num_pred_classes))
         if counts is not None and len(counts) == num_pred_classes:
@@ -573,16 +601,7 @@ class SceneGraphMetric(RowMetric):
         num_gt = torch.bincount(pred, minlength=num_pred_classes).tolist()
         for i in order:
             per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
-        return {'metrics': m, 'per_predicate': per_predicate, 'num_images': num_images,
-                'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
-                'num_missing_predictions': int(images['missing'].sum()),
-                'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images),
-                **({'open_vocab': {'source': novel['source'],
-                                   'novel_objects': [self.classes[i] for i in novel['objects']],
-                                   'novel_predicates': [self.predicates[i] for i in novel['predicates']],
-                                   'num_gt_relations': {n: int(mk.sum()) for n, mk in subsets.items()}}}
-                   if novel else {})}
+        return per_predicate
 
     def novel_subsets(self, triplets: Tensor, novel: Dict[str, Any]) -> Dict[str, Tensor]:
         """[G] bool masks of the open-vocabulary subsets of GT relations (their triplet codes): 'novel_obj'

@@ -30,10 +30,11 @@ from typing import Any, Dict, List, Sequence
 import torch
 from torch import Tensor
 
-from ..functional import per_predicate_recall, recall_from_ranks, stable_topk, triplet_scores
+from ..functional import per_predicate_recall, recall_from_ranks
 from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
                                             matched_instances, predicate_ranks, remapped_first_hits)
 from ..functional.limits import K_ALL, NO_HIT
+from ..functional.ranking import graph_constrained_list, pair_end_scores
 from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
 from ..reports import write_scene_graph_reports
@@ -90,15 +91,10 @@ class SGBenchMetric(SceneGraphMetric):
         gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
         gt_valid = deduplicate_gt_triplets(gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid, base)
 
-        subject_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
-        object_score = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
+        subject_score, object_score = pair_end_scores(batch)
         length = batch.rel_valid.shape[1]  # the whole list: R@inf, and de-duplication never shortens the top K
-        if self.rank == 'given':
-            gc_order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
-            gc_valid = batch.rel_valid
-        else:
-            gc_order, gc_valid = stable_topk(triplet_scores(batch.gc_prob, subject_score, object_score),
-                                             batch.rel_valid, length)
+        gc_order, gc_valid, _ = graph_constrained_list(batch, length, self.rank,
+                                                       end_scores=(subject_score, object_score))
         gc_pred = batch.gc_predicate_at(gc_order, gc_valid)
         top_predicate = torch.where(gc_valid[:, 0], gc_pred[:, 0], -1) if length else \
             torch.full((gc_valid.shape[0],), -1, dtype=torch.long, device=batch.device)

@@ -3,8 +3,8 @@
 Keys (percent): ``FailureRate`` (samples whose output is not a structurally valid graph, see
 :mod:`mmsgg_eval.io.vlm`), ``Recall`` / ``mRecall`` (every predicted triplet, no K; a failed sample predicts
 nothing and counts 0), ``mRecall_head/_body/_tail`` when predicate groups are known, ``AP@50`` (COCO AP at IoU
-0.5 of the predicted objects against the GT objects, pycocotools), and with ``topk`` the ordered ``R@K`` /
-``mR@K``.
+0.5 of the predicted objects against the GT objects, :func:`mmsgg_eval.functional.detection_rows.coco_ap50`,
+equal to pycocotools' ``COCOeval``), and with ``topk`` the ordered ``R@K`` / ``mR@K``.
 
 Recall is not re-implemented: every sample is converted by :func:`mmsgg_eval.io.vlm.to_data_sample` and scored by
 the legacy scene-graph machinery (:class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric`, ``mode='sgdet'``,
@@ -27,18 +27,15 @@ marked ``prediction_missing`` (no answer given for it) predicts nothing, is a fa
 boxes look like image pixels read on the canvas (``ParseResult.pixel_like`` of at least
 :data:`PIXEL_ANSWERS_MIN` answers and :data:`PIXEL_ANSWERS_FRACTION` of those that can tell; ``docs/metrics.md``).
 """
-import contextlib
-import io
-import json
 import math
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-import numpy as np
 import torch
 
 from ..registry import METRICS
-from ..io.vlm import FAILURE_CODES, ParseResult, build_mappers, parse_vlm_output, to_data_sample
+from ..functional.detection_rows import coco_ap50  # AP@50 of the object rows (kept importable from here)
+from ..io.vlm import FAILURE_CODES, ParseResult, VLMAnswerParser, to_data_sample
 from ..structures import get_field
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
 from .options import positive_int, positive_ints
@@ -53,63 +50,14 @@ PIXEL_ANSWERS_MIN = 2
 PIXEL_ANSWERS_FRACTION = 0.9
 
 
-def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], image_ids: Sequence[int],
-              num_classes: int, plus_one: bool = False, max_dets: int = 100) -> float:
-    """COCO AP at IoU 0.5 (pycocotools ``stats[1]``), as a fraction; NaN when there is no GT object.
-
-    ``gt_rows``: ``image`` [M], ``box`` [M, 4] xyxy, ``label`` [M] 0-based; ``pred_rows`` the same plus
-    ``score`` [N]. Every id of ``image_ids`` is evaluated (images without GT objects still yield false
-    positives). Category ids are label + 1 and annotation ids start at 1 (pycocotools treats id 0 as "no
-    match"). ``plus_one``: widths/heights are ``x2 - x1 + 1`` (legacy VG150 convention).
-    """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    extra = 1.0 if plus_one else 0.0
-    anns = []
-    for i, (img, box, lab) in enumerate(zip(gt_rows['image'].tolist(), gt_rows['box'].tolist(),
-                                            gt_rows['label'].tolist())):
-        w, h = box[2] - box[0] + extra, box[3] - box[1] + extra
-        anns.append({'id': i + 1, 'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': [box[0], box[1], w, h],
-                     'area': w * h, 'iscrowd': 0})
-    if not anns:
-        return float('nan')
-    gt = COCO()
-    gt.dataset = {'images': [{'id': int(i)} for i in image_ids], 'annotations': anns,
-                  'categories': [{'id': c + 1, 'name': str(c)} for c in range(num_classes)]}
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt.createIndex()
-    dets = []
-    for img, box, lab, score in zip(pred_rows['image'].tolist(), pred_rows['box'].tolist(),
-                                    pred_rows['label'].tolist(), pred_rows['score'].tolist()):
-        w, h = box[2] - box[0] + extra, box[3] - box[1] + extra
-        dets.append({'image_id': int(img), 'category_id': int(lab) + 1, 'bbox': [box[0], box[1], w, h],
-                     'score': float(score)})
-    if not dets:
-        return 0.0
-    with contextlib.redirect_stdout(io.StringIO()):
-        dt = gt.loadRes(dets)
-        ev = COCOeval(gt, dt, 'bbox')
-        ev.params.imgIds = [int(i) for i in image_ids]
-        ev.params.maxDets = [1, 10, int(max_dets)]
-        ev.evaluate()
-        ev.accumulate()
-        ev.summarize()
-    ap = float(ev.stats[1])
-    return float('nan') if ap < 0 else ap
-
-
 @METRICS.register_module()
 class VLMSceneGraphMetric(RowMetric):
     """FailureRate, Recall, mRecall, AP@50 (and ordered R@K / mR@K) of VLM JSON scene graphs, in percent.
 
     Args:
-        canvas: box coordinate range of the model (default 1000: ``x / 1000 * W``); a ``(w, h)`` pair, 1 for
-            normalised boxes, None for pixels.
-        box_tolerance: fraction of the canvas a coordinate may lie outside it (clipped); beyond = failure.
-        box_format: 'xyxy' or 'xywh'.
-        synonyms: model name -> dataset name map (flat, or ``{'objects': ..., 'predicates': ...}``), or the path
-            of a JSON file holding one. Names are normalised first (case, ``_``/``-``, whitespace).
+        canvas / box_tolerance / box_format / synonyms: how answers are read, the options of
+            :class:`~mmsgg_eval.io.vlm.VLMAnswerParser` (default: boxes on a 0-1000 canvas, 1 % tolerance, xyxy,
+            no synonyms; names are normalised first: case, ``_``/``-``, whitespace).
         topk: K of the ordered ``R@K`` / ``mR@K`` (default none: a VLM's order is often meaningless).
         rank: order of the triplets for ``R@K``: 'given' (output order, default) or 'score' (relation score x
             object scores when the model gives them; ties keep the output order).
@@ -118,7 +66,8 @@ class VLMSceneGraphMetric(RowMetric):
             ``dataset_meta['open_vocab']``), on the model's words mapped to dataset names: keys
             ``Recall_novel_obj`` / ``Recall_novel_pred`` / ``mRecall_novel_pred`` / ``Recall_base`` (and
             ``R@K_...`` for each ``topk``).
-        ap_max_dets: detections per image kept by COCO AP (pycocotools' default 100).
+        ap_max_dets: detections per image and class kept by COCO AP (COCOeval's default 100; below 10 it acts
+            as 10, as in COCOeval).
         report_dir: when set, ``write_scene_graph_reports`` writes ``{prefix}.metrics.json``, the per-predicate
             PNG and the tables (``{prefix}.tables.md`` / ``.tex`` / ``.{name}.csv``) there after every
             evaluation (main rank only).
@@ -146,15 +95,9 @@ class VLMSceneGraphMetric(RowMetric):
         self.protocol = resolve_protocol(protocol, dict(iou_thr=iou_thr, iou_plus_one=iou_plus_one, rank=rank,
                                                         mr_average=mr_average, recall_average=recall_average), 'vlm')
         iou_thr, iou_plus_one, rank, mr_average, recall_average = self.protocol.values(VLM_SETTINGS)
-        if box_format not in ('xyxy', 'xywh'):
-            raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
-        if isinstance(synonyms, str):
-            with open(synonyms, encoding='utf-8') as f:
-                synonyms = json.load(f)
+        #: the answer reader (canvas, box tolerance and format, synonyms), shared in kind with RelCLIPScore
+        self.parser = VLMAnswerParser(canvas, box_tolerance, box_format, synonyms, owner='VLMSceneGraphMetric')
         self.canvas = canvas
-        self.box_tolerance = float(box_tolerance)
-        self.box_format = box_format
-        self.synonyms = synonyms
         empty = isinstance(topk, (tuple, list)) and not topk
         self.topk = () if empty else positive_ints(topk, 'topk', 'VLMSceneGraphMetric')
         if any(k >= K_ALL for k in self.topk):
@@ -173,8 +116,6 @@ class VLMSceneGraphMetric(RowMetric):
         # code and unknown names (metrics/per_image.py); the inner metric only computes the rows
         self.per_image_out = per_image_out
         self._unknown_words: Dict[int, List[str]] = {}
-        self._mappers = None
-        self._mappers_key = None
 
     @property
     def conventions(self) -> Dict[str, Any]:
@@ -206,43 +147,19 @@ class VLMSceneGraphMetric(RowMetric):
             self.inner.dataset_meta = self.dataset_meta
 
     def mappers(self):
-        classes, predicates = self.inner.classes, self.inner.predicates
-        key = (tuple(classes), tuple(predicates))
-        if self._mappers_key != key:
-            self._mappers = build_mappers(classes, predicates, self.synonyms)
-            self._mappers_key = key
-        return self._mappers
+        """(class, predicate) name mappers of the dataset (:meth:`VLMAnswerParser.mappers`)."""
+        return self.parser.mappers(self.inner.classes, self.inner.predicates)
 
     def parse(self, text: Any, image_size) -> ParseResult:
         """Parse one raw output with this metric's settings; ``image_size`` = (width, height)."""
         self._sync_meta()
-        return parse_vlm_output(text, image_size, self.inner.classes, self.inner.predicates, self.canvas,
-                                self.box_tolerance, self.box_format, mappers=self.mappers())
+        return self.parser.parse(text, image_size, self.inner.classes, self.inner.predicates)
 
     def _sample_idx(self, sample: Any) -> int:
         idx = get_field(sample, 'sample_idx')
         if idx is not None:
             return int(idx)
         return int(self.accumulator.number_missing(torch.tensor([-1]), 'VLMSceneGraphMetric')[0])
-
-    def _result_of(self, sample: Any) -> ParseResult:
-        result = get_field(sample, 'vlm_result')
-        if result is not None:
-            return result
-        shape = get_field(sample, 'ori_shape')
-        if shape is None:
-            shape = (get_field(sample, 'height'), get_field(sample, 'width'))
-        if shape is None or shape[0] is None:
-            raise ValueError('VLMSceneGraphMetric: a sample needs `ori_shape` (H, W) metainfo to rescale the boxes')
-        image_size = (float(shape[1]), float(shape[0]))
-        if isinstance(sample, Mapping) and 'pred_text' not in sample and 'pred_graph' in sample:
-            return self.parse(sample['pred_graph'], image_size)
-        text = get_field(sample, 'pred_text')
-        if text is None:
-            graph = get_field(sample, 'pred_graph')
-            if graph is not None:
-                return self.parse(graph, image_size)
-        return self.parse(text, image_size)
 
     # ------------------------------------------------------------------ a pool becomes rows
     def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, torch.Tensor]]:
@@ -260,7 +177,7 @@ class VLMSceneGraphMetric(RowMetric):
             missing = prediction_missing(sample)
             # no answer at all (the answers file has no record for it): its own failure code, not 'no_json'
             result = ParseResult.failure('missing', 'no answer for this sample') if missing else \
-                self._result_of(sample)
+                self.parser.result_of(sample, self.inner.classes, self.inner.predicates)
             ds = to_data_sample(result, sample, sample_idx=idx)
             if self.per_image_out:
                 self.inner._image_names.note([dict(sample_idx=idx, img_id=get_field(sample, 'img_id'),
@@ -301,7 +218,8 @@ class VLMSceneGraphMetric(RowMetric):
                            'box': cat(gt_rows['box'], (0, 4), torch.float32),
                            'label': cat(gt_rows['label'], (0,), torch.int32)},
         }
-        rows.update({t: {n: c.cpu() for n, c in cols.items()} for t, cols in self.inner.compute_rows(converted).items()})
+        inner = self.inner.compute_rows(converted)
+        rows.update({t: {n: c.cpu() for n, c in cols.items()} for t, cols in inner.items()})
         return rows
 
     # ------------------------------------------------------------------ reduced tables become keys

@@ -11,8 +11,8 @@ from typing import Any
 
 from ..registry import MODELS, register_lazily
 
-_LAZY = {'FrequencyBaseline': 'frequency_baseline', 'count_frequency_statistics': 'frequency_baseline',
-         'boxes_overlap': 'frequency_baseline', 'SceneGraphDetector': 'scene_graph_detector',
+_LAZY = {'FrequencyBaseline': 'frequency_baseline', 'count_frequency_statistics': 'frequency_statistics',
+         'FrequencyStatistics': 'frequency_statistics', 'SceneGraphDetector': 'scene_graph_detector',
          'BaseRelationHead': 'relation_heads', 'FrequencyRelationHead': 'relation_heads'}
 
 register_lazily(MODELS, 'FrequencyBaseline', f'{__name__}.frequency_baseline')

@@ -1,116 +1,26 @@
 """The frequency baseline of Zellers et al. (MOTIFS): FREQ and FREQ+OVERLAP, as an MMEngine model.
 
-Statistics, counted on a training split (:func:`count_frequency_statistics`): for every (subject class,
-object class) the number of GT relations of each predicate, and a background channel counted as MOTIFS
-counts it (every candidate ordered pair, FREQ+OVERLAP: the overlapping ones, plus one; option
-``background='unlabelled'``: the pairs without a GT relation). At test time, FREQ+OVERLAP gives pairs whose
-boxes do not overlap the background only. At test time every ordered pair of objects gets the normalised
-distribution ``counts[c_s, c_o] / counts[c_s, c_o].sum()`` as ``pred_relations.scores`` [R, P+1] (column 0 =
-no relation); pairs are sorted by max predicate probability x subject score x object score (the metric ranks
-again, stably). It needs no image: it is an honest, training-free baseline to exercise the whole stack.
+The statistics and the scores are those of :mod:`mmsgg_eval.models.frequency_statistics` (counted on a
+training split by :func:`count_frequency_statistics`). At test time every ordered pair of objects gets the
+normalised distribution ``counts[c_s, c_o] / counts[c_s, c_o].sum()`` as ``pred_relations.scores`` [R, P+1]
+(column 0 = no relation); FREQ+OVERLAP gives pairs whose boxes do not overlap the background only, unless no
+pair of the image overlaps (then all pairs keep their distribution, as MOTIFS). Pairs are sorted by max
+predicate probability x subject score x object score (the metric ranks again, stably). It needs no image: it
+is an honest, training-free baseline to exercise the whole stack.
 """
 from typing import Any, List, Optional, Sequence
 
-import numpy as np
 import torch
 from mmengine.model import BaseModel
 from torch import Tensor
 
 from ..registry import MODELS
 from ..structures import get_field, sample_name
-from .relation_heads import FrequencyStatistics, all_ordered_pairs, rank_pairs
+# count_frequency_statistics / describe_dataset are re-exported here (their home: .frequency_statistics)
+from .frequency_statistics import FrequencyStatistics, count_frequency_statistics, describe_dataset
+from .relation_heads.base import all_ordered_pairs, rank_pairs
 
-
-def boxes_overlap(boxes_a: np.ndarray, boxes_b: np.ndarray) -> np.ndarray:
-    """True where xyxy boxes share a region of positive area (element-wise)."""
-    w = np.minimum(boxes_a[..., 2], boxes_b[..., 2]) - np.maximum(boxes_a[..., 0], boxes_b[..., 0])
-    h = np.minimum(boxes_a[..., 3], boxes_b[..., 3]) - np.maximum(boxes_a[..., 1], boxes_b[..., 1])
-    return (w > 0) & (h > 0)
-
-
-BACKGROUND_MODES = ('motifs', 'unlabelled')
-
-
-def describe_dataset(dataset: Any) -> str:
-    """``'VG150Dataset(data_root=..., ann_file=..., split=...)'``: a dataset as error messages name it."""
-    parts = [f'{key}={getattr(dataset, key)!r}' for key in ('data_root', 'ann_file', 'split')
-             if getattr(dataset, key, None) not in (None, '')]
-    return f'{type(dataset).__name__}({", ".join(parts)})'
-
-
-def count_frequency_statistics(dataset: Any, num_classes: int, num_predicates: int,
-                               must_overlap: bool = False, progress: bool = True,
-                               background: str = 'motifs', source: Optional[str] = None) -> np.ndarray:
-    """Count ``[C, C, P+1]`` int64 statistics over a dataset's ``get_data_info`` records.
-
-    Statistics of nothing are refused: a dataset with 0 images, or whose images carry 0 relations (a wrong
-    ``data_root`` / ``ann_file`` / split), raises ``ValueError`` naming ``source`` (default: the dataset's
-    class, ``data_root``, ``ann_file`` and ``split``) instead of giving a model that predicts only background.
-
-    Channel ``1 + p`` of ``[c_s, c_o]``: GT relations with predicate p (0-based) between a subject of class
-    c_s and an object of class c_o, every relation of the records counted (duplicates too). Channel 0 (no
-    relation), by ``background``:
-
-    * ``'motifs'`` (default): what MOTIFS' FREQ / FREQ+OVERLAP and Scene-Graph-Benchmark's
-      ``get_VG_statistics`` + ``FrequencyBias`` learn: every ordered pair of distinct objects of an image
-      counts, pairs carrying a GT relation included; with ``must_overlap`` only pairs whose boxes share a
-      region of positive area (continuous convention, no +1), and ALL pairs of an image where no pair
-      overlaps; then 1 is added for every class pair (their ``bg_matrix += 1``).
-    * ``'unlabelled'``: only the ordered pairs without a GT relation (with ``must_overlap``: only the
-      overlapping ones, no fallback), no +1.
-
-    The legacy statistics are counted on the training split as the legacy code builds it for them (for VG150:
-    overlap-filtered, duplicates kept, boxes unclipped); the datasets list those arguments in
-    ``FREQUENCY_STATISTICS_ARGS`` and ``tools/build_freq_baseline.py`` applies them. This follows
-    Scene-Graph-Benchmark's ``get_VG_statistics(must_overlap=...)``; the first MOTIFS release
-    (rowanz/neural-motifs ``eval_rel_count.py``) differs in two details: its background overlap test uses the
-    +1-pixel convention (touching boxes overlap) and its FREQ (no overlap) counts on the unfiltered split.
-    """
-    if background not in BACKGROUND_MODES:
-        raise ValueError(f'background must be one of {BACKGROUND_MODES}, got {background!r}')
-    counts = np.zeros((num_classes, num_classes, num_predicates + 1), dtype=np.int64)
-    n = len(dataset)
-    what = source or f'training dataset {describe_dataset(dataset)}'
-    if n == 0:
-        raise ValueError(f'{what}: 0 images (and so 0 relations) to count the frequency statistics on; check its '
-                         f'data_root, ann_file and split')
-    bar = None
-    if progress:
-        from mmengine.utils import ProgressBar
-        bar = ProgressBar(n)
-    for i in range(n):
-        info = dataset.get_data_info(i)
-        instances = info.get('instances', [])
-        labels = np.array([inst['bbox_label'] for inst in instances], dtype=np.int64)
-        boxes = np.array([inst['bbox'] for inst in instances], dtype=np.float64).reshape(-1, 4)
-        rels = np.asarray(info.get('relations', np.zeros((0, 3))), dtype=np.int64).reshape(-1, 3)
-        m = len(labels)
-        if rels.size:
-            np.add.at(counts, (labels[rels[:, 0]], labels[rels[:, 1]], rels[:, 2] + 1), 1)
-        if m >= 2:
-            sub, obj = np.nonzero(~np.eye(m, dtype=bool))
-            if background == 'motifs':
-                bg = np.ones(len(sub), dtype=bool)
-                if must_overlap:
-                    overlap = boxes_overlap(boxes[sub], boxes[obj])
-                    bg = overlap if overlap.any() else bg  # no overlapping pair: all pairs (legacy box_filter)
-            else:
-                has_rel = np.zeros((m, m), dtype=bool)
-                if rels.size:
-                    has_rel[rels[:, 0], rels[:, 1]] = True
-                bg = ~has_rel[sub, obj]
-                if must_overlap:
-                    bg &= boxes_overlap(boxes[sub], boxes[obj])
-            np.add.at(counts, (labels[sub[bg]], labels[obj[bg]], 0), 1)
-        if bar is not None:
-            bar.update()
-    if not counts[..., 1:].any():
-        raise ValueError(f'{what}: 0 relations counted on its {n} images; frequency statistics need annotated '
-                         f'relations (check its data_root, ann_file and split, and that the split keeps its '
-                         f'relations)')
-    if background == 'motifs':
-        counts[..., 0] += 1
-    return counts
+__all__ = ['FrequencyBaseline', 'count_frequency_statistics', 'describe_dataset']
 
 
 @MODELS.register_module(force=True)  # replaces the placeholder of mmsgg_eval.models (lazy import)

@@ -1,6 +1,7 @@
 """``tools/test.py``: evaluate a model with MMEngine's Runner and the mmsgg_eval metrics, as mmdet's test.py.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out preds.pkl] [--cfg-options k=v ...]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out preds.pkl] [--save-state DIR]
+                         [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS   # torchrun; gloo on CPU-only machines
 
 Order of a run: every output location (work dir, ``--out`` directory, the metrics' report locations) is
@@ -25,7 +26,7 @@ from .launch import DistributedEvaluationError, distributed_evaluation
 from .results import OutputNotWritableError, check_writable, run_provenance, set_report_dirs, write_run_metrics
 
 _OUTPUT_ATTRIBUTES = (('report_dir', False), ('outfile_prefix', True), ('out_file_path', True),
-                      ('per_image_out', True))
+                      ('per_image_out', True), ('save_state', True))
 """Metric attributes naming where the metric writes: (attribute, is a file path or prefix)."""
 PROG = 'tools/test.py'
 
@@ -82,6 +83,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help='draw one picture per image (GT panel | prediction panel, hits and misses) into '
                              'DIR, relative to WORK_DIR/TIMESTAMP as mmdet\'s --show-dir '
                              '(SceneGraphLocalVisualizer through DetVisualizationHook)')
+    from mmsgg_eval.eval import add_save_state_argument, positive_int_arg
+    add_save_state_argument(parser)
+    parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
+                        help='95%% bootstrap interval of every key from N resamples of the images (reports, '
+                             'tables, metrics.json; docs/metrics.md)')
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     return parse_common(parser, argv)
 
@@ -185,9 +191,14 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
         runner = Runner.from_cfg(cfg)
         evaluator = runner.test_evaluator
         set_report_dirs(evaluator.metrics, cfg.work_dir)  # {prefix}.metrics.json, long-tail chart, tables
+        from mmsgg_eval.metrics.bootstrap import set_bootstrap
+        set_bootstrap(evaluator.metrics, args.bootstrap)  # --bootstrap N: intervals of every key
         if args.out is not None:
             from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
             evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out, config=args.config))
+        if args.save_state is not None:
+            from mmsgg_eval.metrics.state import set_state_paths
+            set_state_paths(evaluator.metrics, args.save_state, runner.test_dataloader.dataset)
         check_metric_outputs(evaluator.metrics)
         metrics = runner.test()  # the Runner logs the metrics before anything is written
         if is_main_process():  # written before the process group is torn down
@@ -196,7 +207,8 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
                 PROG, args.config, evaluator.metrics, runner.test_dataloader.dataset,
                 cfg.get('test_dataloader', {}).get('dataset'), checkpoint=args.checkpoint, predictions=args.out,
                 predictions_format='dump', work_dir=cfg.work_dir,
-                options=dict(cfg_options=args.cfg_options, launcher=args.launcher, world_size=get_world_size()))
+                options=dict(cfg_options=args.cfg_options, launcher=args.launcher, world_size=get_world_size(),
+                             save_state=args.save_state))
             path, _ = write_run_metrics(metrics, evaluator.metrics, cfg.work_dir, provenance)
             print(f'metrics written to {path}', flush=True)
     return metrics

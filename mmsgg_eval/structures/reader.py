@@ -8,9 +8,11 @@ numpy arrays in offline evaluation). Two readers build the same padded tensors:
   problem (a missing field, a wrong shape, a count that does not fit) naming the sample and the field.
 
 The value rules (finite boxes, integer indices in range, non-negative finite scores, see
-:mod:`.validation`) then run once on the padded batch, whichever reader built it.
+:mod:`.validation`) then run once on the padded batch, whichever reader built it. The layout of the score
+matrices is chosen by :func:`~mmsgg_eval.functional.scores.choose_layout`.
 
-Objects per mode (the legacy Scene-Graph-Benchmark evaluator's rule):
+Objects per mode (the legacy Scene-Graph-Benchmark evaluator's rule, decided for both readers by
+:func:`evaluated_objects`):
 
 * PredCls: the GT boxes and GT labels with object scores 1 replace the model's objects; the predicted pair
   indices keep pointing where they pointed (into the model's object list, which the legacy code assumes is
@@ -33,9 +35,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..functional import compiled
-from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, lengths_mask, pad_rows,
-                                 padded_positions, scatters)
+from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, choose_layout, lengths_mask,
+                                 pad_rows, padded_positions, scatters)
 from .fields import get_field, member, optional, sample_index, sample_name, to_tensor
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -47,15 +48,6 @@ MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
 SCORE_LAYOUTS = ('auto', 'background_first', 'background_last', 'no_background')
 # what each mode needs predicted: PredCls nothing, SGCls labels/scores, SGDet/PhrDet boxes too
 _STRENGTH = {'predcls': 0, 'sgcls': 1, 'sgdet': 2, 'phrdet': 2}
-
-# Up to this many score rows a batch is stacked / concatenated once (one copy of its score matrices, read by
-# whole-batch kernels); above, each image's matrix stays a view. On the CPU images with more than
-# VIEW_ROWS_PER_IMAGE rows on average (SGDet with all pairs) also stay views: per-image kernels are then long
-# enough to amortise their dispatch, and copying the matrices would cost more than it saves. On a GPU
-# whole-batch kernels win up to memory limits.
-SMALL_BATCH_ROWS = 1 << 18  # ~53 MB of 51-column float32 scores (the pool capacity of the metrics)
-VIEW_ROWS_PER_IMAGE = 2048
-SMALL_BATCH_ROWS_GPU = 1 << 22  # ~850 MB of 51-column float32 scores
 
 # how many sample names the object-count warning lists
 _SHOWN_SAMPLES = 5
@@ -203,13 +195,68 @@ def _pairs(pairs: Tensor, sample: Any, field: str) -> Tensor:
     return pairs
 
 
+def _weaker(produced: Any, mode: str) -> bool:
+    """Whether a model that produced ``produced`` predictions (metainfo ``pred_mode``) lacks what ``mode`` reads."""
+    return produced in _STRENGTH and _STRENGTH[produced] < _STRENGTH[mode]
+
+
 def _check_produced_mode(sample: Any, produced: Any, mode: str) -> None:
-    if produced in _STRENGTH and _STRENGTH[produced] < _STRENGTH[mode]:
+    if _weaker(produced, mode):
         raise ValueError(f'{sample_name(sample)}: the model produced {produced} predictions (metainfo '
                          f'`pred_mode`), but the metric evaluates {mode!r}: {mode} needs predicted '
                          f'{"boxes, labels and scores" if mode in ("sgdet", "phrdet") else "labels and scores"} '
                          f'in `pred_instances`; set the metric mode to {produced!r} or use a model that predicts '
                          f'them')
+
+
+# ---------------------------------------------------------------------------- the objects of a sample per mode
+def model_boxes_required(mode: str) -> bool:
+    """Whether ``mode`` needs the model's boxes (SGDet / PhrDet); SGCls reads them when given (else its labels are
+    on the GT boxes), PredCls reads none of the model's objects."""
+    return _STRENGTH[mode] >= _STRENGTH['sgdet']
+
+
+@dataclass
+class ObjectList:
+    """The objects of one image (boxes [N, 4] xyxy, labels [N], scores [N]) or of a padded batch (boxes
+    [B, N, 4], labels / scores [B, N], ``lengths`` the N_b of each image; None: every image has N). ``boxes``
+    None: the model gave no boxes."""
+    boxes: Optional[Tensor]
+    labels: Optional[Tensor] = None
+    scores: Optional[Tensor] = None
+    lengths: Optional[List[int]] = None
+
+    def counts(self) -> List[int]:
+        """The number of objects of each image (one entry for a single image)."""
+        if self.boxes.dim() == 2:
+            return [self.boxes.shape[0]]
+        return list(self.lengths) if self.lengths is not None else [self.boxes.shape[1]] * self.boxes.shape[0]
+
+    def unit_scores(self) -> Tensor:
+        """Float32 scores 1 for every object (0 on padding)."""
+        if self.boxes.dim() == 2:
+            return torch.ones(self.boxes.shape[0], device=self.boxes.device)
+        return _valid_mask(self.lengths, self.boxes.shape[0], self.boxes.shape[1], self.boxes.device).float()
+
+
+def evaluated_objects(mode: str, gt: ObjectList, model: Optional[ObjectList],
+                      listed: Sequence[int]) -> Tuple[ObjectList, List[int]]:
+    """The objects ``mode`` evaluates (the legacy rule of the module docstring), for one sample or a padded batch
+    (both readers call this), and per image the length of the model's object list that should equal the GT's
+    (-1: nothing to compare; the caller counts the others in :class:`ObjectCounts`).
+
+    * PredCls: the GT boxes and labels with scores 1; ``listed``: the number of boxes the model listed per image
+      (0: none), ``model`` is not read;
+    * SGCls: the model's labels and scores, on its boxes (compared with the GT's count), or on the GT boxes when
+      ``model.boxes`` is None;
+    * SGDet / PhrDet: the model's objects.
+    """
+    if mode == 'predcls':
+        return ObjectList(gt.boxes, gt.labels, gt.unit_scores(), gt.lengths), [n if n else -1 for n in listed]
+    if model.boxes is None:
+        return ObjectList(gt.boxes, model.labels, model.scores, gt.lengths), [-1] * len(gt.counts())
+    counts = model.counts()
+    return model, counts if mode == 'sgcls' else [-1] * len(counts)
 
 
 def score_columns(scores: Tensor, num_predicates: int, score_layout: str, sample: Any) -> Tuple[Tensor, int]:
@@ -246,53 +293,73 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-    if get_field(sample, 'pred_relations') is None:
+    pred_relations = get_field(sample, 'pred_relations')
+    if pred_relations is None:
         raise ValueError(f'{sample_name(sample)}: missing field `pred_relations` (the model must output '
                          f'pred_relations.pair_idxs and pred_relations.scores)')
     _check_produced_mode(sample, get_field(sample, 'pred_mode'), mode)
-    gt_instances, gt_relations = get_field(sample, 'gt_instances'), get_field(sample, 'gt_relations')
-    pred_instances, pred_relations = get_field(sample, 'pred_instances'), get_field(sample, 'pred_relations')
     rel_scores = member(pred_relations, 'scores', sample, 'pred_relations.scores', device)
     device = rel_scores.device
+    gt = _read_gt(sample, device)
+    objects, model_objects = _read_objects(sample, mode, gt['gt_boxes'], gt['gt_labels'], device)
+    rel_pairs = _pairs(member(pred_relations, 'pair_idxs', sample, 'pred_relations.pair_idxs', device), sample,
+                       'pred_relations.pair_idxs')
+    scores = _read_relation_scores(sample, rel_scores, rel_pairs.shape[0], num_predicates, score_layout, device)
+    out = dict(sample_idx=sample_index(sample), pred_boxes=objects.boxes, pred_labels=objects.labels,
+               pred_scores=objects.scores, **gt, rel_pairs=rel_pairs, model_objects=model_objects, **scores)
+    if with_masks:
+        out.update(_read_masks(sample, mode, objects.boxes.shape[0], gt['gt_boxes'].shape[0], device))
+    return out
+
+
+def _read_gt(sample: Any, device: torch.device) -> dict:
+    """One sample's GT: ``gt_boxes`` [M, 4], ``gt_labels`` [M], ``gt_pairs`` [G, 2], ``gt_predicates`` [G]."""
+    gt_instances, gt_relations = get_field(sample, 'gt_instances'), get_field(sample, 'gt_relations')
     gt_boxes = box_shape(member(gt_instances, 'bboxes', sample, 'gt_instances.bboxes', device), sample,
-                      'gt_instances.bboxes')
-    num_gt_objects = gt_boxes.shape[0]
-    gt_labels = _entries(member(gt_instances, 'labels', sample, 'gt_instances.labels', device), num_gt_objects,
+                         'gt_instances.bboxes')
+    gt_labels = _entries(member(gt_instances, 'labels', sample, 'gt_instances.labels', device), gt_boxes.shape[0],
                          sample, 'gt_instances.labels')
     gt_pairs = _pairs(member(gt_relations, 'pair_idxs', sample, 'gt_relations.pair_idxs', device), sample,
                       'gt_relations.pair_idxs')
     gt_predicates = _entries(member(gt_relations, 'labels', sample, 'gt_relations.labels', device),
                              gt_pairs.shape[0], sample, 'gt_relations.labels')
+    return dict(gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs, gt_predicates=gt_predicates)
 
-    model_objects = -1
+
+def _read_objects(sample: Any, mode: str, gt_boxes: Tensor, gt_labels: Tensor,
+                  device: torch.device) -> Tuple[ObjectList, int]:
+    """The objects ``mode`` evaluates for one sample (:func:`evaluated_objects`) and the length of the model's
+    object list to compare with the GT's (-1: none); the model's labels and scores must have one entry per box
+    they are on."""
+    gt = ObjectList(gt_boxes, gt_labels)
     if mode == 'predcls':
-        listed = optional(sample, 'pred_instances.bboxes', device)
-        if listed is not None and listed.shape[0]:
-            model_objects = listed.shape[0]
-        pred_boxes, pred_labels = gt_boxes, gt_labels
-        pred_scores = torch.ones(num_gt_objects, device=device)
-    else:
-        if pred_instances is None:
-            raise ValueError(f'{sample_name(sample)}: mode {mode!r} needs `pred_instances` '
-                             f'(labels and scores{", boxes" if mode in ("sgdet", "phrdet") else ""})')
-        given_boxes = get_field(pred_instances, 'bboxes')
-        reason = ''
-        if mode == 'sgcls' and given_boxes is None:
-            pred_boxes = gt_boxes  # no boxes from the model: its labels are on the GT boxes
-            reason = ' (one per GT box: `pred_instances` has no `bboxes`)'
-        else:
-            pred_boxes = box_shape(member(pred_instances, 'bboxes', sample, 'pred_instances.bboxes', device), sample,
-                                'pred_instances.bboxes')
-            if mode == 'sgcls':
-                model_objects = pred_boxes.shape[0]
-        count = pred_boxes.shape[0]
-        pred_labels = _entries(member(pred_instances, 'labels', sample, 'pred_instances.labels', device), count,
-                               sample, 'pred_instances.labels', reason)
-        pred_scores = _entries(member(pred_instances, 'scores', sample, 'pred_instances.scores', device), count,
-                               sample, 'pred_instances.scores', reason).float()
-    rel_pairs = _pairs(member(pred_relations, 'pair_idxs', sample, 'pred_relations.pair_idxs', device), sample,
-                       'pred_relations.pair_idxs')
-    num_rel = rel_pairs.shape[0]
+        given = optional(sample, 'pred_instances.bboxes', device)
+        objects, compared = evaluated_objects(mode, gt, None, [given.shape[0] if given is not None else 0])
+        return objects, compared[0]
+    pred_instances = get_field(sample, 'pred_instances')
+    if pred_instances is None:
+        raise ValueError(f'{sample_name(sample)}: mode {mode!r} needs `pred_instances` '
+                         f'(labels and scores{", boxes" if model_boxes_required(mode) else ""})')
+    boxes = None
+    if model_boxes_required(mode) or get_field(pred_instances, 'bboxes') is not None:
+        boxes = box_shape(member(pred_instances, 'bboxes', sample, 'pred_instances.bboxes', device), sample,
+                          'pred_instances.bboxes')
+    model = ObjectList(boxes, member(pred_instances, 'labels', sample, 'pred_instances.labels', device),
+                       member(pred_instances, 'scores', sample, 'pred_instances.scores', device))
+    objects, compared = evaluated_objects(mode, gt, model, ())
+    count = objects.boxes.shape[0]
+    reason = '' if boxes is not None else ' (one per GT box: `pred_instances` has no `bboxes`)'
+    objects.labels = _entries(objects.labels, count, sample, 'pred_instances.labels', reason)
+    objects.scores = _entries(objects.scores, count, sample, 'pred_instances.scores', reason).float()
+    return objects, compared[0]
+
+
+def _read_relation_scores(sample: Any, rel_scores: Tensor, num_rel: int, num_predicates: int, score_layout: str,
+                          device: torch.device) -> dict:
+    """One sample's predicate scores (float32) read under ``score_layout``: ``rel_scores`` the matrix to rank
+    (single-label scores densified with ``-inf``, :func:`_densified`), ``single_label``, ``given_scores`` (the
+    1-D scores of a single-label sample, else None), ``background`` (1: column 0 is "no relation") and
+    ``score_width`` (the columns given; -1: single-label)."""
     rel_scores = rel_scores.float()
     single_label = rel_scores.dim() == 1 or (rel_scores.dim() == 2 and rel_scores.shape[1] == 1
                                              and optional(sample, 'pred_relations.labels') is not None)
@@ -300,19 +367,8 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
     score_width = -1 if single_label else (rel_scores.shape[1] if rel_scores.dim() == 2 else 0)
     background = 0
     if single_label:
-        labels = optional(sample, 'pred_relations.labels', device)
-        if labels is None:
-            raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` is 1-D, which needs '
-                             f'`pred_relations.labels` (0-based predicates)')
-        if rel_scores.numel() != num_rel:
-            raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` has {rel_scores.numel()} '
-                             f'entries for {num_rel} pairs')
-        labels = _entries(labels, num_rel, sample, 'pred_relations.labels')
-        check_tensor('index', labels, sample, 'pred_relations.labels', num_predicates, 'predicate')
-        dense = torch.full((num_rel, num_predicates), float('-inf'), device=device)
         given_scores = rel_scores.reshape(-1)
-        dense[torch.arange(num_rel, device=device), labels.long()] = given_scores
-        rel_scores = dense
+        rel_scores = _densified(sample, rel_scores, num_rel, num_predicates, device)
     elif rel_scores.dim() != 2 or rel_scores.shape[0] != num_rel:
         raise ValueError(
             f'{sample_name(sample)}: `pred_relations.scores` has shape {list(rel_scores.shape)}; expected '
@@ -320,25 +376,41 @@ def read_scene_graph(sample: Any, mode: str, num_classes: int, num_predicates: i
             f'for {num_predicates} predicates, or [{num_rel}] with `pred_relations.labels`')
     else:
         rel_scores, background = score_columns(rel_scores, num_predicates, score_layout, sample)
-    out = dict(sample_idx=sample_index(sample), pred_boxes=pred_boxes, pred_labels=pred_labels,
-               pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
-               gt_predicates=gt_predicates, rel_pairs=rel_pairs, rel_scores=rel_scores, single_label=single_label,
-               given_scores=given_scores, background=background, model_objects=model_objects,
-               score_width=score_width)
-    if with_masks:
-        gt_masks = _require_masks(sample, 'gt_instances.masks', device)
-        if mode in ('sgdet', 'phrdet'):
-            pred_masks = _require_masks(sample, 'pred_instances.masks', device)
-            if pred_masks.shape[0] != pred_boxes.shape[0]:
-                raise ValueError(f'{sample_name(sample)}: `pred_instances.masks` has {pred_masks.shape[0]} '
-                                 f'masks for {pred_boxes.shape[0]} boxes')
-        else:
-            pred_masks = gt_masks
-        if gt_masks.shape[0] != num_gt_objects:
-            raise ValueError(f'{sample_name(sample)}: `gt_instances.masks` has {gt_masks.shape[0]} masks for '
-                             f'{num_gt_objects} boxes')
-        out.update(gt_masks=gt_masks, pred_masks=pred_masks)
-    return out
+    return dict(rel_scores=rel_scores, single_label=single_label, given_scores=given_scores, background=background,
+                score_width=score_width)
+
+
+def _densified(sample: Any, rel_scores: Tensor, num_rel: int, num_predicates: int, device: torch.device) -> Tensor:
+    """[R, P] matrix of single-label scores (one score per pair, at its ``pred_relations.labels`` column; -inf
+    elsewhere: not a candidate)."""
+    labels = optional(sample, 'pred_relations.labels', device)
+    if labels is None:
+        raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` is 1-D, which needs '
+                         f'`pred_relations.labels` (0-based predicates)')
+    if rel_scores.numel() != num_rel:
+        raise ValueError(f'{sample_name(sample)}: `pred_relations.scores` has {rel_scores.numel()} '
+                         f'entries for {num_rel} pairs')
+    labels = _entries(labels, num_rel, sample, 'pred_relations.labels')
+    check_tensor('index', labels, sample, 'pred_relations.labels', num_predicates, 'predicate')
+    dense = torch.full((num_rel, num_predicates), float('-inf'), device=device)
+    dense[torch.arange(num_rel, device=device), labels.long()] = rel_scores.reshape(-1)
+    return dense
+
+
+def _read_masks(sample: Any, mode: str, num_pred: int, num_gt: int, device: torch.device) -> dict:
+    """``gt_masks`` and ``pred_masks`` (the model's in SGDet / PhrDet, else the GT's) of one sample."""
+    gt_masks = _require_masks(sample, 'gt_instances.masks', device)
+    if mode in ('sgdet', 'phrdet'):
+        pred_masks = _require_masks(sample, 'pred_instances.masks', device)
+        if pred_masks.shape[0] != num_pred:
+            raise ValueError(f'{sample_name(sample)}: `pred_instances.masks` has {pred_masks.shape[0]} '
+                             f'masks for {num_pred} boxes')
+    else:
+        pred_masks = gt_masks
+    if gt_masks.shape[0] != num_gt:
+        raise ValueError(f'{sample_name(sample)}: `gt_instances.masks` has {gt_masks.shape[0]} masks for '
+                         f'{num_gt} boxes')
+    return dict(gt_masks=gt_masks, pred_masks=pred_masks)
 
 
 def _require_masks(sample: Any, path: str, device: Optional[torch.device]) -> Tensor:
@@ -408,81 +480,21 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
               'no_background': (num_predicates,)}.get(score_layout)
     if widths is None:
         raise _NotFast
-    pred_boxes_list = None
+    lists, pred_inst = _field_lists(samples, mode)
+    scores_list = lists.pop('scores')
+    cache: dict = {}  # fields of equal lengths share their padded positions
     try:
-        gt_inst = [s['gt_instances'] for s in samples]
-        gt_rel = [s['gt_relations'] for s in samples]
-        pred_rel = [s['pred_relations'] for s in samples]
-        produced = {s.get('pred_mode') for s in samples}
-        gt_boxes_list = [c['bboxes'] for c in gt_inst]
-        gt_labels_list = [c['labels'] for c in gt_inst]
-        gt_pairs_list = [c['pair_idxs'] for c in gt_rel]
-        gt_pred_list = [c['labels'] for c in gt_rel]
-        rel_pairs_list = [c['pair_idxs'] for c in pred_rel]
-        scores_list = [c['scores'] for c in pred_rel]
-        if mode != 'predcls':
-            pred_inst = [s['pred_instances'] for s in samples]
-            pred_labels_list = [c['labels'] for c in pred_inst]
-            pred_scores_list = [c['scores'] for c in pred_inst]
-            with_boxes = [c.get('bboxes') is not None for c in pred_inst]
-            if mode in ('sgdet', 'phrdet') or all(with_boxes):
-                pred_boxes_list = [c['bboxes'] for c in pred_inst]
-            elif any(with_boxes):
-                raise _NotFast  # SGCls with and without model boxes in one batch
-        else:
-            pred_inst = [s.get('pred_instances') for s in samples]
-    except (KeyError, TypeError, AttributeError) as err:
-        raise _NotFast from err
-    if any(p in _STRENGTH and _STRENGTH[p] < _STRENGTH[mode] for p in produced):
-        raise _NotFast
-    try:
-        cache: dict = {}  # fields of equal lengths share their padded positions
-        gt_boxes, num_gt = _pad_with_lengths(gt_boxes_list, 0.0, cache)
-        gt_labels, num_gt_labels = _pad_with_lengths(gt_labels_list, -1, cache)
-        gt_pairs, num_gt_rel = _pad_with_lengths(gt_pairs_list, 0, cache)
-        gt_predicates, num_gt_predicates = _pad_with_lengths(gt_pred_list, -1, cache)
-        rel_pairs, rel_lengths = _pad_with_lengths(rel_pairs_list, 0, cache)
-        if mode != 'predcls':
-            pred_labels, num_pred_labels = _pad_with_lengths(pred_labels_list, -1, cache)
-            pred_scores, num_pred_scores = _pad_with_lengths(pred_scores_list, 0.0, cache)
-        if pred_boxes_list is not None:
-            pred_boxes, num_pred_boxes = _pad_with_lengths(pred_boxes_list, 0.0, cache)
+        padded = {name: _pad_with_lengths(values, _PAD_VALUES[name], cache) for name, values in lists.items()}
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
+    rel_pairs, rel_lengths = padded['rel_pairs']
     num_rel = rel_lengths or [rel_pairs.shape[1]] * rel_pairs.shape[0]
-    ok = (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
-          and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
-          and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
-                   or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
-          and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
-          and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
-          and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in widths
-                  and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
-    if not ok:
+    if not _fits(padded, scores_list, num_rel, widths):
         raise _NotFast
-    batch = gt_boxes.shape[0]
-    model_objects = [-1] * batch
-    if mode == 'predcls':
-        counts = [getattr(get_field(p, 'bboxes'), 'shape', (0,))[0] for p in pred_inst]
-        model_objects = [c if c else -1 for c in counts]
-        pred_boxes, pred_labels, num_pred = gt_boxes, gt_labels, num_gt
-        pred_scores = _valid_mask(num_gt, batch, gt_boxes.shape[1], gt_boxes.device).float()
-    else:
-        if pred_boxes_list is None:  # SGCls without model boxes: its labels are on the GT boxes
-            pred_boxes, num_pred = gt_boxes, num_gt
-        else:
-            if pred_boxes.dim() != 3 or pred_boxes.shape[2] != 4:
-                raise _NotFast
-            num_pred = num_pred_boxes
-            if mode == 'sgcls':
-                model_objects = num_pred or [pred_boxes.shape[1]] * batch
-        if (pred_labels.dim() != 2 or pred_labels.is_floating_point() or pred_scores.dim() != 2
-                or pred_labels.shape[1] != pred_boxes.shape[1] or pred_scores.shape[1] != pred_boxes.shape[1]
-                or num_pred_labels != num_pred or num_pred_scores != num_pred):
-            raise _NotFast
+    objects, model_objects = _padded_objects(mode, padded, pred_inst)
     sample_idx = [sample_index(s) for s in samples]
-    fields = [gt_boxes.float(), gt_labels, gt_pairs, gt_predicates, rel_pairs, pred_boxes.float(), pred_labels,
-              pred_scores.float()]
+    fields = [padded['gt_boxes'][0].float(), padded['gt_labels'][0], padded['gt_pairs'][0],
+              padded['gt_predicates'][0], rel_pairs, objects.boxes.float(), objects.labels, objects.scores.float()]
     target = device or scores_list[0].device
     if any(f.device != target for f in fields):
         fields = [f.to(target) for f in fields]
@@ -491,12 +503,85 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     gt_boxes, gt_labels, gt_pairs, gt_predicates, rel_pairs, pred_boxes, pred_labels, pred_scores = fields
     return _Padded(sample_idx=sample_idx, pred_boxes=pred_boxes, pred_labels=pred_labels,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
-                   gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=num_pred, num_gt=num_gt,
-                   num_gt_rel=num_gt_rel, num_rel=num_rel,
+                   gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=objects.lengths,
+                   num_gt=padded['gt_boxes'][1], num_gt_rel=padded['gt_pairs'][1], num_rel=num_rel,
                    raw_scores=[t if t.dtype == torch.float32 else t.float() for t in scores_list],
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
-                   single_label=[False] * batch, given_scores=[], model_objects=model_objects,
-                   score_width=[t.shape[1] for t in scores_list], rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
+                   single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
+                   score_width=[t.shape[1] for t in scores_list],
+                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
+
+
+# the padding value of each field the field-wise reader pads
+_PAD_VALUES = {'gt_boxes': 0.0, 'gt_labels': -1, 'gt_pairs': 0, 'gt_predicates': -1, 'rel_pairs': 0,
+               'pred_labels': -1, 'pred_scores': 0.0, 'pred_boxes': 0.0}
+
+
+def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
+    """The per-image tensors of a batch of dict samples by field (:data:`_PAD_VALUES` names, and ``scores``: the
+    score matrices), with the samples' ``pred_instances``; raises :class:`_NotFast` for other containers, a
+    missing field, SGCls samples with and without model boxes in one batch, or a ``pred_mode`` that lacks what
+    ``mode`` reads."""
+    try:
+        gt_inst = [s['gt_instances'] for s in samples]
+        gt_rel = [s['gt_relations'] for s in samples]
+        pred_rel = [s['pred_relations'] for s in samples]
+        produced = {s.get('pred_mode') for s in samples}
+        lists = {'gt_boxes': [c['bboxes'] for c in gt_inst], 'gt_labels': [c['labels'] for c in gt_inst],
+                 'gt_pairs': [c['pair_idxs'] for c in gt_rel], 'gt_predicates': [c['labels'] for c in gt_rel],
+                 'rel_pairs': [c['pair_idxs'] for c in pred_rel], 'scores': [c['scores'] for c in pred_rel]}
+        if mode == 'predcls':
+            pred_inst = [s.get('pred_instances') for s in samples]
+        else:
+            pred_inst = [s['pred_instances'] for s in samples]
+            lists['pred_labels'] = [c['labels'] for c in pred_inst]
+            lists['pred_scores'] = [c['scores'] for c in pred_inst]
+            with_boxes = [c.get('bboxes') is not None for c in pred_inst]
+            if model_boxes_required(mode) or all(with_boxes):
+                lists['pred_boxes'] = [c['bboxes'] for c in pred_inst]
+            elif any(with_boxes):
+                raise _NotFast  # SGCls with and without model boxes in one batch
+    except (KeyError, TypeError, AttributeError) as err:
+        raise _NotFast from err
+    if any(_weaker(p, mode) for p in produced):
+        raise _NotFast
+    return lists, pred_inst
+
+
+def _fits(padded: dict, scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]) -> bool:
+    """Whether the padded GT fields and predicted pairs (``padded``: field -> (tensor, lengths)) and the score
+    matrices have the shapes, dtypes and counts of the data contract (else the per-sample reader reads the batch
+    and names what does not fit)."""
+    (gt_boxes, num_gt), (gt_labels, num_gt_labels) = padded['gt_boxes'], padded['gt_labels']
+    (gt_pairs, num_gt_rel), (gt_predicates, num_gt_predicates) = padded['gt_pairs'], padded['gt_predicates']
+    rel_pairs = padded['rel_pairs'][0]
+    return (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
+            and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
+            and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
+                     or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
+            and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
+            and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
+            and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in widths
+                    and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
+
+
+def _padded_objects(mode: str, padded: dict, pred_inst: List[Any]) -> Tuple[ObjectList, List[int]]:
+    """:func:`evaluated_objects` of a padded batch (``padded``: field -> (tensor, lengths)); raises
+    :class:`_NotFast` when the model's boxes, labels or scores do not fit the boxes they are on."""
+    gt = ObjectList(padded['gt_boxes'][0], padded['gt_labels'][0], lengths=padded['gt_boxes'][1])
+    if mode == 'predcls':
+        listed = [getattr(get_field(p, 'bboxes'), 'shape', (0,))[0] for p in pred_inst]
+        return evaluated_objects(mode, gt, None, listed)
+    boxes, num_boxes = padded.get('pred_boxes', (None, None))
+    if boxes is not None and (boxes.dim() != 3 or boxes.shape[2] != 4):
+        raise _NotFast
+    (labels, num_labels), (scores, num_scores) = padded['pred_labels'], padded['pred_scores']
+    objects, compared = evaluated_objects(mode, gt, ObjectList(boxes, labels, scores, num_boxes), ())
+    width = objects.boxes.shape[1]
+    if (labels.dim() != 2 or labels.is_floating_point() or scores.dim() != 2 or labels.shape[1] != width
+            or scores.shape[1] != width or num_labels != objects.lengths or num_scores != objects.lengths):
+        raise _NotFast
+    return objects, compared
 
 
 def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device) -> _Padded:
@@ -576,17 +661,9 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
 
 
 def _score_layout(padded: _Padded, num_predicates: int, device: torch.device) -> str:
-    """'compiled' where the compiled CPU kernels can read the matrices in place (any size: no copy), else
-    'stacked' (concatenated when the images differ) for batches up to the size limits above, else 'views'."""
-    if compiled.suits(padded.raw_scores, padded.background, padded.single_label, num_predicates, device):
-        return 'compiled'
-    num_rel = padded.num_rel
-    total = sum(num_rel)
-    if device.type == 'cpu':
-        small = total <= SMALL_BATCH_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
-    else:
-        small = total <= SMALL_BATCH_ROWS_GPU
-    return 'stacked' if small else 'views'
+    """The score layout of a padded batch (:func:`~mmsgg_eval.functional.scores.choose_layout`)."""
+    return choose_layout(padded.raw_scores, padded.background, padded.single_label, padded.num_rel, num_predicates,
+                         device)
 
 
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,

@@ -12,10 +12,7 @@ import argparse
 import json
 import os
 import os.path as osp
-import sys
 import time
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))
 
 
 def is_per_image_file(path: str) -> bool:

@@ -7,10 +7,6 @@ the annotated predicate of every GT relation of a dataset (mean score, precision
 """
 import argparse
 import json
-import os.path as osp
-import sys
-
-sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))
 
 
 def main(argv=None):

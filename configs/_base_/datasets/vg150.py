@@ -1,7 +1,7 @@
 # VG150 (Scene-Graph-Benchmark files: VG-SGG-with-attri.h5, VG-SGG-dicts-with-attri.json, image_data.json,
 # VG_100K/*.jpg). data_root defaults to the sample written by `python tools/make_sample_data.py --out data/sample`.
 # num_val_images: 5000 for the real data (legacy val = first 5000 split-0 images, train = the rest); the sample
-# has only 8 val images (mmsgg_eval.datasets.sample_data.VG150_SAMPLE_NUM_VAL): override it with 8 there,
+# has only 8 val images (mmsgg_eval.testing.VG150_SAMPLE_NUM_VAL): override it with 8 there,
 # otherwise its training split is empty and metainfo has no predicate_counts / train_triplets.
 dataset_type = 'VG150Dataset'
 data_root = 'data/sample/vg150/'

@@ -1,6 +1,5 @@
 """Relation heads for :class:`~mmsgg_eval.models.SceneGraphDetector` (interface: :mod:`.base`)."""
 from .base import BaseRelationHead, all_ordered_pairs, rank_pairs
-from .frequency import FrequencyRelationHead, FrequencyStatistics, boxes_overlap_tensor
+from .frequency import FrequencyRelationHead, FrequencyStatistics
 
-__all__ = ['BaseRelationHead', 'FrequencyRelationHead', 'FrequencyStatistics', 'all_ordered_pairs', 'rank_pairs',
-           'boxes_overlap_tensor']
+__all__ = ['BaseRelationHead', 'FrequencyRelationHead', 'FrequencyStatistics', 'all_ordered_pairs', 'rank_pairs']

@@ -1,64 +1,20 @@
 """The frequency prior of Zellers et al. (MOTIFS FREQ / FREQ+OVERLAP) as a relation head.
 
-Statistics (``[C, C, P+1]`` counts, see :func:`mmsgg_eval.models.count_frequency_statistics`): per (subject
-class, object class) the GT relations of each predicate, and in column 0 the candidate pairs without one.
-A pair of classes (c_s, c_o) gets ``counts[c_s, c_o] / counts[c_s, c_o].sum()``; class pairs never seen are
-pure background. FREQ+OVERLAP (``must_overlap``): pairs whose boxes do not overlap get the background only.
-The head uses neither image nor features, so it works on any detector, in every mode.
+Statistics and scores: :mod:`mmsgg_eval.models.frequency_statistics` (``[C, C, P+1]`` counts; a pair of
+classes (c_s, c_o) gets ``counts[c_s, c_o] / counts[c_s, c_o].sum()``; FREQ+OVERLAP: pairs whose boxes do not
+overlap get the background only, unless no pair of the image overlaps). The head uses neither image nor
+features, so it works on any detector, in every mode.
 """
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from ...registry import DATASETS, MODELS
+from ..frequency_statistics import FrequencyStatistics, count_frequency_statistics, describe_dataset
 from .base import BaseRelationHead
 
-
-def boxes_overlap_tensor(boxes_a: Tensor, boxes_b: Tensor) -> Tensor:
-    """True where xyxy boxes share a region of positive area (element-wise, any device)."""
-    w = torch.minimum(boxes_a[..., 2], boxes_b[..., 2]) - torch.maximum(boxes_a[..., 0], boxes_b[..., 0])
-    h = torch.minimum(boxes_a[..., 3], boxes_b[..., 3]) - torch.maximum(boxes_a[..., 1], boxes_b[..., 1])
-    return (w > 0) & (h > 0)
-
-
-class FrequencyStatistics:
-    """Mixin holding the frequency statistics as buffers (``counts``, ``is_fitted``) of an ``nn.Module``."""
-
-    def _init_statistics(self, num_classes: int, num_predicates: int, must_overlap: bool) -> None:
-        self.must_overlap = bool(must_overlap)
-        self.register_buffer('counts', torch.zeros(num_classes, num_classes, num_predicates + 1, dtype=torch.long))
-        self.register_buffer('is_fitted', torch.zeros((), dtype=torch.bool))
-
-    def fit(self, counts: np.ndarray) -> None:
-        """Set the statistics (``[C, C, P+1]`` counts from :func:`count_frequency_statistics`)."""
-        counts = torch.as_tensor(np.asarray(counts), dtype=torch.long)
-        if tuple(counts.shape) != tuple(self.counts.shape):
-            raise ValueError(f'statistics have shape {list(counts.shape)}, model expects {list(self.counts.shape)}')
-        self.counts.copy_(counts)
-        self.is_fitted.fill_(True)
-
-    def distribution(self) -> Tensor:
-        """Normalised predicate distribution [C, C, P+1]; class pairs never seen are pure background."""
-        counts = self.counts.double()
-        total = counts.sum(-1, keepdim=True)
-        dist = counts / total.clamp(min=1)
-        dist[..., 0] = torch.where(total[..., 0] > 0, dist[..., 0], torch.ones_like(dist[..., 0]))
-        return dist.float()
-
-    def pair_distribution(self, boxes: Tensor, labels: Tensor, pair_idxs: Tensor,
-                          dist: Optional[Tensor] = None) -> Tensor:
-        """Scores [R, P+1] of the given pairs (FREQ+OVERLAP: non-overlapping pairs -> background only)."""
-        dist = self.distribution().to(labels.device) if dist is None else dist
-        sub, obj = pair_idxs[:, 0], pair_idxs[:, 1]
-        rel_scores = dist[labels[sub], labels[obj]].clone()
-        if self.must_overlap and sub.numel():
-            boxes = boxes.float()
-            apart = ~boxes_overlap_tensor(boxes[sub], boxes[obj])
-            rel_scores[apart] = 0
-            rel_scores[apart, 0] = 1
-        return rel_scores
+__all__ = ['FrequencyRelationHead', 'FrequencyStatistics']
 
 
 @MODELS.register_module(force=True)  # replaces the lazy placeholder of mmsgg_eval.models
@@ -85,7 +41,6 @@ class FrequencyRelationHead(FrequencyStatistics, BaseRelationHead):
     def count_statistics(self, dataset_cfg: dict) -> np.ndarray:
         """Count ``[C, C, P+1]`` statistics on a dataset config (no images read); a dataset with 0 images or
         0 relations is refused (``ValueError``, see :func:`count_frequency_statistics`)."""
-        from ..frequency_baseline import count_frequency_statistics, describe_dataset
         dataset = DATASETS.build(dict(dataset_cfg, pipeline=[], test_mode=False))
         meta = dataset.metainfo
         sizes = (len(meta.get('classes', ())), len(meta.get('predicates', ())))

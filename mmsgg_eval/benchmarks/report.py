@@ -1,0 +1,120 @@
+"""The output of ``tools/benchmark.py``: the table of its jobs' best rounds and the ratios of its JSON line.
+
+``best`` maps each job ``(implementation, workload, device)`` to its result dict (:mod:`.runners`); the
+in-process ``ours`` job of a workload on the CPU is the reference of the peers' ratios and the offline shares.
+"""
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .runners import PEER_WORKLOADS, Job
+from .workloads import WORKLOADS
+
+SELF_REFERENCES = ('ours-torch', 'ours-1thread')
+"""Variants of ``ours`` that ``ours`` is compared with (ratio keys ``ours_vs_<variant>_<workload>_cpu``)."""
+HEADER = (f'{"implementation":<14} {"workload":<14} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
+          f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')
+INDENT = f'{"":<14} {"":<14} {"":<6}'
+
+
+def _ours_cpu(best: Mapping[Job, Dict[str, Any]], workload: str, key: str) -> Optional[float]:
+    """``key`` of the in-process ``ours`` job of ``workload`` on the CPU (None when absent)."""
+    return best.get(('ours', workload, 'cpu'), {}).get(key)
+
+
+def _relclip_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
+    impl, _, dev = job
+    return [f'{impl:<14} {"ViT-B/32":<14} {dev:<6} {res["images_per_s"]:>10.2f} {res["host_peak_rss_mb"]:>11.0f} '
+            f'   ({res["relations_per_s"]:.1f} relations/s, study {res["study_relations_per_s"]:.1f} '
+            f'relations/s, random weights)']
+
+
+def _startup_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
+    impl, wl, dev = job
+    return [f'{impl:<14} {wl:<14} {dev:<6}   first sample after {res["first_sample_s"]:.2f} s '
+            f'({res["first_sample_cpu_s"]:.2f} CPU s), total {res["total_s"]:.2f} s ({res["images"]} images, '
+            f'python -m mmsgg_eval.eval)']
+
+
+def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
+    """The images/s row of a throughput job, with the notes of the offline jobs under it."""
+    impl, wl, dev = job
+    gpu = f'{res["gpu_peak_bytes"] / 2**20:.1f}' if res.get('gpu_peak_bytes') else '-'
+    sent = f'{res["bytes_per_image"]:.0f}' if 'bytes_per_image' in res else '-'
+    r50 = f'{res["r50"]:.3f}' if res.get('r50') is not None else '-'
+    mr50 = f'{res["mr50"]:.3f}' if res.get('mr50') is not None else '-'
+    lines = [f'{impl:<14} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
+             f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}']
+    if impl == 'offline':
+        lines.append(f'{INDENT} ({res["file_mb"]:.0f} MB stream: reading alone '
+                     f'{res["read_images_per_s"]:.0f} images/s, {100 * res["read_share"]:.0f}% of the offline time; '
+                     f'plain file read {res["disk_images_per_s"]:.0f} images/s)')
+    if impl == 'offline-cli':
+        ours, ours_cpu = _ours_cpu(best, wl, 'images_per_s'), _ours_cpu(best, wl, 'cpu_images_per_s')
+        share = f', {100 * res["images_per_s"] / ours:.0f}% of the in-process rate' if ours else ''
+        if ours_cpu:
+            share += f' ({100 * res["cpu_images_per_s"] / ours_cpu:.0f}% in CPU time)'
+        lines.append(f'{INDENT} (python -m mmsgg_eval.eval: marginal rate{share}, '
+                     f'{res["cpu_images_per_s"]:.0f} images per CPU second; {res["small_images"]} images: first '
+                     f'sample after {res["first_sample_s"]:.2f} s ({res["first_sample_cpu_s"]:.2f} CPU s), total '
+                     f'{res["total_s"]:.2f} s; {offline_images} images: total {res["total_s_full"]:.2f} s)')
+    return lines
+
+
+RowFormat = Callable[[Job, Dict[str, Any], Mapping, int], List[str]]
+ROW_FORMATS: Dict[str, Tuple[str, RowFormat]] = {'relclip': ('relations_per_s', _relclip_row),
+                                                 'cli-startup': ('first_sample_s', _startup_row)}
+"""Implementation -> (the key its result has when it ran, its row format); the others: ``_rate_row``."""
+
+
+def load_line(load: int, before: str, after: str) -> str:
+    """The line above the table stating the competing load of the run and the machine's load averages (1, 5,
+    15 minutes) when the first round started and after the last one."""
+    what = f'{load} CPU-bound busy process{"es" if load != 1 else ""} (--load {load})' if load else 'none (quiet)'
+    return f'competing load: {what}; load average {before} at the start, {after} at the end'
+
+
+def format_table(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]], offline_images: int) -> List[str]:
+    """The table lines: one row per job (its best round) in job order; a skipped or failed job says why."""
+    lines = ['', HEADER]
+    for job in jobs:
+        res = best[job]
+        key, row = ROW_FORMATS.get(job[0], ('images_per_s', _rate_row))
+        if key in res:
+            lines += row(job, res, best, offline_images)
+        elif 'images_per_s' in res:
+            lines += _rate_row(job, res, best, offline_images)
+        else:
+            lines.append(f'{job[0]:<14} {job[1]:<14} {job[2]:<6} {res.get("skipped") or res.get("error")}')
+    return lines
+
+
+def summarize(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]]) -> Dict[str, Any]:
+    """``images_per_s`` ('impl/workload/device' -> rate, and RelCLIP's relations/s), ``ratios`` (ours against
+    each peer, and the offline rates as a share of the in-process rate, in wall and CPU seconds) and
+    ``startup`` (the CLI's start-up times) of the JSON line."""
+    rows = [(job, best[job]) for job in jobs]
+    summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
+    summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
+                    if 'relations_per_s' in res})
+    startup = {f'{impl}/{wl}': {k: res[k] for k in ('first_sample_s', 'first_sample_cpu_s', 'total_s') if k in res}
+               for (impl, wl, dev), res in rows if impl in ('offline-cli', 'cli-startup')}
+    ratios = {}
+    references = dict(PEER_WORKLOADS, **{impl: tuple(WORKLOADS) for impl in SELF_REFERENCES})
+    for mine in ('ours', 'ours-1thread'):  # ours-1thread against the peers: the per-core efficiency
+        for peer, workloads in (references if mine == 'ours' else PEER_WORKLOADS).items():
+            for wl in workloads:
+                ours, theirs = summary.get(f'{mine}/{wl}/cpu'), summary.get(f'{peer}/{wl}/cpu')
+                if ours and theirs:
+                    ratios[f'{mine}_vs_{peer}_{wl}_cpu'] = ours / theirs
+    for impl in ('offline', 'offline-cli'):  # offline rates as a share of the in-process rate
+        for wl in WORKLOADS:
+            ours, offline = summary.get(f'ours/{wl}/cpu'), summary.get(f'{impl}/{wl}/cpu')
+            if ours and offline:
+                ratios[f'{impl}_share_of_ours_{wl}_cpu'] = offline / ours
+    for (impl, wl, dev), res in rows:  # the same share in CPU seconds (steadier on a shared machine)
+        ours_cpu = _ours_cpu(best, wl, 'cpu_images_per_s')
+        if impl == 'offline-cli' and ours_cpu and res.get('cpu_images_per_s'):
+            ratios[f'offline-cli_cpu_share_of_ours_{wl}_cpu'] = res['cpu_images_per_s'] / ours_cpu
+    return dict(images_per_s=summary, ratios=ratios, startup=startup)
+
+
+__all__: Sequence[str] = ('format_table', 'load_line', 'summarize', 'ROW_FORMATS')

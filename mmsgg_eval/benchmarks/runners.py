@@ -1,0 +1,259 @@
+"""The runners of ``tools/benchmark.py``: one function per implementation, the job table, one subprocess per job.
+
+A job is ``(implementation, workload, device)``; :data:`RUNNERS` maps each implementation to the function that
+measures it in the current process, given the workload, the device and the tool's options (a dict: ``images``,
+``batch_size``, ``repeat``, ``offline_images``, and whatever option the tool adds). :func:`run_in_subprocess`
+runs one job in a fresh interpreter (``python -m mmsgg_eval.benchmarks.runners``: a fair peak memory per
+implementation) and :func:`best_rounds` runs the whole job list several times in turn, keeping each job's best
+round. Every timing is :func:`.timing.best_of`.
+
+The implementations: ``ours`` (SGRecall + SGMeanRecall, every key), ``ours-1thread`` (the same in a process
+started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference of the thread policy under load),
+``ours-torch`` (the same with the compiled CPU kernels switched off), the peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``sgbench`` and
+``sgbench+lists`` (sgbench 1.0.0's per-image API, its ranked lists built outside / inside the timing), and
+``offline``, ``offline-cli``, ``cli-startup`` (:mod:`.offline`), ``relclip`` (:mod:`.relclip`).
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+
+from .timing import best_of
+from .workloads import VARIABLE_WORKLOADS, ZEROSHOT_TRIPLETS, workload_mode
+
+Job = Tuple[str, str, str]
+"""(implementation, workload, device)."""
+
+PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'sgbench+lists': ('triplets',) + VARIABLE_WORKLOADS,
+                  'legacy': ('triplets',)}
+"""The workloads each peer implementation is measured on ('sgbench+lists': sgbench with the building of its
+ranked lists from the scores inside the timing, what a user of its API does too)."""
+
+def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int) -> Dict[str, Any]:
+    """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
+    SGRecall + SGMeanRecall on ``images`` workload images, the bytes one rank sends at evaluate(), the CUDA
+    peak memory, R@50 and mR@50."""
+    import torch
+    from mmengine.logging import MMLogger
+
+    from ..metrics import SGMeanRecall, SGRecall
+    from .workloads import make_workload, meta
+    MMLogger.get_instance('mmengine', log_level='WARNING')
+    data = make_workload(workload, images, device=device)
+    mode = workload_mode(workload)
+
+    def new_metrics() -> List[Any]:
+        metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS) for cls in (SGRecall, SGMeanRecall)]
+        dataset_meta = meta()
+        for m in metrics:  # as mmengine's Evaluator does: one dataset_meta object for all its metrics
+            m.dataset_meta = dataset_meta
+        return metrics
+
+    def evaluate(metrics: List[Any]) -> Tuple[Dict[str, Any], int]:
+        for i in range(0, images, batch_size):
+            chunk = data[i:i + batch_size]
+            for m in metrics:
+                m.process({}, chunk)
+        for m in metrics:  # rank the last pool now (evaluate() would), so its rows count in the payload
+            m.flush()
+        # a metric whose rows are those of an earlier one reuses its reduced tables and sends nothing
+        sent = sum(m.accumulator.payload_bytes() for i, m in enumerate(metrics)
+                   if not any(m.accumulator.holds_same_rows(o.accumulator.sources) for o in metrics[:i]))
+        result = {}
+        for m in metrics:
+            result.update(m.evaluate(images))
+        return result, sent
+
+    best = best_of(evaluate, repeat, setup=new_metrics, cuda=device == 'cuda')
+    result, sent = best['result']
+    peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
+    keys = {k: v for k, v in result.items() if isinstance(v, float)}
+    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'],
+                cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
+                bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
+                r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'))
+
+
+def numpy_images(workload: str, images: int) -> List[Dict[str, Any]]:
+    """The same data as numpy arrays (peers' input); ``rel_scores`` without the background column [R, P]."""
+    import numpy as np
+
+    from .workloads import NUM_PREDICATES, make_workload
+    out = []
+    for s in make_workload(workload, images):
+        pred = s.get('pred_instances')
+        gt_boxes = s['gt_instances']['bboxes'].numpy()
+        gt_labels = s['gt_instances']['labels'].numpy()
+        im = dict(gt_boxes=gt_boxes, gt_labels=gt_labels,
+                  gt_pairs=s['gt_relations']['pair_idxs'].numpy(), gt_predicates=s['gt_relations']['labels'].numpy(),
+                  pred_boxes=pred['bboxes'].numpy() if pred else gt_boxes,
+                  pred_labels=pred['labels'].numpy() if pred else gt_labels,
+                  pred_scores=pred['scores'].numpy() if pred else np.ones(len(gt_labels), np.float32),
+                  rel_pairs=s['pred_relations']['pair_idxs'].numpy(),
+                  rel_scores=s['pred_relations']['scores'].numpy()[:, -NUM_PREDICATES:])
+        out.append(im)
+    return out
+
+
+def run_legacy(workload: str, images: int, repeat: int) -> Dict[str, Any]:
+    """Images/s, R@50 and mR@50 of the per-image numpy implementation of the legacy protocol."""
+    from .legacy_numpy import evaluate_legacy
+    data = numpy_images(workload, images)
+    best = best_of(lambda: evaluate_legacy(data, 50), repeat)
+    res = best['result']
+    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'], r50=res['R@50'], mr50=res['mR@50'])
+
+
+def sgbench_lists(im: Dict[str, Any]) -> Tuple[Any, Any, Any]:
+    """sgbench's inputs from one image's outputs: the GC and NGC top-100 triplets (subject idx, object idx,
+    predicate) in rank order (stable score sorts, as ours) and the GT triplets."""
+    import numpy as np
+    rs = im['rel_scores']
+    os_ = im['pred_scores']
+    score = rs.max(1) * os_[im['rel_pairs'][:, 0]] * os_[im['rel_pairs'][:, 1]]
+    order = np.argsort(-score, kind='stable')[:100]
+    trip = np.column_stack([im['rel_pairs'][order], rs.argmax(1)[order]])
+    ng = (os_[im['rel_pairs'][:, 0]] * os_[im['rel_pairs'][:, 1]])[:, None] * rs
+    flat = np.argsort(-ng.ravel(), kind='stable')[:100]
+    r, p = np.unravel_index(flat, ng.shape)
+    ng_trip = np.column_stack([im['rel_pairs'][r], p])
+    gt = np.column_stack([im['gt_pairs'], im['gt_predicates']])
+    return trip, ng_trip, gt
+
+
+def run_sgbench(workload: str, images: int, repeat: int, include_lists: bool = False) -> Dict[str, Any]:
+    """sgbench's per-image API on the workload; its ranked lists built outside the timing, or inside it with
+    ``include_lists``."""
+    import numpy as np
+    try:
+        import sgbench
+    except ImportError:
+        return dict(skipped='sgbench not installed (pip install sgbench==1.0.0)')
+    data = numpy_images(workload, images)
+    converted = None if include_lists else [(im,) + sgbench_lists(im) for im in data]
+
+    def evaluate() -> Tuple[float, float]:
+        acc = {}
+        for item in converted or data:
+            im, trip, ng_trip, gt = item if converted else (item,) + sgbench_lists(item)
+            p2g = sgbench.match_instances(im['gt_boxes'], im['gt_labels'], im['pred_boxes'], im['pred_labels'])
+            for name, t in (('R', trip), ('ngR', ng_trip)):
+                matched = sgbench.remap_triplets(p2g, t)
+                for k in (20, 50, 100):
+                    acc.setdefault((name, k), []).append(sgbench.recall(k, False, gt, matched, 50))
+                    acc.setdefault(('m' + name, k), []).append(sgbench.recall(k, True, gt, matched, 50))
+        r50 = 100 * float(np.mean(acc[('R', 50)]))
+        with warnings.catch_warnings():  # predicates absent from every image: all-NaN columns, left out
+            warnings.simplefilter('ignore', RuntimeWarning)
+            mr50 = 100 * float(np.nanmean(np.nanmean(np.stack(acc[('mR', 50)]), 0)))
+        return r50, mr50
+
+    best = best_of(evaluate, repeat)
+    r50, mr50 = best['result']
+    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'], r50=r50, mr50=mr50,
+                note='own matching convention (one GT per detection, continuous IoU)')
+
+
+def _ours_torch(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    """``ours`` with the compiled CPU kernels switched off (the torch implementation)."""
+    from ..functional import compiled
+    with compiled.disabled():
+        return run_ours(workload, opts['images'], opts['batch_size'], device, opts['repeat'])
+
+
+def _offline(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    from .offline import run_offline
+    return run_offline(workload, opts['offline_images'], opts['repeat'])
+
+
+def _offline_cli(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    from .offline import run_cli
+    return run_cli(workload, opts['offline_images'], opts['repeat'])
+
+
+def _cli_startup(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    from .offline import run_cli_startup
+    return run_cli_startup(opts['repeat'])
+
+
+def _relclip(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    from .relclip import run_alignment_benchmark, run_relclip_benchmark
+    res = run_relclip_benchmark(device=device)
+    res['study_relations_per_s'] = run_alignment_benchmark(device=device)['relations_per_s']
+    return res
+
+
+Runner = Callable[[str, str, Mapping[str, Any]], Dict[str, Any]]
+RUNNERS: Dict[str, Runner] = {
+    'ours': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
+    'ours-1thread': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
+    'ours-torch': _ours_torch,
+    'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
+    'sgbench': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat']),
+    'sgbench+lists': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat'], include_lists=True),
+    'offline': _offline,
+    'offline-cli': _offline_cli,
+    'cli-startup': _cli_startup,
+    'relclip': _relclip,
+}
+"""Implementation -> ``runner(workload, device, options)``: the result dict of one job in this process."""
+
+
+def run_in_process(job: Job, options: Mapping[str, Any]) -> Dict[str, Any]:
+    """One job in this process: its runner's dict plus the peak resident memory of the process (MB)."""
+    impl, workload, device = job
+    res = RUNNERS[impl](workload, device, options)
+    res['host_peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return res
+
+
+SUBPROCESS_ENV: Dict[str, Dict[str, str]] = {'ours-1thread': {'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}}
+"""Implementation -> the environment variables its subprocess starts with (read when torch loads)."""
+
+
+def run_in_subprocess(job: Job, options: Mapping[str, Any]) -> Dict[str, Any]:
+    """One job in a fresh interpreter: its result dict, or ``{'error': [the last line of its stderr]}``."""
+    cmd = [sys.executable, '-m', 'mmsgg_eval.benchmarks.runners', *job, json.dumps(dict(options))]
+    env = dict(os.environ, **SUBPROCESS_ENV.get(job[0], {}))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = [x for x in out.stdout.splitlines() if x.startswith('RESULT ')]
+    if out.returncode != 0 or not line:
+        return dict(error=out.stderr.strip().splitlines()[-1:] or ['failed'])
+    return json.loads(line[0][len('RESULT '):])
+
+
+def better(res: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether a round's result beats the best so far (higher throughput, or a shorter start-up where there
+    is no throughput; any result beats an error)."""
+    key, sign = ('images_per_s', 1) if 'images_per_s' in res else ('first_sample_s', -1)
+    if key not in res:
+        return False
+    return key not in old or sign * res[key] > sign * old[key]
+
+
+def best_rounds(jobs: Sequence[Job], options: Mapping[str, Any], rounds: int) -> Dict[Job, Dict[str, Any]]:
+    """Run the job list ``rounds`` times in turn, each job in its own subprocess, and keep each job's best
+    round: the load of a shared machine changes over minutes, and alternating gives every implementation the
+    same chances. Progress goes to stderr."""
+    best: Dict[Job, Dict[str, Any]] = {}
+    for round_ in range(rounds):
+        for job in jobs:
+            print(f'round {round_ + 1}/{rounds}: running {job[0]} on {job[1]} ({job[2]}) ...', file=sys.stderr,
+                  flush=True)
+            res = run_in_subprocess(job, options)
+            if job not in best or better(res, best[job]):
+                best[job] = res
+    return best
+
+
+def main(argv: Sequence[str]) -> None:
+    """The subprocess of one job: ``IMPLEMENTATION WORKLOAD DEVICE OPTIONS_JSON``; prints ``RESULT {json}``."""
+    impl, workload, device, options = argv
+    print('RESULT ' + json.dumps(run_in_process((impl, workload, device), json.loads(options))))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

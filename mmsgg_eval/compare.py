@@ -1,0 +1,409 @@
+"""``python -m mmsgg_eval.compare A B [C ...]``: is run B really better than run A on the same images?
+
+Each run is given as evaluation states (``*.state`` files, a directory of them, or a glob; shards of one metric
+are merged, :mod:`mmsgg_eval.metrics.state`) or as prediction files evaluated first with ``--config`` (the
+offline CLI's formats, :func:`mmsgg_eval.eval.evaluate_file`). Every later run is compared with the first.
+
+For each metric present in both runs, every key it reports is shown with A, B, the difference Δ = B − A, the
+paired-bootstrap interval of Δ and a two-sided p-value. Paired: each replicate resamples the IMAGES with
+replacement and uses the SAME image indices for both runs (so what the images have in common - their
+difficulty - cancels out of Δ; :mod:`mmsgg_eval.metrics.bootstrap` for the per-image decomposition of every
+key). The p-value is ``(1 + 2 min(#{Δ* <= 0}, #{Δ* >= 0})) / (B + 1)`` over the B replicates Δ*. Per-predicate
+recalls get the same treatment, and the predicates whose change is significant after Holm's step-down
+correction over all predicates with GT (family-wise error rate ``1 - level``) are named.
+
+Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
+``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
+interval). Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
+(both restricted to the common images); runs with different metric settings, protocols or conventions are
+refused unless ``--allow-different-settings`` (the differences are then shown in every output).
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .functional.bootstrap import holm_adjust, paired_p_value, percentile_interval
+
+OUTPUT_STEM = 'compare'
+
+
+class CompareError(ValueError):
+    """Runs that cannot be compared (the message names the runs and the difference)."""
+
+
+# ---------------------------------------------------------------------------------------------- loading runs
+
+def is_state_input(item: str) -> bool:
+    """True for a ``*.state`` file or glob, or a directory holding states."""
+    from .metrics.state import STATE_SUFFIX
+    return item.endswith(STATE_SUFFIX) or osp.isdir(item)
+
+
+def load_run(item: str, config: Optional[str] = None, work_dir: Optional[str] = None,
+             allow_missing: bool = False, cfg_options: Optional[dict] = None) -> List[Any]:
+    """The merged evaluation states of one run (in the order of the original evaluator): states as given, or
+    the states of evaluating the prediction file(s) ``item`` (comma-separated shards) with ``config``."""
+    from .eval import state_paths
+    from .metrics.state import evaluation_order, load_state, merge_states
+    if not is_state_input(item):
+        if not config:
+            raise CompareError(f'{item}: not an evaluation state; give --config to evaluate prediction files')
+        from .eval import evaluate_file
+        work_dir = work_dir or tempfile.mkdtemp(prefix='mmsgg_compare_')
+        states_dir = osp.join(work_dir, 'states')
+        evaluate_file(config, item.split(',') if ',' in item else item, work_dir=work_dir, progress=False,
+                      save_state=states_dir, allow_missing=allow_missing, cfg_options=cfg_options)
+        item = states_dir
+    groups: Dict[Tuple[str, str], List[Any]] = {}
+    for path in state_paths([item]):
+        state = load_state(path)
+        groups.setdefault(state.identity(), []).append(state)
+    return evaluation_order([merge_states(g) for g in groups.values()])
+
+
+def run_names(items: Sequence[str]) -> List[str]:
+    """Short names of the runs for the tables: the file or directory names, or the paths as given when two
+    names would be equal (e.g. ``a/states`` and ``b/states``)."""
+    names = [osp.basename(osp.normpath(item)) or item for item in items]
+    return names if len(set(names)) == len(names) else list(items)
+
+
+def setting_differences(a: Any, b: Any) -> List[str]:
+    """The settings, protocol and conventions of two states of one metric that differ, one line each."""
+    out = []
+    for attr in ('settings', 'conventions'):
+        va, vb = getattr(a, attr) or {}, getattr(b, attr) or {}
+        if not isinstance(va, dict) or not isinstance(vb, dict):
+            va, vb = {attr: va}, {attr: vb}
+        for key in sorted(set(va) | set(vb)):  # a setting left out of a state is the constructor's default
+            if va.get(key, '<default>') != vb.get(key, '<default>'):
+                out.append(f'{attr} {key}: {va.get(key, "<default>")!r} vs {vb.get(key, "<default>")!r}')
+    if a.protocol != b.protocol:
+        out.append(f'protocol: {a.protocol!r} vs {b.protocol!r}')
+    return out
+
+
+def restricted(tables: Dict[str, Dict[str, torch.Tensor]], keep: torch.Tensor) -> Dict[str, Dict[str, torch.Tensor]]:
+    """``tables`` with only the rows of the samples ``keep`` (sorted ``sample_idx``)."""
+    out = {}
+    for name, cols in tables.items():
+        rows = torch.isin(cols['sample_idx'], keep)
+        out[name] = {c: v[rows] for c, v in cols.items()}
+    return out
+
+
+def paired_tables(a: Any, b: Any, names: Tuple[str, str], intersect: bool) -> Tuple[Any, Any, Any, Any, int]:
+    """(metric A, tables A, metric B, tables B, number of images) of two states of one metric, on their common
+    images with ``intersect``; a :class:`CompareError` naming how many images differ otherwise."""
+    from .metrics.state import summary_tables
+    ids_a, ids_b = a.sample_ids(), b.sample_ids()
+    only_a, only_b = ids_a[~torch.isin(ids_a, ids_b)], ids_b[~torch.isin(ids_b, ids_a)]
+    common = ids_a[torch.isin(ids_a, ids_b)]
+    if (only_a.numel() or only_b.numel()) and not intersect:
+        raise CompareError(f'{a.name}: runs {names[0]} and {names[1]} hold different images: {only_a.numel()} only '
+                           f'in {names[0]}, {only_b.numel()} only in {names[1]} ({common.numel()} in both); a '
+                           f'paired comparison needs the same images (--intersect compares the common ones)')
+    if not common.numel():
+        raise CompareError(f'{a.name}: runs {names[0]} and {names[1]} have no image in common')
+    out = []
+    for state in (a, b):
+        metric = state.build_metric()
+        tables = summary_tables(state, metric)
+        out += [metric, restricted(tables, common) if intersect else tables]
+    return out[0], out[1], out[2], out[3], int(common.numel())
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+def delta_rows(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor], deltas: torch.Tensor,
+               level: float) -> Dict[str, torch.Tensor]:
+    """Point values ``a`` / ``b`` [M], replicate deltas [B, M] -> ``{a, b, delta, low, high, p}`` [M] each."""
+    low, high = percentile_interval(deltas, level)
+    return {'a': a, 'b': b, 'delta': b - a, 'low': low, 'high': high, 'p': paired_p_value(deltas)}
+
+
+def paired_keys(stat_a: Any, stat_b: Any, keys: Sequence[str], point_a: Dict[str, float],
+                point_b: Dict[str, float], samples: int, seed: int, level: float,
+                table: Optional[str] = None) -> Dict[str, Any]:
+    """Paired bootstrap of the keys (and of the per-predicate ``table``) of two runs' contributions on the same
+    units: ``{'keys': {key: {a, b, delta, low, high, p}}, 'per_predicate': {...} or None}``."""
+    from .metrics.bootstrap import replicates
+    rep_a, rep_b = replicates([stat_a, stat_b], samples, seed, with_tables=table is not None)
+    keys = [k for k in keys if k in rep_a and k in rep_b]
+    out: Dict[str, Any] = {'keys': {}, 'per_predicate': None}
+    if keys:
+        deltas = torch.stack([rep_b[k] - rep_a[k] for k in keys], 1)
+        rows = delta_rows(torch.tensor([float(point_a[k]) for k in keys], dtype=torch.float64),
+                          torch.tensor([float(point_b[k]) for k in keys], dtype=torch.float64), deltas, level)
+        out['keys'] = {k: {n: float(v[i]) for n, v in rows.items()} for i, k in enumerate(keys)}
+    if table is not None:
+        name = f'table:{table}'
+        pa, pb = stat_a.point(with_tables=True)[name][0], stat_b.point(with_tables=True)[name][0]
+        rows = delta_rows(pa, pb, rep_b[name] - rep_a[name], level)
+        out['per_predicate'] = {'key': table, 'labels': list(stat_a.table_labels), **rows}
+    return out
+
+
+def per_predicate_result(rows: Dict[str, Any], gt_a: List[int], gt_b: List[int], level: float) -> Dict[str, Any]:
+    """JSON rows of a per-predicate paired comparison, with Holm-adjusted p-values over the predicates with
+    GT in either run and which of them changed significantly (adjusted p < 1 - ``level``)."""
+    with_gt = torch.tensor([x + y > 0 for x, y in zip(gt_a, gt_b)], dtype=torch.bool)
+    p = torch.where(with_gt, rows['p'], torch.full_like(rows['p'], float('nan')))
+    adjusted = holm_adjust(p)
+    alpha = 1 - level
+    out = []
+    for i, label in enumerate(rows['labels']):
+        item = {'predicate': label, 'num_gt_a': gt_a[i], 'num_gt_b': gt_b[i],
+                **{n: float(rows[n][i]) for n in ('a', 'b', 'delta', 'low', 'high', 'p')},
+                'p_holm': float(adjusted[i]), 'significant': bool(adjusted[i] < alpha)}
+        out.append(item)
+    return {'key': rows['key'], 'alpha': alpha, 'correction': 'Holm step-down over the predicates with GT',
+            'num_tested': int(with_gt.sum()), 'rows': out,
+            'significant': [r['predicate'] for r in out if r['significant']]}
+
+
+def predicate_gt_counts(summary: Dict[str, Any], labels: Sequence[str]) -> List[int]:
+    """GT relations of each predicate in a summary's per-predicate table (0 when absent)."""
+    table = summary.get('per_predicate') or {}
+    return [int((table.get(name) or {}).get('num_gt', 0)) for name in labels]
+
+
+def default_table(stat: Any, requested: Optional[str]) -> Optional[str]:
+    """The per-predicate table compared: ``requested`` (a ``CompareError`` when absent), else K-free
+    ``Recall`` when there is one, else the largest K."""
+    if not stat.tables:
+        return None
+    if requested is not None:
+        if requested not in stat.tables:
+            raise CompareError(f'--per-predicate-key {requested}: not a per-predicate table here '
+                               f'(available: {sorted(stat.tables)})')
+        return requested
+    return 'Recall' if 'Recall' in stat.tables else list(stat.tables)[-1]
+
+
+def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, Any],
+                   with_table: bool) -> Dict[str, Any]:
+    """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count."""
+    from .metrics.bootstrap import contributions_of
+    differences = setting_differences(a, b)
+    if differences and not options['allow_different_settings']:
+        raise CompareError(f'{a.name}: runs {names[0]} and {names[1]} were evaluated with different settings ('
+                           + '; '.join(differences) + '); --allow-different-settings compares them anyway')
+    metric_a, tables_a, metric_b, tables_b, num_images = paired_tables(a, b, names, options['intersect'])
+    keys_a, keys_b = metric_a.compute_metrics(tables_a), metric_b.compute_metrics(tables_b)
+    summary_a, summary_b = metric_a.last_report, metric_b.last_report
+    stat_a, stat_b = contributions_of(metric_a, tables_a), contributions_of(metric_b, tables_b)
+    table = default_table(stat_a, options.get('per_predicate_key')) if with_table else None
+    keys = [k for k in keys_a if k in keys_b]
+    result = paired_keys(stat_a, stat_b, keys, summary_a['metrics'], summary_b['metrics'], options['samples'],
+                         options['seed'], options['level'], table)
+    out = {'metric': a.name, 'prefix': a.prefix, 'num_images': num_images, 'keys': result['keys'],
+           'settings_differences': differences, 'per_predicate': None}
+    if result['per_predicate'] is not None:
+        labels = result['per_predicate']['labels']
+        out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
+                                                    predicate_gt_counts(summary_b, labels), options['level'])
+    return out
+
+
+def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: int = 1000, level: float = 0.95,
+                 seed: int = 0, intersect: bool = False, allow_different_settings: bool = False,
+                 per_predicate_key: Optional[str] = None) -> Dict[str, Any]:
+    """Compare every run after the first with the first (lists of merged states of each run); JSON-ready."""
+    from .metrics.bootstrap import bootstrap_options
+    opts = bootstrap_options(dict(samples=samples, level=level, seed=seed), 'mmsgg_eval.compare')
+    opts.update(intersect=intersect, allow_different_settings=allow_different_settings,
+                per_predicate_key=per_predicate_key)
+    base = {s.identity(): s for s in runs[0]}
+    comparisons = []
+    for run, name in zip(runs[1:], names[1:]):
+        pair = (names[0], name)
+        shared = [s for s in run if s.identity() in base]
+        if not shared:
+            raise CompareError(f'runs {names[0]} and {name} have no metric in common ({sorted(base)} vs '
+                               f'{sorted(s.identity() for s in run)})')
+        tabled: set = set()
+        metrics = []
+        for state in shared:
+            with_table = state.prefix not in tabled
+            metrics.append(compare_metric(base[state.identity()], state, pair, opts, with_table))
+            if metrics[-1]['per_predicate'] is not None:
+                tabled.add(state.prefix)
+        comparisons.append({'a': names[0], 'b': name, 'metrics': metrics})
+    return {'bootstrap': {'samples': samples, 'level': level, 'seed': seed, 'method': 'paired percentile',
+                          'unit': 'image', 'intersect': intersect,
+                          'allow_different_settings': allow_different_settings},
+            'comparisons': comparisons}
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+def _num(value: float, digits: int = 2) -> str:
+    return '–' if value != value else f'{value:.{digits}f}'
+
+
+def _p(value: float) -> str:
+    return '–' if value != value else (f'{value:.3f}' if value >= 0.001 else '<0.001')
+
+
+def format_markdown(result: Dict[str, Any]) -> str:
+    """The Markdown report of :func:`compare_runs`."""
+    info = result['bootstrap']
+    pct = f'{100 * info["level"]:g}%'
+    lines = []
+    for comp in result['comparisons']:
+        a, b = comp['a'], comp['b']
+        lines += [f'## {b} vs {a}', '',
+                  f'Paired bootstrap: {info["samples"]} resamples of the images with replacement, the same image '
+                  f'indices for both runs; Δ = {b} − {a}; {pct} percentile interval of Δ; two-sided p-value '
+                  f'(seed {info["seed"]}).', '']
+        for m in comp['metrics']:
+            lines.append(f'### {m["metric"]}, {m["num_images"]} images')
+            if m['settings_differences']:
+                lines += ['', '**Different settings (--allow-different-settings):** '
+                          + '; '.join(m['settings_differences'])]
+            lines += ['', f'| Key | {a} | {b} | Δ | {pct} CI of Δ | p |', '|---|---:|---:|---:|---:|---:|']
+            for key, r in m['keys'].items():
+                lines.append(f'| {key} | {_num(r["a"])} | {_num(r["b"])} | {r["delta"]:+.2f} | '
+                             f'[{_num(r["low"])}, {_num(r["high"])}] | {_p(r["p"])} |')
+            lines += [''] + per_predicate_markdown(m['per_predicate'], a, b, pct)
+    return '\n'.join(lines).rstrip() + '\n'
+
+
+def per_predicate_markdown(pp: Optional[Dict[str, Any]], a: str, b: str, pct: str) -> List[str]:
+    """Markdown lines of a per-predicate comparison (none when there is none)."""
+    if not pp:
+        return []
+    rows = [r for r in pp['rows'] if r['num_gt_a'] + r['num_gt_b'] > 0]
+    lines = [f'Per-predicate {pp["key"]} ({len(pp["rows"]) - len(rows)} predicates without GT in the images left '
+             f'out):', '', f'| Predicate | #GT | {a} | {b} | Δ | {pct} CI of Δ | p | p (Holm) |',
+             '|---|---:|---:|---:|---:|---:|---:|---:|']
+    for r in rows:
+        mark = ' **\\***' if r['significant'] else ''
+        lines.append(f'| {r["predicate"]}{mark} | {r["num_gt_a"]} | {_num(r["a"])} | {_num(r["b"])} | '
+                     f'{_num(r["delta"])} | [{_num(r["low"])}, {_num(r["high"])}] | {_p(r["p"])} | '
+                     f'{_p(r["p_holm"])} |')
+    changed = ', '.join(pp['significant']) or 'none'
+    lines += ['', f'Changed significantly (Holm correction over the {pp["num_tested"]} predicates with GT, '
+                  f'family-wise α = {pp["alpha"]:.2f}; marked \\*): {changed}.', '']
+    return lines
+
+
+def csv_rows(result: Dict[str, Any]) -> Tuple[List[List[Any]], List[List[Any]]]:
+    """(key rows, per-predicate rows) of the CSV files, with headers."""
+    keys = [['a', 'b', 'metric', 'key', 'value_a', 'value_b', 'delta', 'low', 'high', 'p', 'settings_differences']]
+    preds = [['a', 'b', 'metric', 'key', 'predicate', 'num_gt_a', 'num_gt_b', 'value_a', 'value_b', 'delta', 'low',
+              'high', 'p', 'p_holm', 'significant']]
+    for comp in result['comparisons']:
+        for m in comp['metrics']:
+            for key, r in m['keys'].items():
+                keys.append([comp['a'], comp['b'], m['metric'], key, r['a'], r['b'], r['delta'], r['low'], r['high'],
+                             r['p'], '; '.join(m['settings_differences'])])
+            pp = m['per_predicate']
+            for r in (pp['rows'] if pp else []):
+                preds.append([comp['a'], comp['b'], m['metric'], pp['key'], r['predicate'], r['num_gt_a'],
+                              r['num_gt_b'], r['a'], r['b'], r['delta'], r['low'], r['high'], r['p'], r['p_holm'],
+                              r['significant']])
+    return keys, preds
+
+
+def plot_deltas(result: Dict[str, Any], path: str) -> Optional[str]:
+    """Bar chart of the per-predicate Δ with their intervals (significant ones in color; predicates with GT),
+    one panel per comparison with a per-predicate table; None when there is none."""
+    panels = [(c, m['per_predicate'], m['metric']) for c in result['comparisons'] for m in c['metrics']
+              if m['per_predicate']]
+    if not panels:
+        return None
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    width = max(6.0, 0.22 * max(len(pp['rows']) for _, pp, _ in panels) + 2)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, 3.6 * len(panels)), squeeze=False)
+    for ax, (comp, pp, metric) in zip(axes[:, 0], panels):
+        rows = [r for r in pp['rows'] if r['num_gt_a'] + r['num_gt_b'] > 0] or pp['rows']  # predicates with GT
+        delta = [r['delta'] for r in rows]
+        err = [[max(r['delta'] - r['low'], 0) for r in rows], [max(r['high'] - r['delta'], 0) for r in rows]]
+        colors = ['#d62728' if r['significant'] else '#7f7f7f' for r in rows]
+        ax.bar(range(len(rows)), delta, yerr=err, color=colors, capsize=2, zorder=2)
+        ax.axhline(0, color='black', linewidth=0.8)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([r['predicate'] for r in rows], rotation=90, fontsize=7)
+        ax.set_ylabel(f'Δ {pp["key"]} (pp)')
+        ax.set_title(f'{comp["b"]} − {comp["a"]}: {metric} (red: significant after Holm)', fontsize=9)
+        ax.grid(axis='y', alpha=0.3, zorder=1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(result: Dict[str, Any], out_dir: str) -> Dict[str, str]:
+    """Write ``compare.md``, ``compare.csv``, ``compare.per_predicate.csv``, ``compare.json`` and the chart."""
+    import csv
+    from .reports import json_safe
+    os.makedirs(out_dir, exist_ok=True)
+    base = osp.join(out_dir, OUTPUT_STEM)
+    paths = {'markdown': base + '.md', 'csv': base + '.csv', 'per_predicate_csv': base + '.per_predicate.csv',
+             'json': base + '.json'}
+    with open(paths['markdown'], 'w') as f:
+        f.write(format_markdown(result))
+    for name, rows in zip(('csv', 'per_predicate_csv'), csv_rows(result)):
+        with open(paths[name], 'w', newline='') as f:
+            csv.writer(f, lineterminator='\n').writerows(rows)
+    with open(paths['json'], 'w') as f:
+        json.dump(json_safe(result), f, indent=1)
+    chart = plot_deltas(result, base + '.per_predicate.png')
+    if chart:
+        paths['chart'] = chart
+    return paths
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    from .eval import positive_int_arg
+    parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.compare',
+                                     description='Paired comparison of evaluation runs on the same images')
+    parser.add_argument('runs', nargs='+', help='evaluation states (files, directories, globs) of each run, or '
+                                                'prediction files (with --config; shards comma-separated; '
+                                                'evaluated into OUT_DIR/runs/)')
+    from mmengine.config import DictAction
+    parser.add_argument('--config', help='config to evaluate prediction files with (offline CLI)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='config overrides (with --config)')
+    parser.add_argument('--samples', type=positive_int_arg, default=1000, help='bootstrap replicates')
+    parser.add_argument('--level', type=float, default=0.95, help='interval level (default 0.95)')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--intersect', action='store_true', help='compare on the images common to both runs')
+    parser.add_argument('--allow-different-settings', action='store_true',
+                        help='compare runs evaluated with different settings / protocols (shown in the output)')
+    parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall or the largest K)')
+    parser.add_argument('--allow-missing', action='store_true', help='prediction files: score missing samples as '
+                                                                     'empty predictions')
+    parser.add_argument('--out-dir', default=osp.join('work_dirs', 'compare'))
+    parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
+    args = parser.parse_args(argv)
+    if len(args.runs) < 2:
+        parser.error('give at least two runs (A B [C ...])')
+    try:
+        names = run_names(args.runs)
+        runs = [load_run(item, args.config, osp.join(args.out_dir, 'runs', f'{i}.{osp.basename(name)}'),
+                         args.allow_missing, args.cfg_options) for i, (item, name) in enumerate(zip(args.runs, names))]
+        result = compare_runs(runs, names, args.samples, args.level, args.seed,
+                              args.intersect, args.allow_different_settings, args.per_predicate_key)
+        result['outputs'] = write_outputs(result, args.out_dir)
+    except (ValueError, FileNotFoundError, OSError) as err:
+        if args.debug:
+            raise
+        print(f'{parser.prog}: error: {err}', file=sys.stderr)
+        raise SystemExit(1) from None
+    print(format_markdown(result))
+    print(f'written: {", ".join(result["outputs"].values())}')
+    return result
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,554 @@
+"""Bootstrap confidence intervals of every key of a row metric, from its reduced row tables.
+
+The resampling unit is the IMAGE (one dataset sample): the GT relations of one image share its objects, boxes
+and predictions and are not independent, so relations are never resampled on their own. Every key of
+SGRecall / SGMeanRecall / SGBenchMetric / VLMSceneGraphMetric / GroundingPr / RelCLIPScore is a function of
+per-image sums (a mean of per-image recalls is sum(recall_i) / sum(1); mR@K averages over predicates the ratio
+sum(recall_ip) / sum(holds_ip); micro recall is sum(hits_i) / sum(count_i); F@K and AVG@K combine R@K and
+mR@K), so a :class:`Contributions` holds, per image, the [N, C] matrix of those summands and, per key, how
+the key follows from column totals. A replicate with resampling counts ``w`` [N] is the same formula on
+``w @ matrix``; B replicates are one [B, N] x [N, C] product (chunked, :mod:`mmsgg_eval.functional.bootstrap`).
+The only key that is not such a function, the VLM metric's COCO ``AP@50``, is recomputed per replicate on the
+resampled object tables (images drawn twice become two images).
+
+The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
+so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
+so two runs on the same samples resample the very same units (paired comparison, :mod:`mmsgg_eval.compare`).
+A replicate with all counts 1 reproduces the reported keys (checked at run time: a key whose formula no
+longer matches the metric's summary gets no interval and a warning).
+"""
+import logging
+import math
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
+from ..functional.limits import K_ALL
+from ..functional.recall import hits_per_k, triplet_parts
+
+Tables = Dict[str, Dict[str, Tensor]]
+
+DEFAULTS = {'samples': 1000, 'level': 0.95, 'seed': 0}
+#: relative tolerance between a key and its all-ones replicate (the sums are taken in another order)
+POINT_RTOL = 1e-9
+
+Block = Callable[[Tensor], Tensor]
+
+
+def bootstrap_options(value: Any, owner: str) -> Optional[Dict[str, Any]]:
+    """``bootstrap=`` of a metric: None / False (off), True (defaults), an int (``samples``) or a dict with
+    ``samples`` (>= 1), ``level`` (in (0, 1)) and ``seed`` (int); anything else is a ``ValueError`` naming it."""
+    from .options import positive_int
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    elif isinstance(value, int):
+        value = {'samples': value}
+    if not isinstance(value, Mapping):
+        raise ValueError(f'{owner}: bootstrap must be None, True, a number of samples or a dict('
+                         f'samples=..., level=..., seed=...), got {value!r}')
+    unknown = sorted(set(value) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f'{owner}: unknown bootstrap option(s) {unknown}; expected {sorted(DEFAULTS)}')
+    out = {**DEFAULTS, **value}
+    out['samples'] = positive_int(out['samples'], 'bootstrap samples', owner)
+    level = out['level']
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < float(level) < 1:
+        raise ValueError(f'{owner}: bootstrap level must be in (0, 1), got {level!r}')
+    out['level'] = float(level)
+    if isinstance(out['seed'], bool) or not isinstance(out['seed'], int):
+        raise ValueError(f'{owner}: bootstrap seed must be an integer, got {out["seed"]!r}')
+    return out
+
+
+def with_bootstrap_option(init: Callable) -> Callable:
+    """Wrap a row metric's ``__init__`` so that it takes the ``bootstrap`` keyword (:func:`bootstrap_options`)
+    without declaring it; the outermost call that is given one sets ``self.bootstrap``. It is no setting of the
+    rows or of the summary (an evaluation state does not record it)."""
+    import functools
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, bootstrap: Any = None, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if bootstrap is not None:
+            self.bootstrap = bootstrap_options(bootstrap, type(self).__name__)
+    return wrapper
+
+
+class Contributions:
+    """Per-unit summands of one evaluation's keys and the formulas of the keys on their column totals.
+
+    ``units``: [N] sorted ``sample_idx`` of the resampled units. :meth:`add` appends [N] or [N, c] summands and
+    returns their columns; :attr:`blocks` are ``(key names, fn)`` pairs where ``fn(totals [b, C])`` gives
+    [b, len(names)] values; :attr:`derived` functions add keys computed from other keys' values;
+    :attr:`tables` ``{name: fn}`` give [b, P] per-predicate values (percent) named by :attr:`table_labels`;
+    :attr:`resampled` ``{key: fn(counts [N])}`` keys recomputed per replicate.
+    """
+
+    def __init__(self, units: Tensor) -> None:
+        self.units = units.long()
+        self._columns: List[Tensor] = []
+        self._width = 0
+        self._matrix: Optional[Tensor] = None
+        self.blocks: List[Tuple[List[str], Block]] = []
+        self.derived: List[Callable[[Dict[str, Tensor]], Dict[str, Tensor]]] = []
+        self.tables: Dict[str, Block] = {}
+        self.table_labels: List[str] = []
+        self.resampled: Dict[str, Callable[[Tensor], float]] = {}
+        self._memo: Dict[int, Tensor] = {}
+
+    @property
+    def num_units(self) -> int:
+        return int(self.units.numel())
+
+    def unit_of(self, sample_idx: Tensor) -> Tensor:
+        """[n] position in :attr:`units` of each ``sample_idx`` (every one must be a unit)."""
+        pos = torch.searchsorted(self.units, sample_idx.long()).clamp(max=max(self.num_units - 1, 0))
+        if sample_idx.numel() and not bool((self.units[pos] == sample_idx.long()).all()):
+            raise ValueError('bootstrap: a row belongs to a sample absent from the per-sample table')
+        return pos
+
+    def add(self, values: Tensor) -> slice:
+        """Append [N] or [N, c] per-unit summands; returns their column slice."""
+        values = values.double().reshape(self.num_units, -1)
+        self._columns.append(values)
+        self._matrix = None
+        start, self._width = self._width, self._width + values.shape[1]
+        return slice(start, self._width)
+
+    def matrix(self) -> Tensor:
+        """[N, C] float64 summands of every column."""
+        if self._matrix is None:
+            self._matrix = torch.cat(self._columns, 1) if self._columns else torch.zeros((self.num_units, 0),
+                                                                                        dtype=torch.float64)
+        return self._matrix
+
+    def memo(self, fn: Block) -> Block:
+        """``fn`` evaluated once per :meth:`evaluate` call (several keys read one per-predicate table)."""
+        def cached(totals: Tensor) -> Tensor:
+            if id(fn) not in self._memo:
+                self._memo[id(fn)] = fn(totals)
+            return self._memo[id(fn)]
+        return cached
+
+    def evaluate(self, totals: Tensor, with_tables: bool = False) -> Dict[str, Tensor]:
+        """``{key: [b]}`` (and ``{'table:NAME': [b, P]}`` with ``with_tables``) of replicates with column
+        ``totals`` [b, C]."""
+        self._memo = {}
+        out: Dict[str, Tensor] = {}
+        for names, fn in self.blocks:
+            values = fn(totals)
+            for j, name in enumerate(names):
+                out[name] = values[:, j]
+        for fn in self.derived:
+            out.update(fn(out))
+        if with_tables:
+            out.update({f'table:{name}': fn(totals) for name, fn in self.tables.items()})
+        self._memo = {}
+        return out
+
+    def point(self, with_tables: bool = False) -> Dict[str, Tensor]:
+        """The all-ones replicate (the evaluated sample itself): ``{key: [1]}``."""
+        ones = torch.ones((1, self.num_units), dtype=torch.float64)
+        values = self.evaluate(weighted_totals(ones, self.matrix()), with_tables)
+        for key, fn in self.resampled.items():
+            values[key] = torch.tensor([fn(ones[0])], dtype=torch.float64)
+        return values
+
+    def rename(self, mapping: Callable[[str], Optional[str]]) -> None:
+        """Rename (or drop, ``mapping`` -> None) every key and table; the :attr:`derived` keys are dropped."""
+        blocks = []
+        for names, fn in self.blocks:
+            new = [mapping(n) for n in names]
+            keep = [j for j, n in enumerate(new) if n is not None]
+            if keep:
+                blocks.append(([new[j] for j in keep], lambda t, fn=fn, keep=keep: fn(t)[:, keep]))
+        self.blocks, self.derived = blocks, []
+        self.tables = {mapping(n): fn for n, fn in self.tables.items() if mapping(n) is not None}
+
+
+# ---------------------------------------------------------------------------------------------- recall blocks
+
+def recall_block(c: Contributions, rank: Tensor, unit: Tensor, ks: Sequence[int], average: str,
+                 mask: Optional[Tensor] = None) -> Block:
+    """[b, K] recall (fraction) of the relations ``rank`` / ``unit`` (optionally ``mask``-selected): mean over
+    units holding one of them of the per-unit recall (``'image'``), or hits / relations (``'micro'``)."""
+    if mask is not None:
+        rank, unit = rank[mask], unit[mask]
+    count = torch.bincount(unit, minlength=c.num_units).double()
+    hits = hits_per_k(rank, unit, c.num_units, ks)
+    if average == 'micro':
+        num, den = c.add(hits), c.add(count)
+    else:
+        num, den = c.add(hits / count.clamp(min=1)[:, None]), c.add((count > 0).double())
+    return lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks)))
+
+
+def per_predicate_block(c: Contributions, rank: Tensor, predicate: Tensor, unit: Tensor, num_predicates: int,
+                        ks: Sequence[int], average: str, den: Optional[slice] = None) -> Tuple[Block, slice]:
+    """([b, K, P] per-predicate recall, the presence columns): for predicate p, the mean over units holding p
+    of their recall of p (``'image'``, legacy mR) or its hits / relations (``'micro'``). ``den``: presence
+    columns already added for the same relations."""
+    n, k = c.num_units, len(ks)
+    key = unit * num_predicates + predicate
+    count = torch.bincount(key, minlength=n * num_predicates).double().view(n, num_predicates)
+    hits = hits_per_k(rank, key, n * num_predicates, ks).view(n, num_predicates, k)
+    if average == 'micro':
+        num = c.add(hits.transpose(1, 2).reshape(n, -1))
+        den = c.add(count) if den is None else den
+    else:
+        num = c.add((hits / count.clamp(min=1)[..., None]).transpose(1, 2).reshape(n, -1))
+        den = c.add((count > 0).double()) if den is None else den
+    return c.memo(lambda t: ratio(t[:, num].view(-1, k, num_predicates),
+                                  t[:, den][:, None, :].expand(-1, k, -1))), den
+
+
+def predicate_mean(per_pred: Block, presence: slice, members: Sequence[int], mode: str) -> Block:
+    """[b, K] mean of the per-predicate recalls of ``members``: over all of them (``'all'``, an absent one
+    counts 0) or over those present in the replicate (``'present'``; 0 when none is)."""
+    idx = torch.as_tensor(list(members), dtype=torch.long)
+
+    def mean(t: Tensor) -> Tensor:
+        values = per_pred(t).index_select(2, idx)
+        if mode == 'present':
+            held = (t[:, presence].index_select(1, idx) > 0).double()[:, None, :]
+            return ratio((values * held).sum(2), held.sum(2).expand(-1, values.shape[1]))
+        return values.sum(2) / idx.numel() if idx.numel() else values.sum(2) * 0
+    return mean
+
+
+def put(c: Contributions, family: str, labels: Sequence[Any], block: Block, suffix: str = '',
+        scale: float = 100.0) -> None:
+    """Keys ``{family}@{label}{suffix}`` from the columns of ``block`` (times ``scale``)."""
+    c.blocks.append(([f'{family}@{k}{suffix}' for k in labels], lambda t: scale * block(t)))
+
+
+def relation_units(c: Contributions, metric: Any, images: Dict[str, Tensor],
+                   rels: Dict[str, Tensor]) -> Tuple[Dict[str, Tensor], Tensor]:
+    """The relation rows of the images ``metric`` evaluates and the unit of each."""
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    evaluated[c.unit_of(images['sample_idx'])] = metric._evaluated_images(images, quiet=True)
+    unit = c.unit_of(rels['sample_idx'])
+    keep = evaluated.index_select(0, unit)
+    return {n: col[keep] for n, col in rels.items()}, unit[keep]
+
+
+def zeroshot_mask(metric: Any, rels: Dict[str, Tensor], rel: Dict[str, Tensor]) -> Optional[Tensor]:
+    """The zero-shot flags of the evaluated relations ``rel`` as the metric's summary takes them: given (the
+    rows' flags) or derived (evaluated GT triplets of ``rels`` absent from ``train_triplets``); None = no zR."""
+    from ..functional import triplet_keys
+    from ..zeroshot import derive_zeroshot
+    if metric.user_zeroshot is not None or metric._meta('zeroshot_triplets') is not None:
+        return rel['zeroshot']
+    if metric._meta('train_triplets') is None:
+        return None
+    c, p = len(metric.classes), len(metric.predicates)
+    train = torch.as_tensor(metric._meta('train_triplets')).long().reshape(-1, 3)
+    derived = derive_zeroshot(torch.stack(triplet_parts(rels['triplet'], c, p), 1), train)
+    return torch.isin(rel['triplet'], triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p))
+
+
+def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tensor] = None) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric` (both presets), per image."""
+    from .predicate_groups import resolve_groups
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'] if units is None else units)
+    rel, unit = relation_units(c, metric, images, rels)
+    ks, avg, num_pred = metric.topk, metric.recall_average, len(metric.predicates)
+    rank_gc, rank_ngc, pred = rel['rank_gc'].long(), rel['rank_ngc'].long(), rel['predicate'].long()
+    put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg))
+    put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg))
+    zs = zeroshot_mask(metric, rels, rel)
+    if zs is not None:
+        put(c, 'zR', ks, recall_block(c, rank_gc, unit, ks, avg, zs))
+        put(c, 'ngzR', ks, recall_block(c, rank_ngc, unit, ks, avg, zs))
+    if metric.mode in ('predcls', 'sgcls'):
+        put(c, 'A', ks, recall_block(c, rel['rank_pair'].long(), unit, ks, 'micro'))
+    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
+    ng_per_pred, _ = per_predicate_block(c, rank_ngc, pred, unit, num_pred, ks, avg, presence)
+    novel = metric.novel_indices()
+    subsets = metric.novel_subsets(rel['triplet'], novel) if novel else {}
+    for subset, mask in subsets.items():
+        put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg, mask), f'_{subset}')
+        put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg, mask), f'_{subset}')
+    mode = metric.mr_average
+    put(c, 'mR', ks, predicate_mean(per_pred, presence, range(num_pred), mode))
+    put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, range(num_pred), mode))
+    for name, members in resolve_groups(metric.predicates, metric.user_groups,
+                                        metric._meta('predicate_counts')).items():
+        put(c, 'mR', ks, predicate_mean(per_pred, presence, members, mode), f'_{name}')
+    if 'novel_pred' in subsets:
+        put(c, 'mR', ks, predicate_mean(per_pred, presence, novel['predicates'], mode), '_novel_pred')
+        put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, novel['predicates'], mode), '_novel_pred')
+    c.derived.append(lambda v: harmonic_keys(v, ks))
+    for j, k in enumerate(ks):
+        c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
+    c.table_labels = list(metric.predicates)
+    return c
+
+
+def harmonic_keys(values: Dict[str, Tensor], ks: Sequence[int]) -> Dict[str, Tensor]:
+    """F@K (harmonic mean of R@K and mR@K, 0 when both are 0) and AVG@K (their mean), percent."""
+    out = {}
+    for k in ks:
+        r, m = values[f'R@{k}'], values[f'mR@{k}']
+        total = r + m
+        out[f'F@{k}'] = torch.where(total > 0, 2 * r * m / total.clamp(min=1e-300), torch.zeros_like(total))
+        out[f'AVG@{k}'] = total / 2
+    return out
+
+
+def sgbench_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.sgbench.SGBenchMetric` (R, mR, PairR at each K and K = inf,
+    InstR, PRank), per image."""
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel, unit = relation_units(c, metric, images, rels)
+    ks, names, avg = list(metric.topk) + [K_ALL], [str(k) for k in metric.topk] + ['inf'], metric.recall_average
+    num_pred = len(metric.predicates)
+    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
+    put(c, 'R', names, recall_block(c, rank_gc, unit, ks, avg))
+    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
+    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average))
+    put(c, 'PairR', names, recall_block(c, rel['rank_pair'].long(), unit, ks, avg, rel['first_pair']))
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    at = c.unit_of(images['sample_idx'])
+    evaluated[at] = metric._evaluated_images(images, quiet=True)
+    inst = torch.zeros(c.num_units, dtype=torch.float64)
+    inst[at] = images['num_matched_objects'].double() / images['num_gt_objects'].double().clamp(min=1)
+    num, den = c.add(torch.where(evaluated, inst, torch.zeros_like(inst))), c.add(evaluated.double())
+    c.blocks.append((['InstR'], lambda t, num=num, den=den: 100.0 * ratio(t[:, num], t[:, den])))
+    found = rel['prank'] >= 0
+    cell = unit[found] * num_pred + pred[found]
+    size = c.num_units * num_pred
+    sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size).view(c.num_units, num_pred)
+    cells = torch.bincount(cell, minlength=size).double().view(c.num_units, num_pred)
+    num, den = c.add((sums / cells.clamp(min=1)).sum(1)), c.add((cells > 0).double().sum(1))
+    c.blocks.append((['PRank'], lambda t: ratio(t[:, num], t[:, den], float('nan'))))
+    for j, name in enumerate(names):
+        c.tables[f'R@{name}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
+    c.table_labels = list(metric.predicates)
+    return c
+
+
+def mean_key(c: Contributions, key: str, values: Tensor, where: Tensor, unit: Tensor, empty: float,
+             scale: float = 100.0) -> None:
+    """Key ``key`` = ``scale`` x the mean of ``values`` over the rows ``where`` (rows of units ``unit``)."""
+    num = c.add(torch.bincount(unit[where], weights=values[where].double(), minlength=c.num_units))
+    den = c.add(torch.bincount(unit[where], minlength=c.num_units).double())
+    c.blocks.append(([key], lambda t: scale * ratio(t[:, num], t[:, den], empty)))
+
+
+def grounding_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.grounding.GroundingPr` (Pr@τ, meanIoU, cumIoU), per sample."""
+    rows = tables['samples']
+    c = Contributions(rows['sample_idx'])
+    unit, every = c.unit_of(rows['sample_idx']), torch.ones(c.num_units, dtype=torch.bool)
+    for j, key in enumerate(metric.threshold_keys):
+        mean_key(c, key, rows['hits'][:, j].double(), every, unit, float('nan'))
+    mean_key(c, 'meanIoU', rows['iou'].double(), every, unit, float('nan'), scale=1.0)
+    inter, union = c.add(rows['inter'].double()), c.add(rows['union'].double())
+    c.blocks.append((['cumIoU'], lambda t: ratio(t[:, inter], t[:, union])))
+    return c
+
+
+def relclip_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.relclip.RelCLIPScore` (penalised, plain and Ref scores: means
+    over images with >= 2 GT objects; the region breakdown: means over relations), per image."""
+    from ..functional.clip_score import REGION_GROUPS, image_scores, region_groups
+    images = tables['images']
+    c = Contributions(images['sample_idx'])
+    unit = c.unit_of(images['sample_idx'])
+    scores = image_scores(*(images[n] for n in ('num_objects', 'num_counted', 'sum_score', 'num_ref', 'sum_ref')),
+                          alpha=metric.alpha, penalty=metric.penalty)
+    for key, values in zip(metric.key_names(), scores):
+        mean_key(c, key, values, images['num_objects'] >= 2, unit, 0.0)
+    if metric.region_breakdown:
+        r = tables['relations']
+        runit, has_ref, hit = c.unit_of(r['sample_idx']), r['has_ref'].bool(), r['hit'].double()
+        _, plain_key, ref_key = metric.key_names()
+        mean_key(c, 'Precision', hit, has_ref, runit, float('nan'))
+        groups = region_groups(r['ratio'], r['distance'], metric.ratio_thr, metric.distance_thr)
+        for name in REGION_GROUPS:
+            g = groups[name]
+            mean_key(c, f'{plain_key}@{name}', r['score'].double(), g, runit, float('nan'))
+            mean_key(c, f'{ref_key}@{name}', r['ref'].double(), g & has_ref, runit, float('nan'))
+            mean_key(c, f'Precision@{name}', hit, g & has_ref, runit, float('nan'))
+    return c
+
+
+def vlm_name(key: str) -> Optional[str]:
+    """The VLM metric's name of an inner scene-graph key (``R@K_ALL`` -> ``Recall``, ``mR@K_ALL_tail`` ->
+    ``mRecall_tail``, ``R@20`` kept); None for the inner keys the VLM metric does not report."""
+    for family, name in (('R', 'Recall'), ('mR', 'mRecall')):
+        if key.startswith(f'{family}@{K_ALL}'):
+            return name + key[len(f'{family}@{K_ALL}'):]
+        if key.startswith(f'{family}@'):
+            return key
+    return None
+
+
+def vlm_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.vlm.VLMSceneGraphMetric`: FailureRate, the recalls (from the
+    inner scene-graph metric's rows) and AP@50 (recomputed per replicate on the resampled object tables)."""
+    samples = tables['samples']
+    c = scene_graph_contributions(metric.inner, tables, units=samples['sample_idx'])
+    c.rename(vlm_name)
+    unit = c.unit_of(samples['sample_idx'])
+    failed = c.add(torch.bincount(unit, weights=(samples['code'] != 0).double(), minlength=c.num_units))
+    total = c.add(torch.ones(c.num_units, dtype=torch.float64))
+    c.blocks.append((['FailureRate'], lambda t: 100.0 * ratio(t[:, failed], t[:, total])))
+    c.resampled['AP@50'] = lambda counts: resampled_ap50(metric, tables, c, counts)
+    return c
+
+
+def repeat_rows(unit: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
+    """Rows (sorted by ``unit``) of a resample with ``counts`` [N] per unit: (row index, copy number) of every
+    row of every drawn copy; copy numbers 0..N-1 name the drawn images."""
+    n = counts.numel()
+    copies = torch.repeat_interleave(torch.arange(n), counts.long())  # unit of each drawn copy, in unit order
+    per_unit = torch.bincount(unit, minlength=n)
+    start = torch.cumsum(per_unit, 0) - per_unit
+    length = per_unit.index_select(0, copies)
+    copy_of_row = torch.repeat_interleave(torch.arange(copies.numel()), length)
+    offset = torch.arange(int(length.sum())) - torch.repeat_interleave(torch.cumsum(length, 0) - length, length)
+    return start.index_select(0, copies).index_select(0, copy_of_row) + offset, copy_of_row
+
+
+def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor) -> float:
+    """The VLM metric's AP@50 (percent) of the images drawn ``counts`` [N] times each (copies are images)."""
+    from ..functional.detection_rows import coco_ap50
+    rows = {}
+    for name in ('gt_objects', 'pred_objects'):
+        table = tables[name]
+        unit = c.unit_of(table['sample_idx'])
+        order = torch.sort(unit, stable=True).indices
+        index, copy = repeat_rows(unit.index_select(0, order), counts)
+        picked = order.index_select(0, index)
+        rows[name] = {'image': copy.numpy(), **{k: v.index_select(0, picked).numpy() for k, v in table.items()
+                                                if k in ('box', 'label', 'score')}}
+    ap = coco_ap50(rows['gt_objects'], rows['pred_objects'], list(range(int(counts.sum()))),
+                   len(metric.inner.classes), metric.inner.plus_one, metric.ap_max_dets)
+    return 100.0 * ap
+
+
+def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
+    """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
+    MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
+    per-image keys (e.g. DetectionAP)."""
+    builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
+                'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
+                'RelCLIPScore': relclip_contributions}
+    return next((builders[k.__name__] for k in type(metric).__mro__ if k.__name__ in builders), None)
+
+
+def contributions_of(metric: Any, tables: Tables) -> Contributions:
+    """The :class:`Contributions` of a metric's reduced tables (a ``TypeError`` for a metric without them)."""
+    builder = contributions_builder(metric)
+    if builder is None:
+        raise TypeError(f'{type(metric).__name__}: no bootstrap intervals (not a row metric with per-image keys)')
+    return builder(metric, tables)
+
+
+def set_bootstrap(metrics: Sequence[Any], samples: Optional[int]) -> None:
+    """``--bootstrap N`` of the CLIs: intervals from ``samples`` image resamples (default level and seed) on
+    every metric of ``metrics`` that has them; a metric's own ``bootstrap=`` is kept. None: nothing."""
+    if not samples:
+        return
+    for metric in metrics:
+        if contributions_builder(metric) is not None and getattr(metric, 'bootstrap', None) is None:
+            metric.bootstrap = bootstrap_options(int(samples), type(metric).__name__)
+
+
+# ---------------------------------------------------------------------------------------------- replicates
+
+def replicates(stats: Sequence[Contributions], samples: int, seed: int,
+               with_tables: bool = False) -> List[Dict[str, Tensor]]:
+    """``{key: [samples]}`` replicate values of each of ``stats``, all resampled with the SAME counts (their
+    units must be equal: a paired bootstrap when there are several)."""
+    units = stats[0].units
+    for s in stats[1:]:
+        if not torch.equal(s.units, units):
+            raise ValueError('bootstrap: the evaluations do not hold the same samples')
+    matrices = [s.matrix().float() for s in stats]  # replicate sums in float32 (see weighted_totals)
+    parts: List[Dict[str, List[Tensor]]] = [{} for _ in stats]
+    for counts in resample_counts(int(units.numel()), samples, seed, dtype=torch.float32):
+        for s, mat, part in zip(stats, matrices, parts):
+            values = s.evaluate(weighted_totals(counts, mat), with_tables)
+            for key, fn in s.resampled.items():
+                values[key] = torch.tensor([fn(row) for row in counts], dtype=torch.float64)
+            for key, v in values.items():
+                part.setdefault(key, []).append(v)
+    return [{key: torch.cat(v) for key, v in part.items()} for part in parts]
+
+
+def checked_keys(stat: Contributions, reported: Mapping[str, float], owner: str) -> List[str]:
+    """The keys of ``reported`` whose all-ones replicate equals the reported value; one warning names the
+    keys left without an interval (no formula, or a formula that no longer matches)."""
+    point = stat.point()
+    good, bad = [], []
+    for key, value in reported.items():
+        got = point.get(key)
+        v = float(value)
+        same = got is not None and (math.isclose(float(got[0]), v, rel_tol=POINT_RTOL, abs_tol=1e-9) or
+                                    (math.isnan(v) and math.isnan(float(got[0]))))
+        (good if same else bad).append(key)
+    if bad:
+        from mmengine.logging import print_log
+        message = (f'{owner}: no bootstrap interval for {bad} (their per-image decomposition does not reproduce '
+                   f'the reported value)')
+        warnings.warn(message, UserWarning)
+        print_log(message, logger='current', level=logging.WARNING)
+    return good
+
+
+def bootstrap_summary(metric: Any, tables: Tables, summary: Dict[str, Any],
+                      options: Dict[str, Any]) -> Dict[str, Any]:
+    """``{'intervals': {key: [low, high]}, 'bootstrap': settings}`` of every key of ``summary['metrics']``
+    (percentile intervals of image resamples, values in the keys' units)."""
+    stat = contributions_of(metric, tables)
+    keys = checked_keys(stat, summary['metrics'], f'{type(metric).__name__} ({metric.prefix})')
+    values = replicates([stat], options['samples'], options['seed'])[0]
+    intervals = {}
+    for key in keys:
+        low, high = percentile_interval(values[key][:, None], options['level'])
+        intervals[key] = [float(low[0]), float(high[0])]
+    return {'intervals': intervals,
+            'bootstrap': {**options, 'method': 'percentile', 'unit': 'image', 'num_units': stat.num_units}}
+
+
+def format_intervals(summary: Dict[str, Any], keys: Optional[Mapping[str, Any]] = None) -> str:
+    """The logged block of bootstrap intervals: ``R@20 41.36 [39.9, 42.8]  ...``, six a line; ``keys``: only the
+    intervals of these keys (the ones a metric returns: SGRecall and SGMeanRecall sharing a summary each log
+    their own), default all."""
+    info, intervals, m = summary.get('bootstrap'), summary.get('intervals') or {}, summary.get('metrics', {})
+    if keys is not None:
+        intervals = {k: v for k, v in intervals.items() if k in keys}
+    if not info or not intervals:
+        return ''
+    head = (f'{100 * info["level"]:g}% bootstrap intervals ({info["samples"]} resamples of the '
+            f'{info["num_units"]} images, percentile method, seed {info["seed"]}):')
+    cells = [f'{k} {m[k]:.2f} [{lo:.1f}, {hi:.1f}]' for k, (lo, hi) in intervals.items() if k in m]
+    lines = [head] + ['  ' + '  '.join(cells[i:i + 6]) for i in range(0, len(cells), 6)]
+    return '\n'.join(lines)
+
+
+def add_intervals(metric: Any, tables: Tables, summary: Dict[str, Any]) -> None:
+    """Add ``intervals`` and ``bootstrap`` (:func:`bootstrap_summary` with ``metric.bootstrap``) to ``summary``;
+    reused from the member of the metric's compute group that computed them from the same tables with equal
+    summary settings (equal summaries), so SGRecall and SGMeanRecall resample once."""
+    options = metric.bootstrap
+    group, settings = getattr(metric, '_group', None), metric.summary_key()
+    key = (settings, tuple(sorted(options.items())))
+    done = getattr(group, 'bootstrap_done', None)
+    if settings is not None and done is not None and done[0] == key and done[1] is tables:
+        result = done[2]
+    else:
+        result = bootstrap_summary(metric, tables, summary, options)
+        if group is not None and settings is not None:
+            group.bootstrap_done = (key, tables, result)
+    summary.update({'intervals': dict(result['intervals']), 'bootstrap': dict(result['bootstrap'])})

@@ -1,0 +1,109 @@
+"""The layout rules the package keeps (docs/architecture.md): short functions, no import cycle between its
+modules, and tools that import the installed package instead of editing ``sys.path``."""
+import ast
+import os
+import os.path as osp
+from typing import Dict, List, Set
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+PACKAGE = osp.join(ROOT, 'mmsgg_eval')
+MAX_FUNCTION_LINES = 80
+
+
+def python_files(folder: str) -> List[str]:
+    return sorted(osp.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith('.py'))
+
+
+def module_name(path: str) -> str:
+    rel = osp.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+    return rel[:-len('.__init__')] if rel.endswith('.__init__') else rel
+
+
+def test_no_function_over_80_lines():
+    long = []
+    for path in python_files(PACKAGE):
+        for node in ast.walk(ast.parse(open(path, encoding='utf-8').read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f'{osp.relpath(path, ROOT)}:{node.lineno} {node.name} ({lines} lines)')
+    assert not long, 'functions over 80 lines:\n' + '\n'.join(long)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == 'TYPE_CHECKING') or \
+        (isinstance(test, ast.Attribute) and test.attr == 'TYPE_CHECKING')
+
+
+def module_imports(path: str, modules: Set[str]) -> Set[str]:
+    """The package modules a module imports, at module level or inside its functions (a lazy import only moves
+    a dependency to call time: two modules needing each other are still one design).
+    ``from X import name`` counts as importing ``X.name`` when that is a module."""
+    name = module_name(path)
+    package = name if path.endswith('__init__.py') else name.rsplit('.', 1)[0]
+    found = set()
+    tree = ast.parse(open(path, encoding='utf-8').read())
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:  # annotations only: never imported at run time
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parts = package.split('.')
+                base = '.'.join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f'{base}.{alias.name}' if f'{base}.{alias.name}' in modules else base)
+    # a module's own ancestor packages are being imported already (Python imports them first)
+    ancestors = {name.rsplit('.', n)[0] for n in range(1, name.count('.') + 1)}
+    return {m for m in found if m in modules and m != name and m not in ancestors}
+
+
+def test_no_import_cycle_between_package_modules():
+    paths = python_files(PACKAGE)
+    modules = {module_name(p) for p in paths}
+    graph: Dict[str, Set[str]] = {module_name(p): module_imports(p, modules) for p in paths}
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    cycles: List[List[str]] = []
+
+    def connect(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            connect(module)
+    assert not cycles, 'import cycles: ' + '; '.join(' <-> '.join(c) for c in cycles)
+
+
+@pytest.mark.parametrize('tool', [p for p in python_files(osp.join(ROOT, 'tools'))], ids=lambda p: osp.basename(p))
+def test_tools_do_not_edit_sys_path(tool):
+    tree = ast.parse(open(tool, encoding='utf-8').read())
+    edits = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == 'path'
+             and isinstance(node.value, ast.Name) and node.value.id == 'sys']
+    assert not edits, f'{osp.relpath(tool, ROOT)} uses sys.path at lines {edits}: import the installed package'
