@@ -393,15 +393,24 @@ def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow
     return results
 
 
-def positive_int_arg(text: str) -> int:
-    """argparse ``type=`` of a count option: an integer >= 1, else an error naming the option (exit status 2)."""
+def _int_at_least(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f'must be a positive integer, got {text!r}') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be a positive integer (>= 1), got {value}')
+        raise argparse.ArgumentTypeError(f'must be a {what}, got {text!r}') from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f'must be a {what} (>= {minimum}), got {value}')
     return value
+
+
+def positive_int_arg(text: str) -> int:
+    """argparse ``type=`` of a count option: an integer >= 1, else an error naming the option (exit status 2)."""
+    return _int_at_least(text, 1, 'positive integer')
+
+
+def non_negative_int_arg(text: str) -> int:
+    """argparse ``type=`` of a count that may be 0: an integer >= 0, else an error naming the option."""
+    return _int_at_least(text, 0, 'non-negative integer')
 
 
 def add_save_state_argument(parser: argparse.ArgumentParser) -> None:

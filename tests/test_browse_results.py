@@ -5,11 +5,11 @@ import os
 import os.path as osp
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import pytest
+
+from tests.tool_runs import run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
@@ -19,11 +19,7 @@ BROWSE = osp.join(ROOT, 'tools', 'analysis', 'browse_results.py')
 
 
 def run(args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''), OMP_NUM_THREADS='1',
-               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1')
-    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out
+    return run_tool(args, check=True, trusted_checkpoints=True)
 
 
 @pytest.fixture(scope='module')

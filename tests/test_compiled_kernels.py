@@ -242,3 +242,89 @@ def test_prefix_topk_equals_the_torch_stable_topk(quantised):
     ext = compiled.kernels()
     with pytest.raises(RuntimeError, match='row 0 has count 4 outside'):
         ext.stable_topk_prefix(torch.rand(1, 3), torch.tensor([4]), 2)
+
+
+def test_thread_policy_settings_and_their_errors():
+    """MMSGG_EVAL_NUM_THREADS / threads.set_num_threads: 'auto' or a positive integer; anything else is refused
+    with an error naming the setting."""
+    from mmsgg_eval.functional import threads
+    assert threads.parse_setting(None) == threads.parse_setting('') == threads.parse_setting('auto') == 'auto'
+    assert threads.parse_setting('3') == 3 and threads.parse_setting(2) == 2
+    for bad in ('0', '-1', 'two', 1.5, True, 0):
+        with pytest.raises(ValueError, match="MMSGG_EVAL_NUM_THREADS must be 'auto' or a positive integer"):
+            threads.parse_setting(bad, 'MMSGG_EVAL_NUM_THREADS')
+    saved = threads.get_setting()
+    try:
+        threads.set_num_threads('1')
+        assert threads.get_setting() == 1
+        with pytest.raises(ValueError, match='num_threads'):
+            threads.set_num_threads('many')
+        assert threads.get_setting() == 1
+    finally:
+        threads.set_num_threads(saved)
+    bad_env = subprocess.run([sys.executable, '-c', 'import mmsgg_eval.functional.threads'], capture_output=True,
+                             text=True, env=dict(os.environ, MMSGG_EVAL_NUM_THREADS='x'), timeout=120)
+    assert bad_env.returncode != 0 and 'MMSGG_EVAL_NUM_THREADS must be' in bad_env.stderr
+
+
+def test_thread_policy_follows_the_idle_cores_and_restores_torchs_count(monkeypatch):
+    """'auto': torch's count while the cores are idle, fewer when other processes' runnable threads take them
+    (at least one), torch's count where /proc does not tell; an integer bounds it; torch's count is restored
+    after the block, also on an error."""
+    from mmsgg_eval.functional import threads
+    saved = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        monkeypatch.setattr(threads, 'usable_cores', lambda: 4)
+        for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1), (None, 4)):
+            monkeypatch.setattr(threads, 'runnable_elsewhere', lambda n=others: n)
+            assert threads.choose_threads('auto') == expected, others
+        monkeypatch.setattr(threads, 'runnable_elsewhere', lambda: 0)
+        assert threads.choose_threads(2) == 2 and threads.choose_threads(16) == 4
+        monkeypatch.setattr(threads, 'runnable_elsewhere', lambda: 3)
+        with threads.compute_threads('auto') as chosen:
+            assert chosen == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 4
+        with pytest.raises(KeyError):
+            with threads.compute_threads(2):
+                assert torch.get_num_threads() == 2
+                raise KeyError('inside')
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(saved)
+    others = threads.runnable_elsewhere()
+    assert others is None or others >= 0
+    assert threads.usable_cores() >= 1
+
+
+@pytest.mark.parametrize('workload', ['variable', 'sgdet-variable'])
+def test_metrics_give_the_same_numbers_with_one_thread_and_with_several(workload):
+    """The thread policy changes the speed only: SGRecall + SGMeanRecall (every key), bit for bit, with one thread
+    and with torch's count (two at least) per pool."""
+    from mmsgg_eval.benchmarks.workloads import make_workload, meta
+    from mmsgg_eval.functional import threads
+    from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+    data = make_workload(workload, 12, seed=5)
+
+    def run(setting):
+        saved_setting, saved_threads = threads.get_setting(), torch.get_num_threads()
+        threads.set_num_threads(setting)
+        torch.set_num_threads(max(2, saved_threads))
+        try:
+            out = {}
+            for cls in (SGRecall, SGMeanRecall):
+                metric = cls(mode='sgdet')
+                metric.dataset_meta = meta()
+                for i in range(0, 12, 4):
+                    metric.process({}, data[i:i + 4])
+                out.update(metric.evaluate(12))
+            return out
+        finally:
+            threads.set_num_threads(saved_setting)
+            torch.set_num_threads(saved_threads)
+
+    one, several = run(1), run(max(2, torch.get_num_threads()))
+    assert one.keys() == several.keys()
+    for key, value in one.items():
+        if isinstance(value, float):
+            assert value == several[key] or (value != value and several[key] != several[key]), key

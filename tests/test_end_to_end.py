@@ -1,12 +1,11 @@
 """End to end through MMDetection: tools/test.py (single process and torchrun with 3 gloo ranks),
 tools/build_freq_baseline.py, --out dumps and offline evaluation, user-facing errors (issue 4)."""
 import json
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
+
+from tests.tool_runs import run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv '
                                               '(tools/setup_env.sh installs it)')
@@ -16,10 +15,7 @@ CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 
 
 def run(args, **kwargs):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=600, **kwargs)
+    return run_tool(args, **kwargs)
 
 
 @pytest.fixture(scope='module')

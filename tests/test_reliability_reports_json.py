@@ -18,9 +18,10 @@ import re
 import runpy
 import shutil
 import subprocess
-import sys
 
 import pytest
+
+from tests.tool_runs import run_tool
 
 from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main, metric_cfgs
@@ -37,8 +38,7 @@ INPUT_FIELDS = ('tool', 'checkpoint', 'options', 'date', 'work_dir')
 
 
 def run(args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''), OMP_NUM_THREADS='1')
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    return run_tool(args)
 
 
 def sha256(path):

@@ -7,10 +7,10 @@ import json
 import math
 import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
+
+from tests.tool_runs import run_tool
 import torch
 
 pytest.importorskip('mmdet.models', reason='the detector path needs mmdet with compiled mmcv ops')
@@ -22,11 +22,7 @@ CONFIGS = {mode: osp.join(ROOT, 'configs', 'demo', f'freq_{mode}_faster-rcnn_r18
 
 
 def run(args):
-    # mmengine 0.10.7 loads checkpoints with torch.load's default, weights_only=True since torch 2.6, which
-    # refuses its own training checkpoints (message hub, numpy metadata): these are ours, so trusted
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''), OMP_NUM_THREADS='1',
-               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1')
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    return run_tool(args, timeout=900, trusted_checkpoints=True)
 
 
 def mmdet_tool(name):

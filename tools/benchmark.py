@@ -3,7 +3,8 @@
     python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg variable-256
                                           sgdet-variable]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
-                              [--relclip] [--torch-path] [--single-thread] [--load N] [--no-peers] [--offline]
+                              [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
+                              [--offline]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
@@ -36,12 +37,12 @@ maps its options to the job list.
 import argparse
 import json
 
-from mmsgg_eval.benchmarks.load import busy_processes, load_average, non_negative_int_arg
+from mmsgg_eval.benchmarks.load import busy_processes, load_average
 from mmsgg_eval.benchmarks.report import format_table, load_line, summarize
 from mmsgg_eval.benchmarks.runners import PEER_WORKLOADS, best_rounds
 from mmsgg_eval.benchmarks.runners import run_sgbench  # noqa: F401 (tests load this tool and call it)
 from mmsgg_eval.benchmarks.workloads import WORKLOADS
-from mmsgg_eval.eval import positive_int_arg
+from mmsgg_eval.eval import non_negative_int_arg, positive_int_arg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                              'load of a shared machine changes over minutes, and alternating gives every '
                              'implementation the same chances')
     parser.add_argument('--relclip', action='store_true', help='also RelCLIPScore / alignment-study relations/s')
+    parser.add_argument('--bootstrap', action='store_true',
+                        help='also the seconds of 1,000 bootstrap replicates of every SGMeanRecall key over the '
+                             'VG150 test split size (26,446 images x 50 predicates)')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--torch-path', action='store_true',
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
@@ -93,6 +97,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
         jobs.append(('cli-startup', 'vg150-sample', 'cpu'))
     if args.relclip:
         jobs += [('relclip', '-', dev) for dev in devices]
+    if args.bootstrap:
+        jobs.append(('bootstrap', '-', 'cpu'))
     return jobs
 
 

@@ -11,7 +11,6 @@ Command line::
 """
 import argparse
 import json
-import time
 from typing import Any, Dict, Tuple
 
 import numpy as np
@@ -52,18 +51,16 @@ def bootstrap_workload(num_images: int = VG150_TEST_IMAGES, num_predicates: int 
 
 def run_bootstrap_benchmark(num_images: int = VG150_TEST_IMAGES, samples: int = 1000,
                             repeat: int = 3) -> Dict[str, Any]:
-    """Seconds (best of ``repeat``) of the intervals of every key of the workload, with the thread count."""
+    """Seconds (best of ``repeat``, :func:`~mmsgg_eval.benchmarks.timing.best_of`) of the intervals of every key
+    of the workload, with the number of keys and the thread count."""
     from ..metrics.bootstrap import bootstrap_summary
+    from .timing import best_of
     metric, tables = bootstrap_workload(num_images)
     summary = metric.summarize(tables)
     options = dict(metric.bootstrap, samples=samples)
-    best = float('inf')
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = bootstrap_summary(metric, tables, summary, options)
-        best = min(best, time.perf_counter() - start)
-    return {'bootstrap_seconds': best, 'images': num_images, 'samples': samples,
-            'keys': len(result['intervals']), 'threads': torch.get_num_threads()}
+    timed = best_of(lambda: bootstrap_summary(metric, tables, summary, options), repeat)
+    return {'bootstrap_seconds': timed['seconds'], 'images': num_images, 'samples': samples,
+            'keys': len(timed['result']['intervals']), 'threads': torch.get_num_threads()}
 
 
 def main() -> None:

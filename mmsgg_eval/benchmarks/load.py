@@ -5,7 +5,6 @@ stand in for them. Each one spins in pure Python (no threads, no I/O) and exits 
 gone, so a benchmark killed hard leaves no busy process behind; :func:`busy_processes` stops them when its
 block ends, normally, on an error or on Ctrl-C.
 """
-import argparse
 import contextlib
 import os
 import subprocess
@@ -18,17 +17,6 @@ BUSY_LOOP = ('import os, sys\n'
              '    for _ in range(200000):\n'
              '        pass\n')
 """The program of one busy process: spin, and look every few milliseconds whether the parent still lives."""
-
-
-def non_negative_int_arg(text: str) -> int:
-    """argparse ``type=`` of a count that may be 0: an integer >= 0, else an error naming the option."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'must be a non-negative integer, got {text!r}') from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f'must be a non-negative integer (>= 0), got {value}')
-    return value
 
 
 def start_busy(count: int, procs: Optional[List[subprocess.Popen]] = None) -> List[subprocess.Popen]:
@@ -75,4 +63,4 @@ def load_average() -> str:
         return '-'
 
 
-__all__: Sequence[str] = ('busy_processes', 'start_busy', 'stop_busy', 'load_average', 'non_negative_int_arg')
+__all__: Sequence[str] = ('busy_processes', 'start_busy', 'stop_busy', 'load_average')

@@ -27,6 +27,12 @@ def _relclip_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: i
             f'relations/s, random weights)']
 
 
+def _bootstrap_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
+    impl, _, dev = job
+    return [f'{impl:<14} {"vg150-test":<14} {dev:<6}   {res["samples"]} replicates x {res["images"]} images, '
+            f'{res["keys"]} keys (SGMeanRecall): {res["bootstrap_seconds"]:.2f} s, {res["threads"]} threads']
+
+
 def _startup_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
     impl, wl, dev = job
     return [f'{impl:<14} {wl:<14} {dev:<6}   first sample after {res["first_sample_s"]:.2f} s '
@@ -61,7 +67,8 @@ def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int)
 
 RowFormat = Callable[[Job, Dict[str, Any], Mapping, int], List[str]]
 ROW_FORMATS: Dict[str, Tuple[str, RowFormat]] = {'relclip': ('relations_per_s', _relclip_row),
-                                                 'cli-startup': ('first_sample_s', _startup_row)}
+                                                 'cli-startup': ('first_sample_s', _startup_row),
+                                                 'bootstrap': ('bootstrap_seconds', _bootstrap_row)}
 """Implementation -> (the key its result has when it ran, its row format); the others: ``_rate_row``."""
 
 
@@ -88,13 +95,15 @@ def format_table(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]], offlin
 
 
 def summarize(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]]) -> Dict[str, Any]:
-    """``images_per_s`` ('impl/workload/device' -> rate, and RelCLIP's relations/s), ``ratios`` (ours against
-    each peer, and the offline rates as a share of the in-process rate, in wall and CPU seconds) and
-    ``startup`` (the CLI's start-up times) of the JSON line."""
+    """``images_per_s`` ('impl/workload/device' -> rate, RelCLIP's relations/s and the bootstrap job's
+    seconds), ``ratios`` (ours against each peer, and the offline rates as a share of the in-process rate, in
+    wall and CPU seconds) and ``startup`` (the CLI's start-up times) of the JSON line."""
     rows = [(job, best[job]) for job in jobs]
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})
+    summary.update({f'{impl}/seconds/{dev}': res['bootstrap_seconds'] for (impl, wl, dev), res in rows
+                    if 'bootstrap_seconds' in res})
     startup = {f'{impl}/{wl}': {k: res[k] for k in ('first_sample_s', 'first_sample_cpu_s', 'total_s') if k in res}
                for (impl, wl, dev), res in rows if impl in ('offline-cli', 'cli-startup')}
     ratios = {}

@@ -186,6 +186,11 @@ def _relclip(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, A
     return res
 
 
+def _bootstrap(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
+    from .bootstrap import run_bootstrap_benchmark
+    return run_bootstrap_benchmark(repeat=opts['repeat'])
+
+
 Runner = Callable[[str, str, Mapping[str, Any]], Dict[str, Any]]
 RUNNERS: Dict[str, Runner] = {
     'ours': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
@@ -198,6 +203,7 @@ RUNNERS: Dict[str, Runner] = {
     'offline-cli': _offline_cli,
     'cli-startup': _cli_startup,
     'relclip': _relclip,
+    'bootstrap': _bootstrap,
 }
 """Implementation -> ``runner(workload, device, options)``: the result dict of one job in this process."""
 
