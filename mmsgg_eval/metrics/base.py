@@ -244,7 +244,8 @@ class RowMetric(BaseMetric):
     bootstrap: Optional[Dict[str, Any]] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every constructor records its arguments and takes ``save_state`` (:func:`record_init_arguments`)."""
+        """Every constructor records its arguments and takes ``save_state`` (:func:`record_init_arguments`) and
+        ``bootstrap`` (:func:`~mmsgg_eval.metrics.bootstrap.with_bootstrap_option`)."""
         super().__init_subclass__(**kwargs)
         if '__init__' in cls.__dict__:
             cls.__init__ = with_bootstrap_option(record_init_arguments(cls.__dict__['__init__']))
