@@ -20,24 +20,18 @@ def _ours_cpu(best: Mapping[Job, Dict[str, Any]], workload: str, key: str) -> Op
     return best.get(('ours', workload, 'cpu'), {}).get(key)
 
 
-def _relclip_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
-    impl, _, dev = job
-    return [f'{impl:<14} {"ViT-B/32":<14} {dev:<6} {res["images_per_s"]:>10.2f} {res["host_peak_rss_mb"]:>11.0f} '
-            f'   ({res["relations_per_s"]:.1f} relations/s, study {res["study_relations_per_s"]:.1f} '
-            f'relations/s, random weights)']
+RowFormat = Callable[[Job, Dict[str, Any], Mapping, int], List[str]]
+"""A row format: ``(job, its best result, every job's best, offline images) -> table lines``."""
 
 
-def _bootstrap_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
-    impl, _, dev = job
-    return [f'{impl:<14} {"vg150-test":<14} {dev:<6}   {res["samples"]} replicates x {res["images"]} images, '
-            f'{res["keys"]} keys (SGMeanRecall): {res["bootstrap_seconds"]:.2f} s, {res["threads"]} threads']
-
-
-def _startup_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
-    impl, wl, dev = job
-    return [f'{impl:<14} {wl:<14} {dev:<6}   first sample after {res["first_sample_s"]:.2f} s '
-            f'({res["first_sample_cpu_s"]:.2f} CPU s), total {res["total_s"]:.2f} s ({res["images"]} images, '
-            f'python -m mmsgg_eval.eval)']
+def _note_row(workload: Optional[str], note: str) -> RowFormat:
+    """The row format of a job with a line of its own (not :func:`_rate_row`'s columns): implementation, workload
+    (``workload``, or the job's own when None) and device, then ``note`` filled with the job's result
+    (``note.format_map(res)``; it starts with the spaces that separate it from the device column)."""
+    def row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
+        impl, wl, dev = job
+        return [f'{impl:<14} {workload or wl:<14} {dev:<6}' + note.format_map(res)]
+    return row
 
 
 def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int) -> List[str]:
@@ -65,10 +59,17 @@ def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int)
     return lines
 
 
-RowFormat = Callable[[Job, Dict[str, Any], Mapping, int], List[str]]
-ROW_FORMATS: Dict[str, Tuple[str, RowFormat]] = {'relclip': ('relations_per_s', _relclip_row),
-                                                 'cli-startup': ('first_sample_s', _startup_row),
-                                                 'bootstrap': ('bootstrap_seconds', _bootstrap_row)}
+ROW_FORMATS: Dict[str, Tuple[str, RowFormat]] = {
+    'relclip': ('relations_per_s', _note_row(
+        'ViT-B/32', ' {images_per_s:>10.2f} {host_peak_rss_mb:>11.0f}    ({relations_per_s:.1f} relations/s, study '
+                    '{study_relations_per_s:.1f} relations/s, random weights)')),
+    'cli-startup': ('first_sample_s', _note_row(
+        None, '   first sample after {first_sample_s:.2f} s ({first_sample_cpu_s:.2f} CPU s), total {total_s:.2f} s '
+              '({images} images, python -m mmsgg_eval.eval)')),
+    'bootstrap': ('bootstrap_seconds', _note_row(
+        'vg150-test', '   {samples} replicates x {images} images, {keys} keys (SGMeanRecall): '
+                      '{bootstrap_seconds:.2f} s, {threads} threads')),
+}
 """Implementation -> (the key its result has when it ran, its row format); the others: ``_rate_row``."""
 
 

@@ -62,9 +62,16 @@ def suits(raw: Sequence[Tensor], background: Sequence[int], single_label: Sequen
           device: Optional[torch.device] = None) -> bool:
     """Whether the compiled kernels can read a batch of score matrices in place: they are available, the matrices
     are contiguous float32 CPU tensors of one background convention, no image has single-label scores (those are
-    checked on their given scores) and there is at least one predicate column."""
+    checked on their given scores), there is at least one predicate column and no image has
+    :data:`MAX_RANKED_ENTRIES` entries or more."""
     if kernels() is None or num_predicates <= 0 or any(single_label) or len(set(background)) > 1:
         return False
     if device is not None and torch.device(device).type != 'cpu':
         return False
-    return all(m.device.type == 'cpu' and m.dtype == torch.float32 and m.is_contiguous() for m in raw)
+    return all(m.device.type == 'cpu' and m.dtype == torch.float32 and m.is_contiguous()
+               and m.shape[0] * num_predicates < MAX_RANKED_ENTRIES for m in raw)
+
+
+MAX_RANKED_ENTRIES = 1 << 32
+"""The kernels rank at most this many (pair, predicate) entries of one image (their index shares a 64-bit key
+with the value); larger images run the torch layouts."""

@@ -151,18 +151,43 @@ def graph_constrained_list(batch, k: int, rank_by: str = 'score', prefix: bool =
     ``num_rel_preds``; the compiled kernel on the CPU); otherwise :func:`stable_topk` on ``rel_valid``.
     ``end_scores``: :func:`pair_end_scores` of the batch when the caller already has them.
     Returns ``(order [B, k'], valid [B, k'], triplet_score [B, R])`` with k' = min(k, R): ``order`` indexes the
-    batch's pairs, ``valid`` marks real entries.
+    batch's pairs, ``valid`` marks real entries; the triplet scores of padding pairs are unspecified.
     """
+    if end_scores is None:
+        return graph_constrained_ranking(batch, k, rank_by, prefix)[:3]
+    return _ranked_by_end_scores(batch, k, rank_by, prefix, *end_scores)[:3]
+
+
+def graph_constrained_ranking(batch, k: int, rank_by: str = 'score', prefix: bool = False
+                              ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`graph_constrained_list` and each pair's score ``subject score * object score`` (float32 [B, R]):
+    ``(order, valid, triplet_score, pair_score)``. With ``prefix`` on the CPU the compiled kernel computes the
+    end scores, both products and the list in one pass over each image's real pairs (the same numbers; its
+    padding entries hold 0)."""
     if rank_by not in ('score', 'given'):
         raise ValueError(f"rank_by must be 'score' or 'given', got {rank_by!r}")
-    subject_score, object_score = end_scores if end_scores is not None else pair_end_scores(batch)
+    kernels = compiled.kernels() if batch.device.type == 'cpu' else None
+    best, pairs, object_scores = batch.scores.best, batch.rel_pairs, batch.pred_scores
+    if (kernels is not None and prefix and rank_by == 'score' and pairs.dtype == torch.long
+            and object_scores.dtype == torch.float32 and best.dtype == torch.float32 and object_scores.dim() == 2
+            and object_scores.shape[1] > 0 and tuple(best.shape) == tuple(pairs.shape[:2])):
+        return kernels.graph_constrained_pairs(pairs, object_scores, best, batch.num_rel_preds, int(k))
+    return _ranked_by_end_scores(batch, k, rank_by, prefix, *pair_end_scores(batch))
+
+
+def _ranked_by_end_scores(batch, k: int, rank_by: str, prefix: bool, subject_score: Tensor, object_score: Tensor
+                          ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`graph_constrained_ranking` from the pairs' end scores, with torch operations."""
+    if rank_by not in ('score', 'given'):
+        raise ValueError(f"rank_by must be 'score' or 'given', got {rank_by!r}")
     score = triplet_scores(batch.scores.best, subject_score, object_score)
+    pair_score = subject_score.float() * object_score.float()
     if rank_by == 'given':
         length = min(int(k), batch.rel_valid.shape[1])
         order = torch.arange(length, device=batch.device).expand(batch.rel_valid.shape[0], length)
-        return order, batch.rel_valid[:, :length], score
+        return order, batch.rel_valid[:, :length], score, pair_score
     if prefix:
         order, valid = prefix_topk(score, batch.num_rel_preds, k, batch.rel_valid)
     else:
         order, valid = stable_topk(score, batch.rel_valid, k)
-    return order, valid, score
+    return order, valid, score, pair_score

@@ -16,7 +16,7 @@ from .limits import NO_HIT
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
-from .ranking import (graph_constrained_list, pair_end_scores, positions_in_groups, sortable_key, stable_topk,
+from .ranking import (graph_constrained_ranking, positions_in_groups, sortable_key, stable_topk,
                       valid_counts)
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
@@ -204,15 +204,13 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     [B, G] the predicate of that entry (what the model ranked highest on the GT pair; -1 when none).
     """
     scores = batch.scores  # the predicate scores, in the layout the reader chose
-    subject_score, object_score = pair_end_scores(batch)
     first_hits, pair_ranks = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
 
     def gc_predicate(order: Tensor):
         return lambda where: scores.predicate_at(order, where)
 
     # the graph-constrained list (real pairs first)
-    gc_order, gc_valid, gc_score = graph_constrained_list(batch, max_k, rank_by, prefix=True,
-                                                          end_scores=(subject_score, object_score))
+    gc_order, gc_valid, gc_score, pair_score = graph_constrained_ranking(batch, max_k, rank_by, prefix=True)
     out = {'gc': first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)}
     if list_length > 0:
         out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks))
@@ -222,7 +220,6 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     else:
         out['top_predicate'] = torch.full((gc_order.shape[0],), -1, dtype=torch.long, device=batch.device)
 
-    pair_score = subject_score.float() * object_score.float()
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
     ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
                                                           gc_order, gc_valid, batch.num_rel_preds)

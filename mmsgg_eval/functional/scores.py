@@ -82,6 +82,9 @@ def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence
         device = tensors[0].device
         if any(t.device != device for t in tensors):
             raise RuntimeError('pad_rows: tensors on different devices')
+        kernels = compiled.kernels() if device.type == 'cpu' and value == 0 else None
+        if kernels is not None and all(t.is_contiguous() for t in tensors):
+            return kernels.pad_zero_rows(tensors, width)  # (its checks raise RuntimeError too)
         return pad_sequence(tensors, batch_first=True, padding_value=value)
     flat = torch.cat(tensors)
     out = flat.new_full((len(tensors) * width,) + tuple(flat.shape[1:]), value)

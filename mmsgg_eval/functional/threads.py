@@ -6,8 +6,18 @@ thread, often several times: a region ends only when its slowest thread does, a 
 waits for a scheduler time slice, and OpenMP's waiting threads spin (its wait policy is read once, when the
 library loads, and cannot be changed by a running process). So, by default (``'auto'``), each pool is
 computed with torch's thread count only while enough cores are idle, else with fewer (one on a fully busy
-machine): the number of threads of other processes that are runnable right now (``/proc/loadavg``, less this
-process's running threads) is compared with the cores this process may use. The numbers never depend on it.
+machine): the threads of other processes that keep being runnable are compared with the cores this process
+may use. The numbers never depend on it.
+
+Only sustained load counts. The kernel's count of runnable threads (``/proc/loadavg``, less this process's
+running threads) is read at every pool, but a single reading often catches a passing task (a shell, a cron
+job, a kernel thread) that takes a core for a moment; acting on it runs a pool on one thread of an idle
+machine, about 10% slower. So each decision takes the smallest of a few readings (microseconds apart), and
+this process remembers its last decisions: the thread count is lowered only when other threads were seen
+runnable in most of the last three decisions (two pools under load), and raised back only after six quiet
+ones. The two mistakes differ in cost: one thread on an idle machine is ~10% slower, two threads on busy
+cores two to five times slower, hence the quick lowering and the slow raising. A decision costs
+about ten microseconds on a quiet machine and a few tens under load (files kept open, re-read).
 
 The setting: ``MMSGG_EVAL_NUM_THREADS`` in the environment (``auto``, or a positive integer: at most that
 many threads, whatever the load) or :func:`set_num_threads`; torch's own setting (``torch.set_num_threads``,
@@ -15,14 +25,18 @@ many threads, whatever the load) or :func:`set_num_threads`; torch's own setting
 or the count misleads (a container limited to few cores of a big shared host sees the host's count), set an
 integer.
 """
+import collections
 import contextlib
 import os
-from typing import Iterator, Optional, Sequence, Union
+import threading
+from typing import Callable, Dict, Iterator, Optional, Sequence, Union
 
 import torch
 
 Setting = Union[str, int]
 _setting: Setting = 'auto'
+_open_files: Dict[str, int] = {}  # /proc path -> a descriptor kept open (see _pread)
+_reading = threading.Lock()  # one reader of _open_files at a time
 
 
 def parse_setting(value: Union[str, int, None], source: str = 'num_threads') -> Setting:
@@ -57,27 +71,111 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def runnable_elsewhere() -> Optional[int]:
-    """Threads of other processes that are runnable now (running or waiting for a core), or None where the
-    kernel does not tell (no ``/proc``): the machine's running count less this process's running threads."""
+def _pread(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of ``path``, read again from a descriptor kept open (a read of a /proc file costs a
+    few microseconds, an open several times that); a failing descriptor is closed (and reopened next time)."""
+    fd = _open_files.get(path)
+    if fd is None:
+        fd = _open_files[path] = os.open(path, os.O_RDONLY)
     try:
-        with open('/proc/loadavg') as f:
-            running = int(f.read().split()[3].split('/')[0])
-        own = 0
-        for task in os.listdir('/proc/self/task'):
-            try:
-                with open(f'/proc/self/task/{task}/stat') as f:
-                    own += f.read().rpartition(')')[2].split()[0] == 'R'
-            except OSError:  # the thread ended meanwhile
-                continue
-    except (OSError, ValueError, IndexError):
+        return os.pread(fd, size, 0)
+    except OSError:
+        if _open_files.pop(path, None) == fd:
+            os.close(fd)
+        raise
+
+
+def _machine_running(path: str, reads: int) -> int:
+    """The smallest of ``reads`` readings of the runnable count in ``path`` (``/proc/loadavg``'s 4th field, before
+    the slash): a task seen in one reading only was passing. OSError / ValueError / IndexError where unreadable."""
+    return min(int(_pread(path, 256).split()[3].split(b'/')[0]) for _ in range(reads))
+
+
+def _own_running(tasks: str) -> int:
+    """This process's running threads (state ``R`` in ``tasks``/<tid>/stat), the calling one included; the
+    descriptors of threads that ended are closed."""
+    me = str(threading.get_native_id())
+    listed = {f'{tasks}/{task}/stat' for task in os.listdir(tasks) if task != me}
+    for ended in [path for path in _open_files if path.startswith(f'{tasks}/') and path not in listed]:
+        os.close(_open_files.pop(ended))
+    own = 1
+    for path in listed:
+        try:
+            own += _pread(path, 128).rpartition(b')')[2].split()[0] == b'R'
+        except OSError:  # the thread ended meanwhile
+            continue
+    return own
+
+
+def runnable_now(loadavg: str = '/proc/loadavg', tasks: str = '/proc/self/task', reads: int = 3) -> Optional[int]:
+    """Threads of other processes that are runnable at this moment (running or waiting for a core), or None where
+    the kernel does not tell (no ``/proc``): the machine's count (the smallest of ``reads`` readings) less this
+    process's running threads, which are only listed when the machine counts more than the caller."""
+    try:
+        with _reading:
+            running = _machine_running(loadavg, reads)
+            return 0 if running <= 1 else max(running - _own_running(tasks), 0)
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no os.pread (Windows)
         return None
-    return max(running - max(own, 1), 0)
+
+
+class SustainedLoad:
+    """Other processes' runnable threads that persist across decisions, from an instantaneous ``sampler`` (a
+    count, or None where unknown) called once per :meth:`observe`.
+
+    The level rises to the count reached in ``most`` of the last ``window`` readings, and falls only after
+    ``quiet`` readings in a row below it (to the largest of them): a passing task seen once changes nothing,
+    a busy process is counted from its ``most``-th decision on, and the level does not flap with a load that
+    pauses for a moment."""
+
+    def __init__(self, sampler: Callable[[], Optional[int]] = runnable_now, window: int = 3, most: int = 2,
+                 quiet: int = 6) -> None:
+        if not 1 <= most <= window or quiet < 1:
+            raise ValueError(f'SustainedLoad needs 1 <= most <= window and quiet >= 1, got most={most}, '
+                             f'window={window}, quiet={quiet}')
+        self._sampler = sampler
+        self._window, self._most, self._quiet = window, most, quiet
+        self._seen: 'collections.deque[int]' = collections.deque(maxlen=max(window, quiet))
+        self.level = 0
+
+    def observe(self) -> Optional[int]:
+        """Take one reading and return the sustained count (None, the history unchanged, where it is unknown)."""
+        now = self._sampler()
+        if now is None:
+            return None
+        self._seen.append(now)
+        recent = list(self._seen)
+        latest = sorted(recent[-self._window:], reverse=True)
+        if len(latest) >= self._most and latest[self._most - 1] > self.level:
+            self.level = latest[self._most - 1]
+        elif len(recent) >= self._quiet and max(recent[-self._quiet:]) < self.level:
+            self.level = max(recent[-self._quiet:])
+        return self.level
+
+
+_load = SustainedLoad()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a dataloader worker) gets a free lock; its parent's thread files are closed at its first
+    reading, as those of ended threads."""
+    global _reading
+    _reading = threading.Lock()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def runnable_elsewhere() -> Optional[int]:
+    """Threads of other processes that keep being runnable (:class:`SustainedLoad` over :func:`runnable_now`,
+    this process's history; each call is one decision), or None where the kernel does not tell."""
+    return _load.observe()
 
 
 def choose_threads(setting: Optional[Setting] = None) -> int:
     """The thread count for the next pool: torch's count, bounded by an integer setting; with ``'auto'`` also
-    by the cores that other processes' runnable threads leave (at least one thread)."""
+    by the cores that other processes' sustained runnable threads leave (at least one thread)."""
     setting = _setting if setting is None else parse_setting(setting)
     configured = torch.get_num_threads()
     if setting != 'auto':
@@ -108,4 +206,4 @@ def compute_threads(setting: Optional[Setting] = None) -> Iterator[int]:
 _setting = parse_setting(os.environ.get('MMSGG_EVAL_NUM_THREADS'), 'MMSGG_EVAL_NUM_THREADS')
 
 __all__: Sequence[str] = ('compute_threads', 'choose_threads', 'set_num_threads', 'get_setting', 'parse_setting',
-                          'runnable_elsewhere', 'usable_cores')
+                          'runnable_elsewhere', 'runnable_now', 'SustainedLoad', 'usable_cores')

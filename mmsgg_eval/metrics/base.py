@@ -59,8 +59,9 @@ from ..functional.threads import compute_threads
 from ..reports import check_writable
 from ..structures import get_field, sample_index
 from .accumulator import RowAccumulator, same_objects
-from .state import record_init_arguments, save_state
-from .bootstrap import add_intervals, format_intervals, with_bootstrap_option
+from .options import with_base_options
+from .state import save_state
+from .bootstrap import add_intervals, format_intervals
 
 Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
 Tables = Dict[str, Dict[str, Tensor]]
@@ -244,11 +245,12 @@ class RowMetric(BaseMetric):
     bootstrap: Optional[Dict[str, Any]] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every constructor records its arguments and takes ``save_state`` (:func:`record_init_arguments`) and
-        ``bootstrap`` (:func:`~mmsgg_eval.metrics.bootstrap.with_bootstrap_option`)."""
+        """Every constructor records its arguments and takes the keywords of
+        :data:`~mmsgg_eval.metrics.options.BASE_OPTIONS` (``save_state``, ``bootstrap``):
+        :func:`~mmsgg_eval.metrics.options.with_base_options`."""
         super().__init_subclass__(**kwargs)
         if '__init__' in cls.__dict__:
-            cls.__init__ = with_bootstrap_option(record_init_arguments(cls.__dict__['__init__']))
+            cls.__init__ = with_base_options(cls.__dict__['__init__'])
 
     def __init__(self, outfile_prefix: Optional[str] = None, report_dir: Optional[str] = None,
                  pool_samples: int = 1, collect_device: str = 'cpu', prefix: Optional[str] = None) -> None:

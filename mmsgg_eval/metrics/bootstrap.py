@@ -28,55 +28,14 @@ from torch import Tensor
 from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
 from ..functional.limits import K_ALL
 from ..functional.recall import hits_per_k, triplet_parts
+from .options import bootstrap_options
 
 Tables = Dict[str, Dict[str, Tensor]]
 
-DEFAULTS = {'samples': 1000, 'level': 0.95, 'seed': 0}
 #: relative tolerance between a key and its all-ones replicate (the sums are taken in another order)
 POINT_RTOL = 1e-9
 
 Block = Callable[[Tensor], Tensor]
-
-
-def bootstrap_options(value: Any, owner: str) -> Optional[Dict[str, Any]]:
-    """``bootstrap=`` of a metric: None / False (off), True (defaults), an int (``samples``) or a dict with
-    ``samples`` (>= 1), ``level`` (in (0, 1)) and ``seed`` (int); anything else is a ``ValueError`` naming it."""
-    from .options import positive_int
-    if value is None or value is False:
-        return None
-    if value is True:
-        value = {}
-    elif isinstance(value, int):
-        value = {'samples': value}
-    if not isinstance(value, Mapping):
-        raise ValueError(f'{owner}: bootstrap must be None, True, a number of samples or a dict('
-                         f'samples=..., level=..., seed=...), got {value!r}')
-    unknown = sorted(set(value) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f'{owner}: unknown bootstrap option(s) {unknown}; expected {sorted(DEFAULTS)}')
-    out = {**DEFAULTS, **value}
-    out['samples'] = positive_int(out['samples'], 'bootstrap samples', owner)
-    level = out['level']
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < float(level) < 1:
-        raise ValueError(f'{owner}: bootstrap level must be in (0, 1), got {level!r}')
-    out['level'] = float(level)
-    if isinstance(out['seed'], bool) or not isinstance(out['seed'], int):
-        raise ValueError(f'{owner}: bootstrap seed must be an integer, got {out["seed"]!r}')
-    return out
-
-
-def with_bootstrap_option(init: Callable) -> Callable:
-    """Wrap a row metric's ``__init__`` so that it takes the ``bootstrap`` keyword (:func:`bootstrap_options`)
-    without declaring it; the outermost call that is given one sets ``self.bootstrap``. It is no setting of the
-    rows or of the summary (an evaluation state does not record it)."""
-    import functools
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, bootstrap: Any = None, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        if bootstrap is not None:
-            self.bootstrap = bootstrap_options(bootstrap, type(self).__name__)
-    return wrapper
 
 
 class Contributions:

@@ -26,15 +26,16 @@ or states differing in metric, settings, protocol, conventions, dataset or GT ar
 :func:`missing_samples` (the offline CLI refuses them as it refuses missing predictions).
 """
 import hashlib
-import inspect
 import json
 import os
 import os.path as osp
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from .options import recorded_arguments
 
 #: Format tag written into every state header.
 STATE_FORMAT = 'mmsgg_eval.state/1'
@@ -139,45 +140,11 @@ class SummaryOnlyEncoder:
 
 # ---------------------------------------------------------------------------------------------- from a metric
 
-def record_init_arguments(init: Callable) -> Callable:
-    """Wrap a metric ``__init__`` so that the outermost call records its arguments (bound to the parameter
-    names, defaults applied) in ``_init_arguments`` and takes the ``save_state`` keyword (the path of the
-    state file written at ``evaluate()``, main rank; None = no state). Applied to every
-    :class:`~mmsgg_eval.metrics.base.RowMetric` subclass by its ``__init_subclass__``."""
-    import functools
-    signature = inspect.signature(init)
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, save_state: Optional[str] = None, **kwargs: Any) -> None:
-        outer = '_init_arguments' not in self.__dict__
-        if outer:
-            self.__dict__['_init_arguments'] = _bound_arguments(signature, self, args, kwargs)
-        init(self, *args, **kwargs)
-        if outer:
-            self.save_state = save_state
-    return wrapper
-
-
-def _bound_arguments(signature: inspect.Signature, self: Any, args: tuple, kwargs: dict) -> Dict[str, Any]:
-    """``{name: (value, given)}`` of a constructor call (``given``: passed by the caller, else a default)."""
-    bound = signature.bind(self, *args, **kwargs)
-    given = set(bound.arguments)
-    bound.apply_defaults()
-    out: Dict[str, Any] = {}
-    for name, value in list(bound.arguments.items())[1:]:
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
-            out.update({k: (v, True) for k, v in value.items()})
-        elif kind is not inspect.Parameter.VAR_POSITIONAL:
-            out[name] = (value, name in given)
-    return out
-
-
 def metric_settings(metric: Any) -> Dict[str, Any]:
     """The JSON settings of a metric (see :class:`EvaluationState`): given arguments must be plain JSON values
     (or a :data:`SUMMARY_ONLY_ARGUMENTS` entry, recorded by its description); defaults that are not (e.g. the
     protocol's 'unset' marker) are left out, so the rebuilt metric takes the same default."""
-    recorded = metric.__dict__.get('_init_arguments')
+    recorded = recorded_arguments(metric)
     if recorded is None:
         raise TypeError(f'{type(metric).__name__}: no recorded constructor arguments (not a RowMetric?)')
     out: Dict[str, Any] = {}

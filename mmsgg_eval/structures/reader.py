@@ -35,6 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..functional import compiled
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, choose_layout, lengths_mask,
                                  pad_rows, padded_positions, scatters)
 from .fields import get_field, member, optional, sample_index, sample_name, to_tensor
@@ -455,6 +456,7 @@ class _Padded:
     given_scores: List[Tensor]      # the 1-D scores of single-label images
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
     rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
+    rel_pair_range: Optional[Tuple[Tensor, Tensor]] = None  # (min, max) [B] of each image's pair indices
     score_width: Optional[List[int]] = None  # score columns as given (-1: single-label scores)
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
@@ -483,8 +485,14 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     lists, pred_inst = _field_lists(samples, mode)
     scores_list = lists.pop('scores')
     cache: dict = {}  # fields of equal lengths share their padded positions
+    pair_range = None
     try:
-        padded = {name: _pad_with_lengths(values, _PAD_VALUES[name], cache) for name, values in lists.items()}
+        padded = {}
+        for name, values in lists.items():
+            if name == 'rel_pairs':
+                padded[name], pair_range = _pad_pairs(values, cache)
+            else:
+                padded[name] = _pad_with_lengths(values, _PAD_VALUES[name], cache)
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
     rel_pairs, rel_lengths = padded['rel_pairs']
@@ -509,7 +517,22 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
                    score_width=[t.shape[1] for t in scores_list],
-                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None)
+                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, rel_pair_range=pair_range)
+
+
+def _pad_pairs(pairs: List[Any], cache: dict):
+    """``(_pad_with_lengths(pairs, 0), (min [B], max [B]) of each image's indices or None)``: int64 CPU pair
+    tensors [R_b, 2] are padded by the compiled kernel, which also gives their value range (for the index
+    check, without another pass over the padded batch)."""
+    kernels = compiled.kernels()
+    if kernels is None or not pairs or not all(
+            type(t) is Tensor and t.dtype == torch.long and t.device.type == 'cpu' and t.dim() == 2
+            and t.shape[1] == 2 and t.is_contiguous() for t in pairs):
+        return _pad_with_lengths(pairs, _PAD_VALUES['rel_pairs'], cache), None
+    lengths = [t.shape[0] for t in pairs]
+    width = max(lengths)
+    out, low, high = kernels.pad_zero_rows_range(pairs, width)
+    return (out, None if lengths.count(width) == len(lengths) else lengths), (low, high)
 
 
 # the padding value of each field the field-wise reader pads
@@ -646,7 +669,7 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
         rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class'))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
     rules.append(FieldRule('pred_relations.pair_idxs', 'index', p.rel_pairs, p.num_rel, num_pred, 'object',
-                           pair_note, zero_padded=True))
+                           pair_note, zero_padded=True, value_range=p.rel_pair_range))
 
     def score_message(b: int) -> str:
         raw = p.given_scores[sum(p.single_label[:b])] if p.single_label[b] else p.raw_scores[b]

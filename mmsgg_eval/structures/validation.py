@@ -19,7 +19,7 @@ One host synchronisation decides the whole batch; only when a rule fails is the 
 batch order), field and entry looked up, for a ValueError that names them.
 """
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -37,6 +37,8 @@ class FieldRule:
     ``what`` names the indices in messages ('class', 'predicate', 'object'); ``note`` is appended to the
     message (e.g. which object list pair indices point into). ``zero_padded``: the padding entries of an
     index field are 0, which passes the rule wherever an image has entries, so no padding mask is needed.
+    ``value_range``: the (min, max) of each image's real entries of an integer index field when the reader has
+    them (0 and -1 for an image without entries): the rule then reads no entry.
     """
     path: str
     kind: str
@@ -46,6 +48,7 @@ class FieldRule:
     what: str = ''
     note: Union[str, Callable[[int], str]] = ''
     zero_padded: bool = False
+    value_range: Optional[Tuple[Tensor, Tensor]] = None  # integer index field: (min, max) [B] of real entries
 
 
 def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
@@ -82,7 +85,9 @@ def bad_images(rule: FieldRule) -> Tensor:
     if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
         low, high = _row_min_max(v.flatten(1))
         return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
-    if real is None:
+    if rule.kind == 'index' and rule.value_range is not None and not v.is_floating_point():
+        low, high = (t.to(v.device) for t in rule.value_range)
+    elif real is None:
         low, high = _row_min_max(v.flatten(1))
     else:
         low = torch.where(real, v, torch.zeros_like(v)).flatten(1).amin(1)  # 0: never below the range

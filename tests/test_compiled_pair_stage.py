@@ -1,0 +1,164 @@
+"""The compiled pair stage (mmsgg_eval._ext): the graph-constrained list with its end scores and products in one
+pass, the zero padding of long rows (with the value range of pair indices), the one-pass row maxima at every
+predicate count (vector tails), and the long-row top-k; each against the torch implementation or a loop
+reference, with ties, and bad arguments refused naming the image."""
+import numpy as np
+import pytest
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from mmsgg_eval.functional import compiled
+from mmsgg_eval.functional.ranking import graph_constrained_ranking, prefix_topk
+from mmsgg_eval.functional.scores import build_relation_scores
+from mmsgg_eval.structures.reader import collate_scene_graphs
+
+needs_kernels = pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
+CPU = torch.device('cpu')
+
+
+def _stable_top(values, count, k):
+    """Loop reference: indices of the stable descending top-k of values[:count] (-0.0 ties with +0.0)."""
+    return sorted(range(count), key=lambda i: (-values[i], i))[:k]
+
+
+@needs_kernels
+@pytest.mark.parametrize('ties', [False, True])
+def test_long_row_top_k_equals_a_stable_sort(ties):
+    """Rows of thousands of entries (the buffer of 2k entries is compacted many times), ascending runs (every
+    entry passes the bar), all-equal rows and k = 1, 100, 700."""
+    g = np.random.default_rng(int(ties))
+    rows = [g.random(3000), np.sort(g.random(2500)), np.full(1800, 0.25), g.random(150), np.zeros(0)]
+    if ties:
+        rows = [np.round(r * 4) / 4 for r in rows]
+        rows[0][::7] = -0.0
+    length = max(len(r) for r in rows)
+    values = torch.zeros(len(rows), length)
+    for b, r in enumerate(rows):
+        values[b, :len(r)] = torch.tensor(r, dtype=torch.float32)
+    count = torch.tensor([len(r) for r in rows])
+    for k in (1, 100, 700):
+        index, valid = prefix_topk(values, count, k)
+        for b, r in enumerate(rows):
+            expected = _stable_top(values[b].tolist(), len(r), k)
+            assert index[b][valid[b]].tolist() == expected, (b, k)
+
+
+def _pair_batch(seed, mode='sgdet', num_images=12):
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(seed, num_images, mode, score_format='bg', num_classes=7, num_predicates=5)
+    return collate_scene_graphs(samples, mode, 7, 5)
+
+
+@needs_kernels
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_graph_constrained_ranking_equals_the_torch_composition(seed):
+    batch = _pair_batch(seed)
+    for k in (1, 3, 50):
+        order, valid, triplet, pair_score = graph_constrained_ranking(batch, k, prefix=True)
+        with compiled.disabled():
+            t_order, t_valid, t_triplet, t_pair = graph_constrained_ranking(batch, k, prefix=True)
+        real = batch.rel_valid
+        assert torch.equal(valid, t_valid) and torch.equal(order[valid], t_order[t_valid])
+        assert torch.equal(triplet[real], t_triplet[real]) and torch.equal(pair_score[real], t_pair[real])
+        # the products in the legacy order: (best * subject) * object, subject * object, float32
+        s = batch.pred_scores.gather(1, batch.rel_pairs[..., 0])
+        o = batch.pred_scores.gather(1, batch.rel_pairs[..., 1])
+        assert torch.equal(triplet[real], ((batch.scores.best * s) * o)[real])
+        assert torch.equal(pair_score[real], (s * o)[real])
+        assert not triplet[~real].any() and not pair_score[~real].any()  # padding entries hold 0
+
+
+@needs_kernels
+def test_graph_constrained_pairs_refuses_bad_arguments_naming_the_image():
+    ext = compiled.kernels()
+    pairs = torch.zeros(2, 3, 2, dtype=torch.long)
+    pairs[1, 2] = torch.tensor([0, 4])
+    scores, best, count = torch.rand(2, 4), torch.rand(2, 3), torch.tensor([3, 3])
+    with pytest.raises(RuntimeError, match=r'image 1 pair 2 has an object index outside \[0, 4\)'):
+        ext.graph_constrained_pairs(pairs, scores, best, count, 2)
+    with pytest.raises(RuntimeError, match='image 0 has count 4 outside'):
+        ext.graph_constrained_pairs(pairs[:1], scores[:1], best[:1], torch.tensor([4]), 2)
+    with pytest.raises(RuntimeError, match='rel_pairs must be an int64'):
+        ext.graph_constrained_pairs(pairs.int(), scores, best, count, 2)
+    # only the counted pairs are read: a bad index in the padding is never looked at
+    ok = ext.graph_constrained_pairs(pairs, scores, best, torch.tensor([3, 2]), 2)
+    assert ok[1].all()
+
+
+@needs_kernels
+@pytest.mark.parametrize('dtype,trailing', [(torch.long, (2,)), (torch.float32, (4,)), (torch.bool, ()),
+                                            (torch.int32, (2, 3))])
+def test_pad_zero_rows_equals_pad_sequence(dtype, trailing):
+    g = torch.Generator().manual_seed(5)
+    lengths = [300, 0, 129, 1, 300, 57]
+    tensors = [(torch.rand((n,) + trailing, generator=g) * 50).to(dtype) for n in lengths]
+    ext = compiled.kernels()
+    got = ext.pad_zero_rows(tensors, 310)
+    expected = pad_sequence(tensors + [torch.zeros((310,) + trailing, dtype=dtype)], batch_first=True)[:-1]
+    assert got.dtype == dtype and torch.equal(got, expected)
+    with pytest.raises(RuntimeError, match='tensor 1 has another trailing shape'):
+        ext.pad_zero_rows([torch.zeros(3, 2), torch.zeros(3, 5)], 4)
+    with pytest.raises(RuntimeError, match='tensor 1 is not a contiguous CPU tensor'):
+        ext.pad_zero_rows([torch.zeros(3, 2), torch.zeros(2, 3).t()], 4)
+
+
+@needs_kernels
+def test_pad_zero_rows_range_gives_each_images_index_range():
+    tensors = [torch.tensor([[3, 1], [0, 7]]), torch.zeros((0, 2), dtype=torch.long), torch.tensor([[-2, 5]])]
+    out, low, high = compiled.kernels().pad_zero_rows_range(tensors, 3)
+    assert out.shape == (3, 3, 2) and out[0, :2].tolist() == [[3, 1], [0, 7]] and not out[0, 2:].any()
+    assert low.tolist() == [0, 0, -2] and high.tolist() == [7, -1, 5]
+    with pytest.raises(RuntimeError, match='int64 tensors only'):
+        compiled.kernels().pad_zero_rows_range([torch.zeros(2, 2)], 2)
+
+
+@needs_kernels
+@pytest.mark.parametrize('bad', [-1, 'objects'])
+def test_a_bad_pair_index_is_named_alike_with_and_without_the_kernels(bad):
+    """The reader's index check reads the value range the padding kernel gives: the same error as the torch
+    path, naming the sample and the field."""
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(7, 6, 'sgdet', score_format='bg', num_classes=7, num_predicates=5)
+    pairs = samples[3]['pred_relations']['pair_idxs']
+    num_objects = samples[3]['pred_instances']['labels'].shape[0]
+    pairs[-1, 1] = -1 if bad == -1 else num_objects
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert 'pred_relations.pair_idxs' in messages[0] and 'sample_idx=' in messages[0]
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@needs_kernels
+@pytest.mark.parametrize('num_predicates', [1, 7, 8, 9, 15, 16, 17, 50])
+@pytest.mark.parametrize('background', [0, 1])
+def test_row_maxima_at_every_predicate_count_equal_the_torch_path(num_predicates, background):
+    """The one-pass row maxima (8-lane vectors, an overlapping last vector) and the value check, including
+    -0.0 (refused by the integer check, looked at again by value), inf and NaN in any column."""
+    g = np.random.default_rng(num_predicates * 2 + background)
+    num_rel = [0, 1, 37, 64, 65, 200]
+    raw = [torch.tensor(g.random((r, num_predicates + background)).astype(np.float32)) for r in num_rel]
+    raw[2][5, -1] = float('inf')
+    raw[3][0, 0] = -0.0
+    raw[4][64, 0] = float('nan')
+    raw[5][17, num_predicates // 2 + background] = 7.5
+    args = ([1 if background else 0] * len(raw), num_rel, num_predicates, [False] * len(raw), [])
+    scores = build_relation_scores(raw, *args, 'compiled', CPU)
+    assert scores.layout == 'compiled' or num_predicates < 1
+    with compiled.disabled():
+        reference = build_relation_scores(raw, *args, 'concatenated', CPU)
+    assert torch.equal(scores.bad_images, reference.bad_images)
+    assert scores.bad_images.tolist() == [False, False, True, False, True, False]
+    good = ~reference.bad_images
+    assert torch.equal(scores.best[good], reference.best[good])
