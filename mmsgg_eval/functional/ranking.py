@@ -163,9 +163,7 @@ def graph_constrained_ranking(batch, k: int, rank_by: str = 'score', prefix: boo
     """:func:`graph_constrained_list` and each pair's score ``subject score * object score`` (float32 [B, R]):
     ``(order, valid, triplet_score, pair_score)``. With ``prefix`` on the CPU the compiled kernel computes the
     end scores, both products and the list in one pass over each image's real pairs (the same numbers; its
-    padding entries hold 0)."""
-    if rank_by not in ('score', 'given'):
-        raise ValueError(f"rank_by must be 'score' or 'given', got {rank_by!r}")
+    padding entries hold 0; an unknown ``rank_by`` is refused by the torch path)."""
     kernels = compiled.kernels() if batch.device.type == 'cpu' else None
     best, pairs, object_scores = batch.scores.best, batch.rel_pairs, batch.pred_scores
     if (kernels is not None and prefix and rank_by == 'score' and pairs.dtype == torch.long
