@@ -29,7 +29,7 @@ def compiled_extensions() -> dict:
 
     extension = CppExtension(
         'mmsgg_eval._ext', [osp.join('mmsgg_eval', 'csrc', 'relation_scores.cpp')],
-        extra_compile_args=['-O3', '-fopenmp'], extra_link_args=['-fopenmp'])
+        extra_compile_args=['-O3', '-fopenmp', '-ffp-contract=off'], extra_link_args=['-fopenmp'])
     return dict(ext_modules=[extension], cmdclass={'build_ext': OptionalBuildExtension.with_options(use_ninja=False)})
 
 

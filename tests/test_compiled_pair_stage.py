@@ -103,13 +103,30 @@ def test_pad_zero_rows_equals_pad_sequence(dtype, trailing):
 
 
 @needs_kernels
-def test_pad_zero_rows_range_gives_each_images_index_range():
+@pytest.mark.parametrize('value', [0, -1])
+def test_pad_int64_rows_gives_each_images_index_range_and_length(value):
     tensors = [torch.tensor([[3, 1], [0, 7]]), torch.zeros((0, 2), dtype=torch.long), torch.tensor([[-2, 5]])]
-    out, low, high = compiled.kernels().pad_zero_rows_range(tensors, 3)
-    assert out.shape == (3, 3, 2) and out[0, :2].tolist() == [[3, 1], [0, 7]] and not out[0, 2:].any()
-    assert low.tolist() == [0, 0, -2] and high.tolist() == [7, -1, 5]
-    with pytest.raises(RuntimeError, match='int64 tensors only'):
-        compiled.kernels().pad_zero_rows_range([torch.zeros(2, 2)], 2)
+    out, low, high, lengths = compiled.kernels().pad_int64_rows(tensors, value)
+    expected = pad_sequence(tensors, batch_first=True, padding_value=value)
+    assert out.shape == (3, 2, 2) and torch.equal(out, expected)
+    assert low.tolist() == [0, 0, -2] and high.tolist() == [7, -1, 5] and lengths.tolist() == [2, 0, 1]
+    flat = [torch.tensor([4, 2, 9]), torch.tensor([1])]
+    out, low, high, lengths = compiled.kernels().pad_int64_rows(flat, value)
+    assert out.tolist() == [[4, 2, 9], [1, value, value]] and low.tolist() == [2, 1] and high.tolist() == [9, 1]
+
+
+@needs_kernels
+@pytest.mark.parametrize('tensors', [
+    [torch.zeros(2, 2)],                                        # float
+    [torch.zeros(2, 2, dtype=torch.int32)],                     # another integer dtype
+    [torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, 5, dtype=torch.long)],  # another trailing shape
+    [torch.zeros(3, 2, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long).t()],  # not contiguous
+    [torch.zeros(3, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long)],  # another rank
+    [torch.tensor(3)],                                          # 0-d
+    [],
+])
+def test_pad_int64_rows_leaves_other_tensors_to_the_general_path(tensors):
+    assert compiled.kernels().pad_int64_rows(tensors, 0) is None
 
 
 @needs_kernels

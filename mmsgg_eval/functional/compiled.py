@@ -64,12 +64,15 @@ def suits(raw: Sequence[Tensor], background: Sequence[int], single_label: Sequen
     are contiguous float32 CPU tensors of one background convention, no image has single-label scores (those are
     checked on their given scores), there is at least one predicate column and no image has
     :data:`MAX_RANKED_ENTRIES` entries or more."""
-    if kernels() is None or num_predicates <= 0 or any(single_label) or len(set(background)) > 1:
+    ops = kernels()
+    if ops is None or num_predicates <= 0 or any(single_label) or len(set(background)) > 1:
         return False
     if device is not None and torch.device(device).type != 'cpu':
         return False
-    return all(m.device.type == 'cpu' and m.dtype == torch.float32 and m.is_contiguous()
-               and m.shape[0] * num_predicates < MAX_RANKED_ENTRIES for m in raw)
+    try:  # one compiled call checks every matrix
+        return ops.matrices_suit(raw if isinstance(raw, list) else list(raw), num_predicates, MAX_RANKED_ENTRIES)
+    except TypeError:  # not all tensors: nothing the kernels can read in place
+        return False
 
 
 MAX_RANKED_ENTRIES = 1 << 32

@@ -5,7 +5,7 @@ prediction that hits it in each ranked list (graph-constrained, no-graph-constra
 "hit within the top K" is then ``rank < K`` for every K, so one pass serves all K and all metrics, and the
 per-image state is a few integers per GT relation, independent of the number of predictions.
 """
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -206,12 +206,9 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     scores = batch.scores  # the predicate scores, in the layout the reader chose
     first_hits, pair_ranks = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
 
-    def gc_predicate(order: Tensor):
-        return lambda where: scores.predicate_at(order, where)
-
     # the graph-constrained list (real pairs first)
     gc_order, gc_valid, gc_score, pair_score = graph_constrained_ranking(batch, max_k, rank_by, prefix=True)
-    out = {'gc': first_hits(gc_order, gc_valid, gc_predicate(gc_order), None)}
+    out = {'gc': first_hits(gc_order, gc_valid, None, None)}
     if list_length > 0:
         out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks))
     if gc_order.shape[1]:
@@ -225,17 +222,23 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
                                                           gc_order, gc_valid, batch.num_rel_preds)
     out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
 
-    if with_pair_accuracy:
+    kernels = compiled.kernels() if batch.device.type == 'cpu' else None
+    if with_pair_accuracy and rank_by == 'score' and kernels is not None and gc_score.dtype == torch.float32:
+        # the GC sub-list of the real pairs that are GT pairs (index equality), ranked in one pass per image
+        acc_order, acc_valid = kernels.gt_pair_list(batch.rel_pairs, batch.num_rel_preds, batch.gt_pairs,
+                                                    batch.gt_valid, gc_score, max_k)
+        out['pair_acc'] = first_hits(acc_order, acc_valid, None, None)
+    elif with_pair_accuracy:
         # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
         in_gt = pairs_in_reference(batch.rel_pairs, batch.rel_valid, batch.gt_pairs, batch.gt_valid,
                                    max(batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]))
         if rank_by == 'given':
             order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
             # the sub-list positions are counted through list_valid
-            out['pair_acc'] = first_hits(order, in_gt, gc_predicate(order), in_gt)
+            out['pair_acc'] = first_hits(order, in_gt, None, in_gt)
         else:
             acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            out['pair_acc'] = first_hits(acc_order, acc_valid, gc_predicate(acc_order), None)
+            out['pair_acc'] = first_hits(acc_order, acc_valid, None, None)
     return out
 
 
@@ -243,39 +246,94 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
     """``(first_hits, pair_ranks)`` for the ranked lists of ``batch``.
 
     ``first_hits(pair_index, valid, predicate, list_valid)``: the [B, G] first-hit rank of each GT relation in a
-    list of (pair, predicate) entries [B, J]; ``predicate``: the entries' predicates [B, J], or a function of a
-    mask giving them there (asked only for the entries whose pair matches both ends of some GT relation: the
-    others hit nothing, whatever their predicate); ``list_valid``: entries that count as list positions (None:
-    all). Phrase detection matches the union boxes of each entry's pair; otherwise matched objects are bit sets.
-    ``pair_ranks(order, valid)``: the first position whose pair matches both ends of each GT relation, whatever
-    the predicate (None for ``phrase``)."""
+    list of (pair, predicate) entries [B, J]; ``predicate``: the entries' predicates [B, J], or None for the
+    graph-constrained predicate of each entry's pair (its first maximal score column, looked up only for the
+    entries whose pair matches both ends of some GT relation: the others hit nothing, whatever their predicate);
+    ``list_valid``: entries that count as list positions (None: all). Phrase detection matches the union boxes
+    of each entry's pair; otherwise matched objects are bit sets (computed by the compiled kernels on the CPU
+    when they are built, :func:`_compiled_first_hit_ranker`). ``pair_ranks(order, valid)``: the first position
+    whose pair matches both ends of each GT relation, whatever the predicate (None for ``phrase``)."""
+    scores = batch.scores
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     num_gt = batch.gt_predicates.shape[1]
     if phrase:
         def phrase_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
             pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
-            hits = triplet_hits(pairs[..., 0], pairs[..., 1], predicate(valid) if callable(predicate) else predicate,
-                                valid, batch.pred_labels, gt_sub, gt_obj, batch.gt_predicates, batch.gt_valid,
-                                batch.gt_labels, iou_thr, pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes,
-                                phrase=True, plus_one=plus_one)
+            if predicate is None:
+                predicate = scores.predicate_at(pair_index, valid)
+            hits = triplet_hits(pairs[..., 0], pairs[..., 1], predicate, valid, batch.pred_labels, gt_sub, gt_obj,
+                                batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
+                                pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes, phrase=True, plus_one=plus_one)
             return first_hit_rank(hits, list_valid)
         return phrase_hits, None
+    if not use_masks:
+        ranker = _compiled_first_hit_ranker(batch, iou_thr, plus_one)
+        if ranker is not None:
+            return ranker
     subject_bits, object_bits = relation_end_bits(object_match_list(batch, iou_thr, plus_one, use_masks),
                                                   gt_sub, gt_obj, batch.gt_valid)
-    carries = predicate_bits(batch.gt_predicates, batch.gt_valid, batch.scores.num_predicates)
+    carries = predicate_bits(batch.gt_predicates, batch.gt_valid, scores.num_predicates)
 
     def ends_of(pair_index: Tensor, valid: Tensor) -> Tensor:
         return pair_end_bits(subject_bits, object_bits, batch.rel_pairs[..., 0].gather(1, pair_index),
                              batch.rel_pairs[..., 1].gather(1, pair_index), valid)
 
-    def first_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
+    def first_hits(pair_index: Tensor, valid: Tensor, predicate: Optional[Tensor],
+                   list_valid: Optional[Tensor]) -> Tensor:
         ends = ends_of(pair_index, valid)
-        if callable(predicate):
+        if predicate is None:
             valid = (ends != 0).any(-1)
-            predicate = predicate(valid)
+            predicate = scores.predicate_at(pair_index, valid)
         return first_hit_rank_bits(predicate_hit_bits(ends, carries, predicate, valid), num_gt, list_valid)
 
     return first_hits, lambda order, valid: first_hit_rank_bits(ends_of(order, valid), num_gt, None)
+
+
+def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
+    """:func:`_first_hit_ranker` of box matching by the compiled kernels (the same bit sets and ranks, image by
+    image, reading each looked-up score row in place), or None where they do not apply (not built or switched
+    off, not on the CPU, or score rows the kernels cannot address: views of non-contiguous inputs)."""
+    kernels = compiled.kernels()
+    source = _score_row_source(batch.scores) if kernels is not None and batch.device.type == 'cpu' else None
+    if source is None:
+        return None
+    matrices, start, column = source
+    scores = batch.scores
+    gt_valid = batch.gt_valid
+    subject_bits, object_bits = kernels.box_relation_end_bits(
+        batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, batch.gt_pairs,
+        gt_valid, float(iou_thr), bool(plus_one))
+    num_pred = scores.num_predicates
+
+    def first_hits(pair_index: Tensor, valid: Tensor, predicate: Optional[Tensor],
+                   list_valid: Optional[Tensor]) -> Tensor:
+        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, batch.rel_pairs,
+                                       pair_index, valid, predicate, list_valid, matrices, start, column, num_pred,
+                                       False)
+
+    def pair_ranks(order: Tensor, valid: Tensor) -> Tensor:
+        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, batch.rel_pairs,
+                                       order, valid, None, None, [], None, 0, num_pred, True)
+
+    return first_hits, pair_ranks
+
+
+def _score_row_source(scores):
+    """``(matrices, start, column)``: where the compiled first-hit kernel reads the score row of a pair (the
+    compiled layout's inputs, or the stacked / concatenated copy as one matrix with its images' first rows
+    ``start``; predicate columns from ``column``), or None for score rows it cannot address in place."""
+    if scores.sources is not None:
+        return scores.sources, None, scores.column
+    flat, num_pred = scores.flat, scores.num_predicates
+    if flat is None or flat.dtype != torch.float32 or flat.dim() != 2 or num_pred <= 0 or scores.start is None:
+        return None
+    if not flat.shape[0]:
+        return [flat.new_zeros((0, num_pred))], scores.start, 0
+    column = flat.stride(0) - num_pred  # a view of a copy that kept its background column first
+    if column < 0 or (flat.stride(1) != 1 and num_pred > 1) or flat.storage_offset() < column:
+        return None
+    width = column + num_pred
+    return [flat.as_strided((flat.shape[0], width), (width, 1), flat.storage_offset() - column)], scores.start, column
 
 
 def _list_head(batch, gc_order: Tensor, gc_valid: Tensor, gc_score: Tensor, list_length: int,
@@ -314,15 +372,19 @@ def triplet_parts(codes: Tensor, num_classes: int, num_predicates: int):
 
 def hits_per_k(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> Tensor:
     """[size, len(ks)] float64: for each key (0..size-1) and each K, the number of relations of that key with
-    ``rank < K``; one bincount for all K (each relation counted at the first K, in ascending order, that it is
-    hit within, then summed up)."""
+    ``rank < K`` (:func:`hits_per_k_columns` side by side)."""
+    columns = hits_per_k_columns(rank, key, size, ks)
+    if not columns:
+        return torch.zeros((size, 0), dtype=torch.float64, device=rank.device)
+    return torch.stack(columns, dim=1)
+
+
+def hits_per_k_columns(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> List[Tensor]:
+    """:func:`hits_per_k` as one contiguous float64 [size] tensor per K (in the given order of ``ks``): one
+    bincount of the keys of the relations hit within each K."""
     # a K above NO_HIT counts every hit and no miss, as K = NO_HIT does (ranks of hits are list positions)
-    ks_t = torch.tensor([min(int(k), NO_HIT) for k in ks], dtype=torch.long, device=rank.device)
-    ascending, order = torch.sort(ks_t)
-    level = torch.searchsorted(ascending, rank.long().contiguous(), right=True)  # first K (ascending) with rank < K
-    counts = torch.bincount(key * (len(ks) + 1) + level, minlength=size * (len(ks) + 1)).view(size, len(ks) + 1)
-    hits = counts[:, :len(ks)].cumsum(1).double()  # ascending K
-    return hits.index_select(1, torch.argsort(order))  # the given order of ks
+    key = key.long()
+    return [torch.bincount(key[rank < min(int(k), NO_HIT)], minlength=size).double() for k in ks]
 
 
 def hit_within(rank: Tensor, k: int) -> Tensor:
@@ -344,10 +406,8 @@ def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: S
         rank, image_of_rel = rank[rel_mask], image_of_rel[rel_mask]
     count = torch.bincount(image_of_rel, minlength=num_images).double()
     has = count > 0
-    all_hits = hits_per_k(rank, image_of_rel, num_images, ks)  # [I, K]
     results = []
-    for j in range(len(ks)):  # each K's sums over contiguous vectors, in one fixed order
-        hits = all_hits[:, j].contiguous()
+    for hits in hits_per_k_columns(rank, image_of_rel, num_images, ks):  # each K's sums over contiguous [I]
         if average == 'micro':
             results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_zeros(()))
         else:
@@ -365,19 +425,18 @@ def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, 
     key = image_of_rel * num_predicates + predicate
     size = num_images * num_predicates
     count = torch.bincount(key, minlength=size).double().view(num_images, num_predicates)
-    present_images = count > 0
-    present = present_images.any(0)
+    n_img = (count > 0).sum(0).double()  # images containing each predicate
+    present = n_img > 0
     if not len(ks):
         return torch.zeros((0, num_predicates), dtype=torch.float64), present
-    all_hits = hits_per_k(rank, key, size, ks)  # [I * P, K]
     rows = []
-    for j in range(len(ks)):  # each K's sums over contiguous [I, P] tables, in one fixed order
-        hits = all_hits[:, j].contiguous().view(num_images, num_predicates)
+    divisor = count.clamp(min=1)
+    for column in hits_per_k_columns(rank, key, size, ks):  # each K's sums over contiguous [I, P] tables
+        hits = column.view(num_images, num_predicates)
         if average == 'micro':
             rows.append(torch.where(present, hits.sum(0) / count.sum(0).clamp(min=1), torch.zeros_like(hits[0])))
         else:
-            ratio = torch.where(present_images, hits / count.clamp(min=1), torch.zeros_like(hits))
-            n_img = present_images.sum(0).double()
+            ratio = hits / divisor  # 0 / 1 = 0 where the image has no relation of the predicate (no hit either)
             rows.append(torch.where(present, ratio.sum(0) / n_img.clamp(min=1), torch.zeros_like(n_img)))
     return torch.stack(rows), present
 

@@ -456,7 +456,7 @@ class _Padded:
     given_scores: List[Tensor]      # the 1-D scores of single-label images
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
     rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
-    rel_pair_range: Optional[Tuple[Tensor, Tensor]] = None  # (min, max) [B] of each image's pair indices
+    value_ranges: Optional[dict] = None  # index field -> (min, max) [B] of each image's entries, when known
     score_width: Optional[List[int]] = None  # score columns as given (-1: single-label scores)
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
@@ -485,12 +485,12 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     lists, pred_inst = _field_lists(samples, mode)
     scores_list = lists.pop('scores')
     cache: dict = {}  # fields of equal lengths share their padded positions
-    pair_range = None
+    ranges = {}  # index field -> (min [B], max [B]) of each image's entries, where the compiled padding gave them
     try:
         padded = {}
         for name, values in lists.items():
-            if name == 'rel_pairs':
-                padded[name], pair_range = _pad_pairs(values, cache)
+            if name in _INDEX_FIELDS:
+                padded[name], ranges[name] = _pad_index_field(name, values, cache)
             else:
                 padded[name] = _pad_with_lengths(values, _PAD_VALUES[name], cache)
     except (RuntimeError, TypeError, ValueError) as err:
@@ -517,27 +517,33 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
                    score_width=[t.shape[1] for t in scores_list],
-                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, rel_pair_range=pair_range)
+                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, value_ranges=ranges)
 
 
-def _pad_pairs(pairs: List[Any], cache: dict):
-    """``(_pad_with_lengths(pairs, 0), (min [B], max [B]) of each image's indices or None)``: int64 CPU pair
-    tensors [R_b, 2] are padded by the compiled kernel, which also gives their value range (for the index
-    check, without another pass over the padded batch)."""
+def _pad_index_field(name: str, values: List[Any], cache: dict):
+    """``(_pad_with_lengths(values, pad value of name), (min [B], max [B]) of each image's entries or None)``:
+    contiguous int64 CPU tensors are padded by one compiled call, which also gives their value range (for the
+    index check, without another pass over the padded batch); anything else takes :func:`_pad_with_lengths`."""
     kernels = compiled.kernels()
-    if kernels is None or not pairs or not all(
-            type(t) is Tensor and t.dtype == torch.long and t.device.type == 'cpu' and t.dim() == 2
-            and t.shape[1] == 2 and t.is_contiguous() for t in pairs):
-        return _pad_with_lengths(pairs, _PAD_VALUES['rel_pairs'], cache), None
-    lengths = [t.shape[0] for t in pairs]
-    width = max(lengths)
-    out, low, high = kernels.pad_zero_rows_range(pairs, width)
+    padded = None
+    if kernels is not None and values:
+        try:
+            padded = kernels.pad_int64_rows(values, _PAD_VALUES[name])
+        except TypeError:  # not all tensors (numpy arrays, lists: converted by the general path)
+            padded = None
+    if padded is None:
+        return _pad_with_lengths(values, _PAD_VALUES[name], cache), None
+    out, low, high, lengths = padded
+    lengths = lengths.tolist()
+    width = out.shape[1]
     return (out, None if lengths.count(width) == len(lengths) else lengths), (low, high)
 
 
 # the padding value of each field the field-wise reader pads
 _PAD_VALUES = {'gt_boxes': 0.0, 'gt_labels': -1, 'gt_pairs': 0, 'gt_predicates': -1, 'rel_pairs': 0,
                'pred_labels': -1, 'pred_scores': 0.0, 'pred_boxes': 0.0}
+# the integer index fields among them (padded with their value ranges by the compiled kernels)
+_INDEX_FIELDS = ('gt_labels', 'gt_pairs', 'gt_predicates', 'rel_pairs', 'pred_labels')
 
 
 def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
@@ -657,19 +663,22 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
             return '(SGCls evaluates the model\'s objects, `pred_instances`)'
         return ''
 
+    ranges = p.value_ranges or {}
     rules = [FieldRule('gt_instances.bboxes', 'boxes', p.gt_boxes, p.num_gt)]
     if mode != 'predcls':  # (SGCls without model boxes: the GT boxes again, checked above first)
         rules.append(FieldRule('pred_instances.bboxes', 'boxes', p.pred_boxes, p.num_pred))
-    rules.append(FieldRule('gt_instances.labels', 'index', p.gt_labels, p.num_gt, num_classes, 'class'))
+    rules.append(FieldRule('gt_instances.labels', 'index', p.gt_labels, p.num_gt, num_classes, 'class',
+                           value_range=ranges.get('gt_labels')))
     rules.append(FieldRule('gt_relations.pair_idxs', 'index', p.gt_pairs, p.num_gt_rel, num_gt, 'object',
-                           zero_padded=True))
+                           zero_padded=True, value_range=ranges.get('gt_pairs')))
     rules.append(FieldRule('gt_relations.labels', 'index', p.gt_predicates, p.num_gt_rel, num_predicates,
-                           'predicate'))
+                           'predicate', value_range=ranges.get('gt_predicates')))
     if mode != 'predcls':
-        rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class'))
+        rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class',
+                               value_range=ranges.get('pred_labels')))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
     rules.append(FieldRule('pred_relations.pair_idxs', 'index', p.rel_pairs, p.num_rel, num_pred, 'object',
-                           pair_note, zero_padded=True, value_range=p.rel_pair_range))
+                           pair_note, zero_padded=True, value_range=ranges.get('rel_pairs')))
 
     def score_message(b: int) -> str:
         raw = p.given_scores[sum(p.single_label[:b])] if p.single_label[b] else p.raw_scores[b]

@@ -76,16 +76,22 @@ def bad_images(rule: FieldRule) -> Tensor:
     # the bound only where the bound is 0, i.e. the image has no object to point to (then only images with
     # entries count)
     zero_padded = rule.kind == 'index' and rule.zero_padded
-    real = None if zero_padded else _real(v, rule.lengths)
+    ranged = rule.kind == 'index' and rule.value_range is not None and not v.is_floating_point()
+    real = None if zero_padded or ranged else _real(v, rule.lengths)
     if real is not None:
         real = real.view(*real.shape, *([1] * (v.dim() - 2)))
     if rule.kind == 'boxes':  # padding boxes are zeros: finite and ordered
-        bad = ~(torch.isfinite(v).all(-1) & (v[..., 2:] >= v[..., :2]).all(-1))
-        return bad.flatten(1).any(1)
+        # per image: every coordinate finite (min / max propagate NaN) and every side x2 - x1, y2 - y1 >= 0 (for
+        # finite values a - b >= 0 exactly when a >= b)
+        if not v.numel():
+            return torch.zeros(v.shape[0], dtype=torch.bool, device=v.device)
+        low, high = _row_min_max(v.flatten(1))
+        sides = (v[..., 2:] - v[..., :2]).flatten(1).amin(1)
+        return ~(torch.isfinite(low) & torch.isfinite(high) & (sides >= 0))
     if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
         low, high = _row_min_max(v.flatten(1))
         return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
-    if rule.kind == 'index' and rule.value_range is not None and not v.is_floating_point():
+    if ranged:  # the reader's (min, max) of each image's real entries (0, -1 without entries)
         low, high = (t.to(v.device) for t in rule.value_range)
     elif real is None:
         low, high = _row_min_max(v.flatten(1))
