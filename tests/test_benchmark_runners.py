@@ -57,6 +57,7 @@ def test_best_of_keeps_the_smallest_times_and_the_last_result():
     assert calls == ['setup', ('run', 1), 'setup', ('run', 3), 'setup', ('run', 5)]
     assert best['result'] == dict(value=5, inner=5.0) and best['inner'] == 5.0
     assert best['seconds'] >= 0 and best['cpu_seconds'] >= 0
+    assert len(best['runs_seconds']) == 3 and min(best['runs_seconds']) == best['seconds']
     assert best_of(lambda: 'plain', 1)['result'] == 'plain'
     with pytest.raises(ValueError, match='repeat must be >= 1, got 0'):
         best_of(lambda: None, 0)
@@ -134,6 +135,19 @@ def test_job_list_adds_the_single_thread_run_and_its_subprocess_environment(monk
     assert set(runners.SUBPROCESS_ENV) <= set(runners.RUNNERS)
 
 
+def test_best_rounds_keeps_the_best_round_and_the_median_of_every_run(monkeypatch):
+    """The kept result is the best round's; its median is over every repeat of every round (here 9 runs whose
+    median, 5, is in no round's best); a job without runs (a skipped peer) gets no median."""
+    results = iter([dict(images_per_s=3.0, runs_images_per_s=[1.0, 2.0, 3.0]), dict(skipped='no'),
+                    dict(images_per_s=9.0, runs_images_per_s=[9.0, 8.0, 7.0]), dict(skipped='no'),
+                    dict(images_per_s=6.0, runs_images_per_s=[4.0, 5.0, 6.0]), dict(skipped='no')])
+    monkeypatch.setattr(runners, 'run_in_subprocess', lambda job, options: next(results))
+    jobs = [('ours', 'variable', 'cpu'), ('sgbench', 'variable', 'cpu')]
+    best = runners.best_rounds(jobs, {}, 3)
+    assert best[jobs[0]]['images_per_s'] == 9.0 and best[jobs[0]]['median_images_per_s'] == 5.0
+    assert best[jobs[0]]['runs'] == 9 and best[jobs[1]] == dict(skipped='no')
+
+
 def test_report_states_the_load_and_the_single_thread_ratios():
     assert report.load_line(0, '0.10 0.20 0.30', '0.40 0.50 0.60') == (
         'competing load: none (quiet); load average 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end')
@@ -143,12 +157,17 @@ def test_report_states_the_load_and_the_single_thread_ratios():
                r50=0.5, mr50=0.25)
     jobs = [('ours', 'variable', 'cpu'), ('ours-1thread', 'variable', 'cpu'), ('sgbench', 'variable', 'cpu')]
     best = {jobs[0]: row, jobs[1]: dict(row, images_per_s=150.0), jobs[2]: dict(skipped='sgbench not installed')}
+    best[jobs[0]] = dict(row, median_images_per_s=240.0, runs=9)
     lines = report.format_table(jobs, best, 10)
-    assert lines[1] == report.HEADER and lines[2].split()[:4] == ['ours', 'variable', 'cpu', '300']
-    assert lines[3].split()[:4] == ['ours-1thread', 'variable', 'cpu', '150']
+    assert lines[1] == report.HEADER and lines[2].split()[:5] == ['ours', 'variable', 'cpu', '300', '240']
+    assert lines[3].split()[:5] == ['ours-1thread', 'variable', 'cpu', '150', '-']
     assert lines[4].split()[3:] == ['sgbench', 'not', 'installed']
     best[jobs[2]] = dict(row, images_per_s=50.0)
-    ratios = report.summarize(jobs, best)['ratios']
+    summary = report.summarize(jobs, best)
+    ratios = summary['ratios']
+    assert summary['median_ratios'] == {}  # the references have no median
+    best[jobs[1]] = dict(best[jobs[1]], median_images_per_s=160.0)
+    assert report.summarize(jobs, best)['median_ratios'] == {'ours_vs_ours-1thread_variable_cpu': 1.5}
     assert ratios['ours_vs_ours-1thread_variable_cpu'] == 2.0 and ratios['ours_vs_sgbench_variable_cpu'] == 6.0
     assert ratios['ours-1thread_vs_sgbench_variable_cpu'] == 3.0
     assert not any(k.startswith('ours-1thread_vs_ours') for k in ratios)

@@ -1,7 +1,8 @@
 """The 'auto' thread policy of mmsgg_eval.functional.threads acts on sustained load only: a passing task seen at
 one pool keeps every thread, a busy process lowers the count within two pools and its end raises it back after
-six quiet ones; integer settings bound it; where /proc cannot be read torch's count is used. The load is fed by
-an injected sampler (a scripted sequence of instantaneous counts), so the tests do not depend on the machine."""
+six quiet ones, a first decision (no history yet) follows its reading; integer settings bound it; where /proc
+cannot be read torch's count is used. The load is fed by an injected sampler (a scripted sequence of
+instantaneous counts), so the tests do not depend on the machine."""
 import os
 import random
 import time
@@ -62,6 +63,15 @@ def chosen_per_pool(pools: int) -> List[int]:
     return out
 
 
+def test_the_first_decision_follows_its_reading_and_a_blip_then_costs_one_pool(policy):
+    """No history yet: a process starting on a busy machine runs its first pool on the free cores; a passing
+    task caught by the very first reading lowers that pool only."""
+    policy([2, 2, 2])
+    assert chosen_per_pool(3) == [2, 2, 2]
+    policy([3, 0, 0, 0])
+    assert chosen_per_pool(4) == [1, 4, 4, 4]
+
+
 def test_a_quiet_machine_with_one_off_blips_keeps_every_thread(policy):
     """Passing tasks (a shell, a cron job) seen at single pools, two quiet ones apart, even three at once, change
     nothing."""
@@ -83,7 +93,7 @@ def test_the_count_falls_back_step_by_step_as_load_ends(policy):
     """From three busy processes to one: back to one thread fewer only after six pools below three; then all."""
     counts = [3, 3] + [1] * 7 + [0] * 6
     policy(counts)
-    assert chosen_per_pool(len(counts)) == [4, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 4]
+    assert chosen_per_pool(len(counts)) == [1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 4]
 
 
 def test_integer_settings_bound_the_count_whatever_the_load_and_take_no_reading(policy):
@@ -94,7 +104,7 @@ def test_integer_settings_bound_the_count_whatever_the_load_and_take_no_reading(
     assert chosen_per_pool(2) == [3, 3]
     assert script.calls == 0
     threads.set_num_threads('auto')
-    assert chosen_per_pool(3) == [4, 1, 1]  # the busy machine is seen from the second 'auto' decision
+    assert chosen_per_pool(3) == [1, 1, 1]  # the first 'auto' decision (no history) follows its reading
     torch.set_num_threads(1)
     assert threads.choose_threads() == 1 and script.calls == 3  # one thread: nothing to decide
 
@@ -102,7 +112,7 @@ def test_integer_settings_bound_the_count_whatever_the_load_and_take_no_reading(
 def test_unreadable_proc_gives_torchs_count_and_leaves_the_history_alone(policy, fresh_files, tmp_path):
     """None readings (no /proc) run the pool with torch's count and are not remembered."""
     script = policy([1, None, 1, None, None, 0])
-    assert chosen_per_pool(6) == [4, 4, 3, 4, 4, 3]  # the two readings of 1 count as consecutive
+    assert chosen_per_pool(6) == [3, 4, 3, 4, 4, 3]  # the first reading alone; the two 1s count as consecutive
     assert script.calls == 6
     assert threads.runnable_now(loadavg=str(tmp_path / 'missing')) is None
     (tmp_path / 'loadavg').write_text('garbage\n')
@@ -132,9 +142,13 @@ def test_runnable_now_reads_the_machines_count_less_this_processs_running_thread
 
 def reference_levels(counts: List[int], window: int = 3, most: int = 2, quiet: int = 6) -> List[int]:
     """The rule in words, as loops: the level rises to the largest count reached in ``most`` of the last
-    ``window`` readings, and falls only after ``quiet`` readings in a row below it, to the largest of them."""
+    ``window`` readings, and falls only after ``quiet`` readings in a row below it, to the largest of them;
+    before ``most`` readings exist there is no level yet and a decision is the reading itself."""
     level, levels = 0, []
     for i in range(len(counts)):
+        if i + 1 < most:
+            levels.append(counts[i])
+            continue
         recent = counts[max(0, i + 1 - window):i + 1]
         reached = 0
         for value in range(max(recent) + 1):

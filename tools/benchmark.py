@@ -20,8 +20,10 @@ evaluating, the plain-read share), by the offline CLI ``python -m mmsgg_eval.eva
 to the first sample and the marginal rate, as a share of the in-process rate), and the CLI's start-up on the
 bundled VG150 sample (time to the first sample, total). Every implementation runs in its own subprocess (fair
 peak memory); the job list runs ``--rounds`` times in turn and each figure is the job's best round, so that a
-busy phase of a shared machine does not fall on one implementation only. Prints a table and one JSON line with
-the ratios to the peers, the offline shares of the in-process rate and the CLI's start-up times. Every number
+busy phase of a shared machine does not fall on one implementation only; beside it, ``median`` is the median
+rate of all the job's runs (every repeat of every round), the figure to compare under ``--load``, where the
+best run is only the luckiest. Prints a table and one JSON line with the ratios to the peers (best and
+median), the offline shares of the in-process rate and the CLI's start-up times. Every number
 option must be a positive integer (exit status 2 naming the option otherwise).
 
 ``--single-thread`` adds ``ours-1thread``, the same run in a process started with ``OMP_NUM_THREADS=1`` (the

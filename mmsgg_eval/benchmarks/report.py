@@ -2,6 +2,9 @@
 
 ``best`` maps each job ``(implementation, workload, device)`` to its result dict (:mod:`.runners`); the
 in-process ``ours`` job of a workload on the CPU is the reference of the peers' ratios and the offline shares.
+The table's ``images/s`` is a job's best run, ``median`` the median of all its runs (every repeat of every
+round): on a quiet machine they agree; under ``--load`` the best is whichever run the scheduler favoured
+most, so the median is the figure to compare there (``median_ratios`` of the JSON line).
 """
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -10,7 +13,7 @@ from .workloads import WORKLOADS
 
 SELF_REFERENCES = ('ours-torch', 'ours-1thread')
 """Variants of ``ours`` that ``ours`` is compared with (ratio keys ``ours_vs_<variant>_<workload>_cpu``)."""
-HEADER = (f'{"implementation":<14} {"workload":<14} {"device":<6} {"images/s":>10} {"peak RSS MB":>11} '
+HEADER = (f'{"implementation":<14} {"workload":<14} {"device":<6} {"images/s":>10} {"median":>8} {"peak RSS MB":>11} '
           f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')
 INDENT = f'{"":<14} {"":<14} {"":<6}'
 
@@ -41,7 +44,8 @@ def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int)
     sent = f'{res["bytes_per_image"]:.0f}' if 'bytes_per_image' in res else '-'
     r50 = f'{res["r50"]:.3f}' if res.get('r50') is not None else '-'
     mr50 = f'{res["mr50"]:.3f}' if res.get('mr50') is not None else '-'
-    lines = [f'{impl:<14} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {res["host_peak_rss_mb"]:>11.0f} '
+    median = f'{res["median_images_per_s"]:.0f}' if res.get('median_images_per_s') else '-'
+    lines = [f'{impl:<14} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {median:>8} {res["host_peak_rss_mb"]:>11.0f} '
              f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}']
     if impl == 'offline':
         lines.append(f'{INDENT} ({res["file_mb"]:.0f} MB stream: reading alone '
@@ -98,23 +102,26 @@ def format_table(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]], offlin
 def summarize(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]]) -> Dict[str, Any]:
     """``images_per_s`` ('impl/workload/device' -> rate, RelCLIP's relations/s and the bootstrap job's
     seconds), ``ratios`` (ours against each peer, and the offline rates as a share of the in-process rate, in
-    wall and CPU seconds) and ``startup`` (the CLI's start-up times) of the JSON line."""
+    wall and CPU seconds), ``median_ratios`` (ours and ours-1thread against their references and the peers,
+    from the medians of all runs) and ``startup`` (the CLI's start-up times) of the JSON line."""
     rows = [(job, best[job]) for job in jobs]
     summary = {f'{impl}/{wl}/{dev}': res.get('images_per_s') for (impl, wl, dev), res in rows}
+    medians = {f'{impl}/{wl}/{dev}': res.get('median_images_per_s') for (impl, wl, dev), res in rows}
     summary.update({f'{impl}/relations_per_s/{dev}': res['relations_per_s'] for (impl, wl, dev), res in rows
                     if 'relations_per_s' in res})
     summary.update({f'{impl}/seconds/{dev}': res['bootstrap_seconds'] for (impl, wl, dev), res in rows
                     if 'bootstrap_seconds' in res})
     startup = {f'{impl}/{wl}': {k: res[k] for k in ('first_sample_s', 'first_sample_cpu_s', 'total_s') if k in res}
                for (impl, wl, dev), res in rows if impl in ('offline-cli', 'cli-startup')}
-    ratios = {}
+    ratios, median_ratios = {}, {}
     references = dict(PEER_WORKLOADS, **{impl: tuple(WORKLOADS) for impl in SELF_REFERENCES})
     for mine in ('ours', 'ours-1thread'):  # ours-1thread against the peers: the per-core efficiency
         for peer, workloads in (references if mine == 'ours' else PEER_WORKLOADS).items():
             for wl in workloads:
-                ours, theirs = summary.get(f'{mine}/{wl}/cpu'), summary.get(f'{peer}/{wl}/cpu')
-                if ours and theirs:
-                    ratios[f'{mine}_vs_{peer}_{wl}_cpu'] = ours / theirs
+                for rates, out in ((summary, ratios), (medians, median_ratios)):
+                    ours, theirs = rates.get(f'{mine}/{wl}/cpu'), rates.get(f'{peer}/{wl}/cpu')
+                    if ours and theirs:
+                        out[f'{mine}_vs_{peer}_{wl}_cpu'] = ours / theirs
     for impl in ('offline', 'offline-cli'):  # offline rates as a share of the in-process rate
         for wl in WORKLOADS:
             ours, offline = summary.get(f'ours/{wl}/cpu'), summary.get(f'{impl}/{wl}/cpu')
@@ -124,7 +131,8 @@ def summarize(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]]) -> Dict[s
         ours_cpu = _ours_cpu(best, wl, 'cpu_images_per_s')
         if impl == 'offline-cli' and ours_cpu and res.get('cpu_images_per_s'):
             ratios[f'offline-cli_cpu_share_of_ours_{wl}_cpu'] = res['cpu_images_per_s'] / ours_cpu
-    return dict(images_per_s=summary, ratios=ratios, startup=startup)
+    return dict(images_per_s=summary, median_images_per_s={k: v for k, v in medians.items() if v},
+                ratios=ratios, median_ratios=median_ratios, startup=startup)
 
 
 __all__: Sequence[str] = ('format_table', 'load_line', 'summarize', 'ROW_FORMATS')

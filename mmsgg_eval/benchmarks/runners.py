@@ -9,13 +9,15 @@ round. Every timing is :func:`.timing.best_of`.
 
 The implementations: ``ours`` (SGRecall + SGMeanRecall, every key), ``ours-1thread`` (the same in a process
 started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference of the thread policy under load),
-``ours-torch`` (the same with the compiled CPU kernels switched off), the peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``sgbench`` and
-``sgbench+lists`` (sgbench 1.0.0's per-image API, its ranked lists built outside / inside the timing), and
-``offline``, ``offline-cli``, ``cli-startup`` (:mod:`.offline`), ``relclip`` (:mod:`.relclip`).
+``ours-torch`` (the same with the compiled CPU kernels switched off), the peers ``legacy`` (per-image numpy,
+:mod:`.legacy_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's per-image API, its ranked lists
+built outside / inside the timing), and ``offline``, ``offline-cli``, ``cli-startup`` (:mod:`.offline`),
+``relclip`` (:mod:`.relclip`).
 """
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import warnings
@@ -31,6 +33,14 @@ PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'sgbench+lists'
                   'legacy': ('triplets',)}
 """The workloads each peer implementation is measured on ('sgbench+lists': sgbench with the building of its
 ranked lists from the scores inside the timing, what a user of its API does too)."""
+
+
+def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
+    """The throughput keys of a :func:`~.timing.best_of` result over ``images`` images: ``seconds`` (the best
+    repeat), ``images_per_s`` (its rate) and ``runs_images_per_s`` (every repeat's rate, for the median)."""
+    return dict(seconds=timed['seconds'], images_per_s=images / timed['seconds'],
+                runs_images_per_s=[images / s for s in timed['runs_seconds']])
+
 
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
@@ -71,8 +81,7 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
     result, sent = best['result']
     peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
     keys = {k: v for k, v in result.items() if isinstance(v, float)}
-    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'],
-                cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
+    return dict(rates(images, best), cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
                 bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
                 r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'))
 
@@ -104,7 +113,7 @@ def run_legacy(workload: str, images: int, repeat: int) -> Dict[str, Any]:
     data = numpy_images(workload, images)
     best = best_of(lambda: evaluate_legacy(data, 50), repeat)
     res = best['result']
-    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'], r50=res['R@50'], mr50=res['mR@50'])
+    return dict(rates(images, best), r50=res['R@50'], mr50=res['mR@50'])
 
 
 def sgbench_lists(im: Dict[str, Any]) -> Tuple[Any, Any, Any]:
@@ -153,7 +162,7 @@ def run_sgbench(workload: str, images: int, repeat: int, include_lists: bool = F
 
     best = best_of(evaluate, repeat)
     r50, mr50 = best['result']
-    return dict(seconds=best['seconds'], images_per_s=images / best['seconds'], r50=r50, mr50=mr50,
+    return dict(rates(images, best), r50=r50, mr50=mr50,
                 note='own matching convention (one GT per detection, continuous IoU)')
 
 
@@ -243,15 +252,22 @@ def better(res: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
 def best_rounds(jobs: Sequence[Job], options: Mapping[str, Any], rounds: int) -> Dict[Job, Dict[str, Any]]:
     """Run the job list ``rounds`` times in turn, each job in its own subprocess, and keep each job's best
     round: the load of a shared machine changes over minutes, and alternating gives every implementation the
-    same chances. Progress goes to stderr."""
+    same chances. Progress goes to stderr. A throughput job's kept result also has ``median_images_per_s`` and
+    ``runs``: the median rate and the count of all its timed runs (every repeat of every round; a busy
+    machine's best run is its luckiest, the median is the typical one)."""
     best: Dict[Job, Dict[str, Any]] = {}
+    runs: Dict[Job, List[float]] = {}
     for round_ in range(rounds):
         for job in jobs:
             print(f'round {round_ + 1}/{rounds}: running {job[0]} on {job[1]} ({job[2]}) ...', file=sys.stderr,
                   flush=True)
             res = run_in_subprocess(job, options)
+            runs.setdefault(job, []).extend(res.get('runs_images_per_s', ()))
             if job not in best or better(res, best[job]):
                 best[job] = res
+    for job, job_rates in runs.items():
+        if job_rates and 'images_per_s' in best[job]:
+            best[job] = dict(best[job], median_images_per_s=statistics.median(job_rates), runs=len(job_rates))
     return best
 
 

@@ -13,6 +13,7 @@ def best_of(run: Callable[..., Any], repeat: int, setup: Optional[Callable[[], A
     ``torch.cuda.synchronize()`` before both readings so that queued kernels count.
 
     Returns ``seconds`` and ``cpu_seconds`` (the smallest of each over the repeats, taken separately),
+    ``runs_seconds`` (every repeat's wall seconds, in order: the spread behind the best),
     ``result`` (the last run's return value) and, for each key of ``reported``, the smallest ``result[key]``
     over the repeats: timings a run measures itself (e.g. inside a subprocess it starts).
     """
@@ -30,6 +31,7 @@ def best_of(run: Callable[..., Any], repeat: int, setup: Optional[Callable[[], A
         times.update((key, result[key]) for key in reported)
         for key, value in times.items():
             best[key] = value if key not in best else min(best[key], value)
+        best.setdefault('runs_seconds', []).append(times['seconds'])
         best['result'] = result
     return best
 

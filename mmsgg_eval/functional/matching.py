@@ -9,10 +9,11 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import compiled
 from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
 
 from .limits import NO_HIT  # rank of a GT relation that no prediction hits
-from .ranking import positions_in_groups
+from .ranking import positions_in_groups, stable_topk
 
 
 def gather_pair_iou(object_iou: Tensor, pred_objects: Tensor, gt_objects: Tensor) -> Tensor:
@@ -249,6 +250,29 @@ def first_hit_rank_bits(hit_bits: Tensor, num_gt: int, list_valid: Optional[Tens
 
 # pairs_in_reference uses a [B, S * S] lookup table up to this many entries (else a sorted search)
 PAIR_TABLE_ENTRIES = 1 << 24
+
+
+def gt_pair_sublist(batch, gc_score: Tensor, k: int, rank_by: str = 'score'
+                    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """The graph-constrained list restricted to the predicted pairs that are GT pairs (index equality: pair
+    accuracy), as ``(order [B, J], valid [B, J], list_valid)`` for a first-hit ranker.
+
+    ``batch``: a :class:`~mmsgg_eval.structures.reader.SceneGraphBatch`; ``gc_score`` [B, R]: its pairs' triplet
+    scores (the graph-constrained ranking's). ``rank_by='score'``: the top ``k`` of the sub-list by that score,
+    descending and stable (``list_valid`` None; on the CPU one pass per image of the compiled kernel, the same
+    list); ``'given'``: every pair in the model's order, the sub-list's positions counted through ``list_valid``
+    (= ``valid``)."""
+    kernels = compiled.kernels() if batch.device.type == 'cpu' else None
+    if rank_by == 'score' and kernels is not None and gc_score.dtype == torch.float32:
+        order, valid = kernels.gt_pair_list(batch.rel_pairs, batch.num_rel_preds, batch.gt_pairs, batch.gt_valid,
+                                            gc_score, k)
+        return order, valid, None
+    in_gt = pairs_in_reference(batch.rel_pairs, batch.rel_valid, batch.gt_pairs, batch.gt_valid,
+                               max(batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]))
+    if rank_by == 'given':
+        return torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt), in_gt, in_gt
+    order, valid = stable_topk(gc_score, in_gt, k)
+    return order, valid, None
 
 
 def pairs_in_reference(pairs: Tensor, valid: Tensor, ref_pairs: Tensor, ref_valid: Tensor,

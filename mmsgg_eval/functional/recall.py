@@ -14,7 +14,7 @@ from . import compiled
 from .boxes import box_iou, mask_iou
 from .limits import NO_HIT
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
-                       pair_end_bits, pairs_in_reference, predicate_bits, predicate_hit_bits, relation_end_bits,
+                       gt_pair_sublist, pair_end_bits, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
 from .ranking import (graph_constrained_ranking, positions_in_groups, sortable_key, stable_topk,
                       valid_counts)
@@ -222,23 +222,9 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
                                                           gc_order, gc_valid, batch.num_rel_preds)
     out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
 
-    kernels = compiled.kernels() if batch.device.type == 'cpu' else None
-    if with_pair_accuracy and rank_by == 'score' and kernels is not None and gc_score.dtype == torch.float32:
-        # the GC sub-list of the real pairs that are GT pairs (index equality), ranked in one pass per image
-        acc_order, acc_valid = kernels.gt_pair_list(batch.rel_pairs, batch.num_rel_preds, batch.gt_pairs,
-                                                    batch.gt_valid, gc_score, max_k)
-        out['pair_acc'] = first_hits(acc_order, acc_valid, None, None)
-    elif with_pair_accuracy:
-        # GC predictions whose (subject idx, object idx) is a GT pair, in ranked order (index equality)
-        in_gt = pairs_in_reference(batch.rel_pairs, batch.rel_valid, batch.gt_pairs, batch.gt_valid,
-                                   max(batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]))
-        if rank_by == 'given':
-            order = torch.arange(in_gt.shape[1], device=batch.device).expand_as(in_gt)
-            # the sub-list positions are counted through list_valid
-            out['pair_acc'] = first_hits(order, in_gt, None, in_gt)
-        else:
-            acc_order, acc_valid = stable_topk(gc_score, in_gt, max_k)
-            out['pair_acc'] = first_hits(acc_order, acc_valid, None, None)
+    if with_pair_accuracy:
+        acc_order, acc_valid, acc_positions = gt_pair_sublist(batch, gc_score, max_k, rank_by)
+        out['pair_acc'] = first_hits(acc_order, acc_valid, None, acc_positions)
     return out
 
 

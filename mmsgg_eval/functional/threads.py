@@ -16,8 +16,10 @@ machine, about 10% slower. So each decision takes the smallest of a few readings
 this process remembers its last decisions: the thread count is lowered only when other threads were seen
 runnable in most of the last three decisions (two pools under load), and raised back only after six quiet
 ones. The two mistakes differ in cost: one thread on an idle machine is ~10% slower, two threads on busy
-cores two to five times slower, hence the quick lowering and the slow raising. A decision costs
-about ten microseconds on a quiet machine and a few tens under load (files kept open, re-read).
+cores two to five times slower, hence the quick lowering and the slow raising. The process's first decision
+has no history and follows its reading alone (once: a short evaluation started on a busy machine would
+otherwise run its first pool, ~4x slower, on contended threads). A decision costs about ten microseconds on a
+quiet machine and a few tens under load (files kept open, re-read).
 
 The setting: ``MMSGG_EVAL_NUM_THREADS`` in the environment (``auto``, or a positive integer: at most that
 many threads, whatever the load) or :func:`set_num_threads`; torch's own setting (``torch.set_num_threads``,
@@ -126,7 +128,9 @@ class SustainedLoad:
     The level rises to the count reached in ``most`` of the last ``window`` readings, and falls only after
     ``quiet`` readings in a row below it (to the largest of them): a passing task seen once changes nothing,
     a busy process is counted from its ``most``-th decision on, and the level does not flap with a load that
-    pauses for a moment."""
+    pauses for a moment. The first ``most - 1`` decisions of a tracker (no history yet) return the reading
+    itself and leave the level alone: a process that starts on a busy machine does not run its first pool on
+    contended threads (2-5x slower), and a passing task caught then costs that one pool only."""
 
     def __init__(self, sampler: Callable[[], Optional[int]] = runnable_now, window: int = 3, most: int = 2,
                  quiet: int = 6) -> None:
@@ -146,7 +150,9 @@ class SustainedLoad:
         self._seen.append(now)
         recent = list(self._seen)
         latest = sorted(recent[-self._window:], reverse=True)
-        if len(latest) >= self._most and latest[self._most - 1] > self.level:
+        if len(latest) < self._most:  # too few readings for a level: this decision follows the reading alone
+            return max(self.level, now)
+        if latest[self._most - 1] > self.level:
             self.level = latest[self._most - 1]
         elif len(recent) >= self._quiet and max(recent[-self._quiet:]) < self.level:
             self.level = max(recent[-self._quiet:])
