@@ -675,7 +675,9 @@ def test_gt_pair_list_refuses_bad_arguments_naming_the_problem():
     cases = [
         (dict(values=torch.rand(2, 4).double()), 'values must be float32'),
         (dict(count=torch.tensor([4, 2], dtype=torch.int32)), 'count must be int64'),
-        (dict(values=torch.rand(2, 5)), 'the batch fields do not have matching shapes'),
+        (dict(values=torch.rand(3, 4)), r'padded pairs must be an int64 \[B, W, 2\] CPU tensor with B = 3'),
+        (dict(rel_pairs=[torch.zeros(4, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long)]),
+         r'image 1 has count 2 outside \[0, 1\]'),
         (dict(count=torch.tensor([4])), 'the batch fields do not have matching shapes'),
         (dict(count=torch.tensor([4, 5])), r'image 1 has count 5 outside \[0, 4\]'),
         (dict(count=torch.tensor([-1, 2])), r'image 0 has count -1 outside \[0, 4\]'),

@@ -78,11 +78,21 @@ def test_graph_constrained_pairs_refuses_bad_arguments_naming_the_image():
         ext.graph_constrained_pairs(pairs, scores, best, count, 2)
     with pytest.raises(RuntimeError, match='image 0 has count 4 outside'):
         ext.graph_constrained_pairs(pairs[:1], scores[:1], best[:1], torch.tensor([4]), 2)
-    with pytest.raises(RuntimeError, match='rel_pairs must be an int64'):
+    with pytest.raises(RuntimeError, match='pairs must be an int64'):
         ext.graph_constrained_pairs(pairs.int(), scores, best, count, 2)
     # only the counted pairs are read: a bad index in the padding is never looked at
     ok = ext.graph_constrained_pairs(pairs, scores, best, torch.tensor([3, 2]), 2)
     assert ok[1].all()
+    # per-image pair tensors (read in place) give the same and are checked alike
+    rows = [pairs[0].clone(), pairs[1, :2].clone()]
+    per_image = ext.graph_constrained_pairs(rows, scores, best, torch.tensor([3, 2]), 2)
+    assert all(torch.equal(x, y) for x, y in zip(per_image, ok))
+    with pytest.raises(RuntimeError, match='image 1 has count 3 outside'):
+        ext.graph_constrained_pairs(rows, scores, best, count, 2)
+    with pytest.raises(RuntimeError, match=r"image 1's pairs must be an int64 \[R, 2\]"):
+        ext.graph_constrained_pairs([rows[0], rows[1].int()], scores, best, torch.tensor([3, 2]), 2)
+    with pytest.raises(RuntimeError, match='1 pair tensors for 2 images'):
+        ext.graph_constrained_pairs(rows[:1], scores, best, torch.tensor([3, 2]), 2)
 
 
 @needs_kernels

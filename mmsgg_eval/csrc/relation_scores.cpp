@@ -39,6 +39,52 @@ inline float as_float(int32_t bits) {
   return value;
 }
 
+void check_cpu(const at::Tensor& t, at::ScalarType dtype, int64_t dim, const char* what) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype && t.dim() == dim, what);
+}
+
+// The predicted pairs of a batch as the kernels read them: B contiguous int64 CPU tensors [R_b, 2] (the inputs,
+// read in place; an empty one may have any shape) or one int64 [B, W, 2] tensor (padded: every image has W pair
+// slots). Image b's pair r is (pairs(b)[2 r], pairs(b)[2 r + 1]) for r < slots(b).
+class PairRows {
+ public:
+  PairRows(const std::vector<at::Tensor>& tensors, int64_t batch, const char* kernel) {
+    if (tensors.size() == 1 && tensors[0].dim() == 3) {
+      const at::Tensor& padded = tensors[0];
+      TORCH_CHECK(padded.device().is_cpu() && padded.scalar_type() == at::kLong && padded.size(0) == batch &&
+                      padded.size(2) == 2,
+                  kernel, ": padded pairs must be an int64 [B, W, 2] CPU tensor with B = ", batch);
+      keep_.push_back(padded.contiguous());
+      const int64_t width = padded.size(1);
+      for (int64_t b = 0; b < batch; ++b) {
+        data_.push_back(keep_[0].data_ptr<int64_t>() + b * width * 2);
+        slots_.push_back(width);
+      }
+      return;
+    }
+    TORCH_CHECK(static_cast<int64_t>(tensors.size()) == batch, kernel, ": ", tensors.size(),
+                " pair tensors for ", batch, " images");
+    for (int64_t b = 0; b < batch; ++b) {
+      const at::Tensor& t = tensors[b];
+      TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kLong &&
+                      (t.numel() == 0 || (t.dim() == 2 && t.size(1) == 2)),
+                  kernel, ": image ", b, "'s pairs must be an int64 [R, 2] CPU tensor, got ", t.sizes());
+      if (!t.is_contiguous()) {
+        keep_.push_back(t.contiguous());
+      }
+      data_.push_back(t.numel() == 0 ? nullptr : (t.is_contiguous() ? t : keep_.back()).data_ptr<int64_t>());
+      slots_.push_back(t.numel() == 0 ? 0 : t.size(0));
+    }
+  }
+  const int64_t* pairs(int64_t b) const { return data_[b]; }
+  int64_t slots(int64_t b) const { return slots_[b]; }
+
+ private:
+  std::vector<at::Tensor> keep_;
+  std::vector<const int64_t*> data_;
+  std::vector<int64_t> slots_;
+};
+
 void check_matrices(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates) {
   for (size_t b = 0; b < matrices.size(); ++b) {
     const at::Tensor& m = matrices[b];
@@ -369,6 +415,32 @@ void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, co
   listed.resize(std::min<int64_t>(count, k));
 }
 
+// (pair [B, L], predicate [B, L], valid [B, L]) of each image's listed (pair, predicate) entries (entry index
+// pair * num_predicates + predicate), L the longest list.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> entry_tensors(const std::vector<std::vector<Key>>& lists,
+                                                             int64_t num_predicates) {
+  const int64_t batch = static_cast<int64_t>(lists.size());
+  int64_t length = 0;
+  for (const auto& list : lists) {
+    length = std::max<int64_t>(length, static_cast<int64_t>(list.size()));
+  }
+  at::Tensor pair = at::zeros({batch, length}, at::kLong);
+  at::Tensor predicate = at::zeros({batch, length}, at::kLong);
+  at::Tensor valid = at::zeros({batch, length}, at::kBool);
+  int64_t* pair_ptr = pair.data_ptr<int64_t>();
+  int64_t* predicate_ptr = predicate.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto& list = lists[b];
+    for (size_t i = 0; i < list.size(); ++i) {
+      pair_ptr[b * length + i] = key_index(list[i]) / num_predicates;
+      predicate_ptr[b * length + i] = key_index(list[i]) % num_predicates;
+      valid_ptr[b * length + i] = true;
+    }
+  }
+  return {pair, predicate, valid};
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
@@ -409,53 +481,154 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
                 ng_topk, work, lists[b]);
     }
   });
-  int64_t length = 0;
-  for (const auto& list : lists) {
-    length = std::max<int64_t>(length, static_cast<int64_t>(list.size()));
-  }
-  at::Tensor pair = at::zeros({batch, length}, at::kLong);
-  at::Tensor predicate = at::zeros({batch, length}, at::kLong);
-  at::Tensor valid = at::zeros({batch, length}, at::kBool);
-  int64_t* pair_ptr = pair.data_ptr<int64_t>();
-  int64_t* predicate_ptr = predicate.data_ptr<int64_t>();
-  bool* valid_ptr = valid.data_ptr<bool>();
-  for (int64_t b = 0; b < batch; ++b) {
-    const auto& list = lists[b];
-    for (size_t i = 0; i < list.size(); ++i) {
-      pair_ptr[b * length + i] = key_index(list[i]) / num_predicates;
-      predicate_ptr[b * length + i] = key_index(list[i]) % num_predicates;
-      valid_ptr[b * length + i] = true;
-    }
-  }
-  return {pair, predicate, valid};
+  return entry_tensors(lists, num_predicates);
 }
 
 namespace {
 
-// The stable descending top-k of values[0, n) (NaN last) into `listed`, best first, in one pass: entries are
-// appended to a buffer of 2k; when it is full, its k best (value descending, index ascending) are kept and the
-// k-th one's value becomes the bar: a later entry must exceed it (one equal to it ranks after k entries that
-// rank before it: its index is larger). The <= 2k entries left are then selected and sorted, as a stable sort of
-// all n entries would order them.
-void stable_top(const float* values, int64_t n, int64_t k, std::vector<Key>& buffer, std::vector<Key>& listed) {
+// The order-preserving code of a value: the high half of its rank_key.
+inline uint32_t value_code(float value) { return static_cast<uint32_t>(rank_key(value, 0) >> 32); }
+
+// value_code of values[0, n) into codes and the largest code of each of `blocks` disjoint blocks of entries into
+// maxima; returns the number of blocks (0 when n is too short for `wanted` blocks). The scalar path's blocks are
+// runs of n / wanted consecutive entries; the vector path's block (g, j) is lane j of the `depth` consecutive
+// 8-entry vectors of group g (entries 8 (g depth + t) + j, t < depth), so that a block maximum is one vertical
+// max per vector. Entries after the last block belong to none (blocks need not cover the row).
+int64_t value_codes_scalar(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+  for (int64_t i = 0; i < n; ++i) {
+    codes[i] = value_code(values[i]);
+  }
+  if (wanted <= 0 || n < wanted) {
+    return 0;
+  }
+  const int64_t size = n / wanted;
+  for (int64_t j = 0; j < wanted; ++j) {
+    uint32_t most = 0;
+    for (int64_t i = j * size; i < (j + 1) * size; ++i) {
+      most = codes[i] > most ? codes[i] : most;
+    }
+    maxima[j] = most;
+  }
+  return wanted;
+}
+
+inline Key code_key(uint32_t code, int64_t index) {
+  return (static_cast<Key>(code) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(index));
+}
+
+// The keys of the entries begin..n-1 whose code reaches `bar`, in index order, into out; returns how many.
+int64_t keys_reaching_scalar(const uint32_t* codes, int64_t begin, int64_t n, uint32_t bar, Key* out) {
+  int64_t count = 0;
+  for (int64_t i = begin; i < n; ++i) {  // branch-free: each key written, kept when it reaches the bar
+    out[count] = code_key(codes[i], i);
+    count += codes[i] >= bar;
+  }
+  return count;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+int64_t value_codes_avx2(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i top = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  const __m256i nan_code = _mm256_set1_epi32(static_cast<int32_t>(value_code(-std::numeric_limits<float>::infinity())));
+  const int64_t vectors = n / 8, groups = (wanted + 7) / 8;
+  const int64_t depth = groups > 0 ? vectors / groups : 0;  // vectors per group
+  const int64_t blocked = depth > 0 ? groups * depth : 0;   // vectors inside blocks
+  __m256i most = _mm256_setzero_si256();
+  for (int64_t v = 0; v < vectors; ++v) {
+    const __m256 x = _mm256_loadu_ps(values + 8 * v);
+    const __m256i bits = _mm256_castps_si256(_mm256_add_ps(x, zero));  // -0.0 + 0.0 = +0.0
+    __m256i code = _mm256_xor_si256(bits, _mm256_or_si256(_mm256_srai_epi32(bits, 31), top));
+    code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code), _mm256_castsi256_ps(nan_code),
+                                                _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 8 * v), code);
+    if (v < blocked) {
+      most = _mm256_max_epu32(most, code);
+      if ((v + 1) % depth == 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxima + 8 * (v / depth)), most);
+        most = _mm256_setzero_si256();
+      }
+    }
+  }
+  for (int64_t i = 8 * vectors; i < n; ++i) {
+    codes[i] = value_code(values[i]);
+  }
+  return depth > 0 ? 8 * groups : 0;
+}
+
+__attribute__((target("avx2,bmi")))
+int64_t keys_reaching_avx2(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) {
+  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));  // unsigned order as signed
+  const __m256i bar_v = _mm256_set1_epi32(static_cast<int32_t>(bar ^ 0x80000000u));
+  int64_t count = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i c = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)), flip);
+    // code >= bar  <=>  not (bar > code)
+    unsigned mask = ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bar_v, c)))) &
+                    0xFFu;
+    while (mask != 0) {
+      const int j = __builtin_ctz(mask);
+      mask &= mask - 1;
+      out[count++] = code_key(codes[i + j], i + j);
+    }
+  }
+  return count + keys_reaching_scalar(codes, i, n, bar, out + count);
+}
+#endif
+
+int64_t value_codes(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    return value_codes_avx2(values, n, codes, wanted, maxima);
+  }
+#endif
+  return value_codes_scalar(values, n, codes, wanted, maxima);
+}
+
+int64_t keys_reaching(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  if (avx2) {
+    return keys_reaching_avx2(codes, n, bar, out);
+  }
+#endif
+  return keys_reaching_scalar(codes, 0, n, bar, out);
+}
+
+// Scratch of stable_top, reused across the images of a thread.
+struct TopScratch {
+  std::vector<uint32_t> codes, maxima;
+  std::vector<Key> kept;
+};
+
+// The stable descending top-k of values[0, n) (NaN last) into `listed`, best first. Long rows are cut first:
+// the maxima of m >= k disjoint blocks of entries are m distinct entries, so the k-th largest of them is at most
+// the k-th largest entry, and every listed entry reaches it; only the entries reaching it (ties included) are
+// keyed, then selected and sorted, as a stable sort of all n entries would order them. Entries are compared on
+// their value codes (the high half of rank_key: -0.0 ties with +0.0, NaN ranks as -inf).
+constexpr int64_t kBlocksPerListed = 2;
+
+void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
   listed.clear();
   if (k <= 0 || n <= 0) {
     return;
   }
-  buffer.resize(2 * k + 1);
-  Key* kept = buffer.data();
-  int64_t size = 0;
-  Key bar = 0;  // every key is above 0
-  for (int64_t i = 0; i < n; ++i) {
-    const Key key = rank_key(values[i], i);
-    kept[size] = key;  // written always, kept when it passes (branch-free)
-    size += key > bar;
-    if (size == 2 * k) {
-      std::nth_element(kept, kept + (k - 1), kept + size, std::greater<Key>());
-      size = k;
-      bar = kept[k - 1];
-    }
+  const bool long_row = n >= 4 * kBlocksPerListed * k;  // blocks of at least 4 entries
+  scratch.codes.resize(n);
+  scratch.maxima.resize(long_row ? kBlocksPerListed * k + 8 : 0);
+  const int64_t blocks = value_codes(values, n, scratch.codes.data(), long_row ? kBlocksPerListed * k : 0,
+                                     scratch.maxima.data());
+  uint32_t bar = 0;  // every code reaches 0
+  if (blocks >= k) {
+    uint32_t* maxima = scratch.maxima.data();
+    std::nth_element(maxima, maxima + (k - 1), maxima + blocks, std::greater<uint32_t>());
+    bar = maxima[k - 1];
   }
+  scratch.kept.resize(n);
+  Key* kept = scratch.kept.data();
+  const int64_t size = keys_reaching(scratch.codes.data(), n, bar, kept);
   select_best(kept, kept + size, k);
   listed.assign(kept, kept + std::min(size, k));
 }
@@ -493,7 +666,8 @@ std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, 
     return {index, valid};
   }
   at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
-    std::vector<Key> scratch, listed;
+    TopScratch scratch;
+    std::vector<Key> listed;
     for (int64_t b = begin; b < end; ++b) {
       stable_top(values_ptr + b * length, count_ptr[b], width, scratch, listed);
       write_list(listed, index_ptr + b * width, valid_ptr + b * width);
@@ -502,34 +676,57 @@ std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, 
   return {index, valid};
 }
 
+namespace {
+
+// One image's graph-constrained pass (graph_constrained_pairs): for its `real` pairs (pairs[2 r], pairs[2 r + 1])
+// the pair score subject * object and the triplet score (best * subject) * object (float32, in that order) into
+// pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
+// `listed`. Returns the first pair with an object index outside [0, objects), -1 when none (`listed` empty then).
+int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const float* scores, int64_t objects,
+                       const float* best, float* triplet, float* pair_score, int64_t k, TopScratch& scratch,
+                       std::vector<Key>& listed) {
+  std::fill(pair_score + real, pair_score + width, 0.0f);
+  std::fill(triplet + real, triplet + width, 0.0f);
+  for (int64_t r = 0; r < real; ++r) {
+    const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
+    if (s < 0 || s >= objects || o < 0 || o >= objects) {
+      listed.clear();
+      return r;
+    }
+    const float subject = scores[s], object = scores[o];
+    pair_score[r] = subject * object;
+    triplet[r] = (best[r] * subject) * object;
+  }
+  stable_top(triplet, real, k, scratch, listed);
+  return -1;
+}
+
+}  // namespace
+
 // The graph-constrained list of a padded batch in one pass per image: each pair's subject and object scores
 // (the object scores at its indices), its pair score subject * object and its triplet score
 // (best * subject) * object, float32 in that order (as the torch path), for its first count[b] pairs (the
 // padding entries after them hold 0), then the stable top-k of those triplet scores.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pairs(
-    const at::Tensor& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best, const at::Tensor& count,
-    int64_t k) {
-  TORCH_CHECK(rel_pairs.device().is_cpu() && rel_pairs.scalar_type() == at::kLong && rel_pairs.dim() == 3 &&
-                  rel_pairs.size(2) == 2,
-              "graph_constrained_pairs: rel_pairs must be an int64 [B, W, 2] CPU tensor");
-  const int64_t batch = rel_pairs.size(0), width = rel_pairs.size(1);
+    const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best,
+    const at::Tensor& count, int64_t k) {
+  TORCH_CHECK(best.scalar_type() == at::kFloat && best.dim() == 2, "graph_constrained_pairs: best must be float32 [B, W]");
+  const int64_t batch = best.size(0), width = best.size(1);
+  const PairRows pairs(rel_pairs, batch, "graph_constrained_pairs");
   TORCH_CHECK(object_scores.scalar_type() == at::kFloat && object_scores.dim() == 2 &&
                   object_scores.size(0) == batch && object_scores.size(1) > 0,
               "graph_constrained_pairs: object_scores must be float32 [B, N], N > 0");
-  TORCH_CHECK(best.scalar_type() == at::kFloat && best.dim() == 2 && best.size(0) == batch && best.size(1) == width,
-              "graph_constrained_pairs: best must be float32 [B, W]");
   TORCH_CHECK(count.scalar_type() == at::kLong && count.dim() == 1 && count.size(0) == batch,
               "graph_constrained_pairs: count must be int64 [B]");
   TORCH_CHECK(k >= 0, "graph_constrained_pairs: k must be >= 0");
-  TORCH_CHECK(rel_pairs.size(1) < kMaxKeyIndex, "graph_constrained_pairs: more than 2^32 pairs in an image");
-  at::Tensor pairs_c = rel_pairs.contiguous(), scores_c = object_scores.contiguous(), best_c = best.contiguous(),
-             count_c = count.contiguous();
+  TORCH_CHECK(width < kMaxKeyIndex, "graph_constrained_pairs: more than 2^32 pairs in an image");
+  at::Tensor scores_c = object_scores.contiguous(), best_c = best.contiguous(), count_c = count.contiguous();
   const int64_t objects = scores_c.size(1), listed_width = std::min(k, width);
-  const int64_t* pair_ptr = pairs_c.data_ptr<int64_t>();
   const int64_t* count_ptr = count_c.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= width, "graph_constrained_pairs: image ", b, " has count ",
-                count_ptr[b], " outside [0, ", width, "]");
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= width && count_ptr[b] <= pairs.slots(b),
+                "graph_constrained_pairs: image ", b, " has count ", count_ptr[b], " outside [0, ",
+                std::min(width, pairs.slots(b)), "]");
   }
   at::Tensor triplet = at::empty({batch, width}, at::kFloat), pair_score = at::empty({batch, width}, at::kFloat);
   at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
@@ -541,27 +738,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
   bool* valid_ptr = valid.data_ptr<bool>();
   std::vector<int64_t> bad(batch, -1);  // the first pair of an image whose index is outside [0, N)
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
-    std::vector<Key> scratch, listed;
+    TopScratch scratch;
+    std::vector<Key> listed;
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t* pairs = pair_ptr + b * width * 2;
-      const float* scores = object_ptr + b * objects;
-      const int64_t real = count_ptr[b];
-      std::fill(pair_score_ptr + b * width + real, pair_score_ptr + (b + 1) * width, 0.0f);
-      std::fill(triplet_ptr + b * width + real, triplet_ptr + (b + 1) * width, 0.0f);
-      for (int64_t r = 0; r < real; ++r) {
-        const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
-        if (s < 0 || s >= objects || o < 0 || o >= objects) {
-          bad[b] = r;
-          break;
-        }
-        const float subject = scores[s], object = scores[o];
-        pair_score_ptr[b * width + r] = subject * object;
-        triplet_ptr[b * width + r] = (best_ptr[b * width + r] * subject) * object;
-      }
-      if (bad[b] >= 0) {
-        continue;
-      }
-      stable_top(triplet_ptr + b * width, count_ptr[b], listed_width, scratch, listed);
+      bad[b] = image_gc_pairs(pairs.pairs(b), count_ptr[b], width, object_ptr + b * objects, objects,
+                              best_ptr + b * width, triplet_ptr + b * width, pair_score_ptr + b * width,
+                              listed_width, scratch, listed);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
     }
   });
@@ -570,6 +752,84 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
                 objects, ")");
   }
   return {index, valid, triplet, pair_score};
+}
+
+// Both ranked lists of a pool in one pass per image, while the image's score matrix is in cache: the row maxima
+// and value check of row_maxima_checked, the graph-constrained pass of graph_constrained_pairs (its top-k list,
+// triplet and pair scores) and the no-graph-constraint list of no_graph_constraint_list bounded by that top-k
+// (the graph-constrained list of `k` and the `ng_topk` entries of the two torch-path calls, exactly). Image b's
+// pairs are its first count[b] = R_b pairs (PairRows) and the rows of its matrix; W = max R_b. Nothing is refused
+// on values: an image with a pair index outside [0, N) gets bad[b] = that pair and empty lists, an image whose
+// scores fail the check passed[b] = false (the caller validates before using either list). Returns (best [B, W],
+// passed [B], gc index [B, k'], gc valid [B, k'], triplet [B, W], pair score [B, W], ngc pair [B, L],
+// ngc predicate [B, L], ngc valid [B, L], bad [B]).
+std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
+                                              int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
+                                              const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
+                                              int64_t ng_topk) {
+  TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
+              "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
+  check_matrices(matrices, column, num_predicates);
+  check_cpu(object_scores, at::kFloat, 2, "ranked_relation_lists: object_scores must be float32 [B, N] on the CPU");
+  check_cpu(count, at::kLong, 1, "ranked_relation_lists: count must be int64 [B] on the CPU");
+  const int64_t batch = static_cast<int64_t>(matrices.size()), objects = object_scores.size(1);
+  const PairRows pairs(rel_pairs, batch, "ranked_relation_lists");
+  TORCH_CHECK(object_scores.size(0) == batch && objects > 0 && count.size(0) == batch,
+              "ranked_relation_lists: the batch fields do not have matching shapes");
+  at::Tensor scores_c = object_scores.contiguous(), count_c = count.contiguous();
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  int64_t width = 0;  // the batch's pair width: its longest image
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(count_ptr[b] == matrices[b].size(0) && count_ptr[b] <= pairs.slots(b), "ranked_relation_lists: image ",
+                b, " has ", matrices[b].size(0), " score rows and ", pairs.slots(b), " pair slots for ", count_ptr[b],
+                " pairs");
+    TORCH_CHECK(matrices[b].size(0) * num_predicates < kMaxKeyIndex, "image ", b, " has ", matrices[b].size(0),
+                " x ", num_predicates, " entries, more than the kernels rank (2^32)");
+    width = std::max(width, count_ptr[b]);
+  }
+  const int64_t listed_width = std::min(k, width);
+  at::Tensor best = at::empty({batch, width}, at::kFloat), passed = at::empty({batch}, at::kBool);
+  at::Tensor triplet = at::empty({batch, width}, at::kFloat), pair_score = at::empty({batch, width}, at::kFloat);
+  at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
+  at::Tensor bad = at::empty({batch}, at::kLong);
+  float* best_ptr = best.data_ptr<float>();
+  bool* passed_ptr = passed.data_ptr<bool>();
+  float* triplet_ptr = triplet.data_ptr<float>();
+  float* pair_score_ptr = pair_score.data_ptr<float>();
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  int64_t* bad_ptr = bad.data_ptr<int64_t>();
+  const float* object_ptr = scores_c.data_ptr<float>();
+  std::vector<std::vector<Key>> lists(batch);
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    TopScratch scratch;
+    Workspace work;
+    std::vector<Key> listed;
+    for (int64_t b = begin; b < end; ++b) {
+      const at::Tensor& m = matrices[b];
+      const float* data = m.data_ptr<float>();
+      const int64_t rows = m.size(0);
+      float* image_best = best_ptr + b * width;
+      passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
+                                       reinterpret_cast<int32_t*>(image_best));
+      std::fill(image_best + rows, image_best + width, 0.0f);
+      bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
+                                  image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
+                                  scratch, listed);
+      write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
+      if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
+        continue;
+      }
+      std::vector<int64_t> top(listed.size());  // the graph-constrained pairs bound the entry threshold
+      for (size_t i = 0; i < listed.size(); ++i) {
+        top[i] = key_index(listed[i]);
+      }
+      image_ngc(data, rows, m.size(1), column, image_best, pair_score_ptr + b * width, top.data(),
+                static_cast<int64_t>(top.size()), ng_topk, work, lists[b]);
+    }
+  });
+  auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists, num_predicates);
+  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad};
 }
 
 // [B, width, ...] from B contiguous CPU tensors [L_b, ...] of one dtype and trailing shape (L_b <= width): each
@@ -631,10 +891,6 @@ inline float box_iou_f32(const float* a, const float* b, float extra) {
   const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
   const float iou = inter / ((area_a + area_b) - inter);
   return iou != iou ? 0.0f : iou;
-}
-
-void check_cpu(const at::Tensor& t, at::ScalarType dtype, int64_t dim, const char* what) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype && t.dim() == dim, what);
 }
 
 }  // namespace
@@ -746,7 +1002,8 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
 // given; predicate columns [column, column + P)); `ends_only`: no predicate (a hit: both ends match).
 // `list_valid` [B, J]: only those entries are list positions (the positions count them alone).
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
-                           const at::Tensor& gt_predicates, const at::Tensor& gt_valid, const at::Tensor& rel_pairs,
+                           const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                           const std::vector<at::Tensor>& rel_pairs,
                            const at::Tensor& index, const at::Tensor& valid, const std::optional<at::Tensor>& predicate,
                            const std::optional<at::Tensor>& list_valid, const std::vector<at::Tensor>& matrices,
                            const std::optional<at::Tensor>& start, int64_t column, int64_t num_predicates,
@@ -755,14 +1012,13 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
   check_cpu(object_bits, at::kLong, 3, "first_hit_ranks: object_bits must be int64 [B, N, W] on the CPU");
   check_cpu(gt_predicates, at::kLong, 2, "first_hit_ranks: gt_predicates must be int64 [B, G] on the CPU");
   check_cpu(gt_valid, at::kBool, 2, "first_hit_ranks: gt_valid must be bool [B, G] on the CPU");
-  check_cpu(rel_pairs, at::kLong, 3, "first_hit_ranks: rel_pairs must be int64 [B, R, 2] on the CPU");
   check_cpu(index, at::kLong, 2, "first_hit_ranks: index must be int64 [B, J] on the CPU");
   check_cpu(valid, at::kBool, 2, "first_hit_ranks: valid must be bool [B, J] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
-  const int64_t num_rel = gt_predicates.size(1), num_pairs = rel_pairs.size(1), length = index.size(1);
+  const int64_t num_rel = gt_predicates.size(1), length = index.size(1);
+  const PairRows pairs(rel_pairs, batch, "first_hit_ranks");
   TORCH_CHECK(object_bits.sizes() == subject_bits.sizes() && gt_valid.sizes() == gt_predicates.sizes() &&
-                  gt_predicates.size(0) == batch && rel_pairs.size(0) == batch && rel_pairs.size(2) == 2 &&
-                  index.size(0) == batch && valid.sizes() == index.sizes() &&
+                  gt_predicates.size(0) == batch && index.size(0) == batch && valid.sizes() == index.sizes() &&
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "first_hit_ranks: the batch fields do not have matching shapes");
   const bool given = predicate.has_value();
@@ -787,7 +1043,7 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
     }
   }
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
-             gv = gt_valid.contiguous(), pairs = rel_pairs.contiguous(), idx = index.contiguous(),
+             gv = gt_valid.contiguous(), idx = index.contiguous(),
              ok = valid.contiguous();
   at::Tensor pred_c = given ? predicate->contiguous() : at::Tensor();
   at::Tensor list_c = list_valid.has_value() ? list_valid->contiguous() : at::Tensor();
@@ -797,7 +1053,6 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
   const uint64_t* o_ptr = reinterpret_cast<const uint64_t*>(bits_o.data_ptr<int64_t>());
   const int64_t* gp_ptr = gp.data_ptr<int64_t>();
   const bool* gv_ptr = gv.data_ptr<bool>();
-  const int64_t* pair_ptr = pairs.data_ptr<int64_t>();
   const int64_t* idx_ptr = idx.data_ptr<int64_t>();
   const bool* ok_ptr = ok.data_ptr<bool>();
   const int64_t* pred_ptr = given ? pred_c.data_ptr<int64_t>() : nullptr;
@@ -840,11 +1095,11 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
           continue;
         }
         const int64_t r = idx_ptr[e];
-        if (r < 0 || r >= num_pairs) {
+        if (r < 0 || r >= pairs.slots(b)) {
           bad[b] = j;
           break;
         }
-        const int64_t s = pair_ptr[(b * num_pairs + r) * 2], o = pair_ptr[(b * num_pairs + r) * 2 + 1];
+        const int64_t s = pairs.pairs(b)[2 * r], o = pairs.pairs(b)[2 * r + 1];
         if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
           bad[b] = j;
           break;
@@ -903,30 +1158,30 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
 // values[b, r] over its first count[b] pairs r whose (subject, object) indices equal those of one of its valid GT
 // pairs (index equality; ties in ascending r). Returns (index [B, k'], valid [B, k']), k' = min(k, W), as
 // stable_topk(values, pairs_in_reference(...), k) gives them (invalid slots hold index 0).
-std::tuple<at::Tensor, at::Tensor> gt_pair_list(const at::Tensor& rel_pairs, const at::Tensor& count,
+std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k) {
-  check_cpu(rel_pairs, at::kLong, 3, "gt_pair_list: rel_pairs must be int64 [B, W, 2] on the CPU");
   check_cpu(count, at::kLong, 1, "gt_pair_list: count must be int64 [B] on the CPU");
   check_cpu(gt_pairs, at::kLong, 3, "gt_pair_list: gt_pairs must be int64 [B, G, 2] on the CPU");
   check_cpu(gt_valid, at::kBool, 2, "gt_pair_list: gt_valid must be bool [B, G] on the CPU");
   check_cpu(values, at::kFloat, 2, "gt_pair_list: values must be float32 [B, W] on the CPU");
-  const int64_t batch = rel_pairs.size(0), width = rel_pairs.size(1), num_rel = gt_pairs.size(1);
-  TORCH_CHECK(rel_pairs.size(2) == 2 && gt_pairs.size(2) == 2 && count.size(0) == batch && gt_pairs.size(0) == batch &&
+  const int64_t batch = values.size(0), width = values.size(1), num_rel = gt_pairs.size(1);
+  const PairRows pairs(rel_pairs, batch, "gt_pair_list");
+  TORCH_CHECK(gt_pairs.size(2) == 2 && count.size(0) == batch && gt_pairs.size(0) == batch &&
                   gt_valid.size(0) == batch && gt_valid.size(1) == num_rel && values.size(0) == batch &&
                   values.size(1) == width,
               "gt_pair_list: the batch fields do not have matching shapes");
   TORCH_CHECK(k >= 0 && width < kMaxKeyIndex, "gt_pair_list: k must be >= 0 and images below 2^32 pairs");
-  at::Tensor pairs_c = rel_pairs.contiguous(), count_c = count.contiguous(), gt_c = gt_pairs.contiguous(),
+  at::Tensor count_c = count.contiguous(), gt_c = gt_pairs.contiguous(),
              gv_c = gt_valid.contiguous(), values_c = values.contiguous();
-  const int64_t* pair_ptr = pairs_c.data_ptr<int64_t>();
   const int64_t* count_ptr = count_c.data_ptr<int64_t>();
   const int64_t* gt_ptr = gt_c.data_ptr<int64_t>();
   const bool* gv_ptr = gv_c.data_ptr<bool>();
   const float* values_ptr = values_c.data_ptr<float>();
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= width, "gt_pair_list: image ", b, " has count ", count_ptr[b],
-                " outside [0, ", width, "]");
+    const int64_t most = std::min(width, pairs.slots(b));
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= most, "gt_pair_list: image ", b, " has count ", count_ptr[b],
+                " outside [0, ", most, "]");
   }
   const int64_t listed_width = std::min(k, width);
   at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
@@ -958,9 +1213,9 @@ std::tuple<at::Tensor, at::Tensor> gt_pair_list(const at::Tensor& rel_pairs, con
         }
       }
       keys.clear();
-      const int64_t* pairs = pair_ptr + b * width * 2;
+      const int64_t* image_pairs = pairs.pairs(b);
       for (int64_t r = 0; r < count_ptr[b]; ++r) {
-        const uint64_t s = static_cast<uint64_t>(pairs[2 * r]), o = static_cast<uint64_t>(pairs[2 * r + 1]);
+        const uint64_t s = static_cast<uint64_t>(image_pairs[2 * r]), o = static_cast<uint64_t>(image_pairs[2 * r + 1]);
         if (s < static_cast<uint64_t>(size) && o < static_cast<uint64_t>(size)) {  // (negative: never a GT pair)
           const uint64_t code = s * size + o;
           if ((table[code / 64] >> (code % 64)) & 1) {
@@ -980,10 +1235,11 @@ std::tuple<at::Tensor, at::Tensor> gt_pair_list(const at::Tensor& rel_pairs, con
 }
 
 // [B, W, ...] padded with `value` from B contiguous int64 CPU tensors [L_b, ...] of one trailing shape (W = max
-// L_b), each tensor's (min, max) over its entries (0 and -1 for an empty one) and the lengths L_b [B]; None when
-// the tensors are not all such tensors (the caller's general path takes them).
-std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>> pad_int64_rows(
-    const std::vector<at::Tensor>& tensors, int64_t value) {
+// L_b; None with pad = false: nothing is copied), each tensor's (min, max) over its entries (0 and -1 for an empty
+// one) and the lengths L_b [B]; None when the tensors are not all such tensors (the caller's general path takes
+// them).
+std::optional<std::tuple<std::optional<at::Tensor>, at::Tensor, at::Tensor, at::Tensor>> pad_int64_rows(
+    const std::vector<at::Tensor>& tensors, int64_t value, bool pad) {
   if (tensors.empty()) {
     return std::nullopt;
   }
@@ -1010,9 +1266,9 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>> pad_in
     shape.push_back(first.size(d));
     row *= first.size(d);
   }
-  at::Tensor out = at::empty(shape, at::kLong), lengths = at::empty({batch}, at::kLong);
+  at::Tensor out = pad ? at::empty(shape, at::kLong) : at::Tensor(), lengths = at::empty({batch}, at::kLong);
   at::Tensor low = at::zeros({batch}, at::kLong), high = at::full({batch}, -1, at::kLong);
-  int64_t* out_ptr = out.data_ptr<int64_t>();
+  int64_t* out_ptr = pad ? out.data_ptr<int64_t>() : nullptr;
   int64_t* length_ptr = lengths.data_ptr<int64_t>();
   int64_t* low_ptr = low.data_ptr<int64_t>();
   int64_t* high_ptr = high.data_ptr<int64_t>();
@@ -1021,23 +1277,24 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>> pad_in
       const at::Tensor& t = tensors[b];
       const int64_t n = t.numel();
       const int64_t* src = t.data_ptr<int64_t>();
-      int64_t* dst = out_ptr + b * width * row;
       length_ptr[b] = t.size(0);
       if (n > 0) {
         int64_t least = src[0], most = src[0];
         for (int64_t i = 0; i < n; ++i) {
-          const int64_t v = src[i];
-          dst[i] = v;
-          least = v < least ? v : least;
-          most = v > most ? v : most;
+          least = src[i] < least ? src[i] : least;
+          most = src[i] > most ? src[i] : most;
         }
         low_ptr[b] = least;
         high_ptr[b] = most;
       }
-      std::fill(dst + n, dst + width * row, value);
+      if (out_ptr != nullptr) {
+        int64_t* dst = out_ptr + b * width * row;
+        std::copy(src, src + n, dst);
+        std::fill(dst + n, dst + width * row, value);
+      }
     }
   });
-  return std::make_tuple(out, low, high, lengths);
+  return std::make_tuple(pad ? std::optional<at::Tensor>(out) : std::nullopt, low, high, lengths);
 }
 
 // Whether every matrix is a contiguous float32 CPU tensor with fewer than max_entries (rows x num_predicates).
@@ -1066,25 +1323,57 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("values"), py::arg("count"), py::arg("k"));
   m.def("pad_zero_rows", &pad_zero_rows, "[B, width, ...] zero-padded from tensors [L_b, ...]",
         py::arg("tensors"), py::arg("width"));
-  m.def("graph_constrained_pairs", &graph_constrained_pairs,
-        "the graph-constrained list of a padded batch: (index [B, k'], valid [B, k'], triplet score [B, W], "
-        "pair score [B, W])",
-        py::arg("rel_pairs"), py::arg("object_scores"), py::arg("best"), py::arg("count"), py::arg("k"));
+  // rel_pairs (every kernel below): B per-image int64 [R_b, 2] tensors, or one padded [B, W, 2] tensor (in a list or
+  // alone: the second definition of each name takes a single tensor)
+  const char* gc_doc = "the graph-constrained list of a batch: (index [B, k'], valid [B, k'], triplet score [B, W], "
+                       "pair score [B, W])";
+  m.def("graph_constrained_pairs", &graph_constrained_pairs, gc_doc, py::arg("rel_pairs"), py::arg("object_scores"),
+        py::arg("best"), py::arg("count"), py::arg("k"));
+  m.def(
+      "graph_constrained_pairs",
+      [](const at::Tensor& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best, const at::Tensor& count,
+         int64_t k) { return graph_constrained_pairs({rel_pairs}, object_scores, best, count, k); },
+      gc_doc, py::arg("rel_pairs"), py::arg("object_scores"), py::arg("best"), py::arg("count"), py::arg("k"));
+  m.def("ranked_relation_lists", &ranked_relation_lists,
+        "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
+        py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
+        py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"));
   m.def("box_relation_end_bits", &box_relation_end_bits,
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
         py::arg("gt_valid"), py::arg("iou_thr"), py::arg("plus_one"));
-  m.def("first_hit_ranks", &first_hit_ranks, "first-hit rank [B, G] int32 of every GT relation in a ranked list",
-        py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
-        py::arg("rel_pairs"), py::arg("index"), py::arg("valid"), py::arg("predicate"), py::arg("list_valid"),
-        py::arg("matrices"), py::arg("start"), py::arg("column"), py::arg("num_predicates"), py::arg("ends_only"));
-  m.def("gt_pair_list", &gt_pair_list,
-        "stable top-k of values over each image's real pairs that are GT pairs: (index [B, k'], valid [B, k'])",
-        py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"), py::arg("gt_valid"), py::arg("values"),
-        py::arg("k"));
+  const char* hits_doc = "first-hit rank [B, G] int32 of every GT relation in a ranked list";
+  m.def("first_hit_ranks", &first_hit_ranks, hits_doc, py::arg("subject_bits"), py::arg("object_bits"),
+        py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("rel_pairs"), py::arg("index"), py::arg("valid"),
+        py::arg("predicate"), py::arg("list_valid"), py::arg("matrices"), py::arg("start"), py::arg("column"),
+        py::arg("num_predicates"), py::arg("ends_only"));
+  m.def(
+      "first_hit_ranks",
+      [](const at::Tensor& subject_bits, const at::Tensor& object_bits, const at::Tensor& gt_predicates,
+         const at::Tensor& gt_valid, const at::Tensor& rel_pairs, const at::Tensor& index, const at::Tensor& valid,
+         const std::optional<at::Tensor>& predicate, const std::optional<at::Tensor>& list_valid,
+         const std::vector<at::Tensor>& matrices, const std::optional<at::Tensor>& start, int64_t column,
+         int64_t num_predicates, bool ends_only) {
+        return first_hit_ranks(subject_bits, object_bits, gt_predicates, gt_valid, {rel_pairs}, index, valid, predicate,
+                               list_valid, matrices, start, column, num_predicates, ends_only);
+      },
+      hits_doc, py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
+      py::arg("rel_pairs"), py::arg("index"), py::arg("valid"), py::arg("predicate"), py::arg("list_valid"),
+      py::arg("matrices"), py::arg("start"), py::arg("column"), py::arg("num_predicates"), py::arg("ends_only"));
+  const char* gt_doc = "stable top-k of values over each image's real pairs that are GT pairs: (index [B, k'], "
+                       "valid [B, k'])";
+  m.def("gt_pair_list", &gt_pair_list, gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"),
+        py::arg("gt_valid"), py::arg("values"), py::arg("k"));
+  m.def(
+      "gt_pair_list",
+      [](const at::Tensor& rel_pairs, const at::Tensor& count, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+         const at::Tensor& values, int64_t k) { return gt_pair_list({rel_pairs}, count, gt_pairs, gt_valid, values, k); },
+      gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"), py::arg("gt_valid"), py::arg("values"),
+      py::arg("k"));
   m.def("pad_int64_rows", &pad_int64_rows,
-        "(padded [B, W, ...], min [B], max [B], lengths [B]) of int64 CPU tensors, or None for other tensors",
-        py::arg("tensors"), py::arg("value"));
+        "(padded [B, W, ...] or None without pad, min [B], max [B], lengths [B]) of int64 CPU tensors, or None for "
+        "other tensors",
+        py::arg("tensors"), py::arg("value"), py::arg("pad") = true);
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
         py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
 }

@@ -264,7 +264,7 @@ def gt_pair_sublist(batch, gc_score: Tensor, k: int, rank_by: str = 'score'
     (= ``valid``)."""
     kernels = compiled.kernels() if batch.device.type == 'cpu' else None
     if rank_by == 'score' and kernels is not None and gc_score.dtype == torch.float32:
-        order, valid = kernels.gt_pair_list(batch.rel_pairs, batch.num_rel_preds, batch.gt_pairs, batch.gt_valid,
+        order, valid = kernels.gt_pair_list(batch.pair_rows, batch.num_rel_preds, batch.gt_pairs, batch.gt_valid,
                                             gc_score, k)
         return order, valid, None
     in_gt = pairs_in_reference(batch.rel_pairs, batch.rel_valid, batch.gt_pairs, batch.gt_valid,

@@ -4,7 +4,8 @@ All functions take a batch of B images padded to a common length; ``valid`` mask
 Scores are float32; ordering is descending and STABLE (ties keep their input order), so a list that is
 already sorted by its key is returned unchanged.
 """
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -165,11 +166,11 @@ def graph_constrained_ranking(batch, k: int, rank_by: str = 'score', prefix: boo
     end scores, both products and the list in one pass over each image's real pairs (the same numbers; its
     padding entries hold 0; an unknown ``rank_by`` is refused by the torch path)."""
     kernels = compiled.kernels() if batch.device.type == 'cpu' else None
-    best, pairs, object_scores = batch.scores.best, batch.rel_pairs, batch.pred_scores
-    if (kernels is not None and prefix and rank_by == 'score' and pairs.dtype == torch.long
-            and object_scores.dtype == torch.float32 and best.dtype == torch.float32 and object_scores.dim() == 2
-            and object_scores.shape[1] > 0 and tuple(best.shape) == tuple(pairs.shape[:2])):
-        return kernels.graph_constrained_pairs(pairs, object_scores, best, batch.num_rel_preds, int(k))
+    best, object_scores = batch.scores.best, batch.pred_scores
+    if (kernels is not None and prefix and rank_by == 'score' and object_scores.dtype == torch.float32
+            and best.dtype == torch.float32 and object_scores.dim() == 2 and object_scores.shape[1] > 0
+            and tuple(best.shape) == tuple(batch.rel_valid.shape)):
+        return kernels.graph_constrained_pairs(batch.pair_rows, object_scores, best, batch.num_rel_preds, int(k))
     return _ranked_by_end_scores(batch, k, rank_by, prefix, *pair_end_scores(batch))
 
 
@@ -189,3 +190,47 @@ def _ranked_by_end_scores(batch, k: int, rank_by: str, prefix: bool, subject_sco
     else:
         order, valid = stable_topk(score, batch.rel_valid, k)
     return order, valid, score, pair_score
+
+
+@dataclass
+class RankedLists:
+    """Both ranked lists of a pool, built while its score matrices were read (:func:`compiled_ranked_lists`):
+    the graph-constrained list of length ``k`` with the triplet and pair scores of :func:`graph_constrained_ranking`
+    (``rank_by='score'``, ``prefix=True``) and the ``ng_topk`` no-graph-constraint entries of
+    :func:`~mmsgg_eval.functional.recall.no_graph_constraint_list` bounded by that list, exactly as those calls
+    give them."""
+    k: int
+    ng_topk: int
+    gc_order: Tensor    # [B, k'] pair indices
+    gc_valid: Tensor    # [B, k']
+    gc_score: Tensor    # [B, R] triplet scores (0 on padding)
+    pair_score: Tensor  # [B, R] subject score x object score (0 on padding)
+    ng_pair: Tensor     # [B, L]
+    ng_predicate: Tensor
+    ng_valid: Tensor
+
+    def serves(self, k: int, ng_topk: int, rank_by: str) -> bool:
+        """Whether these are the lists of ``(k, ng_topk)`` ranked by score."""
+        return rank_by == 'score' and int(k) == self.k and int(ng_topk) == self.ng_topk
+
+
+def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: int, rel_pairs: List[Tensor],
+                          object_scores: Tensor, num_rel: Tensor, k: int, ng_topk: int):
+    """The compiled layout's row maxima and value check with both ranked lists, one pass per image while its
+    matrix is in cache (``mmsgg_eval._ext.ranked_relation_lists``). ``matrices``: each image's contiguous
+    float32 [R_b, column + P] input; ``rel_pairs``: each image's int64 [R_b, 2] pairs (0-based object indices),
+    or one padded [B, R, 2] int64 tensor in a list (a batch's ``pair_rows``); ``object_scores``
+    [B, N] float32, ``num_rel`` [B] the R_b. Values are not checked here (the reader validates the batch before
+    the lists are used). Returns ``(lists, (best [B, R], passed [B]), bad [B])``: ``bad[b]`` >= 0 is the first
+    pair of image b with an object index outside [0, N), -1 when none (its lists are empty then). None where the
+    kernels do not apply (not built or switched off, no object column, other dtypes)."""
+    kernels = compiled.kernels()
+    if (kernels is None or object_scores.dim() != 2 or not object_scores.shape[1]
+            or object_scores.dtype != torch.float32):
+        return None
+    (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid,
+     bad) = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
+                                          num_rel, int(k), int(ng_topk))
+    lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,
+                        ng_valid)
+    return lists, (best, passed), bad

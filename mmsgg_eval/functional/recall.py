@@ -206,8 +206,15 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     scores = batch.scores  # the predicate scores, in the layout the reader chose
     first_hits, pair_ranks = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
 
-    # the graph-constrained list (real pairs first)
-    gc_order, gc_valid, gc_score, pair_score = graph_constrained_ranking(batch, max_k, rank_by, prefix=True)
+    # the graph-constrained list (real pairs first); both lists may have been built while the scores were read
+    ranked = getattr(batch, 'ranked_lists', None)
+    if ranked is not None and not ranked.serves(max_k, ng_topk, rank_by):
+        ranked = None
+    if ranked is not None:
+        gc_order, gc_valid, gc_score, pair_score = ranked.gc_order, ranked.gc_valid, ranked.gc_score, \
+            ranked.pair_score
+    else:
+        gc_order, gc_valid, gc_score, pair_score = graph_constrained_ranking(batch, max_k, rank_by, prefix=True)
     out = {'gc': first_hits(gc_order, gc_valid, None, None)}
     if list_length > 0:
         out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks))
@@ -218,8 +225,11 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
         out['top_predicate'] = torch.full((gc_order.shape[0],), -1, dtype=torch.long, device=batch.device)
 
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
-    ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
-                                                          gc_order, gc_valid, batch.num_rel_preds)
+    if ranked is not None:
+        ng_pair, ng_pred, ng_valid = ranked.ng_pair, ranked.ng_predicate, ranked.ng_valid
+    else:
+        ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
+                                                              gc_order, gc_valid, batch.num_rel_preds)
     out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
 
     if with_pair_accuracy:
@@ -290,15 +300,16 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
         batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, batch.gt_pairs,
         gt_valid, float(iou_thr), bool(plus_one))
     num_pred = scores.num_predicates
+    pair_rows = batch.pair_rows
 
     def first_hits(pair_index: Tensor, valid: Tensor, predicate: Optional[Tensor],
                    list_valid: Optional[Tensor]) -> Tensor:
-        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, batch.rel_pairs,
+        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                        pair_index, valid, predicate, list_valid, matrices, start, column, num_pred,
                                        False)
 
     def pair_ranks(order: Tensor, valid: Tensor) -> Tensor:
-        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, batch.rel_pairs,
+        return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                        order, valid, None, None, [], None, 0, num_pred, True)
 
     return first_hits, pair_ranks

@@ -25,7 +25,7 @@ changes a number. Every layout reads each score once for the row maxima and once
 """
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -276,22 +276,22 @@ def choose_layout(raw: Sequence[Tensor], background: Sequence[int], single_label
 def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_rel: Sequence[int],
                           num_predicates: int, single_label: Sequence[bool], given_scores: Sequence[Tensor],
                           layout: str, device: torch.device, positions: Optional[Tensor] = None,
-                          workspace: Optional[ScoreWorkspace] = None) -> RelationScores:
-    """Arrange the score matrices in ``layout`` ('stacked' falls back to 'concatenated' when the images differ
-    in shape or background column, 'compiled' to 'views' when :func:`.compiled.suits` says no) and reduce each
-    row once.
+                          workspace: Optional[ScoreWorkspace] = None,
+                          checked_maxima: Optional[Tuple[Tensor, Tensor]] = None) -> RelationScores:
+    """Arrange the score matrices in ``layout`` ('stacked' falls back to 'concatenated' when the images differ in
+    shape or background column, 'compiled' to 'views' when :func:`.compiled.suits` says no); reduce each row once.
 
     ``raw[b]``: image b's float32 [R_b, P] or [R_b, P + 1] matrix (``background[b]`` = 1 when column 0 is
     the background); single-label images were densified with ``-inf`` and ``given_scores`` holds their
     1-D scores (in image order). ``positions``: :func:`padded_positions` of ``num_rel`` when already known.
     ``workspace``: where the stacked / concatenated copy goes (see :class:`ScoreWorkspace`; default: a new
-    tensor).
+    tensor). ``checked_maxima``: the compiled layout's ``(row maxima [B, R], check passed [B])`` when the caller
+    already read the matrices (:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists`).
     """
     if layout not in LAYOUTS:
         raise ValueError(f'layout must be one of {LAYOUTS}, got {layout!r}')
-    raw = list(raw)
+    raw, has_single = list(raw), any(single_label)
     batch_size = len(raw)
-    has_single = any(single_label)
     uniform_bg = len(set(background)) <= 1
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
@@ -322,7 +322,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
         if uniform_bg and all(m.is_contiguous() and m.device == raw[0].device for m in raw):
             sources = raw
     if layout == 'compiled':  # one pass over each matrix, in place
-        best, passed = compiled.kernels().row_maxima_checked(raw, bg, num_predicates, max(num_rel))
+        best, passed = checked_maxima if checked_maxima is not None else \
+            compiled.kernels().row_maxima_checked(raw, bg, num_predicates, max(num_rel))
         bad = _flags_from_checks(passed, raw, device)
     elif flat is not None:
         lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)

@@ -382,7 +382,8 @@ class SceneGraphMetric(RowMetric):
             samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
                                      with_masks=self.match == 'mask', counts=self.object_counts,
-                                     workspace=self._workspace, score_layout=self.score_layout)
+                                     workspace=self._workspace, score_layout=self.score_layout,
+                                     ranking=(max(self.topk), self.ng_topk) if self.rank == 'score' else None)
         self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device), samples
 

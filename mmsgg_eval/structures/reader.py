@@ -36,9 +36,11 @@ import torch
 from torch import Tensor
 
 from ..functional import compiled
+from ..functional.ranking import RankedLists, compiled_ranked_lists
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, choose_layout, lengths_mask,
                                  pad_rows, padded_positions, scatters)
 from .fields import get_field, member, optional, sample_index, sample_name, to_tensor
+from .pairs import RelationPairs
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
 MODES = ('predcls', 'sgcls', 'sgdet', 'phrdet')
@@ -123,17 +125,28 @@ class SceneGraphBatch:
     gt_pairs: Tensor            # [B, G, 2]
     gt_predicates: Tensor       # [B, G]
     gt_valid: Tensor            # [B, G] bool
-    rel_pairs: Tensor           # [B, R, 2]
+    pairs: RelationPairs        # the predicted pairs (``rel_pairs`` [B, R, 2] padded on first use)
     rel_valid: Tensor           # [B, R] bool
     num_rel_preds: Tensor       # [B] int64
     scores: RelationScores
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
     score_width: Optional[List[int]] = None  # score columns each sample gave (-1: single-label scores)
+    ranked_lists: Optional[RankedLists] = None  # both ranked lists, when built while the scores were read
 
     @property
     def device(self) -> torch.device:
         return self.rel_valid.device
+
+    @property
+    def rel_pairs(self) -> Tensor:
+        """[B, R, 2] int64 predicted (subject, object) indices, zero-padded."""
+        return self.pairs.padded
+
+    @property
+    def pair_rows(self) -> List[Tensor]:
+        """The predicted pairs as the compiled kernels read them (per image where the reader kept them)."""
+        return self.pairs.kernel_input
 
     @property
     def num_predicates(self) -> int:
@@ -445,7 +458,7 @@ class _Padded:
     gt_labels: Tensor
     gt_pairs: Tensor
     gt_predicates: Tensor
-    rel_pairs: Tensor
+    rel_pairs: RelationPairs
     num_pred: Optional[List[int]]
     num_gt: Optional[List[int]]
     num_gt_rel: Optional[List[int]]
@@ -489,26 +502,29 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     try:
         padded = {}
         for name, values in lists.items():
-            if name in _INDEX_FIELDS:
+            if name == 'rel_pairs':
+                padded[name], ranges[name] = _read_pairs(values, cache)
+            elif name in _INDEX_FIELDS:
                 padded[name], ranges[name] = _pad_index_field(name, values, cache)
             else:
                 padded[name] = _pad_with_lengths(values, _PAD_VALUES[name], cache)
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
     rel_pairs, rel_lengths = padded['rel_pairs']
-    num_rel = rel_lengths or [rel_pairs.shape[1]] * rel_pairs.shape[0]
+    num_rel = rel_lengths or [rel_pairs.width] * rel_pairs.batch_size
     if not _fits(padded, scores_list, num_rel, widths):
         raise _NotFast
     objects, model_objects = _padded_objects(mode, padded, pred_inst)
     sample_idx = [sample_index(s) for s in samples]
     fields = [padded['gt_boxes'][0].float(), padded['gt_labels'][0], padded['gt_pairs'][0],
-              padded['gt_predicates'][0], rel_pairs, objects.boxes.float(), objects.labels, objects.scores.float()]
+              padded['gt_predicates'][0], objects.boxes.float(), objects.labels, objects.scores.float()]
     target = device or scores_list[0].device
     if any(f.device != target for f in fields):
         fields = [f.to(target) for f in fields]
     if any(t.device != target for t in scores_list):
         scores_list = [t.to(target) for t in scores_list]
-    gt_boxes, gt_labels, gt_pairs, gt_predicates, rel_pairs, pred_boxes, pred_labels, pred_scores = fields
+    rel_pairs = rel_pairs.to(target)
+    gt_boxes, gt_labels, gt_pairs, gt_predicates, pred_boxes, pred_labels, pred_scores = fields
     return _Padded(sample_idx=sample_idx, pred_boxes=pred_boxes, pred_labels=pred_labels,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                    gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=objects.lengths,
@@ -518,6 +534,26 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
                    score_width=[t.shape[1] for t in scores_list],
                    rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, value_ranges=ranges)
+
+
+def _read_pairs(values: List[Any], cache: dict):
+    """``((RelationPairs, lengths or None), (min [B], max [B]) or None)`` of the predicted pairs: contiguous int64
+    CPU [R_b, 2] tensors are kept as they are, with their value range from one compiled pass (no padded copy:
+    :mod:`.pairs`); anything else is padded as the other index fields (:func:`_pad_index_field`)."""
+    kernels = compiled.kernels()
+    first = values[0] if values else None
+    if kernels is not None and type(first) is Tensor and first.dim() == 2 and first.shape[1] == 2:
+        try:
+            read = kernels.pad_int64_rows(values, 0, pad=False)
+        except TypeError:  # not all tensors
+            read = None
+        if read is not None:
+            _, low, high, lengths = read
+            lengths = lengths.tolist()
+            lengths = None if lengths.count(max(lengths)) == len(lengths) else lengths
+            return (RelationPairs(rows=values, lengths=lengths), lengths), (low, high)
+    (padded, lengths), value_range = _pad_index_field('rel_pairs', values, cache)
+    return (RelationPairs(padded=padded, lengths=lengths), lengths), value_range
 
 
 def _pad_index_field(name: str, values: List[Any], cache: dict):
@@ -584,10 +620,9 @@ def _fits(padded: dict, scores_list: List[Any], num_rel: List[int], widths: Tupl
     (gt_boxes, num_gt), (gt_labels, num_gt_labels) = padded['gt_boxes'], padded['gt_labels']
     (gt_pairs, num_gt_rel), (gt_predicates, num_gt_predicates) = padded['gt_pairs'], padded['gt_predicates']
     rel_pairs = padded['rel_pairs'][0]
-    return (gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2 and gt_pairs.dim() == 3
-            and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2 and rel_pairs.dim() == 3 and rel_pairs.shape[2] == 2
-            and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point()
-                     or gt_predicates.is_floating_point() or rel_pairs.is_floating_point())
+    return (rel_pairs.well_formed() and gt_boxes.dim() == 3 and gt_boxes.shape[2] == 4 and gt_labels.dim() == 2
+            and gt_pairs.dim() == 3 and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2
+            and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point() or gt_predicates.is_floating_point())
             and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
             and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
             and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in widths
@@ -625,7 +660,8 @@ def _padded_from_items(items: List[dict], with_masks: bool, device: torch.device
         sample_idx=[it['sample_idx'] for it in items],
         pred_boxes=column('pred_boxes', 0.0), pred_labels=column('pred_labels', -1),
         pred_scores=column('pred_scores', 0.0), gt_boxes=column('gt_boxes', 0.0), gt_labels=column('gt_labels', -1),
-        gt_pairs=column('gt_pairs', 0), gt_predicates=column('gt_predicates', -1), rel_pairs=column('rel_pairs', 0),
+        gt_pairs=column('gt_pairs', 0), gt_predicates=column('gt_predicates', -1),
+        rel_pairs=RelationPairs(padded=column('rel_pairs', 0)),
         num_pred=[it['pred_boxes'].shape[0] for it in items], num_gt=[it['gt_boxes'].shape[0] for it in items],
         num_gt_rel=[it['gt_predicates'].shape[0] for it in items],
         num_rel=[it['rel_pairs'].shape[0] for it in items], raw_scores=[it['rel_scores'] for it in items],
@@ -677,8 +713,10 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
         rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class',
                                value_range=ranges.get('pred_labels')))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
-    rules.append(FieldRule('pred_relations.pair_idxs', 'index', p.rel_pairs, p.num_rel, num_pred, 'object',
-                           pair_note, zero_padded=True, value_range=ranges.get('rel_pairs')))
+    pairs = p.rel_pairs
+    rules.append(FieldRule('pred_relations.pair_idxs', 'index', pairs.padded if pairs.rows is None else None, p.num_rel,
+                           num_pred, 'object', pair_note, zero_padded=True, value_range=ranges.get('rel_pairs'),
+                           padded=lambda: pairs.padded))
 
     def score_message(b: int) -> str:
         raw = p.given_scores[sum(p.single_label[:b])] if p.single_label[b] else p.raw_scores[b]
@@ -701,7 +739,8 @@ def _score_layout(padded: _Padded, num_predicates: int, device: torch.device) ->
 def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
                          with_masks: bool = False, device: Optional[torch.device] = None,
                          counts: Optional[ObjectCounts] = None,
-                         workspace: Optional[ScoreWorkspace] = None, score_layout: str = 'auto') -> SceneGraphBatch:
+                         workspace: Optional[ScoreWorkspace] = None, score_layout: str = 'auto',
+                         ranking: Optional[Tuple[int, int]] = None) -> SceneGraphBatch:
     """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
 
     Well-formed dict samples are read field by field; anything else goes through :func:`read_scene_graph`.
@@ -710,7 +749,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     (the caller warns once per evaluation); without ``counts`` this call warns itself. ``workspace``: where
     the copy of the score matrices goes (:class:`~mmsgg_eval.functional.scores.ScoreWorkspace`: the batch
     returned then lives in it until the workspace's next batch). ``score_layout``: how score columns are read
-    (:data:`SCORE_LAYOUTS`).
+    (:data:`SCORE_LAYOUTS`). ``ranking``: ``(k, ng_topk)`` of the ranked lists to build while the score matrices
+    are read, where the compiled kernels read them (``batch.ranked_lists``, else None: the caller ranks).
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -732,11 +772,15 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     batch_size = len(padded.num_rel)
     num_rel = padded.num_rel
     max_rel = max(num_rel) if num_rel else 0
+    layout = _score_layout(padded, num_predicates, device)
+    read = _ranked_while_read(padded, num_predicates, ranking) if ranking is not None and layout == 'compiled' \
+        else None
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
-                                   padded.single_label, padded.given_scores,
-                                   _score_layout(padded, num_predicates, device),
-                                   device=device, positions=padded.rel_positions, workspace=workspace)
+                                   padded.single_label, padded.given_scores, layout,
+                                   device=device, positions=padded.rel_positions, workspace=workspace,
+                                   checked_maxima=read[1] if read is not None else None)
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
+    ranked = read[0] if read is not None and not bool((read[2] >= 0).any()) else None
     report = counts if counts is not None else ObjectCounts()
     for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):
         if listed >= 0 and listed != gt:
@@ -751,8 +795,17 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         gt_pairs=padded.gt_pairs.long(), gt_predicates=padded.gt_predicates.long(),
         gt_valid=_valid_mask(padded.num_gt_rel, batch_size, padded.gt_predicates.shape[1] if batch_size else 0,
                              device),
-        rel_pairs=padded.rel_pairs.long(),
+        pairs=padded.rel_pairs.long(),
         rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel) else num_rel, batch_size,
                               max_rel, device),
         num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks,
-        score_width=padded.score_width)
+        score_width=padded.score_width, ranked_lists=ranked)
+
+
+def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, int]):
+    """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
+    (every image's matrix read once for its row maxima, value check and both ranked lists), or None."""
+    k, ng_topk = ranking
+    num_rel = torch.tensor(padded.num_rel, dtype=torch.long)
+    return compiled_ranked_lists(padded.raw_scores, padded.background[0], num_predicates,
+                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk)

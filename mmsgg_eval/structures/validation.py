@@ -38,17 +38,28 @@ class FieldRule:
     message (e.g. which object list pair indices point into). ``zero_padded``: the padding entries of an
     index field are 0, which passes the rule wherever an image has entries, so no padding mask is needed.
     ``value_range``: the (min, max) of each image's real entries of an integer index field when the reader has
-    them (0 and -1 for an image without entries): the rule then reads no entry.
+    them (0 and -1 for an image without entries): the rule then reads no entry. ``values`` may then be None
+    (a field the reader kept unpadded) with ``padded`` giving them, read only to describe a bad entry.
     """
     path: str
     kind: str
-    values: Tensor
+    values: Optional[Tensor]
     lengths: Optional[Sequence[int]] = None
     bound: Union[int, Sequence[int], None] = None
     what: str = ''
     note: Union[str, Callable[[int], str]] = ''
     zero_padded: bool = False
     value_range: Optional[Tuple[Tensor, Tensor]] = None  # integer index field: (min, max) [B] of real entries
+    padded: Optional[Callable[[], Tensor]] = None  # the padded values when ``values`` is None
+
+    def has_entries(self) -> bool:
+        if self.values is not None:
+            return bool(self.values.numel())
+        return any(n > 0 for n in self.lengths)  # kept unpadded: the reader gives every image's length
+
+    def entries(self) -> Tensor:
+        """The padded values (built when the reader kept them unpadded)."""
+        return self.values if self.values is not None else self.padded()
 
 
 def _real(values: Tensor, lengths: Optional[Sequence[int]]) -> Optional[Tensor]:
@@ -76,8 +87,12 @@ def bad_images(rule: FieldRule) -> Tensor:
     # the bound only where the bound is 0, i.e. the image has no object to point to (then only images with
     # entries count)
     zero_padded = rule.kind == 'index' and rule.zero_padded
-    ranged = rule.kind == 'index' and rule.value_range is not None and not v.is_floating_point()
-    real = None if zero_padded or ranged else _real(v, rule.lengths)
+    if rule.kind == 'index' and rule.value_range is not None and (v is None or not v.is_floating_point()):
+        # the reader's (min, max) of each image's real entries (0, -1 without entries)
+        device = rule.value_range[0].device if v is None else v.device
+        low, high = (t.to(device) for t in rule.value_range)
+        return _outside_bound(rule, low, high, device, zero_padded)
+    real = None if zero_padded else _real(v, rule.lengths)
     if real is not None:
         real = real.view(*real.shape, *([1] * (v.dim() - 2)))
     if rule.kind == 'boxes':  # padding boxes are zeros: finite and ordered
@@ -91,26 +106,29 @@ def bad_images(rule: FieldRule) -> Tensor:
     if rule.kind == 'score':  # padding scores are 0; min / max propagate NaN
         low, high = _row_min_max(v.flatten(1))
         return ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
-    if ranged:  # the reader's (min, max) of each image's real entries (0, -1 without entries)
-        low, high = (t.to(v.device) for t in rule.value_range)
-    elif real is None:
+    if real is None:
         low, high = _row_min_max(v.flatten(1))
     else:
         low = torch.where(real, v, torch.zeros_like(v)).flatten(1).amin(1)  # 0: never below the range
         high = torch.where(real, v, torch.full_like(v, -1)).flatten(1).amax(1)  # -1: never above it
-    bound = rule.bound
-    if not isinstance(bound, int):
-        bound = torch.tensor(list(bound), dtype=torch.long, device=v.device)
-    above = high >= bound
-    if zero_padded and rule.lengths is not None:
-        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=v.device) > 0
-    bad = (low < 0) | above
+    bad = _outside_bound(rule, low, high, v.device, zero_padded)
     if v.is_floating_point():  # fractional values; NaN != NaN (NaN also escapes the comparisons above)
         fractional = v != v.round()
         if real is not None:
             fractional &= real
         bad |= fractional.flatten(1).any(1)
     return bad
+
+
+def _outside_bound(rule: FieldRule, low: Tensor, high: Tensor, device: torch.device, zero_padded: bool) -> Tensor:
+    """[B] bool: an index field's per-image (min, max) of its entries below 0 or at / above its bound."""
+    bound = rule.bound
+    if not isinstance(bound, int):
+        bound = torch.tensor(list(bound), dtype=torch.long, device=device)
+    above = high >= bound
+    if zero_padded and rule.lengths is not None:
+        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=device) > 0
+    return (low < 0) | above
 
 
 def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
@@ -121,7 +139,7 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     ``extra``: further [B] bool tensors of bad images computed elsewhere (e.g. predicate-score ranges) with
     ``extra_messages[i](b)`` building their message.
     """
-    checked = [r for r in rules if r.values.numel()]
+    checked = [r for r in rules if r.has_entries()]
     flags = [bad_images(r) for r in checked]
     flags += list(extra or [])
     if not flags:
@@ -138,12 +156,13 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
 
 def describe(rule: FieldRule, image: int, sample: Any) -> str:
     """Message for the first bad entry of image ``image`` under ``rule``."""
-    length = rule.values.shape[1] if rule.lengths is None else rule.lengths[image]
+    values = rule.entries()
+    length = values.shape[1] if rule.lengths is None else rule.lengths[image]
     bound = rule.bound if rule.bound is None or isinstance(rule.bound, int) else list(rule.bound)[image]
-    entries = rule.values[image, :length]  # each entry as an image of its own: the same rule finds it
+    entries = values[image, :length]  # each entry as an image of its own: the same rule finds it
     per_entry = FieldRule(rule.path, rule.kind, entries.unsqueeze(1), bound=bound, what=rule.what)
     row = int(bad_images(per_entry).nonzero()[0, 0])
-    value = rule.values[image, row]
+    value = values[image, row]
     shown = value.tolist()
     name = sample_name(sample)
     note = rule.note(image) if callable(rule.note) else rule.note

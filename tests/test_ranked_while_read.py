@@ -1,0 +1,191 @@
+"""Both ranked lists built while the scores are read (mmsgg_eval._ext.ranked_relation_lists), the predicted pairs
+kept per image (structures.pairs.RelationPairs) and the long-row top-k's block bound: each equal to what the
+separate kernels, the torch path and a loop reference give, on ties, -0.0, NaN, bad indices and every size."""
+import numpy as np
+import pytest
+import torch
+
+from mmsgg_eval.functional import compiled
+from mmsgg_eval.functional.ranking import prefix_topk
+from mmsgg_eval.functional.recall import scene_graph_ranks
+from mmsgg_eval.structures.pairs import RelationPairs
+from mmsgg_eval.structures.reader import collate_scene_graphs
+from tests.sgg_samples import random_dataset
+
+needs_kernels = pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
+
+
+def _stable_top(values, count, k):
+    """Loop reference: indices of the stable descending top-k of values[:count] (-0.0 ties with +0.0, NaN last)."""
+    def key(i):
+        v = values[i]
+        return (float('inf') if v != v else -(v + 0.0), i)
+    return sorted(range(count), key=key)[:k]
+
+
+@needs_kernels
+@pytest.mark.parametrize('k', [1, 3, 10, 100])
+def test_block_bound_top_k_equals_a_stable_sort(k):
+    """Rows around and far above the length where the block bound starts (8 k entries), in every order that
+    moves the bound: random, ascending, descending, constant, few distinct values, -0.0 among +0.0, NaN."""
+    g = np.random.default_rng(k)
+    n = 8 * k
+    rows = [g.random(n - 1), g.random(n), g.random(n + 13), g.random(40 * n), np.sort(g.random(9 * n)),
+            np.sort(g.random(9 * n))[::-1].copy(), np.full(12 * n, 0.5), np.round(g.random(20 * n) * 3) / 3,
+            np.where(g.random(10 * n) < 0.5, 0.0, -0.0), g.random(10 * n)]
+    rows[-1][g.integers(0, len(rows[-1]), 2 * k)] = np.nan
+    width = max(len(r) for r in rows)
+    values = torch.zeros(len(rows), width)
+    for b, r in enumerate(rows):
+        values[b, :len(r)] = torch.tensor(r, dtype=torch.float32)
+    count = torch.tensor([len(r) for r in rows])
+    index, valid = prefix_topk(values, count, k)
+    for b, r in enumerate(rows):
+        assert index[b][valid[b]].tolist() == _stable_top(values[b].tolist(), len(r), k), b
+
+
+def _inputs(seed, num_images=16, num_predicates=5, background=1, k=7, ng_topk=9):
+    g = np.random.default_rng(seed)
+    matrices, pairs, objects = [], [], []
+    for b in range(num_images):
+        n = int(g.integers(1, 12))
+        every = [(s, o) for s in range(n) for o in range(n) if s != o] or [(0, 0)]
+        take = sorted(g.choice(len(every), int(g.integers(0, len(every) + 1)), replace=False))
+        pairs.append(torch.tensor([every[i] for i in take], dtype=torch.long).reshape(-1, 2))
+        scores = g.random((len(take), num_predicates + background)).astype(np.float32)
+        if b % 3 == 0:  # ties within and across rows
+            scores = (np.round(scores * 4) / 4).astype(np.float32)
+        matrices.append(torch.tensor(scores))
+        objects.append(torch.tensor(np.round(g.uniform(0.1, 1, n), 1), dtype=torch.float32))
+    width = max(len(o) for o in objects)
+    object_scores = torch.zeros(num_images, width)
+    for b, o in enumerate(objects):
+        object_scores[b, :len(o)] = o
+    return matrices, pairs, object_scores
+
+
+def _separately(ext, matrices, pairs, object_scores, column, num_predicates, k, ng_topk):
+    count = torch.tensor([len(p) for p in pairs])
+    width = int(count.max())
+    best, passed = ext.row_maxima_checked(matrices, column, num_predicates, width)
+    padded = torch.zeros(len(pairs), width, 2, dtype=torch.long)
+    for b, p in enumerate(pairs):
+        padded[b, :len(p)] = p
+    order, valid, triplet, pair_score = ext.graph_constrained_pairs(padded, object_scores, best, count, k)
+    top = torch.where(valid, order, -1)
+    if ng_topk == 0:  # as functional.recall.no_graph_constraint_list: nothing listed
+        empty = torch.zeros((len(pairs), 0), dtype=torch.long)
+        ngc = (empty, empty, empty.bool())
+    else:
+        ngc = ext.no_graph_constraint_list(matrices, column, num_predicates, best, pair_score, ng_topk, top)
+    return (best, passed, order, valid, triplet, pair_score) + tuple(ngc)
+
+
+@needs_kernels
+@pytest.mark.parametrize('seed', range(4))
+@pytest.mark.parametrize('background', [0, 1])
+@pytest.mark.parametrize('k,ng_topk', [(7, 9), (1, 1), (50, 3), (3, 50), (5, 0)])
+def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
+    ext = compiled.kernels()
+    matrices, pairs, object_scores = _inputs(seed, background=background)
+    count = torch.tensor([len(p) for p in pairs])
+    got = ext.ranked_relation_lists(matrices, background, 5, pairs, object_scores, count, k, ng_topk)
+    expected = _separately(ext, matrices, pairs, object_scores, background, 5, k, ng_topk)
+    for i, (a, b) in enumerate(zip(got[:9], expected)):
+        assert a.shape == b.shape and torch.equal(a, b), i
+    assert got[9].tolist() == [-1] * len(pairs)
+    padded = torch.zeros(len(pairs), int(count.max()), 2, dtype=torch.long)
+    for b, p in enumerate(pairs):
+        padded[b, :len(p)] = p
+    again = ext.ranked_relation_lists(matrices, background, 5, [padded], object_scores, count, k, ng_topk)
+    assert all(torch.equal(a, b) for a, b in zip(got, again))
+
+
+@needs_kernels
+def test_one_pass_never_refuses_values_it_flags_them():
+    """Bad values reach the kernel before the reader's validation: a pair index outside the object list and
+    NaN / negative scores are flagged (bad, passed), never read out of bounds, never raised here."""
+    ext = compiled.kernels()
+    matrices, pairs, object_scores = _inputs(5, num_images=6)
+    pairs = [p.clone() for p in pairs]
+    with_pairs = [b for b, p in enumerate(pairs) if len(p) >= 2]
+    pairs[with_pairs[0]][1, 0] = object_scores.shape[1] + 3
+    pairs[with_pairs[1]][0, 1] = -1
+    matrices = [m.clone() for m in matrices]
+    matrices[with_pairs[2]][0, 2] = float('nan')
+    matrices[with_pairs[3]][-1, 0] = -0.5
+    count = torch.tensor([len(p) for p in pairs])
+    out = ext.ranked_relation_lists(matrices, 1, 5, pairs, object_scores, count, 7, 9)
+    bad, passed = out[9], out[1]
+    assert bad[with_pairs[0]] == 1 and bad[with_pairs[1]] == 0
+    assert not out[3][with_pairs[0]].any() and not out[8][with_pairs[0]].any()  # lists of a bad image: empty
+    assert not passed[with_pairs[2]] and not passed[with_pairs[3]]
+    with pytest.raises(RuntimeError, match='score rows and'):
+        ext.ranked_relation_lists(matrices, 1, 5, pairs, object_scores, count + 1, 7, 9)
+
+
+@needs_kernels
+@pytest.mark.parametrize('mode', ['sgdet', 'sgcls', 'predcls', 'phrdet'])
+@pytest.mark.parametrize('seed', range(3))
+def test_ranks_from_the_lists_built_while_reading_equal_the_torch_path(mode, seed):
+    samples, _ = random_dataset(seed, 24, mode, score_format='bg', num_classes=6, num_predicates=5)
+    batch = collate_scene_graphs(samples, mode, 6, 5, ranking=(20, 30))
+    assert batch.ranked_lists is not None and batch.scores.layout == 'compiled'
+    assert batch.pairs.rows is not None  # the pairs were kept per image
+    got = scene_graph_ranks(batch, 20, 30, phrase=mode == 'phrdet', with_pair_accuracy=mode != 'sgdet',
+                            list_length=5)
+    with compiled.disabled():
+        reference_batch = collate_scene_graphs(samples, mode, 6, 5, ranking=(20, 30))
+        assert reference_batch.ranked_lists is None and reference_batch.pairs.rows is None
+        expected = scene_graph_ranks(reference_batch, 20, 30, phrase=mode == 'phrdet',
+                                     with_pair_accuracy=mode != 'sgdet', list_length=5)
+    assert got.keys() == expected.keys()
+    for key in got:
+        valid = got['gc_valid'] if key.startswith('gc_') and key != 'gc' else None
+        a, b = got[key], expected[key]
+        if valid is not None:  # padding slots of the list head are unspecified
+            a, b = a[valid], b[valid]
+        assert torch.equal(a, b), key
+    # lists of another length are not reused
+    other = scene_graph_ranks(batch, 10, 30)
+    with compiled.disabled():
+        assert torch.equal(other['gc'], scene_graph_ranks(reference_batch, 10, 30)['gc'])
+
+
+@needs_kernels
+def test_kept_pairs_pad_on_demand_and_name_a_bad_index_alike():
+    samples, _ = random_dataset(11, 10, 'sgdet', score_format='bg', num_classes=6, num_predicates=5)
+    batch = collate_scene_graphs(samples, 'sgdet', 6, 5)
+    assert batch.pairs.rows is not None
+    with compiled.disabled():
+        reference = collate_scene_graphs(samples, 'sgdet', 6, 5)
+    assert torch.equal(batch.rel_pairs, reference.rel_pairs)
+    assert batch.rel_pairs is batch.rel_pairs  # padded once
+    bad = [dict(s) for s in samples]
+    index = next(i for i, s in enumerate(bad) if len(s['pred_relations']['pair_idxs']))
+    rel = dict(bad[index]['pred_relations'])
+    rel['pair_idxs'] = rel['pair_idxs'].clone()
+    rel['pair_idxs'][0, 0] = 99
+    bad[index]['pred_relations'] = rel
+    messages = []
+    for off in (False, True):
+        with pytest.raises(ValueError) as err:
+            if off:
+                with compiled.disabled():
+                    collate_scene_graphs(bad, 'sgdet', 6, 5, ranking=(20, 30))
+            else:
+                collate_scene_graphs(bad, 'sgdet', 6, 5, ranking=(20, 30))
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and 'has pair [99, ' in messages[0]
+
+
+def test_relation_pairs_take_one_form():
+    rows = [torch.tensor([[0, 1], [1, 0]]), torch.zeros(0, 2, dtype=torch.long), torch.tensor([[2, 0]])]
+    pairs = RelationPairs(rows=rows, lengths=[2, 0, 1])
+    assert pairs.width == 2 and pairs.batch_size == 3
+    assert pairs.padded.tolist() == [[[0, 1], [1, 0]], [[0, 0], [0, 0]], [[2, 0], [0, 0]]]
+    assert pairs.kernel_input is pairs.rows or pairs.kernel_input == rows
+    padded = RelationPairs(padded=torch.zeros(2, 3, 2, dtype=torch.int32))
+    assert padded.long().padded.dtype == torch.long and padded.long().kernel_input[0].shape == (2, 3, 2)
+    with pytest.raises(ValueError, match='either'):
+        RelationPairs()
