@@ -123,7 +123,7 @@ def test_job_list_adds_the_single_thread_run_and_its_subprocess_environment(monk
     assert tool.job_list(args, ['cuda'])[0] == ('ours', 'variable', 'cuda') and len(tool.job_list(args, ['cuda'])) == 1
     seen = {}
 
-    def fake_run(cmd, capture_output, text, env):
+    def fake_run(cmd, capture_output, text, env, cwd=None):
         seen[cmd[3]] = env
         return subprocess.CompletedProcess(cmd, 0, 'RESULT {"images_per_s": 1.0}\n', '')
 
@@ -182,3 +182,58 @@ def test_bootstrap_job_row_and_summary():
     line = row(job, res, {job: res}, 0)[0]
     assert '1000 replicates x 26446 images, 36 keys' in line and '0.85 s' in line
     assert summarize([job], {job: res})['images_per_s']['bootstrap/seconds/cpu'] == 0.85
+
+
+def test_baseline_job_runs_ours_of_another_checkout_through_its_own_protocol(monkeypatch, tmp_path):
+    """``--baseline PATH``: the job list gains ``baseline`` per workload; its subprocess runs in PATH, first on
+    the import path, through PATH's job module, or its ``tools/benchmark.py --worker`` where that module does
+    not exist yet; a path that is no checkout is refused (exit 2) before anything runs."""
+    tool = _tool()
+    new, old, empty = tmp_path / 'new', tmp_path / 'old', tmp_path / 'empty'
+    (new / 'mmsgg_eval' / 'benchmarks').mkdir(parents=True)
+    (new / 'mmsgg_eval' / 'benchmarks' / 'runners.py').write_text('')
+    (old / 'mmsgg_eval').mkdir(parents=True)
+    (old / 'tools').mkdir()
+    (old / 'tools' / 'benchmark.py').write_text('')
+    (empty / 'mmsgg_eval').mkdir(parents=True)
+    args = tool.build_parser().parse_args(['--workload', 'variable', 'triplets', '--no-peers', '--baseline', str(new)])
+    assert tool.job_list(args, ['cpu']) == [('ours', 'variable', 'cpu'), ('baseline', 'variable', 'cpu'),
+                                            ('ours', 'triplets', 'cpu'), ('baseline', 'triplets', 'cpu')]
+    out = subprocess.run([sys.executable, str(TOOL), '--baseline', str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and 'is not a checkout of mmsgg_eval' in out.stderr
+    calls = []
+
+    def fake_run(cmd, capture_output, text, env, cwd=None):
+        calls.append((cmd, env, cwd))
+        return subprocess.CompletedProcess(cmd, 0, 'RESULT {"images_per_s": 2.0}\n', '')
+
+    monkeypatch.setattr(runners.subprocess, 'run', fake_run)
+    options = dict(images=40, batch_size=8, repeat=2, baseline=str(new))
+    assert runners.run_in_subprocess(('baseline', 'variable', 'cpu'), options) == {'images_per_s': 2.0}
+    cmd, env, cwd = calls[-1]
+    assert cmd[1:5] == ['-m', 'mmsgg_eval.benchmarks.runners', 'ours', 'variable'] and cwd == str(new)
+    assert env['PYTHONPATH'].split(':')[0] == str(new)
+    runners.run_in_subprocess(('baseline', 'variable', 'cpu'), dict(options, baseline=str(old)))
+    cmd = calls[-1][0]
+    assert cmd[1] == str(old / 'tools' / 'benchmark.py') and cmd[2:6] == ['--worker', 'ours', 'variable', 'cpu']
+    assert cmd[cmd.index('--images') + 1] == '40' and cmd[cmd.index('--repeat') + 1] == '2'
+    with pytest.raises(FileNotFoundError, match='a checkout of mmsgg_eval is expected'):
+        runners.run_in_subprocess(('baseline', 'variable', 'cpu'), dict(options, baseline=str(empty)))
+    best = {('ours', 'variable', 'cpu'): dict(images_per_s=3.0, median_images_per_s=3.0, host_peak_rss_mb=1),
+            ('baseline', 'variable', 'cpu'): dict(images_per_s=2.0, median_images_per_s=1.5, host_peak_rss_mb=1)}
+    summary = report.summarize(list(best), best)
+    assert summary['ratios']['ours_vs_baseline_variable_cpu'] == 1.5
+    assert summary['median_ratios']['ours_vs_baseline_variable_cpu'] == 2.0
+
+
+def test_baseline_run_of_this_checkout_itself():
+    """A real run with this checkout as its own baseline: both rows, the same R@50."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(TOOL), '--workload', 'triplets', '--no-peers', '--rounds', '1',
+                          '--repeat', '1', '--images', '40', '--device', 'cpu', '--baseline', str(root)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.startswith(('ours ', 'baseline '))}
+    assert set(rows) == {'ours', 'baseline'} and rows['ours'][-2:] == rows['baseline'][-2:]
+    assert 'ours_vs_baseline_triplets_cpu' in out.stdout

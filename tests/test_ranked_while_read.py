@@ -94,6 +94,8 @@ def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
     for i, (a, b) in enumerate(zip(got[:9], expected)):
         assert a.shape == b.shape and torch.equal(a, b), i
     assert got[9].tolist() == [-1] * len(pairs)
+    ranges = [(int(p.min()), int(p.max())) if len(p) else (0, -1) for p in pairs]
+    assert got[10].tolist() == [list(r) for r in ranges]
     padded = torch.zeros(len(pairs), int(count.max()), 2, dtype=torch.long)
     for b, p in enumerate(pairs):
         padded[b, :len(p)] = p
@@ -118,6 +120,7 @@ def test_one_pass_never_refuses_values_it_flags_them():
     out = ext.ranked_relation_lists(matrices, 1, 5, pairs, object_scores, count, 7, 9)
     bad, passed = out[9], out[1]
     assert bad[with_pairs[0]] == 1 and bad[with_pairs[1]] == 0
+    assert out[10].tolist() == [[int(p.min()), int(p.max())] if len(p) else [0, -1] for p in pairs]
     assert not out[3][with_pairs[0]].any() and not out[8][with_pairs[0]].any()  # lists of a bad image: empty
     assert not passed[with_pairs[2]] and not passed[with_pairs[3]]
     with pytest.raises(RuntimeError, match='score rows and'):

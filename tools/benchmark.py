@@ -4,7 +4,7 @@
                                           sgdet-variable]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
-                              [--offline]
+                              [--offline] [--baseline PATH]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
@@ -26,7 +26,10 @@ best run is only the luckiest. Prints a table and one JSON line with the ratios 
 median), the offline shares of the in-process rate and the CLI's start-up times. Every number
 option must be a positive integer (exit status 2 naming the option otherwise).
 
-``--single-thread`` adds ``ours-1thread``, the same run in a process started with ``OMP_NUM_THREADS=1`` (the
+``--baseline PATH`` adds ``baseline``: ``ours`` of another checkout of the package (e.g. a ``git worktree`` of an
+earlier commit, its compiled kernels built there with ``python setup.py build_ext --inplace``), interleaved with
+the other jobs, so that a regression shows in one run (``ours_vs_baseline`` ratios). ``--single-thread`` adds
+``ours-1thread``, the same run in a process started with ``OMP_NUM_THREADS=1`` (the
 per-core efficiency), interleaved with the others in every round; ``--load N`` runs every job while N CPU-bound
 busy processes compete for the cores (as dataloader workers do during ``tools/test.py``), started before the
 first round and stopped after the last one, on an error or on Ctrl-C (:mod:`mmsgg_eval.benchmarks.load`); the
@@ -38,6 +41,7 @@ maps its options to the job list.
 """
 import argparse
 import json
+import os
 
 from mmsgg_eval.benchmarks.load import busy_processes, load_average
 from mmsgg_eval.benchmarks.report import format_table, load_line, summarize
@@ -71,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--single-thread', action='store_true',
                         help='also measure mmsgg_eval on the CPU in a process started with OMP_NUM_THREADS=1 '
                              '("ours-1thread")')
+    parser.add_argument('--baseline', metavar='PATH', default=None,
+                        help='also time "ours" of another checkout of mmsgg_eval at PATH ("baseline", its compiled '
+                             'kernels built there with `python setup.py build_ext --inplace`), alternating with the '
+                             'other jobs: a regression check in one run (ratio ours_vs_baseline)')
     parser.add_argument('--load', type=non_negative_int_arg, default=0,
                         help='run every job while N CPU-bound busy processes compete for the cores (started and '
                              'stopped by the benchmark)')
@@ -91,6 +99,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
             jobs.append(('ours-1thread', wl, 'cpu'))
         if args.torch_path and 'cpu' in devices:
             jobs.append(('ours-torch', wl, 'cpu'))
+        if args.baseline and 'cpu' in devices:
+            jobs.append(('baseline', wl, 'cpu'))
         if not args.no_peers:
             jobs += [(peer, wl, 'cpu') for peer, workloads in PEER_WORKLOADS.items() if wl in workloads]
         if args.offline:
@@ -110,6 +120,8 @@ def main(argv=None):
     if args.offline and args.offline_images < 2:
         parser.error(f'argument --offline-images: must be at least 2 with --offline (the CLI\'s marginal rate '
                      f'compares two stream sizes), got {args.offline_images}')
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, 'mmsgg_eval')):
+        parser.error(f'argument --baseline: {args.baseline} is not a checkout of mmsgg_eval (no mmsgg_eval/ there)')
     import torch
     from mmsgg_eval.functional import compiled
     devices = args.device or (['cpu', 'cuda'] if torch.cuda.is_available() else ['cpu'])

@@ -9,7 +9,8 @@ round. Every timing is :func:`.timing.best_of`.
 
 The implementations: ``ours`` (SGRecall + SGMeanRecall, every key), ``ours-1thread`` (the same in a process
 started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference of the thread policy under load),
-``ours-torch`` (the same with the compiled CPU kernels switched off), the peers ``legacy`` (per-image numpy,
+``ours-torch`` (the same with the compiled CPU kernels switched off), ``baseline`` (``ours`` of another checkout
+of the package, the ``baseline`` option: a regression check in the same run, :func:`baseline_command`), the peers ``legacy`` (per-image numpy,
 :mod:`.legacy_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's per-image API, its ranked lists
 built outside / inside the timing), and ``offline``, ``offline-cli``, ``cli-startup`` (:mod:`.offline`),
 ``relclip`` (:mod:`.relclip`).
@@ -229,11 +230,33 @@ SUBPROCESS_ENV: Dict[str, Dict[str, str]] = {'ours-1thread': {'OMP_NUM_THREADS':
 """Implementation -> the environment variables its subprocess starts with (read when torch loads)."""
 
 
+def baseline_command(root: str, workload: str, device: str, options: Mapping[str, Any]) -> List[str]:
+    """The command timing ``ours`` of the checkout at ``root`` (its compiled kernels built in place, e.g. by
+    ``python setup.py build_ext --inplace``; run with ``root`` first on the import path): through its own job
+    subprocess, ``mmsgg_eval.benchmarks.runners``, or, in releases before that module, its
+    ``tools/benchmark.py --worker`` (the same workloads and the same measurement)."""
+    if os.path.isfile(os.path.join(root, 'mmsgg_eval', 'benchmarks', 'runners.py')):
+        return [sys.executable, '-m', 'mmsgg_eval.benchmarks.runners', 'ours', workload, device,
+                json.dumps(dict(options))]
+    tool = os.path.join(root, 'tools', 'benchmark.py')
+    if not os.path.isfile(tool):
+        raise FileNotFoundError(f'--baseline {root}: neither mmsgg_eval/benchmarks/runners.py nor tools/benchmark.py '
+                                f'there (a checkout of mmsgg_eval is expected)')
+    return [sys.executable, tool, '--worker', 'ours', workload, device, '--images', str(options['images']),
+            '--batch-size', str(options['batch_size']), '--repeat', str(options['repeat'])]
+
+
 def run_in_subprocess(job: Job, options: Mapping[str, Any]) -> Dict[str, Any]:
     """One job in a fresh interpreter: its result dict, or ``{'error': [the last line of its stderr]}``."""
-    cmd = [sys.executable, '-m', 'mmsgg_eval.benchmarks.runners', *job, json.dumps(dict(options))]
     env = dict(os.environ, **SUBPROCESS_ENV.get(job[0], {}))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    cwd = None
+    if job[0] == 'baseline':
+        cwd = os.path.abspath(options['baseline'])
+        cmd = baseline_command(cwd, job[1], job[2], options)
+        env['PYTHONPATH'] = os.pathsep.join([cwd] + [p for p in [env.get('PYTHONPATH')] if p])
+    else:
+        cmd = [sys.executable, '-m', 'mmsgg_eval.benchmarks.runners', *job, json.dumps(dict(options))]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     line = [x for x in out.stdout.splitlines() if x.startswith('RESULT ')]
     if out.returncode != 0 or not line:
         return dict(error=out.stderr.strip().splitlines()[-1:] or ['failed'])

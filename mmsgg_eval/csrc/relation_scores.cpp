@@ -682,20 +682,37 @@ namespace {
 // the pair score subject * object and the triplet score (best * subject) * object (float32, in that order) into
 // pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
 // `listed`. Returns the first pair with an object index outside [0, objects), -1 when none (`listed` empty then).
+// `range` (when given): the (min, max) of all the image's pair indices (0, -1 without pairs), for the caller's
+// index check.
 int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const float* scores, int64_t objects,
                        const float* best, float* triplet, float* pair_score, int64_t k, TopScratch& scratch,
-                       std::vector<Key>& listed) {
+                       std::vector<Key>& listed, int64_t* range = nullptr) {
   std::fill(pair_score + real, pair_score + width, 0.0f);
   std::fill(triplet + real, triplet + width, 0.0f);
+  int64_t least = real > 0 ? pairs[0] : 0, most = real > 0 ? pairs[0] : -1, bad = -1;
   for (int64_t r = 0; r < real; ++r) {
     const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
+    least = std::min(least, std::min(s, o));
+    most = std::max(most, std::max(s, o));
     if (s < 0 || s >= objects || o < 0 || o >= objects) {
-      listed.clear();
-      return r;
+      bad = r;
+      break;
     }
     const float subject = scores[s], object = scores[o];
     pair_score[r] = subject * object;
     triplet[r] = (best[r] * subject) * object;
+  }
+  if (range != nullptr) {
+    for (int64_t i = bad < 0 ? 2 * real : 2 * bad; i < 2 * real; ++i) {  // the rest of a bad image's indices
+      least = std::min(least, pairs[i]);
+      most = std::max(most, pairs[i]);
+    }
+    range[0] = least;
+    range[1] = most;
+  }
+  if (bad >= 0) {
+    listed.clear();
+    return bad;
   }
   stable_top(triplet, real, k, scratch, listed);
   return -1;
@@ -762,11 +779,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 // on values: an image with a pair index outside [0, N) gets bad[b] = that pair and empty lists, an image whose
 // scores fail the check passed[b] = false (the caller validates before using either list). Returns (best [B, W],
 // passed [B], gc index [B, k'], gc valid [B, k'], triplet [B, W], pair score [B, W], ngc pair [B, L],
-// ngc predicate [B, L], ngc valid [B, L], bad [B]).
+// ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs));
+// best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
+// when it is given.
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
-                                              int64_t ng_topk) {
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out) {
   TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
               "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
   check_matrices(matrices, column, num_predicates);
@@ -788,10 +807,20 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
     width = std::max(width, count_ptr[b]);
   }
   const int64_t listed_width = std::min(k, width);
-  at::Tensor best = at::empty({batch, width}, at::kFloat), passed = at::empty({batch}, at::kBool);
-  at::Tensor triplet = at::empty({batch, width}, at::kFloat), pair_score = at::empty({batch, width}, at::kFloat);
+  at::Tensor rows_out;  // best, triplet and pair scores, [3, B, W]: the caller's reused buffer or a new one
+  if (out.has_value()) {
+    TORCH_CHECK(out->device().is_cpu() && out->scalar_type() == at::kFloat && out->is_contiguous() &&
+                    out->dim() == 3 && out->size(0) == 3 && out->size(1) == batch && out->size(2) == width,
+                "ranked_relation_lists: out must be a contiguous float32 [3, ", batch, ", ", width, "] CPU tensor");
+    rows_out = *out;
+  } else {
+    rows_out = at::empty({3, batch, width}, at::kFloat);
+  }
+  at::Tensor best = rows_out[0], triplet = rows_out[1], pair_score = rows_out[2];
+  at::Tensor passed = at::empty({batch}, at::kBool), bad = at::empty({batch}, at::kLong);
+  at::Tensor pair_range = at::empty({batch, 2}, at::kLong);  // (min, max) of each image's pair indices
+  int64_t* range_ptr = pair_range.data_ptr<int64_t>();
   at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
-  at::Tensor bad = at::empty({batch}, at::kLong);
   float* best_ptr = best.data_ptr<float>();
   bool* passed_ptr = passed.data_ptr<bool>();
   float* triplet_ptr = triplet.data_ptr<float>();
@@ -815,7 +844,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       std::fill(image_best + rows, image_best + width, 0.0f);
       bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
                                   image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
-                                  scratch, listed);
+                                  scratch, listed, range_ptr + 2 * b);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
       if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
         continue;
@@ -829,7 +858,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
     }
   });
   auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists, num_predicates);
-  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad};
+  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range};
 }
 
 // [B, width, ...] from B contiguous CPU tensors [L_b, ...] of one dtype and trailing shape (L_b <= width): each
@@ -1236,10 +1265,10 @@ std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& r
 
 // [B, W, ...] padded with `value` from B contiguous int64 CPU tensors [L_b, ...] of one trailing shape (W = max
 // L_b; None with pad = false: nothing is copied), each tensor's (min, max) over its entries (0 and -1 for an empty
-// one) and the lengths L_b [B]; None when the tensors are not all such tensors (the caller's general path takes
-// them).
-std::optional<std::tuple<std::optional<at::Tensor>, at::Tensor, at::Tensor, at::Tensor>> pad_int64_rows(
-    const std::vector<at::Tensor>& tensors, int64_t value, bool pad) {
+// one; None with ranges = false: no entry is read) and the lengths L_b [B]; None when the tensors are not all such
+// tensors (the caller's general path takes them).
+std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>
+pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, bool ranges) {
   if (tensors.empty()) {
     return std::nullopt;
   }
@@ -1278,7 +1307,7 @@ std::optional<std::tuple<std::optional<at::Tensor>, at::Tensor, at::Tensor, at::
       const int64_t n = t.numel();
       const int64_t* src = t.data_ptr<int64_t>();
       length_ptr[b] = t.size(0);
-      if (n > 0) {
+      if (n > 0 && ranges) {
         int64_t least = src[0], most = src[0];
         for (int64_t i = 0; i < n; ++i) {
           least = src[i] < least ? src[i] : least;
@@ -1294,7 +1323,22 @@ std::optional<std::tuple<std::optional<at::Tensor>, at::Tensor, at::Tensor, at::
       }
     }
   });
-  return std::make_tuple(pad ? std::optional<at::Tensor>(out) : std::nullopt, low, high, lengths);
+  const auto maybe = [](bool given, const at::Tensor& t) { return given ? std::optional<at::Tensor>(t) : std::nullopt; };
+  return std::make_tuple(maybe(pad, out), maybe(ranges, low), maybe(ranges, high), lengths);
+}
+
+// [B, width] bool, true on the first lengths[b] entries of row b (lengths clamped to [0, width]).
+at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width) {
+  TORCH_CHECK(width >= 0, "lengths_mask: width must be >= 0");
+  const int64_t batch = static_cast<int64_t>(lengths.size());
+  at::Tensor mask = at::empty({batch, width}, at::kBool);
+  bool* out = mask.data_ptr<bool>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = std::min(std::max<int64_t>(lengths[b], 0), width);
+    std::memset(out + b * width, 1, n);
+    std::memset(out + b * width + n, 0, width - n);
+  }
+  return mask;
 }
 
 // Whether every matrix is a contiguous float32 CPU tensor with fewer than max_entries (rows x num_predicates).
@@ -1337,7 +1381,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("ranked_relation_lists", &ranked_relation_lists,
         "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
-        py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"));
+        py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none());
   m.def("box_relation_end_bits", &box_relation_end_bits,
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
@@ -1371,9 +1415,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"), py::arg("gt_valid"), py::arg("values"),
       py::arg("k"));
   m.def("pad_int64_rows", &pad_int64_rows,
-        "(padded [B, W, ...] or None without pad, min [B], max [B], lengths [B]) of int64 CPU tensors, or None for "
-        "other tensors",
-        py::arg("tensors"), py::arg("value"), py::arg("pad") = true);
+        "(padded [B, W, ...] or None without pad, min [B], max [B] or None without ranges, lengths [B]) of int64 "
+        "CPU tensors, or None for other tensors",
+        py::arg("tensors"), py::arg("value"), py::arg("pad") = true, py::arg("ranges") = true);
+  m.def("lengths_mask", &lengths_mask, "[B, width] bool: true on the first lengths[b] entries of each row",
+        py::arg("lengths"), py::arg("width"));
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
         py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
 }

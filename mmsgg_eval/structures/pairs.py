@@ -54,6 +54,15 @@ class RelationPairs:
     def device(self) -> torch.device:
         return self.rows[0].device if self.rows else self._padded.device
 
+    def index_range(self):
+        """(min [B], max [B]) of each image's kept pair indices (0, -1 without pairs), or None for padded pairs."""
+        if self.rows is None:
+            return None
+        read = compiled.kernels().pad_int64_rows(self.rows, 0, pad=False) if compiled.kernels() is not None else None
+        if read is None:
+            return None
+        return read[1], read[2]
+
     def well_formed(self) -> bool:
         """Integer [B, R, 2] pairs (per-image rows are checked when kept)."""
         if self.rows is not None:

@@ -538,20 +538,20 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
 
 def _read_pairs(values: List[Any], cache: dict):
     """``((RelationPairs, lengths or None), (min [B], max [B]) or None)`` of the predicted pairs: contiguous int64
-    CPU [R_b, 2] tensors are kept as they are, with their value range from one compiled pass (no padded copy:
-    :mod:`.pairs`); anything else is padded as the other index fields (:func:`_pad_index_field`)."""
+    CPU [R_b, 2] tensors are kept as they are, unread (no padded copy, :mod:`.pairs`; their value range comes from
+    the pass that ranks them, :func:`_pair_index_range`); anything else is padded as the other index fields
+    (:func:`_pad_index_field`), with its value range."""
     kernels = compiled.kernels()
     first = values[0] if values else None
     if kernels is not None and type(first) is Tensor and first.dim() == 2 and first.shape[1] == 2:
         try:
-            read = kernels.pad_int64_rows(values, 0, pad=False)
+            read = kernels.pad_int64_rows(values, 0, pad=False, ranges=False)
         except TypeError:  # not all tensors
             read = None
         if read is not None:
-            _, low, high, lengths = read
-            lengths = lengths.tolist()
+            lengths = read[3].tolist()
             lengths = None if lengths.count(max(lengths)) == len(lengths) else lengths
-            return (RelationPairs(rows=values, lengths=lengths), lengths), (low, high)
+            return (RelationPairs(rows=values, lengths=lengths), lengths), None
     (padded, lengths), value_range = _pad_index_field('rel_pairs', values, cache)
     return (RelationPairs(padded=padded, lengths=lengths), lengths), value_range
 
@@ -773,8 +773,9 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     num_rel = padded.num_rel
     max_rel = max(num_rel) if num_rel else 0
     layout = _score_layout(padded, num_predicates, device)
-    read = _ranked_while_read(padded, num_predicates, ranking) if ranking is not None and layout == 'compiled' \
-        else None
+    read = _ranked_while_read(padded, num_predicates, ranking, workspace) \
+        if ranking is not None and layout == 'compiled' else None
+    _pair_index_range(padded, read[3] if read is not None else None)
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
                                    padded.single_label, padded.given_scores, layout,
                                    device=device, positions=padded.rel_positions, workspace=workspace,
@@ -802,10 +803,22 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         score_width=padded.score_width, ranked_lists=ranked)
 
 
-def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, int]):
+def _pair_index_range(padded: _Padded, ranked_range: Optional[Tuple[Tensor, Tensor]]) -> None:
+    """Set the value range of predicted pairs kept unread by the reader (for the index rule): the range the
+    ranking pass found, else one compiled pass over them."""
+    ranges = padded.value_ranges
+    if ranges is not None and ranges.get('rel_pairs') is None and padded.rel_pairs.rows is not None:
+        ranges['rel_pairs'] = ranked_range if ranked_range is not None else padded.rel_pairs.index_range()
+
+
+def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, int],
+                       workspace: Optional[ScoreWorkspace]):
     """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
-    (every image's matrix read once for its row maxima, value check and both ranked lists), or None."""
+    (every image's matrix read once for its row maxima, value check and both ranked lists; the per-pair outputs
+    in ``workspace``, where given), or None."""
     k, ng_topk = ranking
     num_rel = torch.tensor(padded.num_rel, dtype=torch.long)
+    out = workspace.take((3, len(padded.num_rel), max(padded.num_rel)), torch.device('cpu')) \
+        if workspace is not None and padded.num_rel else None
     return compiled_ranked_lists(padded.raw_scores, padded.background[0], num_predicates,
-                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk)
+                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out)
