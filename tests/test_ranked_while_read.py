@@ -55,6 +55,9 @@ def _inputs(seed, num_images=16, num_predicates=5, background=1, k=7, ng_topk=9)
         scores = g.random((len(take), num_predicates + background)).astype(np.float32)
         if b % 3 == 0:  # ties within and across rows
             scores = (np.round(scores * 4) / 4).astype(np.float32)
+        if b % 5 == 1 and len(scores):  # a row whose maximum is 0, given as -0.0 before +0.0
+            scores[0] = 0.0
+            scores[0, -2] = -0.0
         matrices.append(torch.tensor(scores))
         objects.append(torch.tensor(np.round(g.uniform(0.1, 1, n), 1), dtype=torch.float32))
     width = max(len(o) for o in objects)
@@ -96,6 +99,17 @@ def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
     assert got[9].tolist() == [-1] * len(pairs)
     ranges = [(int(p.min()), int(p.max())) if len(p) else (0, -1) for p in pairs]
     assert got[10].tolist() == [list(r) for r in ranges]
+    predicate = torch.zeros_like(got[2])  # each listed pair's first maximal predicate column, as argmax
+    for b, m in enumerate(matrices):
+        for i in got[3][b].nonzero().flatten().tolist():
+            predicate[b, i] = m[got[2][b, i], background:].argmax()
+    assert torch.equal(got[11], predicate)
+    for ends, index, valid in ((got[12], got[2], got[3]), (got[13], got[6], got[8])):  # each entry's (s, o)
+        expected_ends = torch.zeros_like(ends)
+        for b, p in enumerate(pairs):
+            listed = valid[b].nonzero().flatten()
+            expected_ends[b, listed] = p[index[b, listed]]
+        assert torch.equal(ends, expected_ends)
     padded = torch.zeros(len(pairs), int(count.max()), 2, dtype=torch.long)
     for b, p in enumerate(pairs):
         padded[b, :len(p)] = p

@@ -678,6 +678,61 @@ std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, 
 
 namespace {
 
+// The first maximal entry's column of row[0, n) (as argmax: equal values, -0.0 and +0.0 among them, keep the
+// first); n >= 1.
+int64_t first_max_column_scalar(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < n; ++c) {
+    best = row[c] > row[best] ? c : best;
+  }
+  return best;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,bmi")))
+int64_t first_max_column_avx2(const float* row, int64_t n) {  // n >= 8
+  __m256 most = _mm256_loadu_ps(row);
+  int64_t c = 8;
+  for (; c + 8 <= n; c += 8) {
+    most = _mm256_max_ps(most, _mm256_loadu_ps(row + c));
+  }
+  if (c < n) {
+    most = _mm256_max_ps(most, _mm256_loadu_ps(row + n - 8));
+  }
+  __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+  half = _mm_max_ps(half, _mm_shuffle_ps(half, half, _MM_SHUFFLE(1, 0, 3, 2)));
+  half = _mm_max_ps(half, _mm_shuffle_ps(half, half, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float top = _mm_cvtss_f32(half);
+  if (top != top) {  // NaN (refused by the value check): the scalar rule
+    return first_max_column_scalar(row, n);
+  }
+  const __m256 wanted = _mm256_set1_ps(top);
+  for (c = 0; c + 8 <= n; c += 8) {
+    const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c), wanted,
+                                                                                 _CMP_EQ_OQ)));
+    if (mask != 0) {
+      return c + __builtin_ctz(mask);
+    }
+  }
+  for (; c < n; ++c) {
+    if (row[c] == top) {
+      return c;
+    }
+  }
+  return first_max_column_scalar(row, n);
+}
+#endif
+
+int64_t first_max_column(const float* row, int64_t n) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  if (avx2 && n >= 8) {
+    return first_max_column_avx2(row, n);
+  }
+#endif
+  return first_max_column_scalar(row, n);
+}
+
 // One image's graph-constrained pass (graph_constrained_pairs): for its `real` pairs (pairs[2 r], pairs[2 r + 1])
 // the pair score subject * object and the triplet score (best * subject) * object (float32, in that order) into
 // pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
@@ -779,7 +834,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 // on values: an image with a pair index outside [0, N) gets bad[b] = that pair and empty lists, an image whose
 // scores fail the check passed[b] = false (the caller validates before using either list). Returns (best [B, W],
 // passed [B], gc index [B, k'], gc valid [B, k'], triplet [B, W], pair score [B, W], ngc pair [B, L],
-// ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs));
+// ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs),
+// gc predicate [B, k']: each listed pair's first maximal predicate column, 0 on empty slots, gc ends [B, k', 2] and
+// ngc ends [B, L, 2]: the (subject, object) indices of each list's entries, 0 on empty slots);
 // best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
 // when it is given.
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
@@ -821,6 +878,11 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   at::Tensor pair_range = at::empty({batch, 2}, at::kLong);  // (min, max) of each image's pair indices
   int64_t* range_ptr = pair_range.data_ptr<int64_t>();
   at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
+  at::Tensor gc_predicate = at::zeros({batch, listed_width}, at::kLong);  // the listed pairs' arg-max predicates
+  int64_t* gc_predicate_ptr = gc_predicate.data_ptr<int64_t>();
+  at::Tensor gc_ends = at::zeros({batch, listed_width, 2}, at::kLong);  // the listed pairs' (subject, object)
+  int64_t* gc_ends_ptr = gc_ends.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> ngc_ends(batch);  // the no-graph-constraint entries' (subject, object)
   float* best_ptr = best.data_ptr<float>();
   bool* passed_ptr = passed.data_ptr<bool>();
   float* triplet_ptr = triplet.data_ptr<float>();
@@ -846,6 +908,13 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
                                   image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
                                   scratch, listed, range_ptr + 2 * b);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
+      const int64_t* image_pairs = pairs.pairs(b);
+      for (size_t i = 0; i < listed.size(); ++i) {  // rows and pairs still in cache
+        const int64_t r = key_index(listed[i]), slot = b * listed_width + static_cast<int64_t>(i);
+        gc_predicate_ptr[slot] = first_max_column(data + r * m.size(1) + column, num_predicates);
+        gc_ends_ptr[2 * slot] = image_pairs[2 * r];
+        gc_ends_ptr[2 * slot + 1] = image_pairs[2 * r + 1];
+      }
       if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
         continue;
       }
@@ -855,10 +924,23 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       }
       image_ngc(data, rows, m.size(1), column, image_best, pair_score_ptr + b * width, top.data(),
                 static_cast<int64_t>(top.size()), ng_topk, work, lists[b]);
+      ngc_ends[b].resize(2 * lists[b].size());
+      for (size_t i = 0; i < lists[b].size(); ++i) {
+        const int64_t r = key_index(lists[b][i]) / num_predicates;
+        ngc_ends[b][2 * i] = image_pairs[2 * r];
+        ngc_ends[b][2 * i + 1] = image_pairs[2 * r + 1];
+      }
     }
   });
   auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists, num_predicates);
-  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range};
+  const int64_t ngc_width = ngc_pair.size(1);
+  at::Tensor ngc_ends_t = at::zeros({batch, ngc_width, 2}, at::kLong);
+  int64_t* ngc_ends_ptr = ngc_ends_t.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
+  }
+  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range,
+          gc_predicate, gc_ends, ngc_ends_t};
 }
 
 // [B, width, ...] from B contiguous CPU tensors [L_b, ...] of one dtype and trailing shape (L_b <= width): each

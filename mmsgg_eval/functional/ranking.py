@@ -208,6 +208,9 @@ class RankedLists:
     ng_pair: Tensor     # [B, L]
     ng_predicate: Tensor
     ng_valid: Tensor
+    gc_predicate: Tensor  # [B, k'] each listed pair's graph-constrained predicate (first maximal column; 0 unlisted)
+    gc_ends: Tensor     # [B, k', 2] each listed pair's (subject, object) indices
+    ng_ends: Tensor     # [B, L, 2] each no-graph-constraint entry's (subject, object) indices
 
     def serves(self, k: int, ng_topk: int, rank_by: str) -> bool:
         """Whether these are the lists of ``(k, ng_topk)`` ranked by score."""
@@ -230,9 +233,9 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
     if (kernels is None or object_scores.dim() != 2 or not object_scores.shape[1]
             or object_scores.dtype != torch.float32):
         return None
-    (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad,
-     pair_range) = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
+    (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad, pair_range,
+     gc_predicate, gc_ends, ng_ends) = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
                                           num_rel, int(k), int(ng_topk), out)
     lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,
-                        ng_valid)
+                        ng_valid, gc_predicate, gc_ends, ng_ends)
     return lists, (best, passed), bad, (pair_range[:, 0], pair_range[:, 1])

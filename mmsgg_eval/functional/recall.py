@@ -210,17 +210,20 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     ranked = getattr(batch, 'ranked_lists', None)
     if ranked is not None and not ranked.serves(max_k, ng_topk, rank_by):
         ranked = None
+    gc_predicate = None  # the listed pairs' predicates, when known (else looked up where needed)
     if ranked is not None:
         gc_order, gc_valid, gc_score, pair_score = ranked.gc_order, ranked.gc_valid, ranked.gc_score, \
             ranked.pair_score
+        gc_predicate = ranked.gc_predicate
     else:
         gc_order, gc_valid, gc_score, pair_score = graph_constrained_ranking(batch, max_k, rank_by, prefix=True)
-    out = {'gc': first_hits(gc_order, gc_valid, None, None)}
+    out = {'gc': first_hits(gc_order, gc_valid, gc_predicate, None, ranked.gc_ends if ranked is not None else None)}
     if list_length > 0:
-        out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks))
+        out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks, gc_predicate))
     if gc_order.shape[1]:
         head, head_valid = gc_order[:, :1], gc_valid[:, :1]
-        out['top_predicate'] = torch.where(head_valid, scores.predicate_at(head, head_valid), -1)[:, 0]
+        top = gc_predicate[:, :1] if gc_predicate is not None else scores.predicate_at(head, head_valid)
+        out['top_predicate'] = torch.where(head_valid, top, -1)[:, 0]
     else:
         out['top_predicate'] = torch.full((gc_order.shape[0],), -1, dtype=torch.long, device=batch.device)
 
@@ -230,7 +233,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     else:
         ng_pair, ng_pred, ng_valid = no_graph_constraint_list(scores, batch.rel_valid, ng_topk, pair_score,
                                                               gc_order, gc_valid, batch.num_rel_preds)
-    out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None)
+    out['ngc'] = first_hits(ng_pair, ng_valid, ng_pred, None, ranked.ng_ends if ranked is not None else None)
 
     if with_pair_accuracy:
         acc_order, acc_valid, acc_positions = gt_pair_sublist(batch, gc_score, max_k, rank_by)
@@ -241,8 +244,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
 def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_masks: bool):
     """``(first_hits, pair_ranks)`` for the ranked lists of ``batch``.
 
-    ``first_hits(pair_index, valid, predicate, list_valid)``: the [B, G] first-hit rank of each GT relation in a
-    list of (pair, predicate) entries [B, J]; ``predicate``: the entries' predicates [B, J], or None for the
+    ``first_hits(pair_index, valid, predicate, list_valid, ends=None)``: the [B, G] first-hit rank of each GT
+    relation in a list of (pair, predicate) entries [B, J] (``ends`` [B, J, 2]: the entries' (subject, object)
+    when the caller has them, read instead of the pairs at ``pair_index`` with given predicates by the compiled
+    ranker); ``predicate``: the entries' predicates [B, J], or None for the
     graph-constrained predicate of each entry's pair (its first maximal score column, looked up only for the
     entries whose pair matches both ends of some GT relation: the others hit nothing, whatever their predicate);
     ``list_valid``: entries that count as list positions (None: all). Phrase detection matches the union boxes
@@ -253,7 +258,8 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     num_gt = batch.gt_predicates.shape[1]
     if phrase:
-        def phrase_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor]) -> Tensor:
+        def phrase_hits(pair_index: Tensor, valid: Tensor, predicate, list_valid: Optional[Tensor],
+                    ends: Optional[Tensor] = None) -> Tensor:
             pairs = batch.rel_pairs.gather(1, pair_index[..., None].expand(-1, -1, 2))
             if predicate is None:
                 predicate = scores.predicate_at(pair_index, valid)
@@ -275,7 +281,7 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
                              batch.rel_pairs[..., 1].gather(1, pair_index), valid)
 
     def first_hits(pair_index: Tensor, valid: Tensor, predicate: Optional[Tensor],
-                   list_valid: Optional[Tensor]) -> Tensor:
+                   list_valid: Optional[Tensor], listed_ends: Optional[Tensor] = None) -> Tensor:
         ends = ends_of(pair_index, valid)
         if predicate is None:
             valid = (ends != 0).any(-1)
@@ -303,7 +309,12 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
     pair_rows = batch.pair_rows
 
     def first_hits(pair_index: Tensor, valid: Tensor, predicate: Optional[Tensor],
-                   list_valid: Optional[Tensor]) -> Tensor:
+                   list_valid: Optional[Tensor], ends: Optional[Tensor] = None) -> Tensor:
+        if ends is not None and predicate is not None:  # the entries' own (subject, object): no pair lookup
+            positions = torch.arange(ends.shape[1], device=ends.device).expand(ends.shape[0], -1).contiguous()
+            return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, [ends],
+                                           positions, valid, predicate, list_valid, matrices, start, column,
+                                           num_pred, False)
         return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                        pair_index, valid, predicate, list_valid, matrices, start, column, num_pred,
                                        False)
@@ -334,15 +345,24 @@ def _score_row_source(scores):
 
 
 def _list_head(batch, gc_order: Tensor, gc_valid: Tensor, gc_score: Tensor, list_length: int,
-               pair_ranks) -> Dict[str, Tensor]:
+               pair_ranks, gc_predicate: Optional[Tensor] = None) -> Dict[str, Tensor]:
     """The per-image outputs of :func:`scene_graph_ranks` (``list_length`` > 0): the head of the
     graph-constrained list and, per GT relation, ``pair_rank`` / ``pair_predicate`` (``pair_ranks`` None:
-    phrase detection, no pair ranks)."""
+    phrase detection, no pair ranks). ``gc_predicate``: the listed pairs' predicates when known."""
     scores = batch.scores
+
+    def predicates(position: Tensor, valid: Tensor) -> Tensor:  # of the entries at list positions (valid ones)
+        if not gc_order.shape[1]:  # an empty list: nothing is valid
+            return torch.zeros_like(position)
+        if gc_predicate is not None:
+            return gc_predicate.gather(1, position)
+        return scores.predicate_at(gc_order.gather(1, position), valid)
+
     length = min(int(list_length), gc_order.shape[1])
     head, head_valid = gc_order[:, :length], gc_valid[:, :length]
+    positions = torch.arange(length, device=gc_order.device).expand(gc_order.shape[0], length)
     out = {'gc_pairs': head, 'gc_valid': head_valid,
-           'gc_predicate': torch.where(head_valid, scores.predicate_at(head, head_valid), -1),
+           'gc_predicate': torch.where(head_valid, predicates(positions, head_valid), -1),
            'gc_score': torch.where(head_valid, gc_score.gather(1, head), 0.0)}
     if pair_ranks is None:
         out['pair_rank'] = torch.full_like(batch.gt_predicates, NO_HIT, dtype=torch.int32)
@@ -350,8 +370,7 @@ def _list_head(batch, gc_order: Tensor, gc_valid: Tensor, gc_score: Tensor, list
         out['pair_rank'] = pair_ranks(gc_order, gc_valid)
     found = out['pair_rank'] < NO_HIT
     at = torch.where(found, out['pair_rank'], 0).long()
-    on_pair = gc_order.gather(1, at) if gc_order.shape[1] else at
-    out['pair_predicate'] = torch.where(found, scores.predicate_at(on_pair, found), -1)
+    out['pair_predicate'] = torch.where(found, predicates(at, found), -1)
     return out
 
 
