@@ -234,6 +234,7 @@ def test_baseline_run_of_this_checkout_itself():
                           '--repeat', '1', '--images', '40', '--device', 'cpu', '--baseline', str(root)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if line.startswith(('ours ', 'baseline '))}
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()
+            if line.startswith(('ours ', 'baseline '))}
     assert set(rows) == {'ours', 'baseline'} and rows['ours'][-2:] == rows['baseline'][-2:]
     assert 'ours_vs_baseline_triplets_cpu' in out.stdout

@@ -10,10 +10,10 @@ round. Every timing is :func:`.timing.best_of`.
 The implementations: ``ours`` (SGRecall + SGMeanRecall, every key), ``ours-1thread`` (the same in a process
 started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference of the thread policy under load),
 ``ours-torch`` (the same with the compiled CPU kernels switched off), ``baseline`` (``ours`` of another checkout
-of the package, the ``baseline`` option: a regression check in the same run, :func:`baseline_command`), the peers ``legacy`` (per-image numpy,
-:mod:`.legacy_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's per-image API, its ranked lists
-built outside / inside the timing), and ``offline``, ``offline-cli``, ``cli-startup`` (:mod:`.offline`),
-``relclip`` (:mod:`.relclip`).
+of the package, the ``baseline`` option: a regression check in the same run, :func:`baseline_command`), the
+peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's
+per-image API, its ranked lists built outside / inside the timing), and ``offline``, ``offline-cli``,
+``cli-startup`` (:mod:`.offline`), ``relclip`` (:mod:`.relclip`).
 """
 import json
 import os

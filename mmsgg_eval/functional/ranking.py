@@ -224,18 +224,19 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
     float32 [R_b, column + P] input; ``rel_pairs``: each image's int64 [R_b, 2] pairs (0-based object indices),
     or one padded [B, R, 2] int64 tensor in a list (a batch's ``pair_rows``); ``object_scores``
     [B, N] float32, ``num_rel`` [B] the R_b; ``out``: a float32 [3, B, R] buffer for the row maxima, triplet and
-    pair scores (a pool's buffer reused by its owner), else new tensors. Values are not checked here (the reader validates the batch before
-    the lists are used). Returns ``(lists, (best [B, R], passed [B]), bad [B], (min [B], max [B]))``: ``bad[b]``
-    >= 0 is the first pair of image b with an object index outside [0, N), -1 when none (its lists are empty
-    then); the last pair is each image's (min, max) pair index (0, -1 without pairs), for the reader's index
-    check. None where the kernels do not apply (not built or switched off, no object column, other dtypes)."""
+    pair scores (a pool's buffer reused by its owner), else new tensors. Values are not checked here (the reader
+    validates the batch before the lists are used). Returns ``(lists, (best [B, R], passed [B]), bad [B],
+    (min [B], max [B]))``: ``bad[b]`` >= 0 is the first pair of image b with an object index outside [0, N), -1
+    when none (its lists are empty then); the last pair is each image's (min, max) pair index (0, -1 without
+    pairs), for the reader's index check. None where the kernels do not apply (not built or switched off, no
+    object column, other dtypes)."""
     kernels = compiled.kernels()
     if (kernels is None or object_scores.dim() != 2 or not object_scores.shape[1]
             or object_scores.dtype != torch.float32):
         return None
     (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad, pair_range,
-     gc_predicate, gc_ends, ng_ends) = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
-                                          num_rel, int(k), int(ng_topk), out)
+     gc_predicate, gc_ends, ng_ends) = kernels.ranked_relation_lists(
+        matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k), int(ng_topk), out)
     lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,
                         ng_valid, gc_predicate, gc_ends, ng_ends)
     return lists, (best, passed), bad, (pair_range[:, 0], pair_range[:, 1])

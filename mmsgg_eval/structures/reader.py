@@ -713,10 +713,10 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
         rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class',
                                value_range=ranges.get('pred_labels')))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
-    pairs = p.rel_pairs
-    rules.append(FieldRule('pred_relations.pair_idxs', 'index', pairs.padded if pairs.rows is None else None, p.num_rel,
-                           num_pred, 'object', pair_note, zero_padded=True, value_range=ranges.get('rel_pairs'),
-                           padded=lambda: pairs.padded))
+    pairs, pair_range = p.rel_pairs, ranges.get('rel_pairs')
+    kept = pairs.rows is not None and pair_range is not None  # unpadded: the rule reads the value range alone
+    rules.append(FieldRule('pred_relations.pair_idxs', 'index', None if kept else pairs.padded, p.num_rel, num_pred,
+                           'object', pair_note, zero_padded=True, value_range=pair_range, padded=lambda: pairs.padded))
 
     def score_message(b: int) -> str:
         raw = p.given_scores[sum(p.single_label[:b])] if p.single_label[b] else p.raw_scores[b]
