@@ -896,6 +896,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
     TopScratch scratch;
     Workspace work;
     std::vector<Key> listed;
+    std::vector<int64_t> top;
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& m = matrices[b];
       const float* data = m.data_ptr<float>();
@@ -918,7 +919,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
         continue;
       }
-      std::vector<int64_t> top(listed.size());  // the graph-constrained pairs bound the entry threshold
+      top.resize(listed.size());  // the graph-constrained pairs bound the entry threshold
       for (size_t i = 0; i < listed.size(); ++i) {
         top[i] = key_index(listed[i]);
       }
@@ -1236,14 +1237,7 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
             bad[b] = j;
             break;
           }
-          const float* row = rows + r * cols + column;
-          float top = row[0];
-          for (int64_t c = 1; c < num_predicates; ++c) {
-            if (row[c] > top) {  // the first maximal column, as argmax
-              top = row[c];
-              p = c;
-            }
-          }
+          p = first_max_column(rows + r * cols + column, num_predicates);
         }
         for (int64_t w = 0; w < words; ++w) {
           uint64_t word = hits[w] & carries[p * words + w];
