@@ -13,6 +13,7 @@ import pytest
 
 from mmsgg_eval.benchmarks import load, report, runners
 from mmsgg_eval.benchmarks.timing import best_of
+from tests.tool_runs import run_tool
 
 TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
 
@@ -109,7 +110,7 @@ def test_load_option_accepts_zero_and_refuses_negative_numbers():
     for bad, message in (('-1', 'non-negative integer (>= 0), got -1'), ('x', "non-negative integer, got 'x'")):
         with pytest.raises(argparse.ArgumentTypeError, match=message.replace('(', '\\(').replace(')', '\\)')):
             non_negative_int_arg(bad)
-    out = subprocess.run([sys.executable, str(TOOL), '--load', '-2'], capture_output=True, text=True, timeout=120)
+    out = run_tool([str(TOOL), '--load', '-2'], timeout=120)
     assert out.returncode == 2 and 'argument --load: must be a non-negative integer (>= 0), got -2' in out.stderr
 
 
@@ -199,8 +200,7 @@ def test_baseline_job_runs_ours_of_another_checkout_through_its_own_protocol(mon
     args = tool.build_parser().parse_args(['--workload', 'variable', 'triplets', '--no-peers', '--baseline', str(new)])
     assert tool.job_list(args, ['cpu']) == [('ours', 'variable', 'cpu'), ('baseline', 'variable', 'cpu'),
                                             ('ours', 'triplets', 'cpu'), ('baseline', 'triplets', 'cpu')]
-    out = subprocess.run([sys.executable, str(TOOL), '--baseline', str(tmp_path)], capture_output=True, text=True,
-                         timeout=120)
+    out = run_tool([str(TOOL), '--baseline', str(tmp_path)], timeout=120)
     assert out.returncode == 2 and 'is not a checkout of mmsgg_eval' in out.stderr
     calls = []
 
@@ -230,9 +230,8 @@ def test_baseline_job_runs_ours_of_another_checkout_through_its_own_protocol(mon
 def test_baseline_run_of_this_checkout_itself():
     """A real run with this checkout as its own baseline: both rows, the same R@50."""
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(TOOL), '--workload', 'triplets', '--no-peers', '--rounds', '1',
-                          '--repeat', '1', '--images', '40', '--device', 'cpu', '--baseline', str(root)],
-                         capture_output=True, text=True, timeout=600)
+    out = run_tool([str(TOOL), '--workload', 'triplets', '--no-peers', '--rounds', '1', '--repeat', '1', '--images',
+                    '40', '--device', 'cpu', '--baseline', str(root)], timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()
             if line.startswith(('ours ', 'baseline '))}

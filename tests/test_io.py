@@ -577,13 +577,11 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     """tools/benchmark.py runs its job list --rounds times in turn and reports one row per job (its best
     round), with the ratios JSON line; --torch-path adds the run without the compiled kernels (same numbers)."""
     import json
-    import subprocess
-    import sys
     from pathlib import Path
+    from tests.tool_runs import run_tool
     tool = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
-    out = subprocess.run([sys.executable, str(tool), '--workload', 'triplets', '--images', '8', '--batch-size', '4',
-                          '--repeat', '1', '--rounds', '2', '--no-peers', '--device', 'cpu', '--torch-path'],
-                         capture_output=True, text=True, timeout=600)
+    out = run_tool([str(tool), '--workload', 'triplets', '--images', '8', '--batch-size', '4', '--repeat', '1',
+                    '--rounds', '2', '--no-peers', '--device', 'cpu', '--torch-path'], timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stderr.count('running ours on triplets (cpu)') == 2 and 'round 2/2' in out.stderr
     assert out.stderr.count('running ours-torch on triplets (cpu)') == 2
@@ -595,7 +593,7 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     assert summary['compiled_kernels'] == compiled.built()
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith('ours')]
     assert [r[0] for r in rows] == ['ours', 'ours-torch'] and rows[0][-2:] == rows[1][-2:]  # same R@50, mR@50
-    bad = subprocess.run([sys.executable, str(tool), '--rounds', '0'], capture_output=True, text=True, timeout=120)
+    bad = run_tool([str(tool), '--rounds', '0'], timeout=120)
     assert bad.returncode == 2 and 'argument --rounds: must be a positive integer (>= 1), got 0' in bad.stderr
 
 
