@@ -56,9 +56,10 @@ class RelationPairs:
 
     def index_range(self):
         """(min [B], max [B]) of each image's kept pair indices (0, -1 without pairs), or None for padded pairs."""
-        if self.rows is None:
+        kernels = compiled.kernels()
+        if self.rows is None or kernels is None:
             return None
-        read = compiled.kernels().pad_int64_rows(self.rows, 0, pad=False) if compiled.kernels() is not None else None
+        read = kernels.pad_int64_rows(self.rows, 0, pad=False)
         if read is None:
             return None
         return read[1], read[2]
