@@ -21,7 +21,6 @@ import html
 import json
 import os
 import os.path as osp
-import shutil
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -340,14 +339,6 @@ def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -
             f'<h2>Found at {k} ({len(hits)} drawn images)</h2>' + thumbs(hits),
             f'<h2>Missed at {k} ({len(misses)} drawn images)</h2>' + thumbs(misses)]
     return _page(f'predicate {p}', ''.join(body))
-
-
-def copy_into(src: str, out_dir: str) -> Optional[str]:
-    """Copy ``src`` into ``out_dir`` when it exists; returns the new name."""
-    if src and osp.isfile(src):
-        shutil.copy(src, osp.join(out_dir, osp.basename(src)))
-        return osp.basename(src)
-    return None
 
 
 def dataset_facts(dataset: Any) -> Tuple[List[str], List[str], Dict[int, str], str]:

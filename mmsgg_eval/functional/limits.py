@@ -5,8 +5,6 @@
 * ``K_ALL``: the "K" of K-free recalls (VLM Recall / mRecall: every predicted triplet counts).
 * ``RANK_CAP_INT16``: ranks are stored as int16 when every K is below it (ranks at or above the largest K
   only mean "missed", so they are clamped to the cap).
-* ``PAIR_KEY_BASE``: (subject index, object index) pairs are encoded as ``subject * PAIR_KEY_BASE + object``;
-  valid while every image has fewer than ``PAIR_KEY_BASE`` objects.
 * ``AUTO_SAMPLE_ID_BASE``: samples without ``sample_idx`` (single process only) are numbered from here, far
   above any dataset index, so they never collide with real ones.
 * ``POOL_SCORE_ROWS``: the predicted pairs (score rows) a scene-graph metric pools before ranking them (~53 MB
@@ -18,12 +16,9 @@
 NO_HIT = 2 ** 30
 K_ALL = 10 ** 9
 RANK_CAP_INT16 = 2 ** 15 - 1
-PAIR_KEY_BASE = 2 ** 16
-MAX_OBJECTS_PER_IMAGE = PAIR_KEY_BASE - 1
 AUTO_SAMPLE_ID_BASE = 2 ** 40
 POOL_SCORE_ROWS = 2 ** 18
 
 assert K_ALL < NO_HIT < 2 ** 31, 'NO_HIT must exceed every K and fit int32'
 assert RANK_CAP_INT16 < K_ALL and RANK_CAP_INT16 == 32767, 'the int16 rank cap is the int16 maximum'
-assert PAIR_KEY_BASE * PAIR_KEY_BASE < 2 ** 63, 'pair keys must fit int64'
 assert AUTO_SAMPLE_ID_BASE > 2 ** 31, 'automatic sample ids must not collide with dataset indices'

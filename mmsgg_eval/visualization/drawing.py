@@ -22,10 +22,6 @@ OTHER = (150, 150, 150)
 Item = Dict[str, Any]
 
 
-def _number(value: Optional[int]) -> str:
-    return '-' if value is None else str(value)
-
-
 def relation_items(record: Dict[str, Any], k: int = 50, topk_drawn: int = 20) -> Tuple[List[Item], List[Item]]:
     """(GT items, prediction items) of a per-image record: what each panel lists, with its hit decision.
 
