@@ -365,7 +365,7 @@ def write_outputs(result: Dict[str, Any], out_dir: str) -> Dict[str, str]:
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    from .eval import positive_int_arg
+    from .runner.arguments import positive_int_arg
     parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.compare',
                                      description='Paired comparison of evaluation runs on the same images')
     parser.add_argument('runs', nargs='+', help='evaluation states (files, directories, globs) of each run, or '

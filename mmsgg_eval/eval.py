@@ -39,13 +39,14 @@ import argparse
 import glob
 import logging
 import os.path as osp
-import pickle
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
 from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples
+from mmsgg_eval.runner.arguments import (USER_ERRORS, add_save_state_argument, cli_message,  # noqa: F401
+                                         non_negative_int_arg, positive_int_arg)
 
 #: Scene-graph metrics: ``--mode`` sets their ``mode``.
 SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric')
@@ -55,8 +56,6 @@ PROTOCOL_TARGETS = {'SGRecall': 'scene_graph', 'SGMeanRecall': 'scene_graph', 'S
                     'VLMSceneGraphMetric': 'vlm'}
 #: Options of the grounding reader (the other ``--metric-options`` go to the metric).
 GROUNDING_READER_OPTIONS = ('bbox_format', 'coord_scale')
-#: Exceptions printed as one message by :func:`main` (anything else is a bug and keeps its traceback).
-USER_ERRORS = (ValueError, OSError, KeyError, SyntaxError, pickle.UnpicklingError)
 
 
 def build_dataset(cfg: Any, split_key: str = 'test_dataloader') -> Any:
@@ -393,42 +392,6 @@ def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow
     return results
 
 
-def _int_at_least(text: str, minimum: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'must be a {what}, got {text!r}') from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f'must be a {what} (>= {minimum}), got {value}')
-    return value
-
-
-def positive_int_arg(text: str) -> int:
-    """argparse ``type=`` of a count option: an integer >= 1, else an error naming the option (exit status 2)."""
-    return _int_at_least(text, 1, 'positive integer')
-
-
-def non_negative_int_arg(text: str) -> int:
-    """argparse ``type=`` of a count that may be 0: an integer >= 0, else an error naming the option."""
-    return _int_at_least(text, 0, 'non-negative integer')
-
-
-def add_save_state_argument(parser: argparse.ArgumentParser) -> None:
-    """``--save-state DIR`` of both command lines (offline and ``tools/test.py``)."""
-    parser.add_argument('--save-state', metavar='DIR',
-                        help='write every metric\'s evaluation state (reduced rows, settings, GT hash) into DIR '
-                             '(main rank), to merge shards or summarise again with python -m mmsgg_eval.eval '
-                             '--from-state DIR')
-
-
-def _message(err: BaseException) -> str:
-    if hasattr(err, 'cli_message'):
-        return err.cli_message()
-    if isinstance(err, KeyError) and err.args:
-        return str(err.args[0])
-    return str(err) or type(err).__name__
-
-
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.eval',
@@ -490,7 +453,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     except USER_ERRORS as err:
         if args.debug:
             raise
-        print(f'{parser.prog}: error: {_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
+        print(f'{parser.prog}: error: {cli_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
         raise SystemExit(1) from None
 
 

@@ -107,3 +107,57 @@ def test_tools_do_not_edit_sys_path(tool):
     edits = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == 'path'
              and isinstance(node.value, ast.Name) and node.value.id == 'sys']
     assert not edits, f'{osp.relpath(tool, ROOT)} uses sys.path at lines {edits}: import the installed package'
+
+
+
+def declared_layers() -> List[List[str]]:
+    """The ``layers`` block of docs/architecture.md: one line a layer, lowest first."""
+    text = open(osp.join(ROOT, 'docs', 'architecture.md'), encoding='utf-8').read()
+    start = text.index('```layers\n') + len('```layers\n')
+    return [line.split() for line in text[start:text.index('```', start)].splitlines() if line.strip()]
+
+
+def _unit(module: str) -> str:
+    """The package or top-level module a module belongs to (``mmsgg_eval.metrics.base`` -> ``metrics``)."""
+    parts = module.split('.')
+    return parts[1] if len(parts) > 1 else ''
+
+
+def imports_against_layers(graph: Dict[str, Set[str]], layers: List[List[str]]) -> List[str]:
+    """Each import of ``graph`` (module -> imported modules) that reaches the same or a higher layer in another
+    unit, or ``testing`` from anywhere but ``benchmarks``; ``mmsgg_eval/__init__.py`` stands above all."""
+    level = {unit: n for n, line in enumerate(layers) for unit in line}
+    found = []
+    for name in sorted(graph):
+        unit = _unit(name)
+        for dep in sorted(graph[name]):
+            target = _unit(dep)
+            if not unit or not target or target == unit:
+                continue
+            if level[target] >= level[unit] or (target == 'testing' and unit != 'benchmarks'):
+                found.append(f'{name} ({unit}, layer {level[unit]}) imports {dep} ({target}, layer {level[target]})')
+    return found
+
+
+def test_imports_follow_the_declared_layers():
+    layers = declared_layers()
+    paths = python_files(PACKAGE)
+    modules = {module_name(p) for p in paths}
+    units = {_unit(m) for m in modules} - {''}
+    declared = {unit for line in layers for unit in line}
+    assert units <= declared, f'not in the layers block of docs/architecture.md: {sorted(units - declared)}'
+    graph = {module_name(p): module_imports(p, modules) for p in paths}
+    upward = imports_against_layers(graph, layers)
+    assert not upward, 'imports against the layer order of docs/architecture.md:\n' + '\n'.join(upward)
+
+
+def test_layer_check_finds_upward_and_fixture_imports():
+    layers = declared_layers()
+    graph = {'mmsgg_eval.functional.boxes': {'mmsgg_eval.metrics.base'},      # upward
+             'mmsgg_eval.io.stream': {'mmsgg_eval.datasets.vg150'},           # same layer, another unit
+             'mmsgg_eval.eval': {'mmsgg_eval.testing.sample_data'},           # a fixture outside benchmarks
+             'mmsgg_eval.metrics.base': {'mmsgg_eval.functional.boxes', 'mmsgg_eval.metrics.accumulator'},
+             'mmsgg_eval.benchmarks.offline': {'mmsgg_eval.testing.sample_data'},
+             'mmsgg_eval': {'mmsgg_eval.benchmarks.offline'}}
+    found = imports_against_layers(graph, layers)
+    assert [f.split(' ')[0] for f in found] == ['mmsgg_eval.eval', 'mmsgg_eval.functional.boxes', 'mmsgg_eval.io.stream']

@@ -105,7 +105,7 @@ def test_busy_processes_end_themselves_when_the_benchmark_is_killed_hard(tmp_pat
 
 
 def test_load_option_accepts_zero_and_refuses_negative_numbers():
-    from mmsgg_eval.eval import non_negative_int_arg
+    from mmsgg_eval.runner.arguments import non_negative_int_arg
     assert non_negative_int_arg('0') == 0 and non_negative_int_arg('3') == 3
     for bad, message in (('-1', 'non-negative integer (>= 0), got -1'), ('x', "non-negative integer, got 'x'")):
         with pytest.raises(argparse.ArgumentTypeError, match=message.replace('(', '\\(').replace(')', '\\)')):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mmsgg_eval.metrics.predicate_groups import VG150_PREDICATES
+from mmsgg_eval.vocabularies import VG150_PREDICATES
 from mmsgg_eval.metrics.scene_graph import SGMeanRecall, SGRecall
 from mmsgg_eval.reports import (format_markdown_tables, format_scene_graph_report, plot_per_predicate_recall,
                                 recall_key, write_scene_graph_reports)

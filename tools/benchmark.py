@@ -48,7 +48,7 @@ from mmsgg_eval.benchmarks.report import format_table, load_line, summarize
 from mmsgg_eval.benchmarks.runners import PEER_WORKLOADS, best_rounds
 from mmsgg_eval.benchmarks.runners import run_sgbench  # noqa: F401 (tests load this tool and call it)
 from mmsgg_eval.benchmarks.workloads import WORKLOADS
-from mmsgg_eval.eval import non_negative_int_arg, positive_int_arg
+from mmsgg_eval.runner.arguments import non_negative_int_arg, positive_int_arg
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,7 @@ def main(argv=None):
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
 
-    from mmsgg_eval.eval import USER_ERRORS
+    from mmsgg_eval.runner.arguments import USER_ERRORS
     from mmsgg_eval.runner.cli import user_error_line
     try:
         build(args)

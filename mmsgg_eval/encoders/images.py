@@ -5,6 +5,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ..user_messages import warn_user
+
 __all__ = ['decode_image', 'to_rgb_uint8', 'to_rgb_float']
 
 _WARNED_RANGE = [False]
@@ -13,7 +15,6 @@ _WARNED_RANGE = [False]
 def _warn_range_once(message: str) -> None:
     if not _WARNED_RANGE[0]:
         _WARNED_RANGE[0] = True
-        from ..metrics.base import warn_user
         warn_user(message)
 
 

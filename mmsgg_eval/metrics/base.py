@@ -58,6 +58,7 @@ from torch import Tensor
 from ..functional.threads import compute_threads
 from ..reports import check_writable
 from ..structures import get_field, sample_index
+from ..user_messages import warn_user  # noqa: F401  (re-exported: the metrics warn through it)
 from .accumulator import RowAccumulator, same_objects
 from .options import with_base_options
 from .state import save_state
@@ -95,13 +96,6 @@ def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
     """Create ``path`` if needed and check that files can be written in it; raise ``OSError`` naming the
     metric, the argument and the path otherwise (:func:`mmsgg_eval.reports.check_writable`)."""
     check_writable(path, f'{owner}: {argument} directory')
-
-
-def warn_user(message: str) -> None:
-    """A user-facing warning: through ``warnings`` (tests, notebooks) and the runner's log."""
-    from mmengine.logging import print_log
-    warnings.warn(message, UserWarning, stacklevel=3)
-    print_log(message, logger='current', level=logging.WARNING)
 
 
 class FileClaims:

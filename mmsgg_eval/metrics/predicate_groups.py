@@ -1,25 +1,7 @@
 """Head / body / tail predicate groups for mR@K_head/_body/_tail (``docs/metrics.md``)."""
 from typing import Dict, List, Optional, Sequence
 
-# BGNN / PySGG split of the VG150 predicates.
-VG150_HEAD = ('behind', 'has', 'in', 'near', 'of', 'on', 'wearing')
-VG150_TAIL = ('across', 'against', 'along', 'between', 'covered in', 'covering', 'eating', 'flying in', 'from',
-              'growing on', 'laying on', 'lying on', 'made of', 'mounted on', 'on back of', 'painted on',
-              'part of', 'playing', 'says', 'to', 'using', 'walking in')
-VG150_PREDICATES = (
-    'above', 'across', 'against', 'along', 'and', 'at', 'attached to', 'behind', 'belonging to', 'between',
-    'carrying', 'covered in', 'covering', 'eating', 'flying in', 'for', 'from', 'growing on', 'hanging from',
-    'has', 'holding', 'in', 'in front of', 'laying on', 'looking at', 'lying on', 'made of', 'mounted on',
-    'near', 'of', 'on', 'on back of', 'over', 'painted on', 'parked on', 'part of', 'playing', 'riding', 'says',
-    'sitting on', 'standing on', 'to', 'under', 'using', 'walking in', 'walking on', 'watching', 'wearing',
-    'wears', 'with')
-
-
-def vg150_groups() -> Dict[str, List[str]]:
-    head, tail = set(VG150_HEAD), set(VG150_TAIL)
-    return {'head': list(VG150_HEAD),
-            'body': [p for p in VG150_PREDICATES if p not in head and p not in tail],
-            'tail': list(VG150_TAIL)}
+from ..vocabularies import VG150_PREDICATES, vg150_groups
 
 
 def frequency_thirds(predicates: Sequence[str], counts: Sequence[float]) -> Dict[str, List[str]]:

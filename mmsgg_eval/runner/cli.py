@@ -83,7 +83,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help='draw one picture per image (GT panel | prediction panel, hits and misses) into '
                              'DIR, relative to WORK_DIR/TIMESTAMP as mmdet\'s --show-dir '
                              '(SceneGraphLocalVisualizer through DetVisualizationHook)')
-    from mmsgg_eval.eval import add_save_state_argument, positive_int_arg
+    from .arguments import add_save_state_argument, positive_int_arg
     add_save_state_argument(parser)
     parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
                         help='95%% bootstrap interval of every key from N resamples of the images (reports, '
@@ -138,8 +138,8 @@ def trigger_visualization_hook(cfg: Any, show_dir: str) -> None:
 def user_error_line(prog: str, err: BaseException) -> str:
     """The one-line report of a user error, as both command lines print it (the project's own error
     classes are named, e.g. ``OutputNotWritableError: ...``)."""
-    from mmsgg_eval.eval import _message
-    text = _message(err)
+    from .arguments import cli_message
+    text = cli_message(err)
     if isinstance(err, (OutputNotWritableError, DistributedEvaluationError)):
         text = f'{type(err).__name__}: {text}'
     return f'{prog}: error: {text}\n(rerun with --debug for the traceback)'
@@ -148,7 +148,7 @@ def user_error_line(prog: str, err: BaseException) -> str:
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Run ``tools/test.py``; user errors (missing files, unwritable outputs, invalid predictions, failed
     ranks) exit with status 1 and one message instead of a traceback (``--debug``: the traceback)."""
-    from mmsgg_eval.eval import USER_ERRORS
+    from .arguments import USER_ERRORS
     args = parse_args(argv)
     # mmengine 0.10.7 loads checkpoints with torch.load's default, weights_only=True since torch 2.6, which
     # refuses mmengine's own training checkpoints (message hub, numpy metadata). The checkpoint is the one

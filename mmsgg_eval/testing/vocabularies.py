@@ -1,10 +1,10 @@
 """The vocabularies of the sample datasets: the real VG150, COCO panoptic and PSG names, a DIOR subset.
 
-``VG150_PREDICATES`` is the one defined beside the VG150 predicate groups (``metrics.predicate_groups``).
+``VG150_PREDICATES`` is the one of :mod:`mmsgg_eval.vocabularies` (beside the VG150 predicate groups).
 """
 from typing import Sequence
 
-from ..metrics.predicate_groups import VG150_PREDICATES
+from ..vocabularies import VG150_PREDICATES
 
 
 # The VG150 classes in the order of ``VG-SGG-dicts-with-attri.json`` (``idx_to_label`` '1'..'150').
