@@ -61,6 +61,23 @@ def test_a_build_that_cannot_be_loaded_is_reported_and_the_torch_implementation_
     assert build_relation_scores(raw, [1], [3], 4, [False], [], 'compiled', CPU).layout == 'views'
 
 
+def test_a_build_with_another_no_hit_sentinel_is_refused(monkeypatch):
+    """The kernels' "no hit" rank is the one of functional.limits (exported by the module, checked on load)."""
+    import types
+    import mmsgg_eval
+    from mmsgg_eval.functional.limits import NO_HIT
+    if compiled.built():
+        assert compiled._load().NO_HIT == NO_HIT
+    stale = types.ModuleType('mmsgg_eval._ext')
+    stale.NO_HIT = NO_HIT - 1
+    monkeypatch.setitem(sys.modules, 'mmsgg_eval._ext', stale)
+    monkeypatch.setattr(mmsgg_eval, '_ext', stale, raising=False)
+    monkeypatch.setattr(compiled, '_loaded', False)
+    monkeypatch.setattr(compiled, '_kernels', None)
+    with pytest.warns(UserWarning, match=r'could not be loaded \(its NO_HIT sentinel is 1073741823'):
+        assert compiled.kernels() is None
+
+
 def _pair_scores(g, num_rel, zero_prob=0.2):
     width = max(num_rel, default=0)
     pair_score = torch.zeros(len(num_rel), width)

@@ -988,7 +988,8 @@ at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width) 
 // matched GT relations are bit sets of 64-bit words (bit g % 64 of word g / 64), as in the torch path.
 namespace {
 
-constexpr int32_t kNoHit = 1 << 30;  // the rank of a GT relation no entry hits (mmsgg_eval.functional.limits)
+constexpr int32_t kNoHit = 1 << 30;  // the rank of a GT relation no entry hits; exported as NO_HIT, which
+                                     // functional/compiled.py checks against limits.NO_HIT at load
 
 // IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
 // (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
@@ -1430,6 +1431,7 @@ bool matrices_suit(const std::vector<at::Tensor>& matrices, int64_t num_predicat
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mmsgg_eval compiled CPU kernels over per-image predicate score matrices";
+  m.attr("NO_HIT") = kNoHit;  // checked against mmsgg_eval.functional.limits.NO_HIT when the module loads
   m.def("row_maxima_checked", &row_maxima_checked, "row maxima [B, width] and the integer range check [B]",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("width"));
   m.def("gather_rows", &gather_rows, "predicate columns of rows (image[i], pos[i]) -> [n, P]", py::arg("matrices"),

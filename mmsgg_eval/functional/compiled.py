@@ -15,6 +15,8 @@ from typing import Iterator, Optional, Sequence
 import torch
 from torch import Tensor
 
+from .limits import NO_HIT
+
 _kernels = None
 _loaded = False
 _enabled = os.environ.get('MMSGG_EVAL_COMPILED', '1') != '0'
@@ -28,6 +30,9 @@ def _load():
         try:
             from .. import _ext
             _kernels = _ext
+            if getattr(_ext, 'NO_HIT', None) != NO_HIT:
+                raise ImportError(f'its NO_HIT sentinel is {getattr(_ext, "NO_HIT", None)}, functional.limits has '
+                                  f'{NO_HIT} (a build of other sources)')
         except ModuleNotFoundError:  # not built: the torch implementation, as documented
             _kernels = None
         except ImportError as err:  # built, but not loadable here
