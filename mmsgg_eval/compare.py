@@ -14,7 +14,9 @@ correction over all predicates with GT (family-wise error rate ``1 - level``) ar
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
-interval). Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
+interval). Runs on different ground truth (dataset name or size, GT hash, ``dataset_meta``: the checks of
+:func:`~mmsgg_eval.metrics.state.ground_truth_difference`, as merging shards does) are refused, naming the
+difference. Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
 (both restricted to the common images); runs with different metric settings, protocols or conventions are
 refused unless ``--allow-different-settings`` (the differences are then shown in every output).
 """
@@ -191,6 +193,11 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
                    with_table: bool) -> Dict[str, Any]:
     """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count."""
     from .metrics.bootstrap import contributions_of
+    from .metrics.state import ground_truth_difference
+    other_gt = ground_truth_difference(a, b)
+    if other_gt is not None:  # never paired, whatever the options: the images are not the same
+        raise CompareError(f'{a.name}: runs {names[0]} and {names[1]} were evaluated on different ground truth: '
+                           f'{other_gt}; a paired comparison needs the same dataset')
     differences = setting_differences(a, b)
     if differences and not options['allow_different_settings']:
         raise CompareError(f'{a.name}: runs {names[0]} and {names[1]} were evaluated with different settings ('
@@ -389,6 +396,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     if len(args.runs) < 2:
         parser.error('give at least two runs (A B [C ...])')
     try:
+        from .runner.arguments import check_environment
+        check_environment()
         names = run_names(args.runs)
         runs = [load_run(item, args.config, osp.join(args.out_dir, 'runs', f'{i}.{osp.basename(name)}'),
                          args.allow_missing, args.cfg_options) for i, (item, name) in enumerate(zip(args.runs, names))]

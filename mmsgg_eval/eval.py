@@ -45,8 +45,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import FORMATS, guess_format, open_predictions
 from mmsgg_eval.io.samples import CoveredSamples, DatasetSamples
-from mmsgg_eval.runner.arguments import (USER_ERRORS, add_save_state_argument, cli_message,  # noqa: F401
-                                         non_negative_int_arg, positive_int_arg)
+from mmsgg_eval.runner.arguments import (USER_ERRORS, add_save_state_argument, check_environment,  # noqa: F401
+                                         cli_message, non_negative_int_arg, positive_int_arg)
 
 #: Scene-graph metrics: ``--mode`` sets their ``mode``.
 SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric')
@@ -322,29 +322,45 @@ def evaluate_file(config: str, predictions: Union[str, Sequence[str]], fmt: str 
     if len(paths) > 1:
         provenance['prediction_files'] = [dict(file_fingerprint(p), format=fmt) for p in paths]
     path, _ = write_run_metrics(results, evaluator.metrics, work_dir, provenance, len(samples.missing))
-    missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
-        if samples.missing and not shard else ''
-    print(f'{len(samples)} samples evaluated{missing}; metrics written to {path}')
+    if shard:  # the samples of the other shards were not evaluated
+        done = f'{len(samples) - len(samples.missing)} samples of the {len(samples)} of the dataset evaluated (shard)'
+    else:
+        missing = f' ({len(samples.missing)} without a prediction, scored as empty predictions)' \
+            if samples.missing else ''
+        done = f'{len(samples)} samples evaluated{missing}'
+    print(f'{done}; metrics written to {path}')
     return results
 
 
 def state_paths(items: Sequence[str]) -> List[str]:
-    """State files of ``items``: files, glob patterns, or directories (their ``*.state`` files), in order."""
+    """State files of ``items``: files, directories (their ``*.state`` files) or glob patterns matching either
+    (``'job_*/states'`` as ``'job_*/states/*.state'``), in order; ``FileNotFoundError`` naming an item that
+    gives no state."""
     from mmsgg_eval.metrics.state import STATE_SUFFIX
     paths: List[str] = []
     for item in items:
-        if osp.isdir(item):
-            found = sorted(glob.glob(osp.join(item, '*' + STATE_SUFFIX)))
-        else:
-            found = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+        matches = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+        found: List[str] = []
+        for match in matches:
+            found += sorted(glob.glob(osp.join(glob.escape(match), '*' + STATE_SUFFIX))) if osp.isdir(match) \
+                else [match]
         if not found:
-            raise FileNotFoundError(f'no evaluation state at {osp.abspath(item)}')
+            where = f'no evaluation state at {osp.abspath(item)}'
+            raise FileNotFoundError(where + (' (a directory without *.state files)' if osp.isdir(item) else ''))
         paths.extend(found)
     return paths
 
 
-def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow_missing: bool = False,
-                    save_state: Optional[str] = None, bootstrap: Optional[int] = None) -> Dict[str, Any]:
+#: ``--allow-missing`` with ``--from-state``: the option means "score missing samples as empty predictions",
+#: which a state cannot do (it holds no rows of the samples it lacks).
+ALLOW_MISSING_WITH_STATES = ('--allow-missing scores samples without a prediction as empty predictions, which '
+                             'evaluation states cannot do (they hold no rows of the samples they lack); '
+                             '--covered-only summarises the samples the states cover, alone')
+
+
+def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, covered_only: bool = False,
+                    save_state: Optional[str] = None, bootstrap: Optional[int] = None,
+                    allow_missing: bool = False) -> Dict[str, Any]:
     """Summarise saved evaluation states again, without the predictions (``--from-state``).
 
     States of one metric (same type and prefix) are shards: they are merged
@@ -352,17 +368,27 @@ def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow
     are refused, naming the difference); each merged metric then runs its ``evaluate()`` on the rows, in the
     order of the original evaluator, writing the same reports into ``work_dir`` (default
     ``work_dirs/offline``) and the same ``metrics.json`` (with ``provenance`` naming the states). Dataset
-    samples in no state are a :class:`~mmsgg_eval.io.errors.MissingSamplesError`; with ``allow_missing``
-    the covered samples are summarised alone (a warning names how many are absent). ``save_state``: a
-    directory where the merged states are written."""
+    samples in no state are a :class:`~mmsgg_eval.io.errors.MissingSamplesError`; with ``covered_only``
+    (``--covered-only``) the covered samples are summarised alone (a warning names how many are absent).
+    ``allow_missing`` (scoring missing samples as empty predictions, as for prediction files) is refused
+    with a ValueError pointing to ``covered_only``. ``save_state``: a directory where the merged states are
+    written. Every output location (``work_dir``, ``save_state``, the metrics' files) is checked before any
+    metric is summarised. Output arguments recorded in a state are never used
+    (:meth:`~mmsgg_eval.metrics.state.EvaluationState.build_metric`)."""
+    if allow_missing:
+        raise ValueError(ALLOW_MISSING_WITH_STATES)
     from mmengine.logging import print_log
 
     from mmsgg_eval.io.errors import MissingSamplesError
     from mmsgg_eval.metrics.state import evaluation_order, evaluate_state, load_state, merge_states, \
         missing_samples, shared_objects
     from mmsgg_eval.runner.results import file_fingerprint, run_provenance, write_run_metrics
+    from mmsgg_eval.runner.results import check_writable
     paths = state_paths(states)
     work_dir = work_dir or osp.join('work_dirs', 'offline')
+    check_writable(work_dir, 'work dir (--work-dir)')  # every output location before any work
+    if save_state:
+        check_writable(save_state, 'directory of --save-state')
     groups: Dict[Any, list] = {}
     for path in paths:
         state = load_state(path)
@@ -370,21 +396,26 @@ def evaluate_states(states: Sequence[str], work_dir: Optional[str] = None, allow
     merged = shared_objects(evaluation_order([merge_states(g) for g in groups.values()]))
     for state in merged:
         missing = missing_samples(state)
-        if missing and not allow_missing:
-            raise MissingSamplesError(state.where, missing, state.dataset['num_samples'])
+        if missing and not covered_only:
+            raise MissingSamplesError(state.where, missing, state.dataset['num_samples'],
+                                      remedy='pass --covered-only (covered_only=True) to summarise the samples '
+                                             'the states cover, alone')
         if missing:
             print_log(f'{state.name}: {len(missing)} of the {state.dataset["num_samples"]} dataset samples are in '
-                      f'no state (first sample_idx: {missing[:10]}); --allow-missing: the other samples are '
+                      f'no state (first sample_idx: {missing[:10]}); --covered-only: the other samples are '
                       f'summarised alone', logger='current', level=logging.WARNING)
     results: Dict[str, Any] = {}
     metrics = []
     for state in merged:
         target = None if not save_state else osp.join(save_state, osp.basename(state.sources[0]))
-        metric, keys = evaluate_state(state, report_dir=work_dir, save_state=target, bootstrap=bootstrap)
-        metrics.append(metric)
+        metrics.append(state.build_metric(report_dir=work_dir, save_state=target, bootstrap=bootstrap))
+    for metric in metrics:  # the metrics' own files (names claimed, locations checked) before any summary
+        metric.check_outputs()
+    for state, metric in zip(merged, metrics):
+        _, keys = evaluate_state(state, metric=metric)
         results.update(keys)
     provenance = run_provenance('mmsgg_eval.eval --from-state', '', metrics, work_dir=work_dir,
-                                options=dict(allow_missing=allow_missing, save_state=save_state))
+                                options=dict(covered_only=covered_only, save_state=save_state))
     provenance.update(config=None, dataset=dict(merged[0].dataset) if merged else None,
                       states=[file_fingerprint(p) for p in paths])
     path, _ = write_run_metrics(results, metrics, work_dir, provenance)
@@ -415,9 +446,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--metric-options', nargs='+', action=DictAction,
                         help='extra metric arguments, e.g. iou_plus_one=False skip_empty_predictions=False')
     parser.add_argument('--allow-missing', action='store_true',
-                        help='evaluate although some dataset samples have no prediction (or the stream is '
-                             'truncated): they are scored as empty predictions (recall 0) and counted in '
-                             'metrics.json')
+                        help='predictions: evaluate although some dataset samples have no prediction (or the '
+                             'stream is truncated): they are scored as empty predictions (recall 0) and counted '
+                             'in metrics.json (not with --from-state: see --covered-only)')
+    parser.add_argument('--covered-only', action='store_true',
+                        help='--from-state: summarise the samples the states cover, alone, although some dataset '
+                             'samples are in no state (a warning says how many)')
     parser.add_argument('--unsafe-load', action='store_true',
                         help='load pickles with the unrestricted unpickler (only for files you trust)')
     parser.add_argument('--no-progress', action='store_true')
@@ -440,10 +474,13 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         parser.error('--from-state summarises saved states: give no config or predictions with it')
     if not args.from_state and not (args.config and args.predictions):
         parser.error('give a config and predictions file(s), or --from-state STATE [STATE ...]')
+    if args.covered_only and not args.from_state:
+        parser.error('--covered-only applies to --from-state; prediction files take --allow-missing')
     try:
+        check_environment()
         if args.from_state:
-            return evaluate_states(args.from_state, args.work_dir, args.allow_missing, args.save_state,
-                                   args.bootstrap)
+            return evaluate_states(args.from_state, args.work_dir, args.covered_only, args.save_state,
+                                   args.bootstrap, allow_missing=args.allow_missing)
         return evaluate_file(args.config, args.predictions, fmt=args.format, metrics=args.metrics, mode=args.mode,
                              work_dir=args.work_dir, batch_size=args.batch_size, cfg_options=args.cfg_options,
                              unsafe_load=args.unsafe_load, progress=not args.no_progress,

@@ -116,6 +116,43 @@ def test_different_settings_refused_unless_allowed(runs, tmp_path, capsys):
     assert 'different settings' in capsys.readouterr().err
 
 
+def write_run_on_gt(directory, samples, gt_hash, meta=None):
+    """States of SGRecall + SGMeanRecall as the tools write them: with the GT hash of the dataset."""
+    for cls in (SGRecall, SGMeanRecall):
+        metric = cls(mode='predcls', save_state=osp.join(directory, f'{cls.__name__}.state'))
+        metric.dataset_meta = meta or GROUPED_META
+        metric.state_gt_hash = gt_hash
+        metric.process({}, samples)
+        metric.evaluate(NUM)
+
+
+def test_runs_on_different_ground_truth_are_refused(runs, tmp_path, capsys):
+    """A test-split run and a val-split run over the same sample_idx range are not paired (whatever the
+    options): the GT hash, the dataset or its dataset_meta differ, named as merging names them."""
+    other_split, _ = random_dataset(9, NUM, 'predcls')
+    write_run_on_gt(str(tmp_path / 'test'), runs['samples'], 'hash-of-test')
+    write_run_on_gt(str(tmp_path / 'val'), other_split, 'hash-of-val')
+    write_run_on_gt(str(tmp_path / 'test2'), perturbed(runs['samples'], 3), 'hash-of-test')
+    with pytest.raises(CompareError, match=r"different ground truth: different GT \(hash of the dataset "
+                                           r"annotations\) \('hash-of-test' vs 'hash-of-val'\)"):
+        compare_runs([load_run(str(tmp_path / 'test')), load_run(str(tmp_path / 'val'))], ['test', 'val'],
+                     samples=20, allow_different_settings=True, intersect=True)
+    renamed = dict(GROUPED_META, predicates=[f'{p}_' for p in GROUPED_META['predicates']])
+    write_run_on_gt(str(tmp_path / 'renamed'), runs['samples'], 'hash-of-test', renamed)
+    with pytest.raises(CompareError, match=r'different dataset_meta \(entries predicates'):
+        compare_runs([load_run(str(tmp_path / 'test')), load_run(str(tmp_path / 'renamed'))], ['t', 'r'],
+                     samples=20)
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path / 'test'), str(tmp_path / 'val'), '--samples', '20', '--out-dir', str(tmp_path / 'o')])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert 'different ground truth' in err and "'hash-of-test' vs 'hash-of-val'" in err
+    # the same GT with other predictions is compared
+    result = compare_runs([load_run(str(tmp_path / 'test')), load_run(str(tmp_path / 'test2'))], ['t', 't2'],
+                          samples=20)
+    assert result['comparisons'][0]['metrics']
+
+
 def test_prediction_files_need_a_config(runs):
     with pytest.raises(CompareError, match='give --config'):
         load_run(str(runs['root'] / 'predictions.pkl'))

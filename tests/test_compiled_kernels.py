@@ -279,9 +279,12 @@ def test_thread_policy_settings_and_their_errors():
         assert threads.get_setting() == 1
     finally:
         threads.set_num_threads(saved)
-    bad_env = subprocess.run([sys.executable, '-c', 'import mmsgg_eval.functional.threads'], capture_output=True,
+    # a bad environment value: the import works, the first use is a ValueError naming the variable
+    bad_env = subprocess.run([sys.executable, '-c', 'import mmsgg_eval.functional.threads as t; print("imported"); '
+                              't.choose_threads()'], capture_output=True,
                              text=True, env=dict(os.environ, MMSGG_EVAL_NUM_THREADS='x'), timeout=120)
-    assert bad_env.returncode != 0 and 'MMSGG_EVAL_NUM_THREADS must be' in bad_env.stderr
+    assert 'imported' in bad_env.stdout
+    assert bad_env.returncode != 0 and "ValueError: MMSGG_EVAL_NUM_THREADS must be" in bad_env.stderr
 
 
 def test_thread_policy_follows_the_idle_cores_and_restores_torchs_count(monkeypatch):

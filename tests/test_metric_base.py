@@ -117,9 +117,9 @@ def test_second_metric_ranks_nothing_and_reduces_nothing(monkeypatch):
         calls['rows'] += 1
         return compute_rows(self, samples)
 
-    def counting_reduce(self):
+    def counting_reduce(self, fingerprint=None):
         calls['reduce'] += 1
-        return reduce(self)
+        return reduce(self, fingerprint)
 
     monkeypatch.setattr(SceneGraphMetric, 'compute_rows', counting_rows)
     monkeypatch.setattr(RowAccumulator, 'reduce', counting_reduce)

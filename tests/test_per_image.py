@@ -8,6 +8,7 @@ from mmsgg_eval.functional.limits import NO_HIT
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.per_image import image_record, read_per_image
 from tests.sgg_samples import random_dataset
+from tests.test_scene_graph_metrics import feed_like_an_evaluator
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
@@ -194,3 +195,41 @@ def test_set_per_image_out_paths():
     assert [c.get('per_image_out') for c in cfgs] == ['out/p.jsonl', 'out/p.jsonl', 'out/p.sgdet.jsonl', None]
     with pytest.raises(ValueError, match='--per-image'):
         set_per_image_out([dict(type='DetectionAP')], 'p.jsonl')
+
+
+def test_two_metrics_with_one_per_image_path_keep_both_files(tmp_path):
+    """SGRecall(iou_thr=0.5) and SGMeanRecall(iou_thr=0.9) of one run with one prefix and one per_image_out
+    path: the second metric's lines go to another file, named with a warning at the first process() (before
+    any work), and each file averages to its own metric's R@K; metrics writing the very same lines (equal
+    settings) share one file; two states given one save_state path are both kept."""
+    samples, _ = random_dataset(4, 24, 'sgdet')
+    path = tmp_path / 'per_image.jsonl'
+    loose = SGRecall(mode='sgdet', iou_thr=0.5, per_image_out=str(path), save_state=str(tmp_path / 's.state'))
+    strict = SGMeanRecall(mode='sgdet', iou_thr=0.9, per_image_out=str(path), save_state=str(tmp_path / 's.state'))
+    with pytest.warns(UserWarning, match=r'another metric of this run writes other contents to per_image_out'):
+        feed_like_an_evaluator([loose, strict], samples[:4], 4)
+    renamed = tmp_path / 'per_image.sgdet.mean_recall.jsonl'
+    feed_like_an_evaluator([loose, strict], samples[4:], 4)
+    keys_loose, _ = loose.evaluate(24), strict.evaluate(24)
+    reference = SGRecall(mode='sgdet', iou_thr=0.9)
+    reference.dataset_meta = META
+    reference.process({}, samples)
+    keys_strict = reference.evaluate(24)
+    for file, keys in ((path, keys_loose), (renamed, keys_strict)):
+        evaluated = [r for r in read_per_image(str(file)) if r['evaluated']]
+        assert sum(r['R@50'] for r in evaluated) / len(evaluated) == pytest.approx(keys['sgdet/R@50'])
+    assert keys_loose['sgdet/R@50'] != keys_strict['sgdet/R@50']  # the files differ
+    from mmsgg_eval.metrics.state import load_state
+    assert load_state(str(tmp_path / 's.state')).metric_type == 'SGRecall'
+    assert load_state(str(tmp_path / 's.sgdet.mean_recall.state')).metric_type == 'SGMeanRecall'
+    # equal settings: the same lines, one file, no warning
+    shared = tmp_path / 'shared.jsonl'
+    twins = [SGRecall(mode='sgdet', per_image_out=str(shared)), SGMeanRecall(mode='sgdet', per_image_out=str(shared))]
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        feed_like_an_evaluator(twins, samples, 6)
+        for m in twins:
+            m.evaluate(24)
+    assert not [w for w in caught if 'another metric' in str(w.message)]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith('shared')) == ['shared.jsonl']

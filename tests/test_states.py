@@ -200,10 +200,10 @@ def test_refusals_name_the_difference(data, tmp_path):
     state_b.dataset = dict(state_b.dataset, gt_hash='0' * 64)  # e.g. a shard evaluated on another annotation file
     with pytest.raises(StateMismatchError, match=r'different GT \(hash of the dataset annotations\)'):
         merge_states([state_a, state_b])
-    # missing samples: refused as missing predictions are; --allow-missing summarises the rest
-    with pytest.raises(MissingSamplesError, match=r'6 of the 13 dataset samples have no prediction'):
+    # missing samples: refused as missing predictions are; --covered-only summarises the rest
+    with pytest.raises(MissingSamplesError, match=r'6 of the 13 dataset samples have no prediction.*--covered-only'):
         evaluate_states([a], work_dir=str(tmp_path / 'x'))
-    alone = evaluate_states([a], work_dir=str(tmp_path / 'x'), allow_missing=True)
+    alone = evaluate_states([a], work_dir=str(tmp_path / 'x'), covered_only=True)
     assert alone == sg_run(data, tmp_path, 'a2', halves[0], 'sgdet', None, metrics=['SGRecall'], shard=True)[0]
 
 
@@ -376,3 +376,110 @@ def test_tools_test_save_state_then_from_state(tmp_path):
     assert {k: v for k, v in original.items() if k in again} == again
     assert load_state(str(states / 'predcls.recall.state')).dataset['gt_hash'] == \
         load_state(str(states / 'predcls.mean_recall.state')).dataset['gt_hash'] is not None
+
+
+def test_state_globs_shard_counts_and_the_two_missing_options(data, tmp_path, capsys):
+    """A quoted glob matching state DIRECTORIES ('job_*/states') reads their states; a shard run says how many
+    samples it evaluated (not the dataset's length); --allow-missing (score missing samples as empty
+    predictions) is refused with --from-state, which names --covered-only (summarise the covered samples)."""
+    records = predictions_for(data['dataset'])
+    common = ['--metrics', 'SGRecall', '--mode', 'sgdet', '--no-progress', '--cfg-options',
+              f'test_dataloader.dataset.data_root={data["root"]}']
+    for k, part in enumerate(shards_of(records, 3)):
+        capsys.readouterr()
+        main([CONFIG, write_jsonl(tmp_path / f'p{k}.jsonl', part), '--shard', '--save-state',
+              str(tmp_path / f'job_{k}' / 'states'), '--work-dir', str(tmp_path / f'w{k}'), *common])
+        printed = capsys.readouterr().out
+        assert f'{len(part)} samples of the 13 of the dataset evaluated (shard)' in printed, printed
+    full = evaluate_file(CONFIG, write_jsonl(tmp_path / 'all.jsonl', records), metrics=['SGRecall'], mode='sgdet',
+                         work_dir=str(tmp_path / 'wf'), cfg_options=data['options'], progress=False)
+    pattern = str(tmp_path / 'job_*' / 'states')
+    assert main(['--from-state', pattern, '--work-dir', str(tmp_path / 'merged')]) == full
+    with pytest.raises(SystemExit) as info:
+        main(['--from-state', str(tmp_path / 'job_0' / 'states'), '--allow-missing', '--work-dir',
+              str(tmp_path / 'x')])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert '--allow-missing scores samples without a prediction as empty predictions' in err and \
+        '--covered-only' in err
+    partial = main(['--from-state', str(tmp_path / 'job_0' / 'states'), '--covered-only', '--work-dir',
+                    str(tmp_path / 'y')])
+    assert partial == evaluate_states([str(tmp_path / 'job_0' / 'states')], work_dir=str(tmp_path / 'z'),
+                                      covered_only=True)
+    with pytest.raises(SystemExit) as info:  # --covered-only is an option of --from-state
+        main([CONFIG, str(tmp_path / 'p0.jsonl'), '--covered-only', *common])
+    assert info.value.code == 2
+
+
+def test_state_files_follow_the_umask(data, tmp_path):
+    """States are written with the mode every other output gets (0666 less the umask), not 0600."""
+    samples = metric_samples(data['dataset'], predictions_for(data['dataset'])[:3])
+    saved = os.umask(0o022)
+    try:
+        for name in ('a', 'b'):
+            metric = SGRecall(mode='sgdet', save_state=str(tmp_path / f'{name}.state'), prefix=name)
+            metric.dataset_meta = data['dataset'].metainfo
+            metric.process({}, samples)
+            metric.evaluate(13)
+        os.umask(0o002)
+        write_state(load_state(str(tmp_path / 'a.state')), str(tmp_path / 'c.state'))
+    finally:
+        os.umask(saved)
+    assert os.stat(tmp_path / 'a.state').st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / 'c.state').st_mode & 0o777 == 0o664
+
+
+def test_output_locations_are_checked_before_any_work(data, tmp_path, capsys, monkeypatch):
+    """--from-state with --save-state FILE (a file, not a directory) or an unwritable --work-dir: exit 1 with one
+    line before any metric is summarised; a metric's save_state= whose folder cannot be written (or that names a
+    directory) fails at the first process(), as its other outputs do."""
+    records = predictions_for(data['dataset'])
+    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    (tmp_path / 'a_file').write_text('x')
+    import mmsgg_eval.metrics.state as state_module
+    summarised = []
+    original = state_module.evaluate_state
+    monkeypatch.setattr(state_module, 'evaluate_state', lambda *a, **k: summarised.append(1) or original(*a, **k))
+    for extra in (['--save-state', str(tmp_path / 'a_file')], ['--work-dir', str(tmp_path / 'a_file' / 'w')]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            main(['--from-state', states, '--work-dir', str(tmp_path / 'w'), *extra])
+        assert info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and 'a_file is a file, not a directory' in err[0], err
+        assert 'Traceback' not in '\n'.join(err)
+    assert not summarised and not (tmp_path / 'w' / 'metrics.json').exists()
+    samples = metric_samples(data['dataset'], records[:2])
+    for target, expected in ((tmp_path / 'a_file' / 'x.state', 'save_state directory'),
+                             (tmp_path, 'is a directory')):
+        metric = SGRecall(mode='sgdet', save_state=str(target))
+        metric.dataset_meta = data['dataset'].metainfo
+        with pytest.raises(OSError, match=expected):
+            metric.process({}, samples)
+
+
+def test_output_arguments_are_never_taken_from_a_state(data, tmp_path, capsys):
+    """A state is untrusted input: output arguments in its settings (outfile_prefix, report_dir, per_image_out,
+    ...) are dropped with a warning, so --from-state writes only under --work-dir; a prefix that is not a plain
+    name (it names files) is refused."""
+    records = predictions_for(data['dataset'])
+    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    path = osp.join(states, 'sgdet.recall.state')
+    state = load_state(path)
+    outside = tmp_path / 'outside'
+    state.settings = dict(state.settings, outfile_prefix=str(outside / 'x'), per_image_out=str(outside / 'p.jsonl'),
+                          report_dir=str(outside))
+    write_state(state, str(tmp_path / 'crafted' / 'sgdet.recall.state'))
+    with pytest.warns(UserWarning, match='outfile_prefix, per_image_out, report_dir .* ignored'):
+        again = evaluate_states([str(tmp_path / 'crafted')], work_dir=str(tmp_path / 'w'))
+    assert again == evaluate_states([states], work_dir=str(tmp_path / 'w0'))
+    assert not outside.exists() and (tmp_path / 'w' / 'metrics.json').exists()
+    for prefix in ('../escape', '..'):
+        bad = load_state(path)
+        bad.settings = dict(bad.settings, prefix=prefix)
+        write_state(bad, str(tmp_path / 'bad' / 'sgdet.recall.state'))
+        with pytest.raises(SystemExit) as info:
+            main(['--from-state', str(tmp_path / 'bad'), '--work-dir', str(tmp_path / 'w2')])
+        assert info.value.code == 1
+        assert 'is not a plain name' in capsys.readouterr().err
+    assert not (tmp_path / 'escape.metrics.json').exists()

@@ -186,3 +186,30 @@ def test_a_decision_on_this_machine_takes_microseconds():
     for _ in range(200):
         threads.runnable_elsewhere()
     assert (time.perf_counter() - start) / 200 < 1e-3
+
+
+@pytest.mark.parametrize('value', ['abc', '0', '-1', '2.5'])
+def test_bad_environment_setting_is_a_one_line_cli_error(value, monkeypatch, capsys):
+    """MMSGG_EVAL_NUM_THREADS=abc / 0 / -1: importing works; the command lines exit with status 1 and one line
+    naming the variable before any work (no traceback); in Python the first use is a ValueError naming it."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, MMSGG_EVAL_NUM_THREADS=value, OMP_NUM_THREADS='1',
+               PYTHONPATH=root + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    for module, args in (('mmsgg_eval.eval', ['--from-state', 'nowhere.state']),
+                         ('mmsgg_eval.compare', ['a.state', 'b.state'])):
+        run = subprocess.run([sys.executable, '-m', module, *args], capture_output=True, text=True, env=env,
+                             timeout=300, cwd=root)
+        assert run.returncode == 1, (module, run.stderr)
+        assert 'Traceback' not in run.stderr and 'MMSGG_EVAL_NUM_THREADS' in run.stderr, (module, run.stderr)
+        assert len([line for line in run.stderr.splitlines() if 'error' in line]) == 1, run.stderr
+    monkeypatch.setenv('MMSGG_EVAL_NUM_THREADS', value)
+    monkeypatch.setattr(threads, '_setting', None)  # as a fresh process: not read yet
+    with pytest.raises(ValueError, match=f"MMSGG_EVAL_NUM_THREADS must be 'auto' or a positive integer, got "
+                                         f"'{value}'"):
+        threads.get_setting()
+    with pytest.raises(ValueError, match='MMSGG_EVAL_NUM_THREADS'):
+        threads.choose_threads()
+    monkeypatch.setenv('MMSGG_EVAL_NUM_THREADS', '2')
+    assert threads.get_setting() == 2

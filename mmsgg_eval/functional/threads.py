@@ -22,7 +22,8 @@ otherwise run its first pool, ~4x slower, on contended threads). A decision cost
 quiet machine and a few tens under load (files kept open, re-read).
 
 The setting: ``MMSGG_EVAL_NUM_THREADS`` in the environment (``auto``, or a positive integer: at most that
-many threads, whatever the load) or :func:`set_num_threads`; torch's own setting (``torch.set_num_threads``,
+many threads, whatever the load; read at the first use, where anything else is a ValueError naming the
+variable) or :func:`set_num_threads`; torch's own setting (``torch.set_num_threads``,
 ``OMP_NUM_THREADS``) stays the upper bound, and is restored after each pool. Where ``/proc`` cannot be read,
 or the count misleads (a container limited to few cores of a big shared host sees the host's count), set an
 integer.
@@ -36,7 +37,10 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Union
 import torch
 
 Setting = Union[str, int]
-_setting: Setting = 'auto'
+#: The environment variable of the policy (read at the first use, not at import: a bad value is a ValueError
+#: naming it when the policy is first needed, which the command lines report as a one-line error).
+ENVIRONMENT_VARIABLE = 'MMSGG_EVAL_NUM_THREADS'
+_setting: Optional[Setting] = None  # None: not read yet (see get_setting)
 _open_files: Dict[str, int] = {}  # /proc path -> a descriptor kept open (see _pread)
 _reading = threading.Lock()  # one reader of _open_files at a time
 
@@ -61,7 +65,12 @@ def set_num_threads(value: Setting) -> None:
 
 
 def get_setting() -> Setting:
-    """The policy in force: ``'auto'`` or an integer bound."""
+    """The policy in force: ``'auto'`` or an integer bound. The first call without :func:`set_num_threads` reads
+    :data:`ENVIRONMENT_VARIABLE`; a bad value is a ValueError naming the variable (at every call until fixed).
+    The command lines call it before any work (one-line error, exit status 1)."""
+    global _setting
+    if _setting is None:
+        _setting = parse_setting(os.environ.get(ENVIRONMENT_VARIABLE), ENVIRONMENT_VARIABLE)
     return _setting
 
 
@@ -182,7 +191,7 @@ def runnable_elsewhere() -> Optional[int]:
 def choose_threads(setting: Optional[Setting] = None) -> int:
     """The thread count for the next pool: torch's count, bounded by an integer setting; with ``'auto'`` also
     by the cores that other processes' sustained runnable threads leave (at least one thread)."""
-    setting = _setting if setting is None else parse_setting(setting)
+    setting = get_setting() if setting is None else parse_setting(setting)
     configured = torch.get_num_threads()
     if setting != 'auto':
         return max(1, min(configured, setting))
@@ -208,8 +217,6 @@ def compute_threads(setting: Optional[Setting] = None) -> Iterator[int]:
     finally:
         torch.set_num_threads(saved)
 
-
-_setting = parse_setting(os.environ.get('MMSGG_EVAL_NUM_THREADS'), 'MMSGG_EVAL_NUM_THREADS')
 
 __all__: Sequence[str] = ('compute_threads', 'choose_threads', 'set_num_threads', 'get_setting', 'parse_setting',
                           'runnable_elsewhere', 'runnable_now', 'SustainedLoad', 'usable_cores')

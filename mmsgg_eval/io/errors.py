@@ -40,14 +40,16 @@ class TruncatedStreamError(InputFileError):
 class MissingSamplesError(InputFileError):
     """The predictions do not cover the dataset (``missing``: the sorted dataset indices without a prediction)."""
 
-    def __init__(self, where: str, missing: Sequence[int], dataset_length: int, show: int = 10):
+    def __init__(self, where: str, missing: Sequence[int], dataset_length: int, show: int = 10,
+                 remedy: Optional[str] = None):
         self.missing = list(missing)
         self.dataset_length = int(dataset_length)
         first = ', '.join(str(i) for i in self.missing[:show]) + (', ...' if len(self.missing) > show else '')
+        remedy = remedy or ('pass --allow-missing (allow_missing=True) to score them as empty predictions '
+                            '(recall 0)')
         super().__init__(
             where, f'{len(self.missing)} of the {self.dataset_length} dataset samples have no prediction '
-                   f'(first sample_idx: {first}); evaluate the full dataset, or pass --allow-missing '
-                   f'(allow_missing=True) to score them as empty predictions (recall 0)')
+                   f'(first sample_idx: {first}); evaluate the full dataset, or {remedy}')
 
 
 class UnsafePickleError(pickle.UnpicklingError):

@@ -7,11 +7,19 @@ device, and call :meth:`reduce` once in ``evaluate()``. Every row carries the ``
 several ranks (or twice on one): :meth:`reduce` keeps, for each ``sample_idx``, only the rows of its first
 occurrence (lowest rank, then earliest ``add`` call). What crosses ranks is one length exchange and one
 byte buffer per rank: its size depends on the number of samples and GT rows, never on predictions.
+
+The length exchange also carries a fingerprint of what the rows depend on (:class:`RankFingerprint`: one
+64-bit digest per component - metric and settings, protocol and conventions, ``dataset_meta``, row
+schema). Ranks whose metrics were built differently (another ``topk``, another predicate list) would
+otherwise reduce each other's rows without a word; every rank then raises the same
+:class:`RankMismatchError` naming the component, the values and the ranks, before any byte of rows is read.
 """
+import hashlib
+import json
 import logging
 from collections import OrderedDict
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -19,6 +27,99 @@ from torch import Tensor
 from ..functional.limits import AUTO_SAMPLE_ID_BASE
 
 Columns = Dict[str, Tensor]
+
+
+class RankMismatchError(ValueError):
+    """Ranks whose rows depend on different settings, protocols, ``dataset_meta`` or row schemas (raised
+    identically on every rank; the message names the difference and the ranks)."""
+
+
+def _digest(value: Any) -> int:
+    """A 63-bit digest of a JSON-ready value (keys sorted; anything else by ``str``)."""
+    text = json.dumps(value, sort_keys=True, default=str, allow_nan=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], 'little') & ((1 << 63) - 1)
+
+
+class RankFingerprint:
+    """What a metric's rows depend on, by component, as sent with the length exchange of
+    :meth:`RowAccumulator.reduce`.
+
+    Args:
+        owner: the metric, as messages name it.
+        describe: returns ``{component: JSON-ready value}`` (e.g. ``settings``, ``protocol``,
+            ``dataset_meta``, ``row tables``); called once per reduce, and its values are exchanged whole only
+            when the digests differ (to name the difference).
+    """
+
+    def __init__(self, owner: str, describe: Callable[[], Dict[str, Any]]) -> None:
+        self.owner = owner
+        self.components = describe()
+        self.words = [_digest(v) for v in self.components.values()]
+
+    def check(self, gathered: Tensor, world: int) -> None:
+        """Raise :class:`RankMismatchError` when the fingerprints ``gathered`` [world, components] differ (the
+        same decision on every rank: every rank holds the same gathered tensor)."""
+        if bool((gathered == gathered[0]).all()):
+            return
+        from mmengine import dist
+        everyone = dist.all_gather_object(self.components)  # the error path only: name the difference
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for r in range(world):
+            groups.setdefault(tuple(gathered[r].tolist()), []).append(r)
+        ranks = list(groups.values())
+        first = ranks[0][0]
+        lines = []
+        for others in ranks[1:]:
+            other = others[0]
+            diff = components_difference(everyone[first], everyone[other], f'rank {first}', f'rank {other}')
+            lines.append(f'{diff} (ranks {_ranks(ranks[0])} vs ranks {_ranks(others)})')
+        raise RankMismatchError(f'{self.owner}: the ranks were given metrics built differently and their rows '
+                                f'cannot be reduced together: ' + '; '.join(lines) + '; every rank must build '
+                                f'its metrics from the same config and dataset_meta')
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ', '.join(str(r) for r in ranks)
+
+
+def components_difference(a: Dict[str, Any], b: Dict[str, Any], name_a: str, name_b: str) -> str:
+    """A sentence naming the components of two descriptions that differ (for dict components: the keys that
+    differ with both values; for ``dataset_meta``: the entries, by length when they have one)."""
+    out = []
+    for what in [k for k in a if k in b] + [k for k in b if k not in a] + [k for k in a if k not in b]:
+        va, vb = a.get(what), b.get(what)
+        if _digest(va) == _digest(vb):
+            continue
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys = sorted(k for k in set(va) | set(vb)
+                          if _digest(va.get(k, _ABSENT_TEXT)) != _digest(vb.get(k, _ABSENT_TEXT)))
+            if what == 'dataset_meta':
+                detail = ', '.join(f'{k}: {_size(va.get(k))} on {name_a} vs {_size(vb.get(k))} on {name_b}'
+                                   for k in keys)
+            else:
+                detail = '; '.join(f'{k}: {_shown(va.get(k, _ABSENT_TEXT))} on {name_a} vs '
+                                   f'{_shown(vb.get(k, _ABSENT_TEXT))} on {name_b}' for k in keys)
+            out.append(f'different {what} ({detail})')
+        else:
+            out.append(f'different {what} ({_shown(va)} on {name_a} vs {_shown(vb)} on {name_b})')
+    return '; '.join(out) or 'different fingerprints'
+
+
+_ABSENT_TEXT = '<not given>'
+
+
+def _shown(value: Any) -> str:
+    text = value if value == _ABSENT_TEXT else repr(value)
+    return text if len(text) <= 120 else text[:117] + '...'
+
+
+def _size(value: Any) -> str:
+    """A ``dataset_meta`` entry in a message: its length when it has one (``4 entries``), else its value."""
+    if value is None:
+        return 'absent'
+    if isinstance(value, (list, tuple, dict)):
+        return f'{len(value)} entries'
+    return _shown(value)
 
 
 def same_objects(a: Optional[Sequence[object]], b: Optional[Sequence[object]]) -> bool:
@@ -64,10 +165,11 @@ class RowAccumulator:
         self._auto_ids += count
         return idx
 
-    def reduce_to_cpu(self, size: Optional[int], owner: str) -> Dict[str, Columns]:
-        """:meth:`reduce`, then :meth:`reset`; tables on the CPU. Warns when the number of distinct samples
-        differs from ``size`` (the dataset length given to ``evaluate``)."""
-        tables = self.reduce()
+    def reduce_to_cpu(self, size: Optional[int], owner: str,
+                      fingerprint: Optional[RankFingerprint] = None) -> Dict[str, Columns]:
+        """:meth:`reduce` (checking ``fingerprint`` across ranks), then :meth:`reset`; tables on the CPU. Warns
+        when the number of distinct samples differs from ``size`` (the dataset length given to ``evaluate``)."""
+        tables = self.reduce(fingerprint)
         self.reset()
         tables = {t: {n: c.cpu() for n, c in cols.items()} for t, cols in tables.items()}
         num = int(next(iter(tables.values()))['sample_idx'].numel()) if tables else 0
@@ -131,14 +233,15 @@ class RowAccumulator:
             out[table] = cols
         return out
 
-    def reduce(self) -> Dict[str, Columns]:
-        """Gather every rank's rows (one collective of lengths, one of bytes) and de-duplicate.
+    def reduce(self, fingerprint: Optional[RankFingerprint] = None) -> Dict[str, Columns]:
+        """Gather every rank's rows (one collective of lengths and fingerprints, one of bytes) and de-duplicate.
 
         Returns the same tables on every rank, rows sorted by ``sample_idx`` (stable within a sample), with
-        exactly one occurrence of each ``sample_idx``: results are bit-identical for any world size.
+        exactly one occurrence of each ``sample_idx``: results are bit-identical for any world size. Ranks
+        whose ``fingerprint`` differs raise :class:`RankMismatchError` (all of them, before the rows travel).
         """
         local = self.local()
-        gathered = all_gather_tables(local)
+        gathered = all_gather_tables(local, fingerprint)
         return deduplicate(gathered)
 
 
@@ -157,8 +260,17 @@ def _from_bytes(buf: Tensor, dtype: torch.dtype, shape: Sequence[int]) -> Tensor
     return t.bool() if dtype == torch.bool else t
 
 
-def all_gather_tables(local: Dict[str, Columns]) -> Dict[str, Columns]:
-    """Concatenate the tables of all ranks (rank order); adds a ``rank`` column. No-op when not distributed."""
+#: Entries of the first exchange kept for table lengths (more only for a schema of more tables, equal on
+#: every rank then): its size does not depend on the schema, so ranks of different schemas still meet.
+LENGTH_SLOTS = 16
+
+
+def all_gather_tables(local: Dict[str, Columns], fingerprint: Optional[RankFingerprint] = None
+                      ) -> Dict[str, Columns]:
+    """Concatenate the tables of all ranks (rank order); adds a ``rank`` column. No-op when not distributed.
+
+    The first collective carries, per rank, ``fingerprint``'s digests, the number of tables and the table
+    lengths; differing fingerprints raise :class:`RankMismatchError` on every rank."""
     from mmengine import dist
 
     world = dist.get_world_size()
@@ -169,8 +281,18 @@ def all_gather_tables(local: Dict[str, Columns]) -> Dict[str, Columns]:
         return local
     device = next(iter(local.values()))['sample_idx'].device
     layout = [(t, n, c.dtype, tuple(c.shape[1:])) for t, cols in local.items() for n, c in cols.items()]
-    lengths = torch.tensor([local[t]['sample_idx'].numel() for t in local], dtype=torch.long, device=device)
-    all_lengths = torch.stack(dist.all_gather(lengths)).cpu()  # [world, tables]
+    words = list(fingerprint.words) if fingerprint is not None else []
+    counts = [local[t]['sample_idx'].numel() for t in local]
+    slots = max(LENGTH_SLOTS, len(counts))
+    header = torch.tensor(words + [len(counts)] + counts + [0] * (slots - len(counts)), dtype=torch.long,
+                          device=device)
+    gathered = torch.stack(dist.all_gather(header)).cpu()  # [world, words + 1 + slots]
+    if fingerprint is not None:
+        fingerprint.check(gathered[:, :len(words)], world)
+    if bool((gathered[:, len(words)] != len(counts)).any()):  # without a fingerprint: tables of another schema
+        raise RankMismatchError(f'ranks hold different numbers of row tables ({gathered[:, len(words)].tolist()} '
+                                f'by rank): their metrics were built differently')
+    all_lengths = gathered[:, len(words) + 1:len(words) + 1 + len(counts)]  # [world, tables]
     payload = torch.cat([_to_bytes(local[t][n]) for t, n, _, _ in layout]) if layout else \
         torch.zeros(0, dtype=torch.uint8, device=device)
     sizes = [int(_row_bytes(layout, all_lengths[r])) for r in range(world)]

@@ -14,7 +14,8 @@ Everything else is here, once:
 * ``process()`` pools samples across calls (``pool_samples``; 1 = every call on its own) and turns each pool
   into rows held by a :class:`~mmsgg_eval.metrics.accumulator.RowAccumulator` (no prediction is kept);
 * ``evaluate(size)`` runs: flush the last pool -> reduce the rows of all ranks once (one length exchange,
-  one byte buffer) and drop sampler padding by ``sample_idx`` -> summarise -> log the report -> write the
+  which also compares what the rows depend on across ranks: :meth:`RowMetric.rank_fingerprint`; one byte
+  buffer) and drop sampler padding by ``sample_idx`` -> summarise -> log the report -> write the
   files (``outfile_prefix``, ``report_dir``) on the MAIN RANK only, once. The numbers are logged before any
   file is written; a file that cannot be written is reported as an error and does not stop the evaluation
   (the other metrics of the evaluator still run). Output directories are checked for writability at the
@@ -59,7 +60,7 @@ from ..functional.threads import compute_threads
 from ..reports import check_writable
 from ..structures import get_field, sample_index
 from ..user_messages import warn_user  # noqa: F401  (re-exported: the metrics warn through it)
-from .accumulator import RowAccumulator, same_objects
+from .accumulator import RankFingerprint, RowAccumulator, same_objects
 from .options import with_base_options
 from .state import save_state
 from .bootstrap import add_intervals, format_intervals
@@ -101,26 +102,44 @@ def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
 class FileClaims:
     """Which live metric writes which output name, so that no metric of a run overwrites another's files.
 
-    A name is ``(kind, directory or outfile prefix, stem)``. A metric takes the first candidate stem that no
+    Every file a metric writes is named through here: report files (``report_dir``), the ``outfile_prefix``
+    file, per-image records (``per_image_out``) and states (``save_state``); the charts are report files. A
+    name is ``(kind, directory or outfile prefix, stem)``. A metric takes the first candidate stem that no
     OTHER live metric fed the same ``dataset_meta`` object (mmengine's ``Evaluator`` gives its metrics one) has
-    taken; a metric evaluated again (the next validation epoch) keeps its names and overwrites its own files.
-    Members of a compute group with equal summaries share their report files before claiming anything
-    (:meth:`ComputeGroup.written_reports`).
+    taken, unless both claim it for equal, not-None ``content`` (the very same lines: e.g. the per-image file
+    of SGRecall and SGMeanRecall with equal settings, written once); a metric evaluated again (the next
+    validation epoch) keeps its names and overwrites its own files. Members of a compute group with equal
+    summaries share their report files before claiming anything (:meth:`ComputeGroup.written_reports`).
     """
 
-    _owners: Dict[Tuple[str, str, str], Tuple['weakref.ref', int]] = {}
+    _owners: Dict[Tuple[str, str, str], Tuple['weakref.ref', int, Optional[Hashable]]] = {}
 
     @classmethod
-    def claim(cls, kind: str, place: str, candidates: Iterable[str], metric: Any) -> str:
+    def claim(cls, kind: str, place: str, candidates: Iterable[str], metric: Any,
+              content: Optional[Hashable] = None) -> str:
         meta = id(metric.dataset_meta) if metric.dataset_meta is not None else 0
         for stem in candidates:
             key = (kind, place, stem)
             owner = cls._owners.get(key)
             holder = None if owner is None else owner[0]()
             if holder is None or holder is metric or owner[1] != meta:
-                cls._owners[key] = (weakref.ref(metric), meta)
+                cls._owners[key] = (weakref.ref(metric), meta, content)
                 return stem
+            if content is not None and owner[2] == content:
+                return stem  # the same lines: one file
         raise RuntimeError('no free file name')  # pragma: no cover - the candidates never end
+
+
+#: File name endings kept at the end when a claimed file path is renamed (longest first).
+_ENDINGS = ('.metrics.json', '.jsonl', '.json', '.state', '.csv', '.txt')
+
+
+def split_ending(name: str) -> Tuple[str, str]:
+    """``('per_image', '.jsonl')`` of ``per_image.jsonl``: the known ending (else ``os.path.splitext``)."""
+    for ending in _ENDINGS:
+        if name.endswith(ending) and len(name) > len(ending):
+            return name[:-len(ending)], ending
+    return os.path.splitext(name)
 
 
 def file_stem_candidates(base: str, tagged: str) -> Iterator[str]:
@@ -173,15 +192,16 @@ class ComputeGroup:
         self._pool = (epoch, samples, rows)
         return rows
 
-    def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str) -> Tables:
+    def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str,
+               fingerprint: Optional[Callable[[], RankFingerprint]] = None) -> Tables:
         """Reduced tables of ``accumulator`` (resetting it): reused when the last reduction was of the very
-        same row objects, else one collective."""
+        same row objects, else one collective (checking ``fingerprint()`` across ranks)."""
         sources = accumulator.sources
         last = self._reduced
         if last is not None and last[0] and last[1] == size and accumulator.holds_same_rows(last[0]):
             accumulator.reset()
             return last[2]
-        tables = accumulator.reduce_to_cpu(size, owner)
+        tables = accumulator.reduce_to_cpu(size, owner, None if fingerprint is None else fingerprint())
         self._reduced = (sources, size, tables)
         self._summaries, self._written = [], {}
         self.epoch += 1
@@ -262,6 +282,7 @@ class RowMetric(BaseMetric):
         self._epoch_open = False  # a process() call since the last evaluate()
         self._last_metrics: Optional[Dict[str, float]] = None
         self._outfile_stem: Optional[str] = None  # claimed name of the outfile_prefix file (FileClaims)
+        self._renamed: Dict[str, str] = {}  # argument -> the other path its file went to (warned once)
         self.last_report: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ what a metric declares
@@ -311,6 +332,17 @@ class RowMetric(BaseMetric):
         None (default) = never reuse another member's summary."""
         return None
 
+    def rank_fingerprint(self) -> Optional[RankFingerprint]:
+        """What this rank's rows depend on (:func:`~mmsgg_eval.metrics.state.rows_description`), sent with the
+        length exchange of the reduce: ranks whose metrics differ raise the same
+        :class:`~mmsgg_eval.metrics.accumulator.RankMismatchError` (None when not distributed: nothing to
+        compare with)."""
+        from mmengine.dist import get_world_size
+        if get_world_size() == 1:
+            return None
+        from .state import rows_description
+        return RankFingerprint(f'{self.name} ({self.prefix})', lambda: rows_description(self))
+
     def pool_weight(self, samples: Sequence[Any]) -> int:
         """Memory weight of samples (e.g. predicted pairs); a pool is also flushed at :meth:`pool_capacity`."""
         return 0
@@ -350,16 +382,56 @@ class RowMetric(BaseMetric):
         return str(self.prefix)
 
     def before_epoch(self) -> None:
-        """Checks run at the first ``process()`` of an epoch: the output directories are writable (main
-        rank). Subclasses add theirs (e.g. ``dataset_meta``)."""
+        """Checks run at the first ``process()`` of an epoch: the output locations (:meth:`check_outputs`,
+        main rank). Subclasses add theirs (e.g. ``dataset_meta``)."""
         from mmengine.dist import is_main_process
-        if not is_main_process():
-            return
+        if is_main_process():
+            self.check_outputs()
+
+    #: the arguments naming a file path: checked, and their names claimed (:class:`FileClaims`), before any work
+    path_outputs: Tuple[str, ...] = ('per_image_out', 'save_state')
+
+    def check_outputs(self) -> None:
+        """Every location this metric writes is checked before any work (``OSError`` naming the metric, the
+        argument and the path) and its file names are claimed (:meth:`output_path`): ``outfile_prefix``,
+        ``report_dir``, ``per_image_out`` and ``save_state`` (a file path: an existing directory is refused)."""
+        from ..reports import OutputNotWritableError
         if self.outfile_prefix:
             ensure_writable_dir(os.path.dirname(os.path.abspath(str(self.outfile_prefix))), self.name,
                                 'outfile_prefix')
         if self.report_dir:
             ensure_writable_dir(str(self.report_dir), self.name, 'report_dir')
+        for argument in self.path_outputs:
+            value = getattr(self, argument, None)
+            if not value:
+                continue
+            path = os.path.abspath(str(value))
+            if os.path.isdir(path):
+                raise OutputNotWritableError(f'{self.name}: {argument} {path} is a directory; it names the file '
+                                             f'written there, so nothing was evaluated (give a file path)')
+            ensure_writable_dir(os.path.dirname(path), self.name, argument)
+            self.output_path(argument)
+
+    def output_content(self, argument: str) -> Optional[Hashable]:
+        """Exact key of the contents of the file of ``argument`` (``per_image_out``), when another metric may
+        write the very same file (:class:`FileClaims`); None (default) = this metric's own file."""
+        return None
+
+    def output_path(self, argument: str) -> str:
+        """The path this metric writes the file of ``argument`` (``per_image_out`` or ``save_state``) to: the
+        path given, unless another live metric of the run claimed it for other contents; then
+        ``{stem}.{prefix}[.{tag}]{ending}`` (numbered when needed), with a warning. Nothing is overwritten."""
+        given = os.path.abspath(str(getattr(self, argument)))
+        directory, name = os.path.split(given)
+        stem, ending = split_ending(name)
+        taken = FileClaims.claim('file', directory, file_stem_candidates(stem, f'{stem}.{self.tagged_stem()}'),
+                                 self, self.output_content(argument))
+        path = os.path.join(directory, taken + ending)
+        if taken != stem and self._renamed.get(argument) != path:
+            self._renamed[argument] = path
+            warn_user(f'{self.name} ({self.prefix}): another metric of this run writes other contents to '
+                      f'{argument}={given}; this metric writes {path} instead (nothing is overwritten)')
+        return path
 
     def process(self, data_batch: Any, data_samples: Sequence[Any]) -> None:
         """Pool the samples; every ``pool_samples`` samples (or :meth:`pool_capacity` weight) turn them into
@@ -425,9 +497,9 @@ class RowMetric(BaseMetric):
         self._compute_group()
         with compute_threads():  # the reduce and the summary: many short ops, the same thread policy as a pool
             if self._group is not None:
-                tables = self._group.reduce(self.accumulator, size, self.name)
+                tables = self._group.reduce(self.accumulator, size, self.name, self.rank_fingerprint)
             else:
-                tables = self.accumulator.reduce_to_cpu(size, self.name)
+                tables = self.accumulator.reduce_to_cpu(size, self.name, self.rank_fingerprint())
             keys = self.compute_metrics(tables)
         summary = self.last_report
         metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
@@ -443,7 +515,7 @@ class RowMetric(BaseMetric):
         if is_main_process():
             self._write_files(summary, keys, tables)
             if self.save_state:
-                self._guarded('save_state', lambda: save_state(self, tables, str(self.save_state), size))
+                self._guarded('save_state', lambda: save_state(self, tables, self.output_path('save_state'), size))
         return metrics
 
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:

@@ -265,7 +265,8 @@ def write_metric_per_image(metric: Any, summary: Dict[str, Any],
     """Write ``records()`` to ``metric.per_image_out`` (main rank; an ``OSError`` is logged as the other
     files' are, :meth:`~mmsgg_eval.metrics.base.RowMetric._guarded`), note the path in
     ``summary['report_files']['per_image']`` and forget the image names noted for it."""
-    path = metric._guarded('per_image_out', lambda: write_per_image(str(metric.per_image_out), records()))
+    path = metric._guarded('per_image_out', lambda: write_per_image(metric.output_path('per_image_out'),
+                                                                    records()))
     if path is not None:
         summary.setdefault('report_files', {})['per_image'] = path
     names = getattr(metric, '_image_names', None)

@@ -294,6 +294,13 @@ class SceneGraphMetric(RowMetric):
                 self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups),
                 self.score_layout, self.novel_names)
 
+    def output_content(self, argument: str) -> Optional[Hashable]:
+        """The per-image lines depend on the rows (:meth:`compute_key`) and on the K, the averaging and the
+        images evaluated: metrics equal in these write one file (e.g. SGRecall and SGMeanRecall of a run)."""
+        if argument != 'per_image_out':
+            return None
+        return (self.compute_key(), self.topk, self.recall_average, self.skip_empty_predictions)
+
     def pool_weight(self, samples: Sequence[Any]) -> int:
         return sum(_score_rows(s) for s in samples)
 
@@ -324,12 +331,6 @@ class SceneGraphMetric(RowMetric):
                 getattr(self, key)  # raises the explanatory error
         self.novel_indices()
         super().before_epoch()
-        from mmengine.dist import is_main_process
-        if self.per_image_out and is_main_process():
-            import os
-            from .base import ensure_writable_dir
-            ensure_writable_dir(os.path.dirname(os.path.abspath(str(self.per_image_out))), self.name,
-                                'per_image_out')
 
     def novel_indices(self) -> Optional[Dict[str, Any]]:
         """The open-vocabulary split evaluated: ``{'objects': [0-based classes], 'predicates': [...], 'source'}``
@@ -441,12 +442,13 @@ class SceneGraphMetric(RowMetric):
 
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
         super()._write_files(summary, keys, tables)
-        done = (str(self.per_image_out), id(tables))
+        target = self.output_path('per_image_out') if self.per_image_out else None
+        done = (target, id(tables), self.output_content('per_image_out'))
         if self.per_image_out and getattr(self._group, 'per_image_written', None) == done:
             summary.setdefault('report_files', {})['per_image'] = done[0]  # a group member wrote these lines
         elif self.per_image_out:
             path = self._guarded('per_image_out', lambda: write_per_image(
-                str(self.per_image_out), per_image_records(self, tables, self._image_names.names)))
+                target, per_image_records(self, tables, self._image_names.names)))
             if path is not None and self._group is not None:
                 self._group.per_image_written = done
             if path is not None:

@@ -43,11 +43,16 @@ STATE_FORMAT = 'mmsgg_eval.state/1'
 STATE_SUFFIX = '.state'
 #: Constructor arguments that only say where a metric writes (or how it pools work): not part of a state's
 #: settings, so two shards writing to different places still merge.
-OUTPUT_ARGUMENTS = ('outfile_prefix', 'report_dir', 'save_state', 'per_image_out', 'collect_device',
-                    'pool_samples')
+#: A state is untrusted input: these are never taken from one (:meth:`EvaluationState.build_metric` drops them
+#: with a warning), so a state cannot say where files go.
+OUTPUT_ARGUMENTS = ('outfile_prefix', 'report_dir', 'save_state', 'per_image_out', 'out_file_path',
+                    'collect_device', 'pool_samples')
 #: Constructor arguments replaced by a placeholder when a metric is rebuilt from a state (the summary never
 #: uses them; recorded by their description): RelCLIPScore's image / text encoder.
 SUMMARY_ONLY_ARGUMENTS = ('encoder',)
+#: Constructor arguments that may differ between the ranks of one evaluation (where a rank computes), left out
+#: of what the ranks compare at the reduce (:func:`rows_description`).
+RANK_LOCAL_ARGUMENTS = ('device',)
 _HEADER_KEY = 'mmsgg_eval_state'
 
 Tables = Dict[str, Dict[str, Tensor]]
@@ -114,7 +119,19 @@ class EvaluationState:
         ``report_dir``), with :attr:`dataset_meta` set; it has seen no samples."""
         from ..registry import METRICS, resolve_registered
         import mmsgg_eval  # noqa: F401  (registers the metrics)
-        cfg = dict(self.settings, type=self.metric_type)
+        dropped = sorted(k for k in self.settings if k in OUTPUT_ARGUMENTS)
+        if dropped:  # a state never says where files go (states are untrusted input)
+            from .base import warn_user
+            warn_user(f'{self.name}: {self.where} carries the output argument(s) {", ".join(dropped)} in its '
+                      f'settings; they are ignored (where files go is given by the command, never by a state)')
+        for value in (self.settings.get('prefix'), self.prefix):  # a key prefix names files: a plain name only
+            if value is not None and (not isinstance(value, str) or value in ('', '.', '..') or any(
+                    sep in value for sep in ('/', '\\', '\0'))):
+                from ..io.errors import InputFileError
+                raise InputFileError(self.where, f'the state\'s prefix {value!r} is not a plain name (it names '
+                                                 f'files; refused)')
+        cfg = {k: v for k, v in self.settings.items() if k not in OUTPUT_ARGUMENTS}
+        cfg['type'] = self.metric_type
         for name in SUMMARY_ONLY_ARGUMENTS:
             if name in cfg:
                 cfg[name] = SummaryOnlyEncoder(cfg[name])
@@ -187,6 +204,23 @@ def _describe(value: Any) -> Any:
     return _plain(value) if _is_plain(value) else f'{type(value).__module__}.{type(value).__qualname__}'
 
 
+def rows_description(metric: Any) -> Dict[str, Any]:
+    """What a metric's rows depend on, by component, JSON-ready: what two ranks reducing their rows together
+    must agree on (:class:`~mmsgg_eval.metrics.accumulator.RankFingerprint`), in the terms of a state: metric
+    type and prefix, settings (:func:`metric_settings`; the compute key where a setting is not JSON), protocol
+    and conventions, ``dataset_meta`` and the row schema."""
+    try:
+        settings: Any = {k: v for k, v in metric_settings(metric).items() if k not in RANK_LOCAL_ARGUMENTS}
+    except TypeError:
+        settings = repr(metric.compute_key())
+    protocol = getattr(metric, 'protocol', None)
+    return {'metric': f'{type(metric).__name__} ({metric.prefix})', 'settings': settings,
+            'protocol': getattr(protocol, 'name', protocol), 'conventions': _json(getattr(metric, 'conventions', None)),
+            'dataset_meta': _json(dict(metric.dataset_meta or {})),
+            'row tables': {t: {c: [_dtype_name(d), list(sh)] for c, (d, sh) in cols.items()}
+                           for t, cols in metric.row_schema().items()}}
+
+
 def state_of(metric: Any, tables: Tables, size: Optional[int] = None) -> EvaluationState:
     """The state of ``metric`` after its reduce: ``tables`` (the reduced, de-duplicated tables, canonical order)
     restricted to ``sample_idx`` and the schema's columns; ``size`` the dataset length given to ``evaluate``.
@@ -254,11 +288,19 @@ def write_state(state: EvaluationState, path: str) -> str:
             torch.save({'header': text, 'tensors': tensors}, tmp)
         else:
             save_file(tensors, tmp, metadata={_HEADER_KEY: text})
+        os.chmod(tmp, 0o666 & ~_umask())  # as every other output (a writer may create its file 0600)
         os.replace(tmp, path)
     finally:
         if osp.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def load_state(path: str) -> EvaluationState:
@@ -346,6 +388,13 @@ def state_difference(a: EvaluationState, b: EvaluationState) -> Optional[str]:
                 detail = '; '.join(f'{k}: {_shown(va.get(k, _ABSENT))} vs {_shown(vb.get(k, _ABSENT))}' for k in keys)
                 return f'different {what} ({detail})'
             return f'different {what} ({va!r} vs {vb!r})'
+    return ground_truth_difference(a, b)
+
+
+def ground_truth_difference(a: EvaluationState, b: EvaluationState) -> Optional[str]:
+    """None when ``a`` and ``b`` were evaluated on the same ground truth (dataset name and size, GT hash,
+    ``dataset_meta``), else a sentence naming the first difference: what merging shards
+    (:func:`state_difference`) and comparing runs (:mod:`mmsgg_eval.compare`) both require."""
     for key in MATCHED_DATASET_FIELDS:
         va, vb = a.dataset.get(key), b.dataset.get(key)
         if va != vb:
@@ -447,11 +496,12 @@ def summarize_state(state: EvaluationState, metric: Any = None) -> Tuple[Dict[st
     return keys, metric.last_report
 
 
-def evaluate_state(state: EvaluationState, **overrides: Any) -> Tuple[Any, Dict[str, float]]:
+def evaluate_state(state: EvaluationState, metric: Any = None, **overrides: Any) -> Tuple[Any, Dict[str, float]]:
     """Run the metric's whole ``evaluate()`` on a state (summary, logged report, report files of
     ``report_dir``, ``save_state``): ``(metric, prefixed scalar keys)``, as the original run returned them.
-    ``overrides``: constructor arguments such as ``report_dir`` or ``save_state``."""
-    metric = state.build_metric(**overrides)
+    ``overrides``: constructor arguments such as ``report_dir`` or ``save_state``; or ``metric``, built by
+    :meth:`EvaluationState.build_metric` (e.g. to check its outputs first)."""
+    metric = metric if metric is not None else state.build_metric(**overrides)
     schema = metric.row_schema()
     if {t: ['sample_idx', *cols] for t, cols in schema.items()} == {t: list(c) for t, c in state.tables.items()}:
         rows = state.tables  # the very object: metrics of one group given equal tables share their work

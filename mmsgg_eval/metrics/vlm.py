@@ -296,7 +296,8 @@ class VLMSceneGraphMetric(RowMetric):
                                   num_unknown_relations=samples['num_unknown_relations'][i],
                                   unknown_words=self._unknown_words.get(record['sample_idx'], []))
             return out
-        write_metric_per_image(self.inner, summary, records)
+        write_metric_per_image(self, summary, records)  # this metric's claimed path (FileClaims)
+        self.inner._image_names.clear()
         self._unknown_words = {}
 
     def _check_pixel_boxes(self, pixel_like: torch.Tensor) -> None:

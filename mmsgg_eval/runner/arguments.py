@@ -35,6 +35,13 @@ def add_save_state_argument(parser: argparse.ArgumentParser) -> None:
                              '--from-state DIR')
 
 
+def check_environment() -> None:
+    """The settings the command lines read from the environment, checked before any work: a bad
+    ``MMSGG_EVAL_NUM_THREADS`` is a ValueError naming it (:func:`mmsgg_eval.functional.threads.get_setting`)."""
+    from mmsgg_eval.functional.threads import get_setting
+    get_setting()
+
+
 def cli_message(err: BaseException) -> str:
     """The one-line text of a user error (an input file's own ``cli_message`` when it has one)."""
     if hasattr(err, 'cli_message'):

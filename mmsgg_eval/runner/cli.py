@@ -168,7 +168,9 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
     from mmengine.runner import Runner
 
     import mmsgg_eval  # noqa: F401  (registers metrics, datasets, transforms, models)
+    from .arguments import check_environment
 
+    check_environment()
     if not osp.isfile(args.config):
         raise FileNotFoundError(f'config file not found: {osp.abspath(args.config)}')
     if not osp.isfile(args.checkpoint):

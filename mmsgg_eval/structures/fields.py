@@ -89,6 +89,13 @@ def sample_index(sample: Any) -> Optional[int]:
     return idx
 
 
+def detached(value: Any) -> Any:
+    """The reading rule of every reader (:func:`to_tensor`, the field-wise batch reader of
+    :mod:`~mmsgg_eval.structures.reader`): a tensor that requires a gradient (a model output computed outside
+    ``torch.no_grad()``) is read detached; anything else is returned as it is."""
+    return value.detach() if isinstance(value, Tensor) and value.requires_grad else value
+
+
 def to_tensor(value: Any, sample: Any = None, field: str = 'value', device: Optional[torch.device] = None,
               dtype: Optional[torch.dtype] = None) -> Tensor:
     """Tensor of a field value: a tensor, numpy array, (nested) list or number, mmdet boxes (``.tensor``)
@@ -109,8 +116,7 @@ def to_tensor(value: Any, sample: Any = None, field: str = 'value', device: Opti
             except (TypeError, ValueError) as err:
                 where = f'{sample_name(sample)}: ' if sample is not None else ''
                 raise ValueError(f'{where}field `{field}` is not array-like ({err})') from None
-    if value.requires_grad:
-        value = value.detach()
+    value = detached(value)
     if (device is not None and value.device != device) or (dtype is not None and value.dtype != dtype):
         value = value.to(device=device, dtype=dtype)
     return value

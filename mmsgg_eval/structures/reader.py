@@ -39,7 +39,7 @@ from ..functional import compiled
 from ..functional.ranking import RankedLists, compiled_ranked_lists
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, choose_layout, lengths_mask,
                                  pad_rows, padded_positions, scatters)
-from .fields import get_field, member, optional, sample_index, sample_name, to_tensor
+from .fields import detached, get_field, member, optional, sample_index, sample_name, to_tensor
 from .pairs import RelationPairs
 from .validation import FieldRule, box_shape, check_tensor, validate_padded
 
@@ -608,6 +608,7 @@ def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
                 raise _NotFast  # SGCls with and without model boxes in one batch
     except (KeyError, TypeError, AttributeError) as err:
         raise _NotFast from err
+    lists = {name: [detached(v) for v in values] for name, values in lists.items()}  # as to_tensor reads them
     if any(_weaker(p, mode) for p in produced):
         raise _NotFast
     return lists, pred_inst
