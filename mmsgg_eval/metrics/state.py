@@ -121,7 +121,7 @@ class EvaluationState:
         import mmsgg_eval  # noqa: F401  (registers the metrics)
         dropped = sorted(k for k in self.settings if k in OUTPUT_ARGUMENTS)
         if dropped:  # a state never says where files go (states are untrusted input)
-            from .base import warn_user
+            from ..user_messages import warn_user
             warn_user(f'{self.name}: {self.where} carries the output argument(s) {", ".join(dropped)} in its '
                       f'settings; they are ignored (where files go is given by the command, never by a state)')
         for value in (self.settings.get('prefix'), self.prefix):  # a key prefix names files: a plain name only
