@@ -163,6 +163,31 @@ def test_every_key_averaging_over_predicates_is_marked_by_what_it_averages():
     assert GROUPED_META['predicates'] == metric.predicates
 
 
+@pytest.mark.parametrize('name', ['sgmeanrecall-sgdet-groups', 'sgcls-micro-present', 'predcls-open-vocab',
+                                  'sgbench-predcls', 'vlm', 'grounding', 'relclip'])
+def test_every_metric_records_what_its_mean_recalls_average_over(name):
+    """Every mean over predicates of every metric (mR, ngmR, groups, novel predicates, sgbench's mR@inf, the
+    VLM metric's mRecall) carries its predicates' GT counts, equal to the #GT of the metric's per-predicate
+    table; F / AVG depend on mR; nothing else is judged."""
+    from tests.test_bootstrap import CASES, quiet_summary
+    from mmsgg_eval.metrics.bootstrap import contributions_of
+    metric, tables = CASES[name]()
+    keys = list(quiet_summary(metric, tables))
+    stat = contributions_of(metric, tables)
+    means = [k for k in keys if k.split('@')[0] in ('mR', 'ngmR') or k.startswith('mRecall')]
+    assert set(means) == set(stat.support) & set(keys)
+    assert set(stat.depends) <= {k for k in keys if k.split('@')[0] in ('F', 'AVG')}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        summary = metric.summarize(tables)
+    table = summary.get('per_predicate')
+    if table:
+        whole = [k for k in means if stat.support[k][1].numel() == len(table)]
+        assert whole
+        for key in whole:
+            assert stat.gt_support(key).tolist() == [table[n]['num_gt'] for n in stat.table_labels], key
+
+
 def thin_tail_samples(num=40, seed=7, rare=(3, 4)):
     """Random predcls samples (5 predicates) in which each predicate of ``rare`` keeps its first GT relation
     only (the others become p0): 2 of the 5 predicates have < 5 GT relations."""
@@ -252,3 +277,53 @@ def test_compare_marks_the_deltas_of_keys_on_rare_predicates(tmp_path):
     assert all(not row['unreliable'] for row in rows if row['key'].startswith('R@'))
     assert json.load(open(result['outputs']['json']))['comparisons'][0]['metrics'][0]['interval_warnings'] \
         == result['comparisons'][0]['metrics'][0]['interval_warnings']
+
+
+#: the regimes of the coverage table in docs/metrics.md: (Zipf exponent, images, mr_average)
+REGIMES = ((1.6, 300, 'all'), (1.6, 600, 'all'), (1.6, 1000, 'all'), (1.6, 2186, 'all'), (1.3, 600, 'all'),
+           (1.0, 600, 'all'), (1.0, 2186, 'all'), (1.6, 600, 'present'))
+
+
+def paired_delta_study(exponent, n, studies, replicates, shift=0.10):
+    """Compare's paired Δ (model B = the model with ``shift`` on the tail predicates, on the same images and
+    draws): per key, the coverage of the true Δ and the share of studies whose Δ interval is marked."""
+    population_a, truth_a = zipf_population(exponent)
+    population_b, truth_b = zipf_population(exponent, shift=shift)
+    draws = np.random.default_rng(1).integers(0, population_a['sizes'].size, (studies, n))
+    rows, unit = drawn_rows(population_a, draws)
+    stats = [tail_contributions(p['hit'][rows], p['pred'][rows], unit, draws.size) for p in (population_a,
+                                                                                            population_b)]
+    values_a, values_b = seed_batched_replicates(stats, studies, replicates)
+    out = {}
+    for name, key in (('R', 'R@1'), ('mR', 'mR@1'), ('mR_tail', 'mR@1_tail')):
+        truth = truth_b[name] - truth_a[name]
+        low, high = percentile_interval((values_b[key] - values_a[key]).t(), 0.95)
+        marked = [key in interval_warnings(stats[0], [key], torch.arange(s * n, (s + 1) * n)) for s in range(studies)]
+        out[name] = {'truth': truth, 'coverage': float(((low <= truth) & (truth <= high)).double().mean()),
+                     'marked': float(np.mean(marked))}
+    return out
+
+
+def main(argv=None):
+    """``python -m tests.test_bootstrap_tail [--studies 400] [--replicates 1000]``: the coverage table of
+    docs/metrics.md (about 5 minutes on 2 cores)."""
+    import argparse
+    parser = argparse.ArgumentParser(prog='python -m tests.test_bootstrap_tail')
+    parser.add_argument('--studies', type=int, default=400)
+    parser.add_argument('--replicates', type=int, default=1000)
+    args = parser.parse_args(argv)
+    with compute_threads(1):
+        for exponent, n, mode in REGIMES:
+            result = _coverage_study(exponent, n, args.studies, args.replicates, mode)
+            print(f'Zipf {exponent}, {n} images, {mode}: ' + '; '.join(
+                f'{k} coverage {v["coverage"]:.3f} marked {v["marked"]:.2f} unmarked coverage '
+                f'{v["coverage_unmarked"]:.3f}' for k, v in result.items()), flush=True)
+        for exponent, n in ((1.6, 600), (1.0, 2186)):
+            result = paired_delta_study(exponent, n, args.studies, args.replicates)
+            print(f'paired delta, Zipf {exponent}, {n} images: ' + '; '.join(
+                f'{k} (truth {v["truth"]:+.2f}) coverage {v["coverage"]:.3f} marked {v["marked"]:.2f}'
+                for k, v in result.items()), flush=True)
+
+
+if __name__ == '__main__':
+    main()
