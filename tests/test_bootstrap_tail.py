@@ -123,6 +123,7 @@ def test_support_note_rule():
     assert support_note(counts[:2]) is None and support_note(torch.tensor([5, 5, 5, 5, 5, 4])) is None
     assert support_note(torch.tensor([3])) == '1 of 1 predicates with < 5 GT relations'
     assert support_note(torch.zeros(0)) is None
+    assert support_note(torch.tensor([0, 1, 2] + [9] * 12)) == '3 of 15 predicates with < 5 GT relations'
 
 
 def test_every_key_averaging_over_predicates_is_marked_by_what_it_averages():

@@ -18,8 +18,8 @@ A replicate with all counts 1 reproduces the reported keys (checked at run time:
 longer matches the metric's summary gets no interval and a warning).
 
 A key that averages over predicates (mR@K, ngmR@K, group and subset mean recalls; any key built by
-:func:`predicate_mean`) records the GT relations of each predicate it averages over, per image (:attr:`Contributions.support`);
-F@K / AVG@K record the keys they combine (:attr:`Contributions.depends`). :func:`interval_warnings` marks the
+:func:`predicate_mean`) records the GT relations of each predicate it averages over, per image
+(:attr:`Contributions.support`); F@K / AVG@K record the keys they combine (:attr:`Contributions.depends`). :func:`interval_warnings` marks the
 interval of such a key as unreliable when too many of its predicates are rare in the evaluated images: a predicate
 absent from them counts 0 (or drops out) in the estimate and in every replicate alike, so the replicates cannot see
 the bias it causes and the percentile interval misses the population value (docs/metrics.md, measured coverage).
@@ -517,7 +517,7 @@ def support_note(gt_counts: Tensor, min_gt: int = RARE_GT, share: float = RARE_S
     otherwise (the percentile interval is then trusted)."""
     total = int(gt_counts.numel())
     rare = int((gt_counts < min_gt).sum())
-    if not total or not rare or rare < share * total:
+    if not total or not rare or rare < share * total - 1e-9:  # (1e-9: 0.2 * 15 is 3.0000000000000004)
         return None
     return f'{rare} of {total} predicates with < {min_gt} GT relations'
 
