@@ -565,9 +565,9 @@ def bootstrap_summary(metric: Any, tables: Tables, summary: Dict[str, Any],
 
 def format_intervals(summary: Dict[str, Any], keys: Optional[Mapping[str, Any]] = None) -> str:
     """The logged block of bootstrap intervals: ``R@20 41.36 [39.9, 42.8]  ...``, six a line (an unreliable one
-    followed by ``unreliable: REASON``, and one line saying when that is); ``keys``: only the intervals of these
-    keys (the ones a metric returns: SGRecall and SGMeanRecall sharing a summary each log their own), default
-    all."""
+    on a line of its own, followed by ``unreliable: REASON``, and one line saying when that is); ``keys``: only
+    the intervals of these keys (the ones a metric returns: SGRecall and SGMeanRecall sharing a summary each log
+    their own), default all."""
     info, intervals, m = summary.get('bootstrap'), summary.get('intervals') or {}, summary.get('metrics', {})
     if keys is not None:
         intervals = {k: v for k, v in intervals.items() if k in keys}
@@ -576,9 +576,21 @@ def format_intervals(summary: Dict[str, Any], keys: Optional[Mapping[str, Any]] 
     head = (f'{100 * info["level"]:g}% bootstrap intervals ({info["samples"]} resamples of the '
             f'{info["num_units"]} images, percentile method, seed {info["seed"]}):')
     notes = summary.get('interval_notes') or {}
-    cells = [f'{k} {m[k]:.2f} [{lo:.1f}, {hi:.1f}]' + (f' unreliable: {notes[k]}' if k in notes else '')
-             for k, (lo, hi) in intervals.items() if k in m]
-    lines = [head] + ['  ' + '  '.join(cells[i:i + 6]) for i in range(0, len(cells), 6)]
+    lines, row = [head], []
+    for k, (lo, hi) in intervals.items():
+        if k not in m:
+            continue
+        cell = f'{k} {m[k]:.2f} [{lo:.1f}, {hi:.1f}]'
+        if k in notes:  # a marked interval takes a line of its own
+            lines += ['  ' + '  '.join(row)] if row else []
+            lines.append(f'  {cell} unreliable: {notes[k]}')
+            row = []
+            continue
+        row.append(cell)
+        if len(row) == 6:
+            lines.append('  ' + '  '.join(row))
+            row = []
+    lines += ['  ' + '  '.join(row)] if row else []
     if any(k in notes for k in intervals):
         lines.append(f'unreliable: the interval is too narrow or misplaced when {info.get("unreliable_when", "")}'
                      f' (docs/metrics.md)')
