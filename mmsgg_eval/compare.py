@@ -10,7 +10,10 @@ replacement and uses the SAME image indices for both runs (so what the images ha
 difficulty - cancels out of Δ; :mod:`mmsgg_eval.metrics.bootstrap` for the per-image decomposition of every
 key). The p-value is ``(1 + 2 min(#{Δ* <= 0}, #{Δ* >= 0})) / (B + 1)`` over the B replicates Δ*. Per-predicate
 recalls get the same treatment, and the predicates whose change is significant after Holm's step-down
-correction over all predicates with GT (family-wise error rate ``1 - level``) are named.
+correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
+key averaging over predicates is marked unreliable by the rule of the single-run intervals
+(:func:`mmsgg_eval.metrics.bootstrap.interval_warnings`, on either run's images): a predicate absent from the
+images hides its change from Δ and from every replicate alike.
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
@@ -192,7 +195,7 @@ def default_table(stat: Any, requested: Optional[str]) -> Optional[str]:
 def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, Any],
                    with_table: bool) -> Dict[str, Any]:
     """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count."""
-    from .metrics.bootstrap import contributions_of
+    from .metrics.bootstrap import contributions_of, interval_warnings
     from .metrics.state import ground_truth_difference
     other_gt = ground_truth_difference(a, b)
     if other_gt is not None:  # never paired, whatever the options: the images are not the same
@@ -210,8 +213,11 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     keys = [k for k in keys_a if k in keys_b]
     result = paired_keys(stat_a, stat_b, keys, summary_a['metrics'], summary_b['metrics'], options['samples'],
                          options['seed'], options['level'], table)
+    notes = {**interval_warnings(stat_b, list(result['keys'])), **interval_warnings(stat_a, list(result['keys']))}
+    notes = {k: notes[k] for k in result['keys'] if k in notes}
     out = {'metric': a.name, 'prefix': a.prefix, 'num_images': num_images, 'keys': result['keys'],
-           'settings_differences': differences, 'per_predicate': None}
+           'interval_warnings': list(notes), 'interval_notes': notes, 'settings_differences': differences,
+           'per_predicate': None}
     if result['per_predicate'] is not None:
         labels = result['per_predicate']['labels']
         out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
@@ -276,9 +282,14 @@ def format_markdown(result: Dict[str, Any]) -> str:
                 lines += ['', '**Different settings (--allow-different-settings):** '
                           + '; '.join(m['settings_differences'])]
             lines += ['', f'| Key | {a} | {b} | Δ | {pct} CI of Δ | p |', '|---|---:|---:|---:|---:|---:|']
+            notes = m.get('interval_notes') or {}
             for key, r in m['keys'].items():
+                note = f' unreliable: {notes[key]}' if key in notes else ''
                 lines.append(f'| {key} | {_num(r["a"])} | {_num(r["b"])} | {r["delta"]:+.2f} | '
-                             f'[{_num(r["low"])}, {_num(r["high"])}] | {_p(r["p"])} |')
+                             f'[{_num(r["low"])}, {_num(r["high"])}]{note} | {_p(r["p"])} |')
+            if notes:
+                lines += ['', 'unreliable: the interval of Δ (and its p-value) of a key averaging over predicates '
+                              'of which many are rare or absent in these images (docs/metrics.md).']
             lines += [''] + per_predicate_markdown(m['per_predicate'], a, b, pct)
     return '\n'.join(lines).rstrip() + '\n'
 
@@ -304,14 +315,16 @@ def per_predicate_markdown(pp: Optional[Dict[str, Any]], a: str, b: str, pct: st
 
 def csv_rows(result: Dict[str, Any]) -> Tuple[List[List[Any]], List[List[Any]]]:
     """(key rows, per-predicate rows) of the CSV files, with headers."""
-    keys = [['a', 'b', 'metric', 'key', 'value_a', 'value_b', 'delta', 'low', 'high', 'p', 'settings_differences']]
+    keys = [['a', 'b', 'metric', 'key', 'value_a', 'value_b', 'delta', 'low', 'high', 'p', 'settings_differences',
+             'unreliable']]
     preds = [['a', 'b', 'metric', 'key', 'predicate', 'num_gt_a', 'num_gt_b', 'value_a', 'value_b', 'delta', 'low',
               'high', 'p', 'p_holm', 'significant']]
     for comp in result['comparisons']:
         for m in comp['metrics']:
+            notes = m.get('interval_notes') or {}
             for key, r in m['keys'].items():
                 keys.append([comp['a'], comp['b'], m['metric'], key, r['a'], r['b'], r['delta'], r['low'], r['high'],
-                             r['p'], '; '.join(m['settings_differences'])])
+                             r['p'], '; '.join(m['settings_differences']), notes.get(key, '')])
             pp = m['per_predicate']
             for r in (pp['rows'] if pp else []):
                 preds.append([comp['a'], comp['b'], m['metric'], pp['key'], r['predicate'], r['num_gt_a'],

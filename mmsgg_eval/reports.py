@@ -180,19 +180,20 @@ def _per_predicate_caption(summary: Dict[str, Any], ks: Sequence[Any]) -> str:
 
 class Estimate(float):
     """A key's value with its bootstrap interval (``low``, ``high``; ``bootstrap=`` of the metrics): a float
-    everywhere (CSV, JSON), printed by the report tables as ``41.36 [39.9, 42.8]`` (one decimal less)."""
+    everywhere (CSV, JSON), printed by the report tables as ``41.36 [39.9, 42.8]`` (one decimal less), followed
+    by ``unreliable: REASON`` when the interval is marked unreliable (``note``, ``summary['interval_notes']``)."""
 
-    def __new__(cls, value: float, low: float, high: float) -> 'Estimate':
+    def __new__(cls, value: float, low: float, high: float, note: str = '') -> 'Estimate':
         out = super().__new__(cls, value)
-        out.low, out.high = low, high
+        out.low, out.high, out.note = low, high, note
         return out
 
 
 def summary_values(summary: Dict[str, Any]) -> Dict[str, Any]:
     """``summary['metrics']`` with each key that has a bootstrap interval (``summary['intervals']``) as an
-    :class:`Estimate`."""
-    intervals = summary.get('intervals') or {}
-    return {k: Estimate(v, *intervals[k]) if k in intervals and _is_value(v) else v
+    :class:`Estimate` (with its ``summary['interval_notes']`` reason when the interval is unreliable)."""
+    intervals, notes = summary.get('intervals') or {}, summary.get('interval_notes') or {}
+    return {k: Estimate(v, *intervals[k], note=notes.get(k, '')) if k in intervals and _is_value(v) else v
             for k, v in summary.get('metrics', {}).items()}
 
 
@@ -221,7 +222,8 @@ class ReportTable:
         digits = self.digits.get(column, 2)
         if isinstance(value, Estimate) and _is_value(value):
             low, high = (_fmt(v, max(digits - 1, 0)) for v in (value.low, value.high))
-            return f'{_fmt(value, digits)} [{low}, {high}]'
+            note = f' unreliable: {value.note}' if value.note else ''
+            return f'{_fmt(value, digits)} [{low}, {high}]{note}'
         return _fmt(value, digits) if _is_value(value) else missing
 
 
@@ -350,11 +352,13 @@ def table_csv(table: ReportTable) -> str:
 
 _LATEX_SPECIALS = {'\\': r'\textbackslash{}', '&': r'\&', '%': r'\%', '$': r'\$', '#': r'\#', '_': r'\_',
                    '{': r'\{', '}': r'\}', '~': r'\textasciitilde{}', '^': r'\textasciicircum{}',
-                   '—': '---', '–': '--', 'τ': r'$\tau$', '≥': r'$\geq$', '×': r'$\times$'}
+                   '—': '---', '–': '--', 'τ': r'$\tau$', '≥': r'$\geq$', '×': r'$\times$',
+                   '<': r'\textless{}', '>': r'\textgreater{}'}
 
 
 def latex_escape(text: str) -> str:
-    """Text safe in LaTeX: ``\\ & % $ # _ { } ~ ^`` escaped, dashes as ``---`` / ``--``, τ ≥ × in math mode."""
+    """Text safe in LaTeX: ``\\ & % $ # _ { } ~ ^ < >`` escaped, dashes as ``---`` / ``--``, τ ≥ × in math
+    mode."""
     return ''.join(_LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 

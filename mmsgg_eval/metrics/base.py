@@ -574,7 +574,8 @@ class RowMetric(BaseMetric):
 def extra_results_of(metrics: Sequence[Any]) -> Dict[str, Any]:
     """The non-scalar results (e.g. ``{prefix}/per_predicate_recall``) of the last ``evaluate()`` of each
     metric, merged: what ``metrics.json`` adds to the scalar keys an evaluator returns (with ``bootstrap=``,
-    also ``{prefix}/intervals`` and ``{prefix}/bootstrap``)."""
+    also ``{prefix}/intervals``, ``{prefix}/bootstrap`` and ``{prefix}/interval_warnings``: the keys whose
+    interval is unreliable, ``{prefix}/interval_notes``: why)."""
     out: Dict[str, Any] = {}
     for metric in metrics:
         extra = getattr(metric, 'extra_results', None)
@@ -584,4 +585,6 @@ def extra_results_of(metrics: Sequence[Any]) -> Dict[str, Any]:
         if report.get('intervals'):  # bootstrap=: {prefix}/intervals {key: [low, high]} and its settings
             out[f'{metric.prefix}/intervals'] = report['intervals']
             out[f'{metric.prefix}/bootstrap'] = report['bootstrap']
+            out[f'{metric.prefix}/interval_warnings'] = list(report.get('interval_warnings') or [])
+            out[f'{metric.prefix}/interval_notes'] = dict(report.get('interval_notes') or {})
     return out

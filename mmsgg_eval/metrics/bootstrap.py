@@ -16,6 +16,13 @@ so on every world size); an image a metric does not evaluate (no GT relation, or
 so two runs on the same samples resample the very same units (paired comparison, :mod:`mmsgg_eval.compare`).
 A replicate with all counts 1 reproduces the reported keys (checked at run time: a key whose formula no
 longer matches the metric's summary gets no interval and a warning).
+
+A key that averages over predicates (mR@K, ngmR@K, group and subset mean recalls; any key built by
+:func:`predicate_mean`) records the GT relations of each predicate it averages over, per image
+(:attr:`Contributions.support`); F@K / AVG@K record the keys they combine (:attr:`Contributions.depends`). :func:`interval_warnings` marks the
+interval of such a key as unreliable when too many of its predicates are rare in the evaluated images: a predicate
+absent from them counts 0 (or drops out) in the estimate and in every replicate alike, so the replicates cannot see
+the bias it causes and the percentile interval misses the population value (docs/metrics.md, measured coverage).
 """
 import logging
 import math
@@ -37,6 +44,11 @@ POINT_RTOL = 1e-9
 
 Block = Callable[[Tensor], Tensor]
 
+#: a predicate with fewer GT relations than this in the evaluated images is rare (for :func:`interval_warnings`)
+RARE_GT = 5
+#: the interval of a key averaging over predicates is unreliable when at least this share of them are rare
+RARE_SHARE = 0.2
+
 
 class Contributions:
     """Per-unit summands of one evaluation's keys and the formulas of the keys on their column totals.
@@ -45,7 +57,10 @@ class Contributions:
     returns their columns; :attr:`blocks` are ``(key names, fn)`` pairs where ``fn(totals [b, C])`` gives
     [b, len(names)] values; :attr:`derived` functions add keys computed from other keys' values;
     :attr:`tables` ``{name: fn}`` give [b, P] per-predicate values (percent) named by :attr:`table_labels`;
-    :attr:`resampled` ``{key: fn(counts [N])}`` keys recomputed per replicate.
+    :attr:`resampled` ``{key: fn(counts [N])}`` keys recomputed per replicate; :attr:`support` ``{key: (gt [N, P],
+    members [M])}``: the GT relations of each predicate in each unit's evaluated relations and the M predicates
+    a key averages over (:meth:`gt_support`); :attr:`depends` ``{key: [keys]}`` the keys a derived key is
+    computed from (both read by :func:`interval_warnings`).
     """
 
     def __init__(self, units: Tensor) -> None:
@@ -58,6 +73,8 @@ class Contributions:
         self.tables: Dict[str, Block] = {}
         self.table_labels: List[str] = []
         self.resampled: Dict[str, Callable[[Tensor], float]] = {}
+        self.support: Dict[str, Tuple[Tensor, Tensor]] = {}
+        self.depends: Dict[str, List[str]] = {}
         self._memo: Dict[int, Tensor] = {}
 
     @property
@@ -110,6 +127,12 @@ class Contributions:
         self._memo = {}
         return out
 
+    def gt_support(self, key: str, units: Optional[Tensor] = None) -> Tensor:
+        """[M] GT relations of each predicate ``key`` averages over, in the units ``units`` (a [N] bool mask or
+        indices; default all: the evaluated images)."""
+        gt, members = self.support[key]
+        return (gt if units is None else gt[units]).sum(0).index_select(0, members)
+
     def point(self, with_tables: bool = False) -> Dict[str, Tensor]:
         """The all-ones replicate (the evaluated sample itself): ``{key: [1]}``."""
         ones = torch.ones((1, self.num_units), dtype=torch.float64)
@@ -119,15 +142,17 @@ class Contributions:
         return values
 
     def rename(self, mapping: Callable[[str], Optional[str]]) -> None:
-        """Rename (or drop, ``mapping`` -> None) every key and table; the :attr:`derived` keys are dropped."""
+        """Rename (or drop, ``mapping`` -> None) every key, table and :attr:`support`; the :attr:`derived` keys
+        (and :attr:`depends`) are dropped."""
         blocks = []
         for names, fn in self.blocks:
             new = [mapping(n) for n in names]
             keep = [j for j, n in enumerate(new) if n is not None]
             if keep:
                 blocks.append(([new[j] for j in keep], lambda t, fn=fn, keep=keep: fn(t)[:, keep]))
-        self.blocks, self.derived = blocks, []
+        self.blocks, self.derived, self.depends = blocks, [], {}
         self.tables = {mapping(n): fn for n, fn in self.tables.items() if mapping(n) is not None}
+        self.support = {mapping(n): v for n, v in self.support.items() if mapping(n) is not None}
 
 
 # ---------------------------------------------------------------------------------------------- recall blocks
@@ -151,7 +176,8 @@ def per_predicate_block(c: Contributions, rank: Tensor, predicate: Tensor, unit:
                         ks: Sequence[int], average: str, den: Optional[slice] = None) -> Tuple[Block, slice]:
     """([b, K, P] per-predicate recall, the presence columns): for predicate p, the mean over units holding p
     of their recall of p (``'image'``, legacy mR) or its hits / relations (``'micro'``). ``den``: presence
-    columns already added for the same relations."""
+    columns already added for the same relations. The block's ``gt_counts`` [N, P] are the relations of each
+    predicate in each unit (the support :func:`predicate_mean` records)."""
     n, k = c.num_units, len(ks)
     key = unit * num_predicates + predicate
     count = torch.bincount(key, minlength=n * num_predicates).double().view(n, num_predicates)
@@ -162,13 +188,16 @@ def per_predicate_block(c: Contributions, rank: Tensor, predicate: Tensor, unit:
     else:
         num = c.add((hits / count.clamp(min=1)[..., None]).transpose(1, 2).reshape(n, -1))
         den = c.add((count > 0).double()) if den is None else den
-    return c.memo(lambda t: ratio(t[:, num].view(-1, k, num_predicates),
-                                  t[:, den][:, None, :].expand(-1, k, -1))), den
+    block = c.memo(lambda t: ratio(t[:, num].view(-1, k, num_predicates),
+                                   t[:, den][:, None, :].expand(-1, k, -1)))
+    block.gt_counts = count  # type: ignore[attr-defined]
+    return block, den
 
 
 def predicate_mean(per_pred: Block, presence: slice, members: Sequence[int], mode: str) -> Block:
     """[b, K] mean of the per-predicate recalls of ``members``: over all of them (``'all'``, an absent one
-    counts 0) or over those present in the replicate (``'present'``; 0 when none is)."""
+    counts 0) or over those present in the replicate (``'present'``; 0 when none is). The block's ``support``
+    is ``(per_pred.gt_counts [N, P], members [M])`` (:func:`put` records it per key)."""
     idx = torch.as_tensor(list(members), dtype=torch.long)
 
     def mean(t: Tensor) -> Tensor:
@@ -177,13 +206,21 @@ def predicate_mean(per_pred: Block, presence: slice, members: Sequence[int], mod
             held = (t[:, presence].index_select(1, idx) > 0).double()[:, None, :]
             return ratio((values * held).sum(2), held.sum(2).expand(-1, values.shape[1]))
         return values.sum(2) / idx.numel() if idx.numel() else values.sum(2) * 0
+    gt_counts = getattr(per_pred, 'gt_counts', None)
+    if gt_counts is not None:
+        mean.support = (gt_counts, idx)  # type: ignore[attr-defined]
     return mean
 
 
 def put(c: Contributions, family: str, labels: Sequence[Any], block: Block, suffix: str = '',
         scale: float = 100.0) -> None:
-    """Keys ``{family}@{label}{suffix}`` from the columns of ``block`` (times ``scale``)."""
-    c.blocks.append(([f'{family}@{k}{suffix}' for k in labels], lambda t: scale * block(t)))
+    """Keys ``{family}@{label}{suffix}`` from the columns of ``block`` (times ``scale``); a block averaging
+    over predicates (its ``support``, :func:`predicate_mean`) records it for each key."""
+    names = [f'{family}@{k}{suffix}' for k in labels]
+    c.blocks.append((names, lambda t: scale * block(t)))
+    support = getattr(block, 'support', None)
+    if support is not None:
+        c.support.update({name: support for name in names})
 
 
 def relation_units(c: Contributions, metric: Any, images: Dict[str, Tensor],
@@ -244,6 +281,7 @@ def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tenso
         put(c, 'mR', ks, predicate_mean(per_pred, presence, novel['predicates'], mode), '_novel_pred')
         put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, novel['predicates'], mode), '_novel_pred')
     c.derived.append(lambda v: harmonic_keys(v, ks))
+    c.depends.update({f'{family}@{k}': [f'R@{k}', f'mR@{k}'] for k in ks for family in ('F', 'AVG')})
     for j, k in enumerate(ks):
         c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
     c.table_labels = list(metric.predicates)
@@ -465,10 +503,52 @@ def checked_keys(stat: Contributions, reported: Mapping[str, float], owner: str)
     return good
 
 
+# ---------------------------------------------------------------------------------------------- reliability
+
+#: how :func:`interval_warnings` decides, in words (``bootstrap['unreliable_when']`` of a summary)
+UNRELIABLE_RULE = (f'the key averages over predicates and at least {RARE_SHARE:.0%} of them have fewer than '
+                   f'{RARE_GT} GT relations in the evaluated images (absent or rare predicates bias the estimate '
+                   f'and every replicate alike)')
+
+
+def support_note(gt_counts: Tensor, min_gt: int = RARE_GT, share: float = RARE_SHARE) -> Optional[str]:
+    """``'14 of 56 predicates with < 5 GT relations'`` when at least ``share`` of the predicates a key averages
+    over (``gt_counts`` [M]: their GT relations in the evaluated images) have fewer than ``min_gt``; None
+    otherwise (the percentile interval is then trusted)."""
+    total = int(gt_counts.numel())
+    rare = int((gt_counts < min_gt).sum())
+    if not total or not rare or rare < share * total - 1e-9:  # (1e-9: 0.2 * 15 is 3.0000000000000004)
+        return None
+    return f'{rare} of {total} predicates with < {min_gt} GT relations'
+
+
+def interval_warnings(stat: Contributions, keys: Sequence[str], units: Optional[Tensor] = None) -> Dict[str, str]:
+    """``{key: reason}`` of the ``keys`` whose percentile interval is unreliable: a key averaging over
+    predicates (:attr:`Contributions.support`) by :func:`support_note`, a derived key (F@K, AVG@K:
+    :attr:`Contributions.depends`) through the keys it combines. Keys that do not average over predicates
+    (R@K, zR@K, grounding, ...) are never marked. ``units``: judge the evaluation restricted to these units
+    (:meth:`Contributions.gt_support`; default all). Coverage measured in docs/metrics.md."""
+    def note(key: str, seen: Tuple[str, ...] = ()) -> Optional[str]:
+        if key in stat.support:
+            return support_note(stat.gt_support(key, units))
+        for source in stat.depends.get(key, ()):
+            found = None if source in seen else note(source, seen + (key,))
+            if found is not None:
+                return f'{found} (in {source})'
+        return None
+    out = {}
+    for key in keys:
+        reason = note(key)
+        if reason is not None:
+            out[key] = reason
+    return out
+
+
 def bootstrap_summary(metric: Any, tables: Tables, summary: Dict[str, Any],
                       options: Dict[str, Any]) -> Dict[str, Any]:
-    """``{'intervals': {key: [low, high]}, 'bootstrap': settings}`` of every key of ``summary['metrics']``
-    (percentile intervals of image resamples, values in the keys' units)."""
+    """``{'intervals': {key: [low, high]}, 'bootstrap': settings, 'interval_warnings': [key],
+    'interval_notes': {key: reason}}`` of every key of ``summary['metrics']`` (percentile intervals of image
+    resamples, values in the keys' units; the keys whose interval is unreliable, :func:`interval_warnings`)."""
     stat = contributions_of(metric, tables)
     keys = checked_keys(stat, summary['metrics'], f'{type(metric).__name__} ({metric.prefix})')
     values = replicates([stat], options['samples'], options['seed'])[0]
@@ -476,13 +556,17 @@ def bootstrap_summary(metric: Any, tables: Tables, summary: Dict[str, Any],
     for key in keys:
         low, high = percentile_interval(values[key][:, None], options['level'])
         intervals[key] = [float(low[0]), float(high[0])]
+    notes = interval_warnings(stat, keys)
     return {'intervals': intervals,
-            'bootstrap': {**options, 'method': 'percentile', 'unit': 'image', 'num_units': stat.num_units}}
+            'bootstrap': {**options, 'method': 'percentile', 'unit': 'image', 'num_units': stat.num_units,
+                          'unreliable_when': UNRELIABLE_RULE},
+            'interval_warnings': list(notes), 'interval_notes': notes}
 
 
 def format_intervals(summary: Dict[str, Any], keys: Optional[Mapping[str, Any]] = None) -> str:
-    """The logged block of bootstrap intervals: ``R@20 41.36 [39.9, 42.8]  ...``, six a line; ``keys``: only the
-    intervals of these keys (the ones a metric returns: SGRecall and SGMeanRecall sharing a summary each log
+    """The logged block of bootstrap intervals: ``R@20 41.36 [39.9, 42.8]  ...``, six a line (an unreliable one
+    on a line of its own, followed by ``unreliable: REASON``, and one line saying when that is); ``keys``: only
+    the intervals of these keys (the ones a metric returns: SGRecall and SGMeanRecall sharing a summary each log
     their own), default all."""
     info, intervals, m = summary.get('bootstrap'), summary.get('intervals') or {}, summary.get('metrics', {})
     if keys is not None:
@@ -491,8 +575,25 @@ def format_intervals(summary: Dict[str, Any], keys: Optional[Mapping[str, Any]] 
         return ''
     head = (f'{100 * info["level"]:g}% bootstrap intervals ({info["samples"]} resamples of the '
             f'{info["num_units"]} images, percentile method, seed {info["seed"]}):')
-    cells = [f'{k} {m[k]:.2f} [{lo:.1f}, {hi:.1f}]' for k, (lo, hi) in intervals.items() if k in m]
-    lines = [head] + ['  ' + '  '.join(cells[i:i + 6]) for i in range(0, len(cells), 6)]
+    notes = summary.get('interval_notes') or {}
+    lines, row = [head], []
+    for k, (lo, hi) in intervals.items():
+        if k not in m:
+            continue
+        cell = f'{k} {m[k]:.2f} [{lo:.1f}, {hi:.1f}]'
+        if k in notes:  # a marked interval takes a line of its own
+            lines += ['  ' + '  '.join(row)] if row else []
+            lines.append(f'  {cell} unreliable: {notes[k]}')
+            row = []
+            continue
+        row.append(cell)
+        if len(row) == 6:
+            lines.append('  ' + '  '.join(row))
+            row = []
+    lines += ['  ' + '  '.join(row)] if row else []
+    if any(k in notes for k in intervals):
+        lines.append(f'unreliable: the interval is too narrow or misplaced when {info.get("unreliable_when", "")}'
+                     f' (docs/metrics.md)')
     return '\n'.join(lines)
 
 
@@ -510,4 +611,6 @@ def add_intervals(metric: Any, tables: Tables, summary: Dict[str, Any]) -> None:
         result = bootstrap_summary(metric, tables, summary, options)
         if group is not None and settings is not None:
             group.bootstrap_done = (key, tables, result)
-    summary.update({'intervals': dict(result['intervals']), 'bootstrap': dict(result['bootstrap'])})
+    summary.update({'intervals': dict(result['intervals']), 'bootstrap': dict(result['bootstrap']),
+                    'interval_warnings': list(result['interval_warnings']),
+                    'interval_notes': dict(result['interval_notes'])})
