@@ -8,8 +8,8 @@ sum(recall_ip) / sum(holds_ip); micro recall is sum(hits_i) / sum(count_i); F@K 
 mR@K), so a :class:`Contributions` holds, per image, the [N, C] matrix of those summands and, per key, how
 the key follows from column totals. A replicate with resampling counts ``w`` [N] is the same formula on
 ``w @ matrix``; B replicates are one [B, N] x [N, C] product (chunked, :mod:`mmsgg_eval.functional.bootstrap`).
-The only key that is not such a function, the VLM metric's COCO ``AP@50``, is recomputed per replicate on the
-resampled object tables (images drawn twice become two images).
+The keys that are not such functions, the VLM metric's COCO ``AP@50`` and the AP keys of ``OIRelationMetric``, are
+recomputed per replicate on the resampled rows (images drawn twice become two images).
 
 The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
 so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
@@ -395,13 +395,20 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
     return 100.0 * ap
 
 
+def oi_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric` (:func:`mmsgg_eval.metrics.oi.oi_contributions`:
+    R@K per image, the AP keys recomputed per replicate)."""
+    from .oi import oi_contributions as build
+    return build(metric, tables)
+
+
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
     """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
     MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
     per-image keys (e.g. DetectionAP)."""
     builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
                 'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
-                'RelCLIPScore': relclip_contributions}
+                'RelCLIPScore': relclip_contributions, 'OIRelationMetric': oi_contributions}
     return next((builders[k.__name__] for k in type(metric).__mro__ if k.__name__ in builders), None)
 
 
