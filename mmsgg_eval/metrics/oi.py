@@ -31,6 +31,12 @@ OI_NO_HIT = 2 ** 15 - 1
 AP_KEYS = ('mAP_rel', 'wmAP_rel', 'mAP_phr', 'wmAP_phr', 'final_score', 'w_final_score')
 
 
+def first_hit_ranks(relations: Dict[str, Tensor]) -> Tensor:
+    """[G] int64 first-hit ranks (``first_hit``) of the GT relation rows, misses (:data:`OI_NO_HIT`) as ``NO_HIT`` (above every K)."""
+    rank = relations['first_hit'].long()
+    return torch.where(rank < OI_NO_HIT, rank, torch.full_like(rank, NO_HIT))
+
+
 def _score_rows(sample: Any) -> int:
     scores = get_field(get_field(sample, 'pred_relations'), 'scores')
     shape = getattr(scores, 'shape', None)
@@ -130,14 +136,14 @@ class OIRelationMetric(RowMetric):
 
     # ------------------------------------------------------------------ rows
     def row_schema(self) -> Schema:
-        entries = {'rank': (torch.int16, ()), 'score': (torch.float32, ()), 'predicate': (torch.int16, ()),
+        entries = {'position': (torch.int16, ()), 'score': (torch.float32, ()), 'predicate': (torch.int16, ()),
                    'tp_rel': (torch.bool, ()), 'tp_phr': (torch.bool, ())}
         if self.per_image_out:
             entries.update({'ends': (torch.int32, (2,)), 'labels': (torch.int32, (2,))})
         return {'images': {'num_gt': (torch.int32, ()), 'num_pred': (torch.int32, ()),
                            'missing': (torch.bool, ())},
                 'entries': entries,
-                'relations': {'predicate': (torch.int16, ()), 'rank': (torch.int16, ())}}
+                'relations': {'predicate': (torch.int16, ()), 'first_hit': (torch.int16, ())}}
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
         return sum(_score_rows(s) for s in samples)
@@ -172,7 +178,7 @@ class OIRelationMetric(RowMetric):
 
         def listed(values: Tensor) -> Tensor:
             return values.reshape(-1).index_select(0, slot)
-        entries = {'sample_idx': batch.sample_idx.index_select(0, image_of), 'rank': slot % width,
+        entries = {'sample_idx': batch.sample_idx.index_select(0, image_of), 'position': slot % width,
                    'score': listed(lists.score), 'predicate': listed(lists.predicate),
                    'tp_rel': listed(match['tp_rel']), 'tp_phr': listed(match['tp_phr'])}
         if self.per_image_out:
@@ -186,7 +192,7 @@ class OIRelationMetric(RowMetric):
         rank = match['first_hit'].reshape(-1).index_select(0, gt_slot)
         relations = {'sample_idx': batch.sample_idx.index_select(0, gt_image),
                      'predicate': batch.gt_predicates.reshape(-1).index_select(0, gt_slot),
-                     'rank': torch.where(rank < NO_HIT, rank, torch.full_like(rank, OI_NO_HIT))}
+                     'first_hit': torch.where(rank < NO_HIT, rank, torch.full_like(rank, OI_NO_HIT))}
         images = {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
                   'missing': torch.tensor(missing, dtype=torch.bool, device=device)}
         return {'images': images, 'entries': entries, 'relations': relations}
@@ -203,7 +209,7 @@ class OIRelationMetric(RowMetric):
 
     def sorted_entries(self, entries: Dict[str, Tensor]) -> Dict[str, Tensor]:
         """The entry rows in the order of the AP sweep (:func:`~mmsgg_eval.functional.oi.ap_order`)."""
-        order = ap_order(entries['predicate'], entries['score'], entries['sample_idx'], entries['rank'])
+        order = ap_order(entries['predicate'], entries['score'], entries['sample_idx'], entries['position'])
         return {n: c.index_select(0, order) for n, c in entries.items()}
 
     def scores_of(self, sorted_rows: Dict[str, Tensor], relations: Dict[str, Tensor],
@@ -216,7 +222,7 @@ class OIRelationMetric(RowMetric):
             if rel_weight is not None else torch.bincount(pred, minlength=num_predicates).double()
         ap_rel, ap_phr = oi_average_precisions(sorted_rows, npos, num_predicates, row_weight)
         ks = self.recall_ks()
-        recall = pooled_recall(relations['rank'].long(), ks, rel_weight)
+        recall = pooled_recall(first_hit_ranks(relations), ks, rel_weight)
         values = dict(zip([f'R@{k}' for k in ks], recall.tolist()))
         values.update(oi_scores(ap_rel, ap_phr, npos, values['R@50']))
         return {'values': values, 'ap_rel': ap_rel, 'ap_phr': ap_phr, 'npos': npos}
@@ -298,7 +304,7 @@ class OIRelationMetric(RowMetric):
                              'prediction_missing': bool(images['missing'][i])}
         e = {n: c.tolist() for n, c in tables['entries'].items()}
         for i, idx in enumerate(e['sample_idx']):
-            entry = {'rank': e['rank'][i], 'predicate': predicates[e['predicate'][i]], 'score': e['score'][i],
+            entry = {'rank': e['position'][i], 'predicate': predicates[e['predicate'][i]], 'score': e['score'][i],
                      'tp_rel': bool(e['tp_rel'][i]), 'tp_phr': bool(e['tp_phr'][i])}
             if 'ends' in e:
                 s, o = e['ends'][i]
@@ -307,7 +313,7 @@ class OIRelationMetric(RowMetric):
             by_image[idx]['entries'].append(entry)
         r = {n: c.tolist() for n, c in tables['relations'].items()}
         for i, idx in enumerate(r['sample_idx']):
-            rank = r['rank'][i]
+            rank = r['first_hit'][i]
             by_image[idx]['gt'].append({'predicate': predicates[r['predicate'][i]],
                                         'first_hit': rank if rank < OI_NO_HIT else None})
         out = []
@@ -338,19 +344,22 @@ def oi_contributions(metric: OIRelationMetric, tables: Tables):
     c = Contributions(images['sample_idx'])
     rel_unit = c.unit_of(rels['sample_idx'])
     ks = list(metric.topk)
-    num = c.add(hits_per_k(rels['rank'].long(), rel_unit, c.num_units, ks))
+    num = c.add(hits_per_k(first_hit_ranks(rels), rel_unit, c.num_units, ks))
     den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
     put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
     rows = metric.sorted_entries(tables['entries'])
     row_unit = c.unit_of(rows['sample_idx'])
-    cache: Dict[str, Any] = {}
+    cache: Dict[bytes, Dict[str, float]] = {}  # every AP key of a replicate from one sweep (keyed by its counts)
 
     def values(counts: Tensor) -> Dict[str, float]:
-        counts = counts.double()
-        if 'counts' not in cache or not torch.equal(cache['counts'], counts):
-            result = metric.scores_of(rows, rels, counts.index_select(0, row_unit), counts.index_select(0, rel_unit))
-            cache.update(counts=counts.clone(), values=result['values'])
-        return cache['values']
+        counts = counts.double().cpu().contiguous()
+        key = counts.numpy().tobytes()
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                          counts.index_select(0, rel_unit))['values']
+        return cache[key]
     for key in AP_KEYS:
         c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
     return c
