@@ -1,0 +1,178 @@
+"""Open Images V6 (OIv6: 601 classes / 30 predicates) from PySGG's files.
+
+Follows ``pysgg/data/datasets/open_image.py`` of SHTUPLUS/PySGG (commit a63942a: ``load_cate_info``,
+``load_annotations``, ``OIDataset.get_groundtruth(evaluation=True)``, ``get_statistics``):
+
+* ``annotations/categories_dict.json`` = ``{"obj": [601 names], "rel": [30 names]}``; PySGG prepends
+  ``__background__`` to both, here the names stay 0-based as given.
+* ``annotations/vrd-{train,val,test}-anno.json``: a list, one dict per image: ``img_fn`` (file name without
+  ``.jpg``, under ``images/``), ``img_size`` [W, H], ``bbox`` [[x1, y1, x2, y2]] pixels, ``det_labels`` 0-based
+  classes, ``rel`` [[subject index, object index, 0-based predicate]]. Each split reads its own file.
+* images with an empty ``rel`` or an empty ``bbox`` are dropped in every split (``filter_empty_rels``).
+* boxes are cast to float32 (PySGG's ``BoxList``) and clamped to [0, W-1] x [0, H-1] (``clip_to_image(
+  remove_empty=False)`` of the evaluation GT); boxes the clamp makes empty are kept.
+* duplicate relations are kept outside the training split (PySGG filters duplicates only when training: one
+  predicate per pair drawn at random each time, here deterministically the first one in file order).
+* ``iou_plus_one=True``: PySGG's ``BoxList`` IoU counts inclusive pixels (+1).
+* training statistics (``predicate_counts``, ``train_triplets``) count every training relation, duplicates
+  included, without an overlap filter (PySGG's OI ``get_statistics``: the relation counter of
+  ``get_VG_statistics`` runs over the raw training relations).
+
+Checked while reading: every record is a dict with ``img_fn`` (a string), ``img_size`` (two positive
+integers), ``bbox`` (rows of 4 finite numbers, x2 >= x1 and y2 >= y1), ``det_labels`` (one integer class in
+[0, C-1] per box), ``rel`` (rows of 3 integers: object indices in [0, N-1], predicate in [0, P-1]); anything else
+raises :class:`DatasetFormatError` naming the file, the record index (0-based position in the file's list) and
+the ``img_fn``.
+"""
+import logging
+import os.path as osp
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+from mmengine.logging import print_log
+
+from ..registry import DATASETS
+from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, concat_image_graphs,
+                   graph_statistics, integer_labels, load_json, numeric_rows)
+
+OIV6_RECORD_KEYS = ('img_fn', 'img_size', 'bbox', 'det_labels', 'rel')
+OIV6_ANN_FILE = 'annotations/vrd-{split}-anno.json'
+OIV6_CATEGORY_FILE = 'annotations/categories_dict.json'
+
+
+def load_oiv6_vocabulary(cate_info_file: str, data_root: str = '') -> Dict[str, List[str]]:
+    """``classes`` (``obj``) and ``predicates`` (``rel``) of ``categories_dict.json``, 0-based as listed."""
+    info = load_json(cate_info_file, 'OIv6 categories file', data_root)
+    if not isinstance(info, dict):
+        raise DatasetFormatError(f'{cate_info_file}: expected {{"obj": [...], "rel": [...]}}, got '
+                                 f'{type(info).__name__}')
+    out = {}
+    for key, name in (('obj', 'classes'), ('rel', 'predicates')):
+        names = info.get(key)
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise DatasetFormatError(f'{cate_info_file}: {key!r} must be a non-empty list of names, got '
+                                     f'{type(names).__name__ if not isinstance(names, list) else names[:3]}')
+        if names[0] == '__background__':
+            raise DatasetFormatError(f'{cate_info_file}: {key!r} starts with "__background__"; PySGG\'s file '
+                                     f'lists only the real names (it adds the background itself)')
+        out[name] = list(names)
+    return out
+
+
+def _image_size(value: Any, where: str) -> tuple:
+    """``img_size`` [W, H] as two positive ints, or DatasetFormatError naming the record."""
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer() and v > 0 for v in value)
+    if not ok:
+        raise DatasetFormatError(f'{where}: img_size = {value!r}, expected [width, height] (positive integers, '
+                                 f'pixels)')
+    return int(value[0]), int(value[1])
+
+
+def parse_oiv6_split(path: str, num_classes: int, num_predicates: int, data_root: str = '',
+                     clip: bool = True) -> Dict[str, Any]:
+    """Kept images of a ``vrd-*-anno.json`` file (file order) with their objects and relations, validated.
+
+    Returns records (dicts: img_fn, width, height, position = index in the file's list), boxes float32 [N, 4]
+    (pixels, clamped to [0, W-1] x [0, H-1] unless ``clip=False``), labels [N] 0-based, obj_counts [I],
+    image_of_rel [R], relations [R, 3] (local subject, local object, 0-based predicate).
+    """
+    data = load_json(path, 'OIv6 annotation file', data_root)
+    if not isinstance(data, list):
+        raise DatasetFormatError(f'{path}: expected a list of image records (dicts with {list(OIV6_RECORD_KEYS)}), '
+                                 f'got {type(data).__name__}')
+    records, boxes, labels, rels = [], [], [], []
+    for pos, rec in enumerate(data):
+        name = rec.get('img_fn') if isinstance(rec, dict) else None
+        where = f'{path}: record {pos} (img_fn {name!r})'
+        missing = [k for k in OIV6_RECORD_KEYS if k not in rec] if isinstance(rec, dict) else list(OIV6_RECORD_KEYS)
+        if missing:
+            raise DatasetFormatError(f'{where}: missing {missing} (each record has {list(OIV6_RECORD_KEYS)})')
+        if not isinstance(name, str):
+            raise DatasetFormatError(f'{where}: img_fn must be a string (the image file name without .jpg)')
+        for key in ('bbox', 'det_labels', 'rel'):
+            if not isinstance(rec[key], list):
+                raise DatasetFormatError(f'{where}: {key} must be a list, got {type(rec[key]).__name__}')
+        if len(rec['rel']) == 0 or len(rec['bbox']) == 0:  # PySGG filter_empty_rels (every split)
+            continue
+        width, height = _image_size(rec['img_size'], where)
+        b = numeric_rows(rec['bbox'], 4, np.float64, where, 'bbox', '[x1, y1, x2, y2] (pixels)')
+        check_box_order(b, where, 'bbox')
+        c = integer_labels(rec['det_labels'], where, 'det_labels')
+        if len(c) != len(b):
+            raise DatasetFormatError(f'{where}: {len(b)} boxes but {len(c)} det_labels')
+        r = numeric_rows(rec['rel'], 3, np.int64, where, 'rel', '[subject, object, predicate] (integers)')
+        check_range(c, 0, num_classes - 1, lambda i: f'{where}, object {i}', 'class')
+        check_range(r[:, :2], 0, len(b) - 1, lambda i: f'{where}, rel {i // 2}', 'object index')
+        check_range(r[:, 2], 0, num_predicates - 1, lambda i: f'{where}, rel {i}', 'predicate')
+        records.append(dict(img_fn=name, width=width, height=height, position=pos))
+        boxes.append(b)
+        labels.append(c)
+        rels.append(r)
+    return concat_image_graphs(records, boxes, labels, rels, clip)
+
+
+@DATASETS.register_module()
+class OIv6Dataset(SceneGraphDataset):
+    """Open Images V6 from PySGG's ``annotations/categories_dict.json`` + ``annotations/vrd-{split}-anno.json``.
+
+    Args:
+        data_root: folder of the files (PySGG's ``open_image_v6/``); relative file arguments are joined with it.
+        ann_file: the split file; None = ``annotations/vrd-{split}-anno.json``.
+        cate_info_file: the vocabulary json (``obj``, ``rel``).
+        train_file: training file read for ``predicate_counts`` / ``train_triplets`` (None or missing: none).
+        data_prefix: ``dict(img='images/')``; images are ``{img_fn}.jpg`` there (never opened).
+        split: 'train' | 'val' | 'test'.
+        duplicate_rels: see :class:`SceneGraphDataset` (default: keep for val/test, one per pair for train).
+        clip_boxes: clamp boxes to the image (True, PySGG's evaluation GT); False keeps the file's boxes, as
+            PySGG's frequency statistics see them (used for the frequency-baseline background).
+
+    ``metainfo``: classes (601 in the real file), predicates (30), dataset_name 'OIv6', iou_plus_one True,
+    predicate_counts and train_triplets of every training relation. ``img_id`` is the ``img_fn``.
+    """
+
+    # dataset arguments under which the training split is the one PySGG's frequency statistics
+    # (``get_VG_statistics`` on the OI training set) count on: duplicates kept, boxes as in the file
+    FREQUENCY_STATISTICS_ARGS = dict(duplicate_rels='keep', clip_boxes=False)
+
+    METAINFO = dict(dataset_name='OIv6', iou_plus_one=True)
+    EXTRA_FILES = ('cate_info_file', 'train_file')
+
+    def __init__(self, data_root: str = '', ann_file: Optional[str] = None,
+                 cate_info_file: str = OIV6_CATEGORY_FILE,
+                 train_file: Optional[str] = OIV6_ANN_FILE.format(split='train'),
+                 data_prefix: Optional[dict] = None, split: str = 'test', duplicate_rels: Optional[str] = None,
+                 clip_boxes: bool = True, **kwargs: Any) -> None:
+        self.clip_boxes = bool(clip_boxes)
+        self.cate_info_file = cate_info_file
+        self.train_file = train_file
+        if ann_file is None:
+            ann_file = OIV6_ANN_FILE.format(split=split)
+        super().__init__(data_root=data_root, ann_file=ann_file,
+                         data_prefix=dict(img='images/') if data_prefix is None else data_prefix,
+                         split=split, duplicate_rels=duplicate_rels, **kwargs)
+
+    def _parsed(self, path: str, num_classes: int, num_predicates: int) -> Dict[str, Any]:
+        return self._cached(f'{self.clip_boxes}:{osp.abspath(path)}', lambda: parse_oiv6_split(
+            path, num_classes, num_predicates, self.data_root, clip=self.clip_boxes))
+
+    def _file_metainfo(self) -> Dict[str, Any]:
+        vocab = load_oiv6_vocabulary(self.cate_info_file, self.data_root)
+        meta: Dict[str, Any] = dict(classes=tuple(vocab['classes']), predicates=tuple(vocab['predicates']))
+        if self.train_file and osp.isfile(self.train_file):
+            train = self._parsed(self.train_file, len(vocab['classes']), len(vocab['predicates']))
+            meta.update(graph_statistics(train, len(vocab['predicates'])))
+        elif self.train_file:
+            print_log(f'OIv6Dataset: training file {self.train_file!r} not found; no predicate_counts / '
+                      f'train_triplets in metainfo', logger='current', level=logging.WARNING)
+        return meta
+
+    def load_data_list(self) -> List[dict]:
+        parsed = self._parsed(self.ann_file, len(self._metainfo['classes']), len(self._metainfo['predicates']))
+        out = [dict(img_path=self._img_path(f'{rec["img_fn"]}.jpg'), img_id=rec['img_fn'], width=rec['width'],
+                    height=rec['height']) for rec in parsed['records']]
+        return self.build_data_list(out, parsed['boxes'], parsed['labels'], parsed['obj_counts'],
+                                    parsed['image_of_rel'], parsed['relations'], self.duplicate_mode)
+
+
+__all__: Sequence[str] = ('OIv6Dataset', 'load_oiv6_vocabulary', 'parse_oiv6_split')
