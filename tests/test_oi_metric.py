@@ -240,10 +240,10 @@ def test_reports_state_bootstrap_and_per_image(tmp_path):
     assert set(report['intervals']) == set(KEYS)
     for key, (low, high) in report['intervals'].items():
         assert low <= out[f'sgdet/{key}'] + 1e-9 and out[f'sgdet/{key}'] <= high + 1e-9
-    summary = json.loads((tmp_path / 'sgdet.metrics.json').read_text())
+    summary = json.loads((tmp_path / 'sgdet.oi.metrics.json').read_text())
     assert summary['metrics']['wmAP_rel'] == pytest.approx(out['sgdet/wmAP_rel'])
     assert set(summary['per_predicate']['p0']) == {'AP_rel', 'AP_phr', 'num_gt'}
-    assert (tmp_path / 'sgdet.tables.per_predicate.csv').exists()
+    assert (tmp_path / 'sgdet.oi.tables.per_predicate.csv').exists()
     assert json.loads((tmp_path / 'o.sgdet.oi.json').read_text())['keys']['R@50'] == out['sgdet/R@50']
     records = read_per_image(str(tmp_path / 'images.jsonl'))
     assert [r['sample_idx'] for r in records] == list(range(20))

@@ -32,7 +32,8 @@ AP_KEYS = ('mAP_rel', 'wmAP_rel', 'mAP_phr', 'wmAP_phr', 'final_score', 'w_final
 
 
 def first_hit_ranks(relations: Dict[str, Tensor]) -> Tensor:
-    """[G] int64 first-hit ranks (``first_hit``) of the GT relation rows, misses (:data:`OI_NO_HIT`) as ``NO_HIT`` (above every K)."""
+    """[G] int64 first-hit ranks (``first_hit``) of the GT relation rows, misses (:data:`OI_NO_HIT`) as
+    ``NO_HIT`` (above every K)."""
     rank = relations['first_hit'].long()
     return torch.where(rank < OI_NO_HIT, rank, torch.full_like(rank, NO_HIT))
 
@@ -244,6 +245,10 @@ class OIRelationMetric(RowMetric):
                 'num_missing_predictions': int(images['missing'].sum()), 'conventions': self.conventions}
 
     # ------------------------------------------------------------------ reporting
+    def report_stem(self) -> str:
+        """``{prefix}.oi``: the report files never take the name of the recall metrics of the same prefix."""
+        return self.tagged_stem()
+
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         dataset = self._meta('dataset_name', 'unknown dataset')
         lines = [f'{type(self).__name__} | OI protocol | {dataset} | {self.mode} | {summary["num_images"]} images, '
