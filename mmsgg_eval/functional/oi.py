@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .boxes import box_iou, union_boxes
 from .limits import NO_HIT
-from .ranking import pair_end_scores, prefix_topk, sortable_key
+from .ranking import pair_end_scores, positions_in_groups, prefix_topk, sortable_key
 
 #: entries of an image's OI list (PySGG's ``topk``)
 OI_LIST_LENGTH = 100
@@ -83,34 +83,34 @@ def top_predicates(rows: Tensor, k: int) -> Tuple[Tensor, Tensor]:
     return torch.cat(values, 1), torch.cat(columns, 1)
 
 
-def _pair_top_predicates(batch, per_pair: int) -> Tuple[Tensor, Tensor]:
-    """(probabilities [B, R, k], predicates [B, R, k]) of the ``per_pair`` best predicates of every predicted pair
-    row of ``batch`` (0 / 0 on padding rows); the score rows are read in chunks of about ``ROWS_PER_CHUNK``."""
-    b_size, r_max = batch.rel_valid.shape
-    k = min(int(per_pair), batch.num_predicates)
-    device = batch.device
-    prob = torch.zeros((b_size, r_max, k), dtype=torch.float32, device=device)
-    pred = torch.zeros((b_size, r_max, k), dtype=torch.long, device=device)
-    if k == 0 or r_max == 0:
-        return prob, pred
-    counts = batch.num_rel_preds.tolist()
-    start = 0
-    while start < b_size:
-        stop, rows_in = start, 0
-        while stop < b_size and (stop == start or rows_in + counts[stop] <= ROWS_PER_CHUNK):
-            rows_in += counts[stop]
-            stop += 1
-        if rows_in:
-            lengths = torch.tensor(counts[start:stop], dtype=torch.long, device=device)
-            image = torch.repeat_interleave(torch.arange(start, stop, device=device), lengths)
-            first = torch.cumsum(lengths, 0) - lengths
-            pos = torch.arange(rows_in, device=device) - torch.repeat_interleave(first, lengths)
-            values, columns = top_predicates(batch.scores.rows(image, pos).float(), k)
-            flat = image * r_max + pos
-            prob.view(-1, k).index_copy_(0, flat, values)
-            pred.view(-1, k).index_copy_(0, flat, columns)
-        start = stop
-    return prob, pred
+def _rows_top_predicates(scores, image: Tensor, pos: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+    """(probabilities [n, k], predicates [n, k]) of the ``k`` best predicates of the score rows of pairs
+    (``image[i]``, ``pos[i]``) (``image`` non-decreasing) of ``scores`` (a
+    :class:`~mmsgg_eval.functional.scores.RelationScores`), read in chunks of ``ROWS_PER_CHUNK`` rows."""
+    parts_v, parts_c = [], []
+    for start in range(0, image.numel(), ROWS_PER_CHUNK):
+        stop = start + ROWS_PER_CHUNK
+        values, columns = top_predicates(scores.rows(image[start:stop], pos[start:stop]).float(), k)
+        parts_v.append(values)
+        parts_c.append(columns)
+    if not parts_v:
+        return (torch.zeros((0, k), dtype=torch.float32, device=image.device),
+                torch.zeros((0, k), dtype=torch.long, device=image.device))
+    return torch.cat(parts_v), torch.cat(parts_c)
+
+
+def candidate_pairs(first_score: Tensor, valid: Tensor, length: int) -> Tensor:
+    """[B, R] bool: the pairs that can own one of the ``length`` best entries of their image. ``first_score``
+    [B, R] is each pair's best entry score; an entry of a pair scores at most its best, and the best entries of
+    the ``length`` best pairs are ``length`` entries, so a pair whose best entry is strictly below the
+    ``length``-th largest best entry of its image owns none of the image's ``length`` best entries (whatever
+    the order of ties). The others (that many pairs, and those tied with the last) are kept."""
+    if first_score.shape[1] <= length:
+        return valid
+    minus_inf = torch.tensor(float('-inf'), device=first_score.device)
+    keyed = torch.where(valid, first_score, minus_inf)
+    threshold = keyed.topk(length, dim=1).values[:, -1:]
+    return valid & (keyed >= threshold)
 
 
 def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PREDICATES_PER_PAIR,
@@ -118,29 +118,46 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
     """The OI ranked list of every image of a padded scene-graph batch (see the module docstring).
 
     ``batch``: a :class:`~mmsgg_eval.structures.reader.SceneGraphBatch` (its evaluated objects: PredCls has
-    the GT boxes and labels with object scores 1). Returns an :class:`OIList` of ``length`` entries per image."""
-    prob, pred = _pair_top_predicates(batch, per_pair)
-    b_size, r_max, k = prob.shape
+    the GT boxes and labels with object scores 1). Returns an :class:`OIList` of ``length`` entries per image.
+    Only the score rows of the pairs that can own a listed entry are read (:func:`candidate_pairs`: about
+    ``length`` per image, from the per-pair best scores the reader has already computed)."""
+    b_size, r_max = batch.rel_valid.shape
+    k = min(int(per_pair), batch.num_predicates)
+    device = batch.device
     subject_score, object_score = pair_end_scores(batch)
     pair_score = subject_score.float() * object_score.float()  # [B, R]
-    score = pair_score[..., None] * prob
-    # a -inf probability (single-label rows without a second candidate) is no entry: score 0 is always dropped
-    score = torch.where(prob > float('-inf'), score, torch.zeros_like(score)).reshape(b_size, r_max * k)
-    count = batch.num_rel_preds * k  # the real entries of image b are its first count[b] (pair-major)
-    if score.shape[1] == 0:
-        order = torch.zeros((b_size, 0), dtype=torch.long, device=score.device)
+    keep = candidate_pairs(pair_score * batch.scores.best.float(), batch.rel_valid, length)
+    where = keep.nonzero()  # (image, pair) of the candidates, image by image, in pair order
+    image, pair_of = where[:, 0], where[:, 1]
+    count = keep.sum(1)
+    c_max = int(count.max()) if b_size and count.numel() else 0
+    _, slot = positions_in_groups(image, count)
+    prob, pred = _rows_top_predicates(batch.scores, image, pair_of, k)
+    width = c_max * k
+    score = torch.zeros((b_size, width), dtype=torch.float32, device=device)
+    predicate = torch.zeros((b_size, width), dtype=torch.long, device=device)
+    pair = torch.zeros((b_size, width), dtype=torch.long, device=device)
+    if width and k:
+        entry_score = pair_score[image, pair_of][:, None] * prob
+        # a -inf probability (single-label rows without a second candidate) is no entry: score 0 is always dropped
+        entry_score = torch.where(prob > float('-inf'), entry_score, torch.zeros_like(entry_score))
+        flat = ((image * c_max + slot)[:, None] * k + torch.arange(k, device=device)).reshape(-1)
+        score.view(-1).index_copy_(0, flat, entry_score.reshape(-1))
+        predicate.view(-1).index_copy_(0, flat, pred.reshape(-1))
+        pair.view(-1).index_copy_(0, flat, pair_of[:, None].expand(-1, k).reshape(-1))
+    if width == 0:
+        order = torch.zeros((b_size, 0), dtype=torch.long, device=device)
         listed = order.bool()
-    else:
-        order, listed = prefix_topk(score.contiguous(), count, length)
+    else:  # the real entries of image b are its first count[b] * k (candidate-major, in pair order)
+        order, listed = prefix_topk(score, count * k, length)
     top = score.gather(1, order)
-    valid = listed & (top > torch.tensor(min_score, dtype=torch.float32, device=top.device))
-    pair = torch.where(valid, order // max(k, 1), torch.zeros_like(order))
-    predicate = pred.reshape(b_size, r_max * k).gather(1, order) if r_max * k else order.clone()
-    ends = batch.rel_pairs.gather(1, pair[..., None].expand(-1, -1, 2)) if r_max else \
-        torch.zeros(pair.shape + (2,), dtype=torch.long, device=pair.device)
+    valid = listed & (top > torch.tensor(min_score, dtype=torch.float32, device=device))
     zero = torch.zeros_like(order)
+    pair = torch.where(valid, pair.gather(1, order), zero)
+    ends = batch.rel_pairs.gather(1, pair[..., None].expand(-1, -1, 2)) if r_max else \
+        torch.zeros(pair.shape + (2,), dtype=torch.long, device=device)
     return OIList(valid=valid, score=torch.where(valid, top, torch.zeros_like(top)),
-                  predicate=torch.where(valid, predicate, zero), pair=pair,
+                  predicate=torch.where(valid, predicate.gather(1, order), zero), pair=pair,
                   subject=torch.where(valid, ends[..., 0], zero), object=torch.where(valid, ends[..., 1], zero))
 
 
