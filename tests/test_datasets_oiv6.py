@@ -125,10 +125,25 @@ def test_metainfo_lengths_checked_against_the_file(tmp_path):
     (dict(rels=((0, 1),)), r'rel\[0\] = \[0, 1\], expected \[subject, object, predicate\]'),
     (dict(rels=((0, 1, 1.5),)), r'rel\[0\] = \[0.0, 1.0, 1.5\], expected \[subject, object, predicate\]'),
     (dict(w=0), r'img_size = \[0, 80\], expected \[width, height\]'),
+    (dict(labels=([0], [1])), r'det_labels\[0\] = \[0\], expected an integer class'),
+    (dict(labels=(0, True)), r'det_labels\[1\] = True, expected an integer class'),
+    (dict(labels=(0, 1.5)), r'det_labels holds non-integer classes'),
+    (dict(boxes=((10, 10, 50, 60), (float('nan'), 30, 90, 70))), r'bbox\[1\] = \[nan, 30.0, 90.0, 70.0\] is not finite'),
 ])
 def test_bad_record_names_file_index_and_img_fn(tmp_path, bad, match):
     root = write_oi(str(tmp_path / 'oi'), dict(test=[rec('good'), rec('rec_7f3a', **bad)]))
     with pytest.raises(DatasetFormatError, match=r"vrd-test-anno\.json: record 1 \(img_fn 'rec_7f3a'\).*" + match):
+        OIv6Dataset(data_root=root, split='test', train_file=None)
+
+
+@pytest.mark.parametrize('first, second', [(dict(labels=(0, 9)), dict(rels=((0, 5, 1),))),
+                                           (dict(rels=((0, 5, 1),)), dict(labels=(0, 9))),
+                                           (dict(boxes=((5, 5, 1, 9), (0, 0, 3, 3))), dict(labels=(0, 9)))])
+def test_the_first_bad_record_in_file_order_is_named(tmp_path, first, second):
+    records = [rec(f'ok{k}') for k in range(50)]
+    records[20], records[31] = rec('first', **first), rec('second', **second)
+    root = write_oi(str(tmp_path / 'oi'), dict(test=records))
+    with pytest.raises(DatasetFormatError, match=r"record 20 \(img_fn 'first'\)"):
         OIv6Dataset(data_root=root, split='test', train_file=None)
 
 

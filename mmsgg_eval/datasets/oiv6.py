@@ -26,14 +26,15 @@ the ``img_fn``.
 """
 import logging
 import os.path as osp
-from typing import Any, Dict, List, Optional, Sequence
+from itertools import chain
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
-from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, concat_image_graphs,
-                   graph_statistics, integer_labels, load_json, numeric_rows)
+from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, clip_boxes_legacy,
+                   concat_image_graphs, graph_statistics, integer_labels, load_json, numeric_rows)
 
 OIV6_RECORD_KEYS = ('img_fn', 'img_size', 'bbox', 'det_labels', 'rel')
 OIV6_ANN_FILE = 'annotations/vrd-{split}-anno.json'
@@ -69,19 +70,10 @@ def _image_size(value: Any, where: str) -> tuple:
     return int(value[0]), int(value[1])
 
 
-def parse_oiv6_split(path: str, num_classes: int, num_predicates: int, data_root: str = '',
-                     clip: bool = True) -> Dict[str, Any]:
-    """Kept images of a ``vrd-*-anno.json`` file (file order) with their objects and relations, validated.
-
-    Returns records (dicts: img_fn, width, height, position = index in the file's list), boxes float32 [N, 4]
-    (pixels, clamped to [0, W-1] x [0, H-1] unless ``clip=False``), labels [N] 0-based, obj_counts [I],
-    image_of_rel [R], relations [R, 3] (local subject, local object, 0-based predicate).
-    """
-    data = load_json(path, 'OIv6 annotation file', data_root)
-    if not isinstance(data, list):
-        raise DatasetFormatError(f'{path}: expected a list of image records (dicts with {list(OIV6_RECORD_KEYS)}), '
-                                 f'got {type(data).__name__}')
-    records, boxes, labels, rels = [], [], [], []
+def _kept_records(path: str, data: List[Any]) -> List[dict]:
+    """The records PySGG keeps (non-empty ``rel`` and ``bbox``), with the record-level fields checked (pure
+    Python, one pass): ``{'pos', 'rec', 'where', 'width', 'height'}`` per kept record, file order."""
+    kept = []
     for pos, rec in enumerate(data):
         name = rec.get('img_fn') if isinstance(rec, dict) else None
         where = f'{path}: record {pos} (img_fn {name!r})'
@@ -96,20 +88,106 @@ def parse_oiv6_split(path: str, num_classes: int, num_predicates: int, data_root
         if len(rec['rel']) == 0 or len(rec['bbox']) == 0:  # PySGG filter_empty_rels (every split)
             continue
         width, height = _image_size(rec['img_size'], where)
-        b = numeric_rows(rec['bbox'], 4, np.float64, where, 'bbox', '[x1, y1, x2, y2] (pixels)')
-        check_box_order(b, where, 'bbox')
-        c = integer_labels(rec['det_labels'], where, 'det_labels')
-        if len(c) != len(b):
-            raise DatasetFormatError(f'{where}: {len(b)} boxes but {len(c)} det_labels')
-        r = numeric_rows(rec['rel'], 3, np.int64, where, 'rel', '[subject, object, predicate] (integers)')
-        check_range(c, 0, num_classes - 1, lambda i: f'{where}, object {i}', 'class')
-        check_range(r[:, :2], 0, len(b) - 1, lambda i: f'{where}, rel {i // 2}', 'object index')
-        check_range(r[:, 2], 0, num_predicates - 1, lambda i: f'{where}, rel {i}', 'predicate')
-        records.append(dict(img_fn=name, width=width, height=height, position=pos))
-        boxes.append(b)
-        labels.append(c)
-        rels.append(r)
-    return concat_image_graphs(records, boxes, labels, rels, clip)
+        kept.append(dict(pos=pos, rec=rec, where=where, width=width, height=height))
+    return kept
+
+
+def _check_record(item: dict, num_classes: int, num_predicates: int) -> None:
+    """Validate one kept record field by field; raises DatasetFormatError naming the record, the field and the
+    row (used to name the first bad record that the vectorised checks found)."""
+    rec, where = item['rec'], item['where']
+    b = numeric_rows(rec['bbox'], 4, np.float64, where, 'bbox', '[x1, y1, x2, y2] (pixels)')
+    check_box_order(b, where, 'bbox')
+    bad = [k for k, v in enumerate(rec['det_labels']) if not isinstance(v, (int, float)) or isinstance(v, bool)]
+    if bad:
+        raise DatasetFormatError(f'{where}: det_labels[{bad[0]}] = {rec["det_labels"][bad[0]]!r}, expected an '
+                                 f'integer class')
+    c = integer_labels(rec['det_labels'], where, 'det_labels')
+    if len(c) != len(b):
+        raise DatasetFormatError(f'{where}: {len(b)} boxes but {len(c)} det_labels')
+    r = numeric_rows(rec['rel'], 3, np.int64, where, 'rel', '[subject, object, predicate] (integers)')
+    check_range(c, 0, num_classes - 1, lambda i: f'{where}, object {i}', 'class')
+    check_range(r[:, :2], 0, len(b) - 1, lambda i: f'{where}, rel {i // 2}', 'object index')
+    check_range(r[:, 2], 0, num_predicates - 1, lambda i: f'{where}, rel {i}', 'predicate')
+
+
+def _flat(kept: List[dict], key: str, width: int) -> Optional[np.ndarray]:
+    """float64 [sum of lengths, width] (width 0: a flat vector) of ``rec[key]`` over the kept records; None when
+    the rows do not form such an array (ragged rows, non-numbers, nested labels)."""
+    values = list(chain.from_iterable(item['rec'][key] for item in kept))
+    if width == 0 and not all(type(v) in (int, float) for v in values):  # bools and nested lists are refused
+        return None
+    try:
+        out = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if out.shape != ((len(values), width) if width else (len(values),)):
+        return None
+    return out
+
+
+def _first_bad(flags: np.ndarray, image: np.ndarray) -> int:
+    """Smallest kept-record index among the flagged elements (-1 when none)."""
+    return int(image[flags].min()) if flags.any() else -1
+
+
+def _vectorised(kept: List[dict], num_classes: int, num_predicates: int) -> Tuple[Optional[Dict[str, np.ndarray]],
+                                                                                   List[dict]]:
+    """Boxes / labels / relations of all kept records as flat arrays, checked in one pass. Returns (arrays,
+    []) when every check passes, else (None, the records to check one by one: the first bad one, or all of
+    them when the rows do not even form arrays)."""
+    boxes, labels, rels = _flat(kept, 'bbox', 4), _flat(kept, 'det_labels', 0), _flat(kept, 'rel', 3)
+    if boxes is None or labels is None or rels is None:
+        return None, kept
+    n_box = np.array([len(item['rec']['bbox']) for item in kept], dtype=np.int64)
+    n_lab = np.array([len(item['rec']['det_labels']) for item in kept], dtype=np.int64)
+    n_rel = np.array([len(item['rec']['rel']) for item in kept], dtype=np.int64)
+    index = np.arange(len(kept))
+    box_image, lab_image, rel_image = np.repeat(index, n_box), np.repeat(index, n_lab), np.repeat(index, n_rel)
+    rel_objects = n_box[rel_image][:, None]
+    bad = [_first_bad(~np.isfinite(boxes).all(1) | (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]),
+                      box_image),
+           _first_bad(n_lab != n_box, index),
+           _first_bad((labels != np.round(labels)) | (labels < 0) | (labels > num_classes - 1), lab_image),
+           _first_bad(~np.isfinite(rels).all(1) | (rels != np.round(rels)).any(1) | (rels[:, :2] < 0).any(1) |
+                      (rels[:, :2] >= rel_objects).any(1) | (rels[:, 2] < 0) | (rels[:, 2] > num_predicates - 1),
+                      rel_image)]
+    bad = [k for k in bad if k >= 0]
+    if bad:
+        return None, [kept[min(bad)]]
+    return dict(boxes=boxes, labels=labels.astype(np.int64), obj_counts=n_box, image_of_rel=rel_image,
+                relations=rels.astype(np.int64)), []
+
+
+def parse_oiv6_split(path: str, num_classes: int, num_predicates: int, data_root: str = '',
+                     clip: bool = True) -> Dict[str, Any]:
+    """Kept images of a ``vrd-*-anno.json`` file (file order) with their objects and relations, validated.
+
+    Returns records (dicts: img_fn, width, height, position = index in the file's list), boxes float32 [N, 4]
+    (pixels, clamped to [0, W-1] x [0, H-1] unless ``clip=False``), labels [N] 0-based, obj_counts [I],
+    image_of_rel [R], relations [R, 3] (local subject, local object, 0-based predicate). The checks run
+    vectorised over the whole file; a failing file is then read record by record to name the first bad one.
+    """
+    data = load_json(path, 'OIv6 annotation file', data_root)
+    if not isinstance(data, list):
+        raise DatasetFormatError(f'{path}: expected a list of image records (dicts with {list(OIV6_RECORD_KEYS)}), '
+                                 f'got {type(data).__name__}')
+    kept = _kept_records(path, data)
+    flat, suspects = _vectorised(kept, num_classes, num_predicates) if kept else (None, [])
+    for item in suspects:
+        _check_record(item, num_classes, num_predicates)
+    if suspects:  # pragma: no cover - the record checks raise on what the vectorised checks refuse
+        raise DatasetFormatError(f'{path}: malformed bbox / det_labels / rel rows')
+    records = [dict(img_fn=item['rec']['img_fn'], width=item['width'], height=item['height'], position=item['pos'])
+               for item in kept]
+    if not kept:
+        return concat_image_graphs(records, [], [], [], clip)
+    boxes = flat['boxes'].astype(np.float32)
+    if clip:
+        boxes = clip_boxes_legacy(boxes, np.repeat([r['width'] for r in records], flat['obj_counts']),
+                                  np.repeat([r['height'] for r in records], flat['obj_counts']))
+    return dict(records=records, boxes=boxes, labels=flat['labels'], obj_counts=flat['obj_counts'],
+                image_of_rel=flat['image_of_rel'], relations=flat['relations'])
 
 
 @DATASETS.register_module()
