@@ -43,6 +43,10 @@ OI_AP_THRESHOLD = 0.5
 OI_RECALL_THRESHOLD = 0.5
 #: score rows read at once when the top predicates of a pool are taken (bounds the working memory)
 ROWS_PER_CHUNK = 2 ** 16
+#: stored first-hit rank of a GT relation that no entry hits (int16; every hit's rank is below the list length)
+OI_NO_HIT = 2 ** 15 - 1
+#: the summary keys derived from the AP sweep
+OI_AP_KEYS = ('mAP_rel', 'wmAP_rel', 'mAP_phr', 'wmAP_phr', 'final_score', 'w_final_score')
 
 
 @dataclass
@@ -285,3 +289,10 @@ def pooled_recall(first_hit: Tensor, ks: Sequence[int], weight: Optional[Tensor]
     total = float(w.sum())
     values = [float(w[first_hit.long() < min(int(k), NO_HIT)].sum()) / total if total > 0 else 0.0 for k in ks]
     return torch.tensor(values, dtype=torch.float64)
+
+
+def stored_first_hits(first_hit: Tensor) -> Tensor:
+    """[G] int64 first-hit ranks as stored (``OI_NO_HIT`` for a miss) -> ranks with misses as ``NO_HIT`` (above
+    every K)."""
+    rank = first_hit.long()
+    return torch.where(rank < OI_NO_HIT, rank, torch.full_like(rank, NO_HIT))

@@ -396,10 +396,34 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
 
 
 def oi_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric` (:func:`mmsgg_eval.metrics.oi.oi_contributions`:
-    R@K per image, the AP keys recomputed per replicate)."""
-    from .oi import oi_contributions as build
-    return build(metric, tables)
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
+    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
+    entry rows and GT relations w times; in the documented sweep order an image's copies are adjacent:
+    :func:`~mmsgg_eval.functional.oi.voc_ap` with weights). One sweep per replicate serves every AP key."""
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel_unit = c.unit_of(rels['sample_idx'])
+    ks = list(metric.topk)
+    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
+    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
+    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
+    rows = metric.sorted_entries(tables['entries'])
+    row_unit = c.unit_of(rows['sample_idx'])
+    cache: Dict[bytes, Dict[str, float]] = {}  # the AP keys of a replicate (keyed by its counts)
+
+    def values(counts: Tensor) -> Dict[str, float]:
+        counts = counts.double().cpu().contiguous()
+        key = counts.numpy().tobytes()
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                          counts.index_select(0, rel_unit))['values']
+        return cache[key]
+    for key in OI_AP_KEYS:
+        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
+    return c
 
 
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:

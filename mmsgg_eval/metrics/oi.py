@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 
 from ..functional.limits import NO_HIT
-from ..functional.oi import (OI_LIST_LENGTH, ap_order, oi_average_precisions, oi_match, oi_ranked_lists, oi_scores,
-                             pooled_recall)
+from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, oi_average_precisions, oi_match,
+                             oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits)
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..functional.scores import ScoreWorkspace
@@ -25,19 +25,6 @@ from .options import one_of, positive_ints
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
-#: first-hit rank of a GT relation no entry hits (every rank of a hit is below the list length, 100)
-OI_NO_HIT = 2 ** 15 - 1
-#: keys derived from the AP sweep (recomputed on each bootstrap replicate's rows)
-AP_KEYS = ('mAP_rel', 'wmAP_rel', 'mAP_phr', 'wmAP_phr', 'final_score', 'w_final_score')
-
-
-def first_hit_ranks(relations: Dict[str, Tensor]) -> Tensor:
-    """[G] int64 first-hit ranks (``first_hit``) of the GT relation rows, misses (:data:`OI_NO_HIT`) as
-    ``NO_HIT`` (above every K)."""
-    rank = relations['first_hit'].long()
-    return torch.where(rank < OI_NO_HIT, rank, torch.full_like(rank, NO_HIT))
-
-
 def _score_rows(sample: Any) -> int:
     scores = get_field(get_field(sample, 'pred_relations'), 'scores')
     shape = getattr(scores, 'shape', None)
@@ -223,7 +210,7 @@ class OIRelationMetric(RowMetric):
             if rel_weight is not None else torch.bincount(pred, minlength=num_predicates).double()
         ap_rel, ap_phr = oi_average_precisions(sorted_rows, npos, num_predicates, row_weight)
         ks = self.recall_ks()
-        recall = pooled_recall(first_hit_ranks(relations), ks, rel_weight)
+        recall = pooled_recall(stored_first_hits(relations['first_hit']), ks, rel_weight)
         values = dict(zip([f'R@{k}' for k in ks], recall.tolist()))
         values.update(oi_scores(ap_rel, ap_phr, npos, values['R@50']))
         return {'values': values, 'ap_rel': ap_rel, 'ap_phr': ap_phr, 'npos': npos}
@@ -233,7 +220,7 @@ class OIRelationMetric(RowMetric):
         result = self.scores_of(self.sorted_entries(tables['entries']), rels)
         values = result['values']
         m = {f'R@{k}': 100.0 * values[f'R@{k}'] for k in self.topk}
-        m.update({k: 100.0 * values[k] for k in AP_KEYS})
+        m.update({k: 100.0 * values[k] for k in OI_AP_KEYS})
         npos = result['npos'].long().tolist()
         ap_rel, ap_phr = result['ap_rel'].tolist(), result['ap_phr'].tolist()
         per_predicate = {name: {'AP_rel': 100.0 * ap_rel[i], 'AP_phr': 100.0 * ap_phr[i], 'num_gt': npos[i]}
@@ -336,35 +323,3 @@ class OIRelationMetric(RowMetric):
             names = self._image_names.names
             write_metric_per_image(self, summary, lambda: self.per_image_records(tables, names))
 
-
-def oi_contributions(metric: OIRelationMetric, tables: Tables):
-    """Bootstrap decomposition of every key of :class:`OIRelationMetric`, per image: R@K from per-image sums
-    (hits within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times
-    weighs its entry rows and GT relations w times; the sweep order is the documented one, so an image's
-    copies are adjacent: :func:`~mmsgg_eval.functional.oi.voc_ap` with weights)."""
-    from ..functional.bootstrap import ratio
-    from ..functional.recall import hits_per_k
-    from .bootstrap import Contributions, put
-    images, rels = tables['images'], tables['relations']
-    c = Contributions(images['sample_idx'])
-    rel_unit = c.unit_of(rels['sample_idx'])
-    ks = list(metric.topk)
-    num = c.add(hits_per_k(first_hit_ranks(rels), rel_unit, c.num_units, ks))
-    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
-    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
-    rows = metric.sorted_entries(tables['entries'])
-    row_unit = c.unit_of(rows['sample_idx'])
-    cache: Dict[bytes, Dict[str, float]] = {}  # every AP key of a replicate from one sweep (keyed by its counts)
-
-    def values(counts: Tensor) -> Dict[str, float]:
-        counts = counts.double().cpu().contiguous()
-        key = counts.numpy().tobytes()
-        if key not in cache:
-            if len(cache) >= 4096:
-                cache.clear()
-            cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
-                                          counts.index_select(0, rel_unit))['values']
-        return cache[key]
-    for key in AP_KEYS:
-        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
-    return c
