@@ -128,7 +128,8 @@ def test_metainfo_lengths_checked_against_the_file(tmp_path):
     (dict(labels=([0], [1])), r'det_labels\[0\] = \[0\], expected an integer class'),
     (dict(labels=(0, True)), r'det_labels\[1\] = True, expected an integer class'),
     (dict(labels=(0, 1.5)), r'det_labels holds non-integer classes'),
-    (dict(boxes=((10, 10, 50, 60), (float('nan'), 30, 90, 70))), r'bbox\[1\] = \[nan, 30.0, 90.0, 70.0\] is not finite'),
+    (dict(boxes=((10, 10, 50, 60), (float('nan'), 30, 90, 70))),
+     r'bbox\[1\] = \[nan, 30.0, 90.0, 70.0\] is not finite'),
 ])
 def test_bad_record_names_file_index_and_img_fn(tmp_path, bad, match):
     root = write_oi(str(tmp_path / 'oi'), dict(test=[rec('good'), rec('rec_7f3a', **bad)]))

@@ -4,4 +4,4 @@
 _base_ = ['./sgg_predcls_oiv6.py', '../_base_/models/freq_baseline.py']
 model = dict(num_classes=601, num_predicates=30, mode='predcls')
 # the split whose statistics the baseline counts (tools/build_freq_baseline.py)
-freq_train_dataset = dict(type='OIv6Dataset', data_root='data/sample/oiv6/', cate_info_file='annotations/categories_dict.json', split='train')
+freq_train_dataset = dict(type='OIv6Dataset', data_root='data/sample/oiv6/', split='train')

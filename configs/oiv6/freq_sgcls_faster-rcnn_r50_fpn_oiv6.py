@@ -6,7 +6,7 @@
 # The detector checkpoint loads into model.detector; the relation head counts its statistics on
 # `freq_train_dataset` when the model is built (annotations only).
 _base_ = ['./sgg_sgcls_oiv6.py', '../_base_/models/sgg_faster-rcnn_r50_fpn.py']
-freq_train_dataset = dict(type='OIv6Dataset', data_root='data/sample/oiv6/', cate_info_file='annotations/categories_dict.json', split='train')
+freq_train_dataset = dict(type='OIv6Dataset', data_root='data/sample/oiv6/', split='train')
 model = dict(
     mode='sgcls',
     detector=dict(roi_head=dict(bbox_head=dict(num_classes=601))),
