@@ -105,10 +105,11 @@ def evaluate(refs: Sequence[dict], mode: str, num_predicates: int, ks: Sequence[
             for i, _, e in rows:
                 best, best_g = None, None
                 for g, rel in enumerate(gts[i]):
-                    if rel['predicate'] != c or rel['sub_label'] != e['sub_label'] or rel['obj_label'] != e['obj_label']:
+                    if (rel['predicate'], rel['sub_label'], rel['obj_label']) != (c, e['sub_label'], e['obj_label']):
                         continue
                     if kind == 'rel':
-                        ov = min(iou(e['sub_box'], rel['sub_box'], plus_one), iou(e['obj_box'], rel['obj_box'], plus_one))
+                        ov = min(iou(e['sub_box'], rel['sub_box'], plus_one),
+                                 iou(e['obj_box'], rel['obj_box'], plus_one))
                     else:
                         ov = iou(union(e['sub_box'], e['obj_box']), union(rel['sub_box'], rel['obj_box']), plus_one)
                     if best is None or ov > best:

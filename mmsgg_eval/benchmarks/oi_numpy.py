@@ -86,7 +86,8 @@ def evaluate_oi(images: Sequence[Dict[str, np.ndarray]], num_predicates: int) ->
                 if not len(cand):
                     continue
                 if kind == 'rel':
-                    ov = np.minimum(_iou(d['sub_box'][j], g['sub_box'][cand]), _iou(d['obj_box'][j], g['obj_box'][cand]))
+                    ov = np.minimum(_iou(d['sub_box'][j], g['sub_box'][cand]),
+                                    _iou(d['obj_box'][j], g['obj_box'][cand]))
                 else:
                     ov = _iou(_union(d['sub_box'][j:j + 1], d['obj_box'][j:j + 1])[0],
                               _union(g['sub_box'][cand], g['obj_box'][cand]))

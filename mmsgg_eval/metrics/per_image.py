@@ -308,7 +308,8 @@ def set_per_image_out(metric_cfgs: Sequence[Dict[str, Any]], path: str) -> List[
     """Give ``per_image_out`` to the metric configs that take it (:data:`PER_IMAGE_METRICS`), in place; returns
     the paths set. Metrics of one key prefix (``prefix``, else ``mode``: e.g. the SGRecall and SGMeanRecall of a
     run, which share their rows and write the same lines) get ``path``; metrics of a further prefix get
-    ``{path stem}.{prefix}{ext}`` (``OIRelationMetric`` counts as prefix ``{prefix}.oi``: its records differ). ``ValueError`` naming ``--per-image`` when no metric takes it."""
+    ``{path stem}.{prefix}{ext}`` (``OIRelationMetric`` counts as prefix ``{prefix}.oi``: its records differ).
+    ``ValueError`` naming ``--per-image`` when no metric takes it."""
     stem, ext = os.path.splitext(path)
     paths: Dict[str, str] = {}
     for cfg in metric_cfgs:
