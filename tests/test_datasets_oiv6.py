@@ -58,6 +58,12 @@ def test_reading_filtering_and_paths(tmp_path):
     assert val.ann_file.endswith('vrd-val-anno.json') and len(val) == 1 and val.get_data_info(0)['img_id'] == 'v0'
 
 
+def test_a_split_without_kept_images_is_empty(tmp_path):
+    root = write_oi(str(tmp_path / 'oi'), dict(test=[rec('norel', rels=()), rec('nobox', boxes=(), rels=())]))
+    ds = OIv6Dataset(data_root=root, split='test', train_file=None)
+    assert len(ds) == 0 and ds.metainfo['dataset_name'] == 'OIv6'
+
+
 def test_boxes_clamped_in_float32_like_pysgg(tmp_path):
     boxes = ((-3, 5, 120.7, 79.5), (10.25, 20.1, 30, 40), (0, 0, 100, 80), (120, 5, 130, 10), (1 / 3, 2 / 3, 5.1, 7))
     test = [rec('a', boxes=boxes, labels=(3, 0, 2, 1, 1), rels=((2, 0, 1), (0, 1, 0)), w=100, h=80)]

@@ -70,32 +70,62 @@ def _image_size(value: Any, where: str) -> tuple:
     return int(value[0]), int(value[1])
 
 
-def _kept_records(path: str, data: List[Any]) -> List[dict]:
-    """The records PySGG keeps (non-empty ``rel`` and ``bbox``), with the record-level fields checked (pure
-    Python, one pass): ``{'pos', 'rec', 'where', 'width', 'height'}`` per kept record, file order."""
+def _where(path: str, pos: int, rec: Any) -> str:
+    """How an error names a record: the file, the record index and the ``img_fn``."""
+    return f'{path}: record {pos} (img_fn {rec.get("img_fn") if isinstance(rec, dict) else None!r})'
+
+
+def _check_fields(path: str, pos: int, rec: Any) -> None:
+    """The record-level checks (a dict with every key, ``img_fn`` a string, list fields); raises naming it."""
+    where = _where(path, pos, rec)
+    missing = [k for k in OIV6_RECORD_KEYS if k not in rec] if isinstance(rec, dict) else list(OIV6_RECORD_KEYS)
+    if missing:
+        raise DatasetFormatError(f'{where}: missing {missing} (each record has {list(OIV6_RECORD_KEYS)})')
+    if not isinstance(rec['img_fn'], str):
+        raise DatasetFormatError(f'{where}: img_fn must be a string (the image file name without .jpg)')
+    for key in ('bbox', 'det_labels', 'rel'):
+        if not isinstance(rec[key], list):
+            raise DatasetFormatError(f'{where}: {key} must be a list, got {type(rec[key]).__name__}')
+
+
+def _kept_positions(path: str, data: List[Any]) -> List[int]:
+    """Positions of the records PySGG keeps (non-empty ``rel`` and ``bbox``), file order; every record's fields
+    are checked (:func:`_check_fields` names the first bad one)."""
+    keys = frozenset(OIV6_RECORD_KEYS)
     kept = []
     for pos, rec in enumerate(data):
-        name = rec.get('img_fn') if isinstance(rec, dict) else None
-        where = f'{path}: record {pos} (img_fn {name!r})'
-        missing = [k for k in OIV6_RECORD_KEYS if k not in rec] if isinstance(rec, dict) else list(OIV6_RECORD_KEYS)
-        if missing:
-            raise DatasetFormatError(f'{where}: missing {missing} (each record has {list(OIV6_RECORD_KEYS)})')
-        if not isinstance(name, str):
-            raise DatasetFormatError(f'{where}: img_fn must be a string (the image file name without .jpg)')
-        for key in ('bbox', 'det_labels', 'rel'):
-            if not isinstance(rec[key], list):
-                raise DatasetFormatError(f'{where}: {key} must be a list, got {type(rec[key]).__name__}')
-        if len(rec['rel']) == 0 or len(rec['bbox']) == 0:  # PySGG filter_empty_rels (every split)
-            continue
-        width, height = _image_size(rec['img_size'], where)
-        kept.append(dict(pos=pos, rec=rec, where=where, width=width, height=height))
+        if not (isinstance(rec, dict) and keys <= rec.keys() and isinstance(rec['img_fn'], str)
+                and isinstance(rec['bbox'], list) and isinstance(rec['det_labels'], list)
+                and isinstance(rec['rel'], list)):
+            _check_fields(path, pos, rec)
+        if rec['rel'] and rec['bbox']:  # PySGG filter_empty_rels (every split)
+            kept.append(pos)
     return kept
 
 
-def _check_record(item: dict, num_classes: int, num_predicates: int) -> None:
+def _image_sizes(path: str, data: List[Any], kept: List[int]) -> np.ndarray:
+    """int64 [I, 2] ``img_size`` (W, H) of the kept records, checked at once (positive integers; a bad one is
+    named by :func:`_image_size`)."""
+    sizes = [data[pos]['img_size'] for pos in kept]
+    if not sizes:
+        return np.zeros((0, 2), dtype=np.int64)
+    try:
+        types = set(map(type, chain.from_iterable(sizes)))
+        out = np.array(sizes, dtype=np.float64)
+    except (TypeError, ValueError):
+        types, out = set(), None
+    if types <= {int, float} and out is not None and out.shape == (len(kept), 2) and \
+            bool(((out > 0) & (out == np.round(out))).all()):
+        return out.astype(np.int64)
+    for pos in kept:
+        _image_size(data[pos]['img_size'], _where(path, pos, data[pos]))
+    raise DatasetFormatError(f'{path}: malformed img_size')  # pragma: no cover - _image_size raised
+
+
+def _check_record(path: str, pos: int, rec: dict, num_classes: int, num_predicates: int) -> None:
     """Validate one kept record field by field; raises DatasetFormatError naming the record, the field and the
     row (used to name the first bad record that the vectorised checks found)."""
-    rec, where = item['rec'], item['where']
+    where = _where(path, pos, rec)
     b = numeric_rows(rec['bbox'], 4, np.float64, where, 'bbox', '[x1, y1, x2, y2] (pixels)')
     check_box_order(b, where, 'bbox')
     bad = [k for k, v in enumerate(rec['det_labels']) if not isinstance(v, (int, float)) or isinstance(v, bool)]
@@ -111,11 +141,11 @@ def _check_record(item: dict, num_classes: int, num_predicates: int) -> None:
     check_range(r[:, 2], 0, num_predicates - 1, lambda i: f'{where}, rel {i}', 'predicate')
 
 
-def _flat(kept: List[dict], key: str, width: int) -> Optional[np.ndarray]:
-    """float64 [sum of lengths, width] (width 0: a flat vector) of ``rec[key]`` over the kept records; None when
-    the rows do not form such an array (ragged rows, non-numbers, nested labels)."""
-    values = list(chain.from_iterable(item['rec'][key] for item in kept))
-    if width == 0 and not all(type(v) in (int, float) for v in values):  # bools and nested lists are refused
+def _flat(records: List[dict], key: str, width: int) -> Optional[np.ndarray]:
+    """float64 [sum of lengths, width] (width 0: a flat vector) of ``rec[key]`` over the records; None when the
+    rows do not form such an array (ragged rows, non-numbers, nested labels)."""
+    values = list(chain.from_iterable(rec[key] for rec in records))
+    if width == 0 and not set(map(type, values)) <= {int, float}:  # bools and nested lists are refused
         return None
     try:
         out = np.array(values, dtype=np.float64)
@@ -131,18 +161,18 @@ def _first_bad(flags: np.ndarray, image: np.ndarray) -> int:
     return int(image[flags].min()) if flags.any() else -1
 
 
-def _vectorised(kept: List[dict], num_classes: int, num_predicates: int) -> Tuple[Optional[Dict[str, np.ndarray]],
-                                                                                   List[dict]]:
-    """Boxes / labels / relations of all kept records as flat arrays, checked in one pass. Returns (arrays,
-    []) when every check passes, else (None, the records to check one by one: the first bad one, or all of
-    them when the rows do not even form arrays)."""
-    boxes, labels, rels = _flat(kept, 'bbox', 4), _flat(kept, 'det_labels', 0), _flat(kept, 'rel', 3)
+def _vectorised(records: List[dict], num_classes: int,
+                num_predicates: int) -> Tuple[Optional[Dict[str, np.ndarray]], List[int]]:
+    """Boxes / labels / relations of the kept records as flat arrays, checked in one pass. Returns (arrays, [])
+    when every check passes, else (None, indices into ``records`` to check one by one: the first bad one, or
+    all of them when the rows do not even form arrays)."""
+    boxes, labels, rels = _flat(records, 'bbox', 4), _flat(records, 'det_labels', 0), _flat(records, 'rel', 3)
     if boxes is None or labels is None or rels is None:
-        return None, kept
-    n_box = np.array([len(item['rec']['bbox']) for item in kept], dtype=np.int64)
-    n_lab = np.array([len(item['rec']['det_labels']) for item in kept], dtype=np.int64)
-    n_rel = np.array([len(item['rec']['rel']) for item in kept], dtype=np.int64)
-    index = np.arange(len(kept))
+        return None, list(range(len(records)))
+    n_box = np.array([len(rec['bbox']) for rec in records], dtype=np.int64)
+    n_lab = np.array([len(rec['det_labels']) for rec in records], dtype=np.int64)
+    n_rel = np.array([len(rec['rel']) for rec in records], dtype=np.int64)
+    index = np.arange(len(records))
     box_image, lab_image, rel_image = np.repeat(index, n_box), np.repeat(index, n_lab), np.repeat(index, n_rel)
     rel_objects = n_box[rel_image][:, None]
     bad = [_first_bad(~np.isfinite(boxes).all(1) | (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]),
@@ -154,7 +184,7 @@ def _vectorised(kept: List[dict], num_classes: int, num_predicates: int) -> Tupl
                       rel_image)]
     bad = [k for k in bad if k >= 0]
     if bad:
-        return None, [kept[min(bad)]]
+        return None, [min(bad)]
     return dict(boxes=boxes, labels=labels.astype(np.int64), obj_counts=n_box, image_of_rel=rel_image,
                 relations=rels.astype(np.int64)), []
 
@@ -172,21 +202,23 @@ def parse_oiv6_split(path: str, num_classes: int, num_predicates: int, data_root
     if not isinstance(data, list):
         raise DatasetFormatError(f'{path}: expected a list of image records (dicts with {list(OIV6_RECORD_KEYS)}), '
                                  f'got {type(data).__name__}')
-    kept = _kept_records(path, data)
-    flat, suspects = _vectorised(kept, num_classes, num_predicates) if kept else (None, [])
-    for item in suspects:
-        _check_record(item, num_classes, num_predicates)
+    kept = _kept_positions(path, data)
+    sizes = _image_sizes(path, data, kept)
+    records = [data[pos] for pos in kept]
+    flat, suspects = _vectorised(records, num_classes, num_predicates) if kept else (None, [])
+    for k in suspects:
+        _check_record(path, kept[k], records[k], num_classes, num_predicates)
     if suspects:  # pragma: no cover - the record checks raise on what the vectorised checks refuse
         raise DatasetFormatError(f'{path}: malformed bbox / det_labels / rel rows')
-    records = [dict(img_fn=item['rec']['img_fn'], width=item['width'], height=item['height'], position=item['pos'])
-               for item in kept]
+    out = [dict(img_fn=rec['img_fn'], width=w, height=h, position=pos)
+           for pos, rec, (w, h) in zip(kept, records, sizes.tolist())]
     if not kept:
-        return concat_image_graphs(records, [], [], [], clip)
+        return concat_image_graphs(out, [], [], [], clip)
     boxes = flat['boxes'].astype(np.float32)
     if clip:
-        boxes = clip_boxes_legacy(boxes, np.repeat([r['width'] for r in records], flat['obj_counts']),
-                                  np.repeat([r['height'] for r in records], flat['obj_counts']))
-    return dict(records=records, boxes=boxes, labels=flat['labels'], obj_counts=flat['obj_counts'],
+        boxes = clip_boxes_legacy(boxes, np.repeat(sizes[:, 0], flat['obj_counts']),
+                                  np.repeat(sizes[:, 1], flat['obj_counts']))
+    return dict(records=out, boxes=boxes, labels=flat['labels'], obj_counts=flat['obj_counts'],
                 image_of_rel=flat['image_of_rel'], relations=flat['relations'])
 
 
