@@ -308,3 +308,4 @@ def test_compare_two_runs_states(tmp_path):
     for key in KEYS:
         assert key in text
     assert out is not None
+

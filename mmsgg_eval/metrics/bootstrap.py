@@ -401,6 +401,7 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
     entry rows and GT relations w times; in the documented sweep order an image's copies are adjacent:
     :func:`~mmsgg_eval.functional.oi.voc_ap` with weights). One sweep per replicate serves every AP key."""
     from ..functional.oi import OI_AP_KEYS, stored_first_hits
+    from ..functional.threads import compute_threads
     images, rels = tables['images'], tables['relations']
     c = Contributions(images['sample_idx'])
     rel_unit = c.unit_of(rels['sample_idx'])
@@ -418,8 +419,9 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
         if key not in cache:
             if len(cache) >= 4096:
                 cache.clear()
-            cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
-                                          counts.index_select(0, rel_unit))['values']
+            with compute_threads():  # many short ops: the thread policy of the metrics' pools
+                cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                              counts.index_select(0, rel_unit))['values']
         return cache[key]
     for key in OI_AP_KEYS:
         c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
