@@ -49,7 +49,7 @@ from mmsgg_eval.runner.arguments import (USER_ERRORS, add_save_state_argument, c
                                          cli_message, non_negative_int_arg, positive_int_arg)
 
 #: Scene-graph metrics: ``--mode`` sets their ``mode``.
-SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric')
+SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric', 'OIRelationMetric')
 #: Metrics ``--protocol`` applies to, with the :func:`~mmsgg_eval.metrics.protocols.resolve_protocol` target
 #: that says which protocols each accepts (GroundingPr's own ``protocol`` is set with ``--metric-options``).
 PROTOCOL_TARGETS = {'SGRecall': 'scene_graph', 'SGMeanRecall': 'scene_graph', 'SGBenchMetric': 'sgbench',

@@ -40,11 +40,14 @@ def test_deterministic(sample, tmp_path):
     assert first == second and len(first) > 100
     expected = {'vg150/VG-SGG-with-attri.h5', 'vg150/VG-SGG-dicts-with-attri.json', 'vg150/image_data.json',
                 'gqa200/GQA_200_ID_Info.json', 'gqa200/GQA_200_Train.json', 'gqa200/GQA_200_Test.json',
-                'psg/psg.json', 'rsvgd/train.txt', 'rsvgd/val.txt', 'rsvgd/test.txt'}
+                'psg/psg.json', 'rsvgd/train.txt', 'rsvgd/val.txt', 'rsvgd/test.txt',
+                'oiv6/annotations/categories_dict.json', 'oiv6/annotations/vrd-train-anno.json',
+                'oiv6/annotations/vrd-val-anno.json', 'oiv6/annotations/vrd-test-anno.json'}
     assert expected <= set(first)
     assert any(k.startswith('vg150/VG_100K/') and k.endswith('.jpg') for k in first)
     assert any(k.startswith('psg/coco/panoptic_val2017/') and k.endswith('.png') for k in first)
     assert any(k.startswith('rsvgd/Annotations/') and k.endswith('.xml') for k in first)
+    assert any(k.startswith('oiv6/images/') and k.endswith('.jpg') for k in first)
 
 
 def test_vg150_sample(sample):

@@ -259,7 +259,7 @@ def test_head_interface_errors_are_explained(trained):
 
 
 SHIPPED = [osp.join(ROOT, 'configs', ds, f'freq_{mode}_faster-rcnn_r50_fpn_{ds}.py')
-           for ds in ('vg150', 'gqa200', 'psg') for mode in ('sgdet', 'sgcls', 'predcls')]
+           for ds in ('vg150', 'gqa200', 'psg', 'oiv6') for mode in ('sgdet', 'sgcls', 'predcls')]
 
 
 @pytest.mark.parametrize('config', SHIPPED, ids=[osp.basename(c) for c in SHIPPED])
@@ -273,7 +273,8 @@ def test_shipped_configs_resolve_mmdet_bases(config):
     assert det.type == 'FasterRCNN' and det.backbone.depth == 50
     head = cfg.model.relation_head
     assert det.roi_head.bbox_head.num_classes == head.num_classes
-    sizes = {'vg150': (150, 50), 'gqa200': (200, 100), 'psg': (133, 56)}[osp.basename(osp.dirname(config))]
+    sizes = {'vg150': (150, 50), 'gqa200': (200, 100), 'psg': (133, 56),
+             'oiv6': (601, 30)}[osp.basename(osp.dirname(config))]
     assert (head.num_classes, head.num_predicates) == sizes
     assert head.statistics_dataset.split == 'train'
     evaluators = [m['type'] for m in cfg.test_evaluator]
@@ -284,7 +285,7 @@ def test_shipped_configs_resolve_mmdet_bases(config):
         assert all(m.get('match', 'box') == 'box' for m in cfg.test_evaluator)
 
 
-@pytest.mark.parametrize('ds,classes', [('vg150', 150), ('gqa200', 200), ('psg', 133)])
+@pytest.mark.parametrize('ds,classes', [('vg150', 150), ('gqa200', 200), ('psg', 133), ('oiv6', 601)])
 def test_detector_configs_train_on_the_dataset_wrappers(ds, classes, tmp_path):
     """The detection training set of each dataset: mmdet's LoadAnnotations + RandomFlip + PackDetInputs."""
     from mmengine.config import Config

@@ -1,7 +1,7 @@
 """Throughput of the scene-graph metrics against peers, side by side, on seeded synthetic VG150-like data.
 
     python tools/benchmark.py [--workload triplets sgdet-full predcls-full variable variable-nobg variable-256
-                                          sgdet-variable]
+                                          sgdet-variable oiv6-sgdet]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
                               [--offline] [--baseline PATH]
@@ -14,10 +14,13 @@ are built; ``--torch-path`` adds the same run with them switched off); beside it
 workloads, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when installed; handed its GC and NGC top-100
 lists precomputed, outside the timing; and as ``sgbench+lists`` with the numpy sorts that build those lists
 from the scores inside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
-protocol. With ``--offline``, also each workload written as a prediction stream (the ``tools/test.py --out``
-format) and evaluated from the file (:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading +
-evaluating, the plain-read share), by the offline CLI ``python -m mmsgg_eval.eval`` in a fresh process (the time
-to the first sample and the marginal rate, as a share of the in-process rate), and the CLI's start-up on the
+protocol. On ``oiv6-sgdet`` (600 classes, 30 predicates, 80 detections and all their pairs) ``ours`` is
+``OIRelationMetric`` with every key, and its peer ``oi-numpy`` a per-image numpy Open Images evaluator in the
+style of PySGG's (:mod:`mmsgg_eval.benchmarks.oi_numpy`). With ``--offline``, also each workload written as a
+prediction stream (the ``tools/test.py --out`` format) and evaluated from the file
+(:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading + evaluating, the plain-read share), by the
+offline CLI ``python -m mmsgg_eval.eval`` in a fresh process (the time to the first sample and the marginal
+rate, as a share of the in-process rate), and the CLI's start-up on the
 bundled VG150 sample (time to the first sample, total). Every implementation runs in its own subprocess (fair
 peak memory); the job list runs ``--rounds`` times in turn and each figure is the job's best round, so that a
 busy phase of a shared machine does not fall on one implementation only; beside it, ``median`` is the median

@@ -8,10 +8,11 @@ Only annotations are read (no images). The checkpoint loads with ``tools/test.py
 
 By default the statistics are those MOTIFS' FREQ learns: the training split is built the way the legacy
 statistics build it (the dataset class's ``FREQUENCY_STATISTICS_ARGS``; VG150: relations whose boxes do not
-overlap and the images left without one dropped, duplicates kept, boxes unclipped; GQA200: duplicates kept,
-boxes as in the file) unless the config sets those arguments itself, and the background channel is counted
-as MOTIFS counts it (see ``count_frequency_statistics``). ``--split-as-configured`` counts on the training
-split exactly as the config builds it; ``--background unlabelled`` counts only pairs without a relation.
+overlap and the images left without one dropped, duplicates kept, boxes unclipped; GQA200 and OIv6 (PySGG's
+``get_statistics``): duplicates kept, boxes as in the file) unless the config sets those arguments itself, and
+the background channel is counted as MOTIFS counts it (see ``count_frequency_statistics``).
+``--split-as-configured`` counts on the training split exactly as the config builds it; ``--background
+unlabelled`` counts only pairs without a relation.
 
 A training split with 0 images or 0 relations (e.g. a wrong ``data_root``) is refused: nothing is saved. User
 errors (missing files, an empty split, a config without a training dataset) are printed as one line,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write a small deterministic sample of VG150, GQA200, PSG and RSVGD in their real on-disk formats.
+"""Write a small deterministic sample of VG150, GQA200, OIv6, PSG and RSVGD in their real on-disk formats.
 
     python tools/make_sample_data.py --out data/sample [--seed 0] [--datasets vg150 psg]
 

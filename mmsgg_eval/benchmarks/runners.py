@@ -11,7 +11,8 @@ The implementations: ``ours`` (SGRecall + SGMeanRecall, every key), ``ours-1thre
 started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference of the thread policy under load),
 ``ours-torch`` (the same with the compiled CPU kernels switched off), ``baseline`` (``ours`` of another checkout
 of the package, the ``baseline`` option: a regression check in the same run, :func:`baseline_command`), the
-peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's
+peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``oi-numpy`` (per-image numpy Open Images evaluator,
+:mod:`.oi_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's
 per-image API, its ranked lists built outside / inside the timing), and ``offline``, ``offline-cli``,
 ``cli-startup`` (:mod:`.offline`), ``relclip`` (:mod:`.relclip`).
 """
@@ -25,15 +26,16 @@ import warnings
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from .timing import best_of
-from .workloads import VARIABLE_WORKLOADS, ZEROSHOT_TRIPLETS, workload_mode
+from .workloads import OI_WORKLOADS, VARIABLE_WORKLOADS, ZEROSHOT_TRIPLETS, workload_mode
 
 Job = Tuple[str, str, str]
 """(implementation, workload, device)."""
 
 PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'sgbench+lists': ('triplets',) + VARIABLE_WORKLOADS,
-                  'legacy': ('triplets',)}
+                  'legacy': ('triplets',), 'oi-numpy': OI_WORKLOADS}
 """The workloads each peer implementation is measured on ('sgbench+lists': sgbench with the building of its
-ranked lists from the scores inside the timing, what a user of its API does too)."""
+ranked lists from the scores inside the timing, what a user of its API does too; 'oi-numpy': the per-image
+numpy Open Images evaluator of :mod:`.oi_numpy`, the peer of ``OIRelationMetric`` on the OIv6-like workloads)."""
 
 
 def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
@@ -45,20 +47,23 @@ def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
 
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
-    SGRecall + SGMeanRecall on ``images`` workload images, the bytes one rank sends at evaluate(), the CUDA
-    peak memory, R@50 and mR@50."""
+    SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
+    bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel)."""
     import torch
     from mmengine.logging import MMLogger
 
-    from ..metrics import SGMeanRecall, SGRecall
+    from ..metrics import OIRelationMetric, SGMeanRecall, SGRecall
     from .workloads import make_workload, meta
     MMLogger.get_instance('mmengine', log_level='WARNING')
     data = make_workload(workload, images, device=device)
     mode = workload_mode(workload)
 
     def new_metrics() -> List[Any]:
-        metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS) for cls in (SGRecall, SGMeanRecall)]
-        dataset_meta = meta()
+        if workload in OI_WORKLOADS:
+            metrics = [OIRelationMetric(mode=mode)]
+        else:
+            metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS) for cls in (SGRecall, SGMeanRecall)]
+        dataset_meta = meta(workload)
         for m in metrics:  # as mmengine's Evaluator does: one dataset_meta object for all its metrics
             m.dataset_meta = dataset_meta
         return metrics
@@ -82,16 +87,18 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
     result, sent = best['result']
     peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
     keys = {k: v for k, v in result.items() if isinstance(v, float)}
+    extra = {'wmap_rel': keys.get(f'{mode}/wmAP_rel')} if workload in OI_WORKLOADS else {}
     return dict(rates(images, best), cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
                 bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
-                r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'))
+                r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'), **extra)
 
 
 def numpy_images(workload: str, images: int) -> List[Dict[str, Any]]:
     """The same data as numpy arrays (peers' input); ``rel_scores`` without the background column [R, P]."""
     import numpy as np
 
-    from .workloads import NUM_PREDICATES, make_workload
+    from .workloads import NUM_PREDICATES, OI_NUM_PREDICATES, make_workload
+    num_predicates = OI_NUM_PREDICATES if workload in OI_WORKLOADS else NUM_PREDICATES
     out = []
     for s in make_workload(workload, images):
         pred = s.get('pred_instances')
@@ -103,7 +110,7 @@ def numpy_images(workload: str, images: int) -> List[Dict[str, Any]]:
                   pred_labels=pred['labels'].numpy() if pred else gt_labels,
                   pred_scores=pred['scores'].numpy() if pred else np.ones(len(gt_labels), np.float32),
                   rel_pairs=s['pred_relations']['pair_idxs'].numpy(),
-                  rel_scores=s['pred_relations']['scores'].numpy()[:, -NUM_PREDICATES:])
+                  rel_scores=s['pred_relations']['scores'].numpy()[:, -num_predicates:])
         out.append(im)
     return out
 
@@ -115,6 +122,16 @@ def run_legacy(workload: str, images: int, repeat: int) -> Dict[str, Any]:
     best = best_of(lambda: evaluate_legacy(data, 50), repeat)
     res = best['result']
     return dict(rates(images, best), r50=res['R@50'], mr50=res['mR@50'])
+
+
+def run_oi_numpy(workload: str, images: int, repeat: int) -> Dict[str, Any]:
+    """Images/s, R@50 and wmAP_rel of the per-image numpy Open Images evaluator (:mod:`.oi_numpy`)."""
+    from .oi_numpy import evaluate_oi
+    from .workloads import OI_NUM_PREDICATES
+    data = numpy_images(workload, images)
+    best = best_of(lambda: evaluate_oi(data, OI_NUM_PREDICATES), repeat)
+    res = best['result']
+    return dict(rates(images, best), r50=res['R@50'], mr50=None, wmap_rel=res['wmAP_rel'])
 
 
 def sgbench_lists(im: Dict[str, Any]) -> Tuple[Any, Any, Any]:
@@ -207,6 +224,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours-1thread': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
     'ours-torch': _ours_torch,
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
+    'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
     'sgbench': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat']),
     'sgbench+lists': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat'], include_lists=True),
     'offline': _offline,

@@ -19,6 +19,11 @@ Variable sizes, as real datasets and detectors give them (drawn per image):
 * ``sgdet-variable``: the same GT distributions, 20-80 detections (uniform) and all their ordered pairs,
   scores [R, P+1].
 
+Open Images V6-like (600 classes, 30 long-tailed predicates; evaluated with ``OIRelationMetric``):
+
+* ``oiv6-sgdet``: GT objects ~ Poisson(8) (at least 2), GT relations ~ Poisson(5) (at least 1, several on one
+  pair possible), 80 detections and all 6,320 ordered pairs with 31-column scores [R, P+1].
+
 Boxes are xyxy pixels; labels and pair indices 0-based.
 """
 from typing import Dict, Iterator, List
@@ -27,9 +32,11 @@ import numpy as np
 import torch
 
 NUM_CLASSES, NUM_PREDICATES = 150, 50
+OI_NUM_CLASSES, OI_NUM_PREDICATES = 600, 30
 FIXED_WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
 VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'variable-256', 'sgdet-variable')
-WORKLOADS = FIXED_WORKLOADS + VARIABLE_WORKLOADS
+OI_WORKLOADS = ('oiv6-sgdet',)
+WORKLOADS = FIXED_WORKLOADS + VARIABLE_WORKLOADS + OI_WORKLOADS
 ZEROSHOT_TRIPLETS = [(0, 1, 2), (3, 4, 5)]
 """The zero-shot (subject, object, predicate) class triplets the benchmarked metrics are given (so that every
 zR@K key is computed)."""
@@ -45,34 +52,35 @@ def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:
     return p / p.sum()
 
 
-def gt_objects(rng: np.random.Generator, m: int):
+def gt_objects(rng: np.random.Generator, m: int, num_classes: int = NUM_CLASSES):
     """``m`` GT boxes (integer-valued xyxy, float32), their labels and sizes (for detection jitter)."""
     size = rng.uniform(400, 1024, size=2)
     xy = rng.uniform(0, 0.7, size=(m, 2)) * size
     wh = rng.uniform(0.05, 0.3, size=(m, 2)) * size
     gt_boxes = np.round(np.concatenate([xy, xy + wh], 1)).astype(np.float32)
-    gt_labels = rng.choice(NUM_CLASSES, m, p=long_tail_probs(NUM_CLASSES, 0.8))
+    gt_labels = rng.choice(num_classes, m, p=long_tail_probs(num_classes, 0.8))
     return gt_boxes, gt_labels, wh
 
 
 def detections(rng: np.random.Generator, gt_boxes: np.ndarray, gt_labels: np.ndarray, wh: np.ndarray,
-               n: int) -> Dict[str, np.ndarray]:
+               n: int, num_classes: int = NUM_CLASSES) -> Dict[str, np.ndarray]:
     """``n`` detections: jittered GT boxes, the GT label 60% of the time (else uniform), uniform scores."""
     src = rng.integers(0, len(gt_boxes), size=n)
     jitter = rng.normal(0, 0.08, size=(n, 4)) * np.concatenate([wh[src], wh[src]], 1)
     det_boxes = gt_boxes[src] + jitter
     det_boxes[:, 2:] = np.maximum(det_boxes[:, 2:], det_boxes[:, :2] + 1)
-    det_labels = np.where(rng.random(n) < 0.6, gt_labels[src], rng.integers(0, NUM_CLASSES, n))
+    det_labels = np.where(rng.random(n) < 0.6, gt_labels[src], rng.integers(0, num_classes, n))
     return dict(bboxes=det_boxes.astype(np.float32), labels=det_labels,
                 scores=rng.uniform(0.05, 1, n).astype(np.float32))
 
 
-def relation_scores(rng: np.random.Generator, num_pairs: int, background: bool = True) -> np.ndarray:
+def relation_scores(rng: np.random.Generator, num_pairs: int, background: bool = True,
+                    num_predicates: int = NUM_PREDICATES) -> np.ndarray:
     """Softmax scores with long-tailed predicate priors: [R, P+1] (column 0 = no relation, favoured) or,
     without ``background``, [R, P] (the same logits, softmax over the predicates only)."""
-    logits = rng.normal(0, 1, size=(num_pairs, NUM_PREDICATES + 1)).astype(np.float32)
+    logits = rng.normal(0, 1, size=(num_pairs, num_predicates + 1)).astype(np.float32)
     logits[:, 0] += 2.0
-    logits[:, 1:] += np.log(long_tail_probs(NUM_PREDICATES)).astype(np.float32) * 0.5
+    logits[:, 1:] += np.log(long_tail_probs(num_predicates)).astype(np.float32) * 0.5
     if not background:
         logits = logits[:, 1:]
     scores = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
@@ -131,6 +139,25 @@ def make_variable_image(rng: np.random.Generator, idx: int, workload: str, devic
     return to_torch(sample, device)
 
 
+def make_oi_image(rng: np.random.Generator, idx: int, workload: str, device: str = 'cpu') -> Dict:
+    """One image of an Open Images V6-like workload (see the module docstring)."""
+    m = max(int(rng.poisson(8)), 2)
+    g = max(int(rng.poisson(5)), 1)
+    gt_boxes, gt_labels, wh = gt_objects(rng, m, OI_NUM_CLASSES)
+    sub = rng.integers(0, m, size=g)
+    obj = (sub + rng.integers(1, m, size=g)) % m
+    preds = rng.choice(OI_NUM_PREDICATES, g, p=long_tail_probs(OI_NUM_PREDICATES))
+    n = 80
+    rel_pairs = all_pairs(n)
+    sample = dict(sample_idx=idx, img_id=idx,
+                  gt_instances=dict(bboxes=gt_boxes, labels=gt_labels),
+                  gt_relations=dict(pair_idxs=np.stack([sub, obj], 1), labels=preds),
+                  pred_instances=detections(rng, gt_boxes, gt_labels, wh, n, OI_NUM_CLASSES),
+                  pred_relations=dict(pair_idxs=rel_pairs, scores=relation_scores(
+                      rng, len(rel_pairs), num_predicates=OI_NUM_PREDICATES)))
+    return to_torch(sample, device)
+
+
 def to_torch(sample: Dict, device: str) -> Dict:
     out = {}
     for k, v in sample.items():
@@ -146,7 +173,8 @@ def iter_workload(workload: str, num_images: int, seed: int = 0, device: str = '
     if workload not in WORKLOADS:
         raise ValueError(f'unknown workload {workload!r}; choose from {WORKLOADS}')
     rng = np.random.default_rng(seed)
-    make = make_variable_image if workload in VARIABLE_WORKLOADS else make_image
+    make = make_variable_image if workload in VARIABLE_WORKLOADS else \
+        make_oi_image if workload in OI_WORKLOADS else make_image
     for i in range(num_images):
         yield make(rng, i, workload, device)
 
@@ -155,7 +183,12 @@ def make_workload(workload: str, num_images: int, seed: int = 0, device: str = '
     return list(iter_workload(workload, num_images, seed, device))
 
 
-def meta() -> Dict:
+def meta(workload: str = 'triplets') -> Dict:
+    """The ``dataset_meta`` of a workload's metrics."""
+    if workload in OI_WORKLOADS:
+        return dict(classes=[f'class{i}' for i in range(OI_NUM_CLASSES)],
+                    predicates=[f'predicate{i}' for i in range(OI_NUM_PREDICATES)], dataset_name='synthetic OIv6-like',
+                    iou_plus_one=True)
     return dict(classes=[f'class{i}' for i in range(NUM_CLASSES)],
                 predicates=[f'predicate{i}' for i in range(NUM_PREDICATES)], dataset_name='synthetic VG150-like',
                 iou_plus_one=True)

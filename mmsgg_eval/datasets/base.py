@@ -162,6 +162,32 @@ def clip_boxes_legacy(boxes: np.ndarray, widths: np.ndarray, heights: np.ndarray
     return boxes
 
 
+def concat_image_graphs(records: List[dict], boxes: List[np.ndarray], labels: List[np.ndarray],
+                        relations: List[np.ndarray], clip: bool) -> Dict[str, Any]:
+    """The parsed graphs of kept images, concatenated (the layout ``build_data_list`` / ``graph_statistics`` read).
+
+    Args:
+        records: one dict per kept image with integer ``width`` / ``height`` (pixels), returned as given.
+        boxes / labels / relations: per image: xyxy pixels [N_i, 4], 0-based labels [N_i], local (subject,
+            object, 0-based predicate) [R_i, 3].
+        clip: clamp the float32 boxes to [0, W-1] x [0, H-1] (:func:`clip_boxes_legacy`).
+
+    Returns records, boxes float32 [N, 4], labels int64 [N], obj_counts [I], image_of_rel [R], relations [R, 3].
+    """
+    obj_counts = np.asarray([len(b) for b in boxes], dtype=np.int64)
+    rel_counts = np.asarray([len(r) for r in relations], dtype=np.int64)
+    all_boxes = np.concatenate(boxes).astype(np.float32) if boxes else np.zeros((0, 4), np.float32)
+    if clip:
+        widths = np.repeat([rec['width'] for rec in records], obj_counts)
+        heights = np.repeat([rec['height'] for rec in records], obj_counts)
+        all_boxes = clip_boxes_legacy(all_boxes, widths, heights)
+    return dict(records=records, boxes=all_boxes,
+                labels=np.concatenate(labels).astype(np.int64) if labels else np.zeros(0, np.int64),
+                obj_counts=obj_counts,
+                image_of_rel=np.repeat(np.arange(len(records)), rel_counts),
+                relations=np.concatenate(relations).astype(np.int64) if relations else np.zeros((0, 3), np.int64))
+
+
 def check_range(values: np.ndarray, low: int, high: int, describe: Callable[[int], str], what: str) -> None:
     """Raise DatasetFormatError when an entry of ``values`` lies outside [low, high]; ``describe(i)`` names it
     (``i`` = flat index into ``values``)."""
@@ -171,6 +197,56 @@ def check_range(values: np.ndarray, low: int, high: int, describe: Callable[[int
         i = int(bad[0])
         raise DatasetFormatError(f'{describe(i)}: {what} {values[i].item()} outside [{low}, {high}] '
                                  f'({bad.size} such entries)')
+
+
+def numeric_rows(values: Any, width: int, dtype: Any, where: str, field: str, expected: str) -> np.ndarray:
+    """``values`` (a list of rows) as a [K, width] array of ``dtype``; DatasetFormatError naming ``where`` (the
+    file and record), the field and the first bad row (ragged, non-numeric, not finite, non-integer for an
+    integer ``dtype``)."""
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):  # ragged rows or non-numbers
+        out = None
+    if out is None or out.ndim != 2 or out.shape[1] != width:
+        if not isinstance(values, (list, tuple)):
+            raise DatasetFormatError(f'{where}: {field} must be a list of rows {expected}, got '
+                                     f'{type(values).__name__}')
+        for k, row in enumerate(values):
+            if not isinstance(row, (list, tuple)) or len(row) != width or \
+                    not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row):
+                raise DatasetFormatError(f'{where}: {field}[{k}] = {row!r}, expected {expected}')
+        raise DatasetFormatError(f'{where}: {field} must be rows {expected}')  # pragma: no cover - defensive
+    bad = np.flatnonzero(~np.isfinite(out).all(1))
+    if bad.size:
+        k = int(bad[0])
+        raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()} is not finite, expected {expected}')
+    if np.dtype(dtype).kind in 'iu':
+        bad = np.flatnonzero((out != np.round(out)).any(1))
+        if bad.size:
+            k = int(bad[0])
+            raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()}, expected {expected}')
+    return out.astype(dtype)
+
+
+def integer_labels(values: Any, where: str, field: str) -> np.ndarray:
+    """A flat list of integer labels as int64 [N]; DatasetFormatError naming ``where`` and the field otherwise."""
+    try:
+        out = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise DatasetFormatError(f'{where}: {field} must be a flat list of integer classes') from None
+    if not np.all(out == np.round(out)):
+        raise DatasetFormatError(f'{where}: {field} holds non-integer classes {out.tolist()[:5]}')
+    return out.astype(np.int64)
+
+
+def check_box_order(boxes: np.ndarray, where: str, field: str) -> None:
+    """DatasetFormatError naming ``where``, the field and the first xyxy row with x2 < x1 or y2 < y1 (empty boxes,
+    x2 == x1 or y2 == y1, are valid)."""
+    inverted = np.flatnonzero((boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1]))
+    if inverted.size:
+        k = int(inverted[0])
+        raise DatasetFormatError(f'{where}: {field}[{k}] = {boxes[k].tolist()}, expected x2 >= x1 and '
+                                 f'y2 >= y1 ({inverted.size} such boxes)')
 
 
 class AnnotationDataset(BaseDataset):

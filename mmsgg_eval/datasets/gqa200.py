@@ -27,8 +27,8 @@ import numpy as np
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
-from .base import (DatasetFormatError, SceneGraphDataset, check_range, clip_boxes_legacy, graph_statistics,
-                   load_json)
+from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, concat_image_graphs,
+                   graph_statistics, integer_labels, load_json, numeric_rows)
 
 GQA_KEYS = ('filenames_all', 'img_info_all', 'gt_boxes_all', 'gt_classes_all', 'relationships_all')
 LEGACY_BAD_POSITION = 5579
@@ -48,33 +48,6 @@ def load_gqa200_vocabulary(info_file: str, data_root: str = '') -> Dict[str, Lis
     return out
 
 
-def _rows(values: Any, width: int, dtype: Any, where: str, field: str, expected: str) -> np.ndarray:
-    """``values`` as a [K, width] array, or DatasetFormatError naming the image, the field and the first bad row."""
-    try:
-        out = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):  # ragged rows or non-numbers
-        out = None
-    if out is None or out.ndim != 2 or out.shape[1] != width:
-        if not isinstance(values, (list, tuple)):
-            raise DatasetFormatError(f'{where}: {field} must be a list of rows {expected}, got '
-                                     f'{type(values).__name__}')
-        for k, row in enumerate(values):
-            if not isinstance(row, (list, tuple)) or len(row) != width or \
-                    not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row):
-                raise DatasetFormatError(f'{where}: {field}[{k}] = {row!r}, expected {expected}')
-        raise DatasetFormatError(f'{where}: {field} must be rows {expected}')  # pragma: no cover - defensive
-    bad = np.flatnonzero(~np.isfinite(out).all(1))
-    if bad.size:
-        k = int(bad[0])
-        raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()} is not finite, expected {expected}')
-    if np.dtype(dtype).kind in 'iu':
-        bad = np.flatnonzero((out != np.round(out)).any(1))
-        if bad.size:
-            k = int(bad[0])
-            raise DatasetFormatError(f'{where}: {field}[{k}] = {out[k].tolist()}, expected {expected}')
-    return out.astype(dtype)
-
-
 def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_position: Optional[int],
                        data_root: str = '', clip: bool = True) -> Dict[str, Any]:
     """Kept images of a GQA200 split file (file order) with their objects and relations, validated.
@@ -91,25 +64,15 @@ def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_po
     if len({len(c) for c in columns}) != 1:
         raise DatasetFormatError(f'{path}: the lists {list(GQA_KEYS)} have different lengths '
                                  f'{[len(c) for c in columns]}')
-    records, boxes, labels, rels, obj_counts, rel_counts = [], [], [], [], [], []
+    records, boxes, labels, rels = [], [], [], []
     for pos, (name, info, b, c, r) in enumerate(zip(*columns)):
         if pos == skip_position or len(r) == 0 or len(b) == 0:
             continue
         where = f'{path}: image {name!r} (position {pos})'
-        b = _rows(b, 4, np.float64, where, 'gt_boxes_all', '[x1, y1, x2, y2] (pixels)')
-        inverted = np.flatnonzero((b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1]))
-        if inverted.size:
-            k = int(inverted[0])
-            raise DatasetFormatError(f'{where}: gt_boxes_all[{k}] = {b[k].tolist()}, expected x2 >= x1 and '
-                                     f'y2 >= y1 ({inverted.size} such boxes)')
-        try:
-            c = np.asarray(c, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            raise DatasetFormatError(f'{where}: gt_classes_all must be a flat list of integer classes') from None
-        if not np.all(c == np.round(c)):
-            raise DatasetFormatError(f'{where}: gt_classes_all holds non-integer classes {c.tolist()[:5]}')
-        c = c.astype(np.int64)
-        r = _rows(r, 3, np.int64, where, 'relationships_all', '[subject, object, predicate] (integers)')
+        b = numeric_rows(b, 4, np.float64, where, 'gt_boxes_all', '[x1, y1, x2, y2] (pixels)')
+        check_box_order(b, where, 'gt_boxes_all')
+        c = integer_labels(c, where, 'gt_classes_all')
+        r = numeric_rows(r, 3, np.int64, where, 'relationships_all', '[subject, object, predicate] (integers)')
         if len(c) != len(b):
             raise DatasetFormatError(f'{where}: {len(b)} boxes but {len(c)} classes')
         check_range(c, 1, num_classes, lambda i: f'{where}, object {i}', 'class')
@@ -123,19 +86,7 @@ def parse_gqa200_split(path: str, num_classes: int, num_predicates: int, skip_po
         boxes.append(b)
         labels.append(c - 1)
         rels.append(np.concatenate([r[:, :2], r[:, 2:] - 1], axis=1))
-        obj_counts.append(len(b))
-        rel_counts.append(len(r))
-    obj_counts = np.asarray(obj_counts, dtype=np.int64)
-    rel_counts = np.asarray(rel_counts, dtype=np.int64)
-    widths = np.repeat([rec['width'] for rec in records], obj_counts)
-    heights = np.repeat([rec['height'] for rec in records], obj_counts)
-    all_boxes = np.concatenate(boxes).astype(np.float32) if boxes else np.zeros((0, 4), np.float32)
-    return dict(records=records,
-                boxes=clip_boxes_legacy(all_boxes, widths, heights) if clip else all_boxes,
-                labels=np.concatenate(labels) if labels else np.zeros(0, np.int64),
-                obj_counts=obj_counts,
-                image_of_rel=np.repeat(np.arange(len(records)), rel_counts),
-                relations=np.concatenate(rels) if rels else np.zeros((0, 3), np.int64))
+    return concat_image_graphs(records, boxes, labels, rels, clip)
 
 
 @DATASETS.register_module()

@@ -5,6 +5,7 @@ from .base import ComputeGroup, RowMetric, extra_results_of
 from .detection import DetectionAP
 from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr
+from .oi import OIRelationMetric
 from .relclip import RelBLIPScore, RelCLIPScore, RelSIGLIPScore
 from .scene_graph import SceneGraphMetric, SGMeanRecall, SGRecall
 from .sgbench import SGBenchMetric
@@ -12,4 +13,4 @@ from .vlm import VLMSceneGraphMetric
 
 __all__ = ['RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric', 'SGRecall',
            'SGMeanRecall', 'GroundingPr', 'RelCLIPScore', 'RelBLIPScore', 'RelSIGLIPScore', 'VLMSceneGraphMetric',
-           'DetectionAP', 'DumpSceneGraphPredictions', 'SGBenchMetric']
+           'DetectionAP', 'DumpSceneGraphPredictions', 'SGBenchMetric', 'OIRelationMetric']

@@ -8,8 +8,8 @@ sum(recall_ip) / sum(holds_ip); micro recall is sum(hits_i) / sum(count_i); F@K 
 mR@K), so a :class:`Contributions` holds, per image, the [N, C] matrix of those summands and, per key, how
 the key follows from column totals. A replicate with resampling counts ``w`` [N] is the same formula on
 ``w @ matrix``; B replicates are one [B, N] x [N, C] product (chunked, :mod:`mmsgg_eval.functional.bootstrap`).
-The only key that is not such a function, the VLM metric's COCO ``AP@50``, is recomputed per replicate on the
-resampled object tables (images drawn twice become two images).
+The keys that are not such functions, the VLM metric's COCO ``AP@50`` and the AP keys of ``OIRelationMetric``, are
+recomputed per replicate on the resampled rows (images drawn twice become two images).
 
 The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
 so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
@@ -433,13 +433,46 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
     return 100.0 * ap
 
 
+def oi_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
+    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
+    entry rows and GT relations w times; in the documented sweep order an image's copies are adjacent:
+    :func:`~mmsgg_eval.functional.oi.voc_ap` with weights). One sweep per replicate serves every AP key."""
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits
+    from ..functional.threads import compute_threads
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel_unit = c.unit_of(rels['sample_idx'])
+    ks = list(metric.topk)
+    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
+    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
+    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
+    rows = metric.sorted_entries(tables['entries'])
+    row_unit = c.unit_of(rows['sample_idx'])
+    cache: Dict[bytes, Dict[str, float]] = {}  # the AP keys of a replicate (keyed by its counts)
+
+    def values(counts: Tensor) -> Dict[str, float]:
+        counts = counts.double().cpu().contiguous()
+        key = counts.numpy().tobytes()
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            with compute_threads():  # many short ops: the thread policy of the metrics' pools
+                cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                              counts.index_select(0, rel_unit))['values']
+        return cache[key]
+    for key in OI_AP_KEYS:
+        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
+    return c
+
+
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
     """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
     MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
     per-image keys (e.g. DetectionAP)."""
     builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
                 'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
-                'RelCLIPScore': relclip_contributions}
+                'RelCLIPScore': relclip_contributions, 'OIRelationMetric': oi_contributions}
     return next((builders[k.__name__] for k in type(metric).__mro__ if k.__name__ in builders), None)
 
 

@@ -302,14 +302,15 @@ def image_record(metric: Any, sample: Any, topk: int = PER_IMAGE_TOPK) -> Dict[s
 
 
 #: Metric types that take ``per_image_out`` (``--per-image`` of the command lines).
-PER_IMAGE_METRICS = ('SGRecall', 'SGMeanRecall', 'VLMSceneGraphMetric', 'GroundingPr')
+PER_IMAGE_METRICS = ('SGRecall', 'SGMeanRecall', 'VLMSceneGraphMetric', 'GroundingPr', 'OIRelationMetric')
 
 
 def set_per_image_out(metric_cfgs: Sequence[Dict[str, Any]], path: str) -> List[str]:
     """Give ``per_image_out`` to the metric configs that take it (:data:`PER_IMAGE_METRICS`), in place; returns
     the paths set. Metrics of one key prefix (``prefix``, else ``mode``: e.g. the SGRecall and SGMeanRecall of a
     run, which share their rows and write the same lines) get ``path``; metrics of a further prefix get
-    ``{path stem}.{prefix}{ext}``. ``ValueError`` naming ``--per-image`` when no metric takes it."""
+    ``{path stem}.{prefix}{ext}`` (``OIRelationMetric`` counts as prefix ``{prefix}.oi``: its records differ).
+    ``ValueError`` naming ``--per-image`` when no metric takes it."""
     stem, ext = os.path.splitext(path)
     paths: Dict[str, str] = {}
     for cfg in metric_cfgs:
@@ -317,6 +318,8 @@ def set_per_image_out(metric_cfgs: Sequence[Dict[str, Any]], path: str) -> List[
         if kind not in PER_IMAGE_METRICS:
             continue
         prefix = str(cfg.get('prefix') or cfg.get('mode') or kind)
+        if kind == 'OIRelationMetric':  # its own records (the OI list), never the lines of a recall metric
+            prefix += '.oi'
         if prefix not in paths:
             paths[prefix] = path if not paths else f'{stem}.{prefix}{ext or ".jsonl"}'
         cfg['per_image_out'] = paths[prefix]

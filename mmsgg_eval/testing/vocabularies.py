@@ -1,4 +1,5 @@
-"""The vocabularies of the sample datasets: the real VG150, COCO panoptic and PSG names, a DIOR subset.
+"""The vocabularies of the sample datasets: the real VG150, COCO panoptic, PSG and OIv6 predicate names, a DIOR
+subset.
 
 ``VG150_PREDICATES`` is the one of :mod:`mmsgg_eval.vocabularies` (beside the VG150 predicate groups).
 """
@@ -55,9 +56,20 @@ PSG_PREDICATES = (
     'climbing', 'cleaning', 'playing', 'touching', 'pushing', 'pulling', 'opening', 'cooking', 'talking to',
     'throwing', 'slicing', 'driving', 'riding', 'parked on', 'driving on', 'about to hit', 'kicking', 'swinging',
     'entering', 'exiting', 'enclosing', 'leaning on')
+# The 30 Open Images V6 relationship names of PySGG's ``categories_dict.json`` (``rel``); the OIv6 sample's
+# object classes are a few real Open Images names followed by placeholders (``mmsgg_eval.testing.oiv6``).
+OIV6_PREDICATES = (
+    'at', 'holds', 'wears', 'surf', 'hang', 'drink', 'holding_hands', 'on', 'ride', 'dance', 'skateboard', 'catch',
+    'highfive', 'inside_of', 'eat', 'cut', 'contain', 'handshake', 'kiss', 'talk_on_phone', 'interacts_with',
+    'under', 'hug', 'throw', 'hits', 'snowboard', 'kick', 'ski', 'plays', 'read')
+OIV6_SAMPLE_REAL_CLASSES = (
+    'Man', 'Woman', 'Person', 'Girl', 'Boy', 'Table', 'Guitar', 'Chair', 'Car', 'Bottle', 'Mobile phone', 'Horse',
+    'Dog', 'Beer', 'Microphone', 'Football', 'Bicycle', 'Hat', 'Sunglasses', 'Handbag', 'Book', 'Coffee cup',
+    'Wine glass', 'Drum', 'Piano', 'Skateboard', 'Surfboard', 'Ski', 'Snowboard', 'Tennis racket')
 # A subset of the DIOR categories (``DIOR_CLASSES``), in the order the RSVGD sample draws from.
 DIOR_SAMPLE_CLASSES = ('airplane', 'bridge', 'golffield', 'ship', 'storagetank', 'vehicle', 'windmill',
                        'Expressway-Service-area', 'groundtrackfield', 'tenniscourt')
 
 __all__: Sequence[str] = ('VG150_CLASSES', 'VG150_PREDICATES', 'VG150_PREDICATES_BY_FREQUENCY', 'COCO_THING_CLASSES',
-                          'COCO_STUFF_CLASSES', 'PSG_PREDICATES', 'DIOR_SAMPLE_CLASSES')
+                          'COCO_STUFF_CLASSES', 'PSG_PREDICATES', 'DIOR_SAMPLE_CLASSES', 'OIV6_PREDICATES',
+                          'OIV6_SAMPLE_REAL_CLASSES')
