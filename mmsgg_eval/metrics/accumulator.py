@@ -210,8 +210,9 @@ class RowAccumulator:
         return self._sources
 
     def payload_bytes(self) -> int:
-        """Bytes this rank sends at :meth:`reduce` (row payload plus the length exchange)."""
-        total = 8 * len(self.schema)
+        """Bytes this rank sends at :meth:`reduce` (row payload plus the length exchange: table count and
+        lengths; with several ranks also the fingerprint digests, :class:`RankFingerprint`)."""
+        total = 8 * (1 + max(LENGTH_SLOTS, len(self.schema)))
         for chunks in self._chunks.values():
             for chunk in chunks:
                 total += sum(c.numel() * _elem_bytes(c.dtype) for c in chunk.values())
