@@ -309,3 +309,15 @@ def test_compare_two_runs_states(tmp_path):
         assert key in text
     assert out is not None
 
+
+
+def test_states_of_disjoint_shards_merge_into_the_whole_run(tmp_path):
+    from mmsgg_eval.metrics.state import load_state, merge_states, summarize_state
+    samples, _ = random_dataset(17, 20, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    _, whole = run_metric(samples, mode='sgdet')
+    for name, part in (('a', samples[::2]), ('b', samples[1::2])):
+        run_metric(part, mode='sgdet', save_state=str(tmp_path / f'{name}.state'))
+    merged = merge_states([load_state(str(tmp_path / f'{n}.state')) for n in ('a', 'b')])
+    keys, summary = summarize_state(merged)
+    assert {f'sgdet/{k}': v for k, v in keys.items()} == whole
+    assert summary['num_images'] == 20
