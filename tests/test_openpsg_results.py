@@ -176,13 +176,20 @@ def test_mask_results_equal_the_metric_on_data_samples(psg, tmp_path):
     equal the metric fed the same predictions built by hand as data samples."""
     dataset = psg['dataset']
     path = str(tmp_path / 'result.pkl')
-    fields = write_openpsg_results(dataset, path, mode='sgdet', with_masks=True, seed=5)
+    fields = write_openpsg_results(dataset, path, mode='sgdet', with_masks=True, seed=5, empty={2})
     got = ours(psg, path, 'sgdet', 'mask')
     index = DatasetSamples(dataset)
     samples = []
     for i, r in enumerate(fields):
         s = index.gt(i)
         s['gt_instances']['masks'] = gt_masks(index, i)
+        if r['refine_bboxes'] is None:  # nothing predicted
+            size = tuple(s['gt_instances']['masks'].shape[1:])
+            s['pred_instances'] = dict(bboxes=torch.zeros(0, 4), labels=torch.zeros(0, dtype=torch.long),
+                                       scores=torch.zeros(0), masks=torch.zeros((0,) + size, dtype=torch.bool))
+            s['pred_relations'] = dict(pair_idxs=torch.zeros(0, 2, dtype=torch.long), scores=torch.zeros(0, 57))
+            samples.append(s)
+            continue
         s['pred_instances'] = dict(bboxes=torch.from_numpy(r['refine_bboxes'][:, :4]),
                                    labels=torch.from_numpy(r['labels'] - 1),
                                    scores=torch.from_numpy(r['refine_bboxes'][:, 4]),

@@ -119,6 +119,8 @@ def openpsg_to_data_sample(result: Any, gt: Dict[str, Any], sample_idx: int, mod
         sample['gt_instances'] = dict(sample['gt_instances'], masks=masks_gt)
     if result.refine_bboxes is None:  # OpenPSG skips such an image; so does the metric (no predicted pair)
         sample.update(empty_prediction())
+        if masks_gt is not None:  # mask matching reads the (empty) predicted masks too
+            sample['pred_instances']['masks'] = masks_gt.new_zeros((0,) + tuple(masks_gt.shape[1:]))
         sample['sample_idx'] = sample_idx
         return sample
     boxes = _array(result.refine_bboxes, f'{what}: refine_bboxes').astype(np.float32)
