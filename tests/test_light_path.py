@@ -20,6 +20,7 @@ import torch
 from mmsgg_eval.eval import evaluate_file
 from mmsgg_eval.io.samples import DatasetSamples
 from mmsgg_eval.testing import make_sample_data
+from mmsgg_eval.testing.predictions import grounding_predictions, sgdet_records, vlm_answer_lines
 from tests.tool_runs import ROOT
 
 BLOCKED = ('mmcv._ext', 'mmdet.models', 'mmdet.datasets')
@@ -65,48 +66,6 @@ CONFIGS = dict(vg150='configs/demo/freq_predcls_vg150_sample.py', gqa200='config
                psg='configs/psg/sgg_predcls_psg.py', rsvgd='configs/rsvgd/grounding_rsvgd.py')
 
 
-def sgdet_records(dataset, seed=0):
-    """SGDet predictions: GT boxes moved by one pixel, every ordered pair, random [R, P+1] scores with the GT
-    predicate boosted on half of the GT relations."""
-    rng = np.random.default_rng(seed)
-    num_pred = len(dataset.metainfo['predicates'])
-    out = []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        boxes = np.array([inst['bbox'] for inst in info['instances']], dtype=np.float32).reshape(-1, 4) + 1.0
-        labels = [inst['bbox_label'] for inst in info['instances']]
-        n = len(labels)
-        pairs = [[a, b] for a in range(n) for b in range(n) if a != b]
-        scores = rng.random((len(pairs), num_pred + 1))
-        for s, o, p in np.asarray(info['relations']).reshape(-1, 3).tolist():
-            if rng.random() < 0.5:
-                scores[pairs.index([s, o]), p + 1] = 2.0
-        out.append({'sample_idx': i, 'pred_instances': {'bboxes': boxes.tolist(), 'labels': labels,
-                                                          'scores': [0.9] * n},
-                    'pred_relations': {'pair_idxs': pairs, 'scores': scores.tolist()}})
-    return out
-
-
-def vlm_lines(dataset):
-    """VLM answers giving back the GT graph on a 0-1000 canvas, one image answered with prose (a failure)."""
-    classes, predicates = dataset.metainfo['classes'], dataset.metainfo['predicates']
-    lines = []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        if i == 1:
-            lines.append({'sample_idx': i, 'output': 'I cannot see the image.'})
-            continue
-        w, h = info['width'], info['height']
-        objs = [{'id': f'{classes[inst["bbox_label"]]}.{j}',
-                 'bbox': [round(inst['bbox'][0] / w * 1000), round(inst['bbox'][1] / h * 1000),
-                          round(inst['bbox'][2] / w * 1000), round(inst['bbox'][3] / h * 1000)]}
-                for j, inst in enumerate(info['instances'])]
-        rels = [{'subject': objs[s]['id'], 'predicate': predicates[p], 'object': objs[o]['id']}
-                for s, o, p in np.asarray(info['relations']).reshape(-1, 3).tolist()]
-        lines.append({'sample_idx': i, 'output': json.dumps({'objects': objs, 'relationships': rels})})
-    return lines
-
-
 def write_inputs(name, dataset, folder):
     """The offline inputs of one scene-graph dataset: stream, JSONL, legacy dump, VLM answers (PSG: OpenPSG)."""
     from mmsgg_eval.io.stream import StreamWriter
@@ -127,7 +86,7 @@ def write_inputs(name, dataset, folder):
     writer.close()
     paths['vlm'] = osp.join(folder, f'{name}_vlm.jsonl')
     with open(paths['vlm'], 'w') as f:
-        f.write('\n'.join(json.dumps(x) for x in vlm_lines(dataset)))
+        f.write('\n'.join(json.dumps(x) for x in vlm_answer_lines(dataset)))
     with fake_maskrcnn_benchmark() as BoxList:  # the legacy dump of the same predictions (1-based labels)
         gts, preds = [], []
         for r in records:
@@ -167,14 +126,13 @@ def light(tmp_path_factory):
         if name == 'rsvgd':
             from mmsgg_eval.datasets import RSVGDDataset
             dataset = RSVGDDataset(data_root=root, split='test', pipeline=[])
-            preds = [{'sample_idx': i, 'bbox': dataset.get_data_info(i)['instances'][0]['bbox']}
-                     for i in range(len(dataset))]
+            preds = grounding_predictions(dataset)
             path = str(tmp / 'grounding.json')
             with open(path, 'w') as f:
                 json.dump(preds, f)
             plan.append(('rsvgd/grounding', 'eval', [config, path, '--format', 'grounding', '--no-progress',
                                                       '--work-dir', str(tmp / 'out' / 'rsvgd'), *opts]))
-            inputs[name] = dict(config=config, opts=opts, paths={'grounding': path})
+            inputs[name] = dict(config=config, opts=opts, paths={'grounding': path}, n=len(preds))
             continue
         cfg = Config.fromfile(config)
         cfg.merge_from_dict({'test_dataloader.dataset.data_root': root})
@@ -271,4 +229,5 @@ def test_light_states_compare_report_and_plain_metrics(light):
     assert list((tmp / 'browse_pictures').rglob('*.jpg')) or list((tmp / 'browse_pictures').rglob('*.png'))
     assert (tmp / 'browse_no-pictures' / 'index.html').exists()
     assert r['python/metrics']['predcls/R@1'] == 50.0 and r['python/metrics']['predcls/R@2'] == 100.0
-    assert r['rsvgd/grounding']['grounding/Pr@0.5'] == 100.0
+    n = light['inputs']['rsvgd']['n']  # every other box is shifted by its width: a miss
+    assert r['rsvgd/grounding']['grounding/Pr@0.5'] == pytest.approx(100.0 * ((n + 1) // 2) / n)
