@@ -283,8 +283,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
             '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r if key.startswith(('R@', 'ngR@'))) + '</p>',
             f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">',
             f'<h2>GT relations (found at {k})</h2><table id="gt"><thead><tr><th class="sortable">#</th>'
-            '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank</th>'
-            '<th class="sortable">rank (no graph constraint)</th><th>status</th>'
+            '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank (0-based)</th>'
+            '<th class="sortable">rank, no graph constraint</th><th>status</th>'
             '<th>model ranked highest on the pair instead</th></tr></thead><tbody>']
     for g, item in zip(r['gt_relations'], gt_items):
         status = 'found' if item['hit'] else 'missed'
@@ -294,7 +294,7 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                     f'<td>{g["object"]}:{_e(g["object_label"])}</td><td>{_rank(g["rank_gc"])}</td>'
                     f'<td>{_rank(g["rank_ngc"])}</td><td class="s">{status}</td><td>{_e(instead or "")}</td></tr>')
     body.append(f'</tbody></table><h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
-                '<th class="sortable">rank</th><th>subject</th><th>predicate</th><th>object</th>'
+                '<th class="sortable">rank (0-based)</th><th>subject</th><th>predicate</th><th>object</th>'
                 '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
     for item, p in zip(pred_items, r['predictions']):
         status = ('hit GT ' + ', '.join(str(g + 1) for g in p['hits'])) if item['hit'] else 'miss'
@@ -307,7 +307,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
 
 
 def _rank(value: Optional[int]) -> str:
-    return '–' if value is None else str(value + 1)
+    """A first-hit rank as per_image.jsonl holds it (0-based: found at K when below K); '–' = not hit."""
+    return '–' if value is None else str(value)
 
 
 def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -> str:
