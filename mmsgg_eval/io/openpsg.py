@@ -93,17 +93,14 @@ def _array(value: Any, what: str) -> np.ndarray:
 
 
 def gt_masks(dataset: DatasetSamples, idx: int) -> torch.Tensor:
-    """Bool [G, H, W] GT masks of dataset sample ``idx`` from its panoptic PNG (``PSGDataset(with_masks=True)``
-    puts ``seg_map_path`` and ``segments_info`` into its data infos)."""
-    from mmsgg_eval.datasets.transforms import load_panoptic_masks
-    info = dataset.info(idx)
-    if 'seg_map_path' not in info or 'segments_info' not in info:
-        raise ValueError(f'sample_idx={idx}: the results carry masks, but the dataset gives no panoptic PNG '
-                         f'(`seg_map_path`; PSGDataset(with_masks=True)); use --metric-options match=box')
-    size = (info['height'], info['width']) if 'height' in info and 'width' in info else None
-    masks = load_panoptic_masks(info['seg_map_path'], [s['id'] for s in info['segments_info']],
-                                expected_size=size, sample=f'img_id={info.get("img_id")}')
-    return torch.from_numpy(masks)
+    """Bool [G, H, W] GT masks of dataset sample ``idx``, from the dataset's ``load_gt_masks(idx)``
+    (:meth:`mmsgg_eval.datasets.PSGDataset.load_gt_masks` decodes its panoptic PNG); a dataset without it is an
+    error that says to match by boxes."""
+    loader = getattr(dataset.dataset, 'load_gt_masks', None)
+    if loader is None:
+        raise ValueError(f'sample_idx={idx}: the results carry masks, but the dataset '
+                         f'({type(dataset.dataset).__name__}) gives no GT masks; use --metric-options match=box')
+    return torch.from_numpy(np.asarray(loader(idx), dtype=bool))
 
 
 def openpsg_to_data_sample(result: Any, gt: Dict[str, Any], sample_idx: int, mode: str = 'sgdet',
