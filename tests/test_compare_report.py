@@ -73,7 +73,8 @@ def test_prediction_files_are_evaluated_quietly(tmp_path):
     config = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
     proc = run_tool(['-m', 'mmsgg_eval.compare', str(tmp_path / 'run0.jsonl'), str(tmp_path / 'run1.jsonl'),
                      '--config', config, '--samples', '100', '--cfg-options',
-                     f'test_dataloader.dataset.data_root={root}', 'test_evaluator.0.mode=sgdet', 'test_evaluator.1.mode=sgdet', '--out-dir', str(tmp_path / 'out')],
+                     f'test_dataloader.dataset.data_root={root}', 'test_evaluator.0.mode=sgdet',
+                     'test_evaluator.1.mode=sgdet', '--out-dir', str(tmp_path / 'out')],
                     check=True)
     printed = proc.stdout + proc.stderr
     assert 'SGG eval' not in printed and 'Per-predicate recall (' not in printed

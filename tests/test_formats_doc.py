@@ -99,7 +99,8 @@ def test_python_gt_example_runs(sample):
 
 def test_synonym_map_as_documented(sample):
     meta = sample['vg'].metainfo
-    graph = json.dumps({'objects': [{'id': 'Bloke.1', 'bbox': [0, 0, 500, 500]}, {'id': 'door.1', 'bbox': [0, 0, 9, 9]}],
+    graph = json.dumps({'objects': [{'id': 'Bloke.1', 'bbox': [0, 0, 500, 500]},
+                                    {'id': 'door.1', 'bbox': [0, 0, 9, 9]}],
                         'relationships': [{'subject': 'Bloke.1', 'predicate': 'perched-atop', 'object': 'door.1'}]})
     for synonyms in ({'bloke': 'man', 'perched atop': 'on'},
                      {'objects': {'bloke': 'man'}, 'predicates': {'perched atop': 'on'}}):

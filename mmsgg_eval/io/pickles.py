@@ -6,9 +6,9 @@ torch tensors (their
 storages through ``torch.load(weights_only=True)``), the legacy Scene-Graph-Benchmark ``BoxList``, rebuilt
 as the inert :class:`LegacyBoxList` (attributes only; no code from the file runs and maskrcnn_benchmark need
 not be installed), and OpenPSG's ``Result`` (``tools/test.py --out result.pkl``), rebuilt as the inert
-:class:`PickledRecord` (its attributes only; openpsg need not be installed). Anything else raises :class:`~mmsgg_eval.io.errors.UnsafePickleError`.
-``unsafe=True`` (command line: ``--unsafe-load``) uses :class:`RemappingUnpickler`, the full unpickler with
-the same BoxList mapping: only for files you trust.
+:class:`PickledRecord` (its attributes only; openpsg need not be installed). Anything else raises
+:class:`~mmsgg_eval.io.errors.UnsafePickleError`. ``unsafe=True`` (command line: ``--unsafe-load``) uses
+:class:`RemappingUnpickler`, the full unpickler with the same two mappings: only for files you trust.
 """
 import functools
 import io
