@@ -24,12 +24,14 @@ difference. Runs over different image sets are refused (naming how many images d
 refused unless ``--allow-different-settings`` (the differences are then shown in every output).
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import os.path as osp
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -62,14 +64,36 @@ def load_run(item: str, config: Optional[str] = None, work_dir: Optional[str] = 
         from .eval import evaluate_file
         work_dir = work_dir or tempfile.mkdtemp(prefix='mmsgg_compare_')
         states_dir = osp.join(work_dir, 'states')
-        evaluate_file(config, item.split(',') if ',' in item else item, work_dir=work_dir, progress=False,
-                      save_state=states_dir, allow_missing=allow_missing, cfg_options=cfg_options)
+        with quiet_evaluation():  # its full report goes to work_dir, not before the comparison
+            evaluate_file(config, item.split(',') if ',' in item else item, work_dir=work_dir, progress=False,
+                          save_state=states_dir, allow_missing=allow_missing, cfg_options=cfg_options)
+        print(f'{item}: evaluated with {config}; its report is in {work_dir} (metrics.json, *.tables.md)')
         item = states_dir
     groups: Dict[Tuple[str, str], List[Any]] = {}
     for path in state_paths([item]):
         state = load_state(path)
         groups.setdefault(state.identity(), []).append(state)
     return evaluation_order([merge_states(g) for g in groups.values()])
+
+
+@contextlib.contextmanager
+def quiet_evaluation() -> Iterator[None]:
+    """Keep an evaluation's report off the console: MMEngine's console handlers show warnings and errors
+    only, and plain prints are dropped, while it runs (the report files are written as usual)."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    handlers = [h for h in logger.handlers if type(h) is logging.StreamHandler]
+    levels = [h.level for h in handlers]
+    for h in handlers:
+        h.setLevel(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for h, level in zip(handlers, levels):
+            h.setLevel(level)
 
 
 def run_names(items: Sequence[str]) -> List[str]:
@@ -222,6 +246,10 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
         labels = result['per_predicate']['labels']
         out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
                                                     predicate_gt_counts(summary_b, labels), options['level'])
+        report_order = list(summary_a.get('per_predicate') or {})  # training frequency when known
+        rank = {name: i for i, name in enumerate(report_order)}
+        out['per_predicate']['rows'].sort(key=lambda r: rank.get(r['predicate'], len(rank)))
+        out['per_predicate']['order'] = 'as in the reports (training frequency when known)'
     return out
 
 
@@ -265,6 +293,35 @@ def _p(value: float) -> str:
     return '–' if value != value else (f'{value:.3f}' if value >= 0.001 else '<0.001')
 
 
+#: Keys of the verdict line (the headline numbers of each metric kind), in this order, when present.
+MAIN_KEYS = ('R@50', 'mR@50', 'Recall', 'mRecall', 'Pr@0.5', 'mAP', 'AP@50', 'RelCLIPScore')
+
+
+def verdict_line(comp: Dict[str, Any], level: float) -> str:
+    """One sentence on the main keys (:data:`MAIN_KEYS`) of a comparison: for each, Δ and whether its
+    interval excludes 0, with the caveat that many keys are tested at once."""
+    alpha = 1 - level
+    every: Dict[str, Any] = {}
+    for m in comp['metrics']:
+        for key, r in m['keys'].items():
+            every.setdefault(key, r)
+    tested = sum(len(m['keys']) for m in comp['metrics'])
+    found = [(key, every[key]) for key in MAIN_KEYS if key in every]
+    if not found:
+        return ''
+    parts = []
+    for key, r in found:
+        if r['p'] < alpha and r['delta'] != 0:
+            word = 'better' if r['delta'] > 0 else 'worse'
+            parts.append(f'{key} {r["delta"]:+.2f} ({comp["b"]} {word}, p {_p(r["p"])})')
+        else:
+            parts.append(f'{key} {r["delta"]:+.2f} (no significant difference, p {_p(r["p"])})')
+    return (f'**Verdict** ({comp["b"]} vs {comp["a"]}, α = {alpha:.2f}): ' + '; '.join(parts) +
+            f'. These p-values are not corrected across the {tested} keys of the table: with that many tests a '
+            f'few p < {alpha:.2f} are expected by chance, so decide on the key chosen in advance and read the '
+            f'others as exploratory.')
+
+
 def format_markdown(result: Dict[str, Any]) -> str:
     """The Markdown report of :func:`compare_runs`."""
     info = result['bootstrap']
@@ -272,7 +329,8 @@ def format_markdown(result: Dict[str, Any]) -> str:
     lines = []
     for comp in result['comparisons']:
         a, b = comp['a'], comp['b']
-        lines += [f'## {b} vs {a}', '',
+        verdict = verdict_line(comp, info['level'])
+        lines += [f'## {b} vs {a}', ''] + ([verdict, ''] if verdict else []) + [
                   f'Paired bootstrap: {info["samples"]} resamples of the images with replacement, the same image '
                   f'indices for both runs; Δ = {b} − {a}; {pct} percentile interval of Δ; two-sided p-value '
                   f'(seed {info["seed"]}).', '']
@@ -403,15 +461,19 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall or the largest K)')
     parser.add_argument('--allow-missing', action='store_true', help='prediction files: score missing samples as '
                                                                      'empty predictions')
+    parser.add_argument('--names', nargs='+', metavar='NAME',
+                        help='labels of the runs in the tables, one per run (default: the file or folder names)')
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'compare'))
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         parser.error('give at least two runs (A B [C ...])')
+    if args.names is not None and (len(args.names) != len(args.runs) or len(set(args.names)) != len(args.names)):
+        parser.error(f'--names: give {len(args.runs)} different names, one per run (got {args.names})')
     try:
         from .runner.arguments import check_environment
         check_environment()
-        names = run_names(args.runs)
+        names = list(args.names) if args.names else run_names(args.runs)
         runs = [load_run(item, args.config, osp.join(args.out_dir, 'runs', f'{i}.{osp.basename(name)}'),
                          args.allow_missing, args.cfg_options) for i, (item, name) in enumerate(zip(args.runs, names))]
         result = compare_runs(runs, names, args.samples, args.level, args.seed,

@@ -9,6 +9,9 @@ Inputs (``--format``, default from the file name; the readers are in :mod:`mmsgg
   (FailureRate, Recall, mRecall, AP@50, ...), or by the config's ``vlm_evaluator`` list when it has one
   (e.g. ``RelCLIPScore`` on the model's own words, configs/relclip/);
 * ``legacy``: the legacy Scene-Graph-Benchmark ``eval_results.pytorch`` (:mod:`mmsgg_eval.io.legacy`);
+* ``openpsg``: OpenPSG's ``tools/test.py --out result.pkl`` (a list of its ``Result`` objects, read without
+  importing OpenPSG; :mod:`mmsgg_eval.io.openpsg`), evaluated with ``protocol='openpsg'`` unless another is
+  given (``match='box'`` when the results carry no masks);
 * ``grounding``: a JSON list of ``{sample_idx or img_id, bbox}`` scored by ``GroundingPr``
   (:mod:`mmsgg_eval.io.grounding`; ``--metric-options coord_scale=1000`` for boxes on a 0-1000 canvas).
 
@@ -304,6 +307,10 @@ def evaluate_file(config: str, predictions: Union[str, Sequence[str]], fmt: str 
     reader_options = {k: options.pop(k) for k in GROUNDING_READER_OPTIONS if k in options} \
         if fmt == 'grounding' else {}
     cfgs = offline_metric_cfgs(cfg, fmt, metrics, mode, options, protocol, per_image)
+    if fmt == 'openpsg':  # OpenPSG's conventions unless chosen otherwise
+        from mmsgg_eval.io.openpsg import openpsg_metric_defaults
+        for note in openpsg_metric_defaults(paths[0], cfgs, protocol, options, unsafe_load):
+            print(f'--format openpsg: {note}')
     sg_mode = mode or next((m.get('mode') for m in cfgs if m.get('mode')), 'sgdet')
     evaluator = build_evaluator(cfgs, dataset, work_dir, save_state)
     from mmsgg_eval.metrics.bootstrap import set_bootstrap
@@ -429,9 +436,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                                      description='Evaluate saved scene-graph / grounding predictions offline')
     parser.add_argument('config', nargs='?', help='config with the dataset (test_dataloader) and test_evaluator')
     parser.add_argument('predictions', nargs='*',
-                        help='tools/test.py --out stream, JSONL predictions, VLM JSONL, legacy eval_results.pytorch '
-                             'or grounding JSON; several files (or a quoted glob, e.g. "answers_*.jsonl") are shards '
-                             'that together cover the dataset once')
+                        help='tools/test.py --out stream, JSONL predictions, VLM JSONL, legacy eval_results.pytorch, '
+                             'OpenPSG result.pkl (--format openpsg) or grounding JSON; several files (or a quoted '
+                             'glob, e.g. "answers_*.jsonl") are shards that together cover the dataset once')
     parser.add_argument('--from-state', nargs='+', metavar='STATE',
                         help='summarise saved evaluation states (files, globs or directories of *.state) instead '
                              'of predictions: shards of one metric are merged; no config is needed')

@@ -417,18 +417,20 @@ GROUP_COLORS = {'head': '#1f77b4', 'body': '#ff7f0e', 'tail': '#2ca02c'}
 
 
 def plot_per_predicate_recall(summary: Dict[str, Any], path: str, k: Any, dataset: str, mode: str,
-                              figsize: Optional[Sequence[float]] = None, dpi: int = 100) -> str:
+                              figsize: Optional[Sequence[float]] = None, dpi: int = 100,
+                              order_note: Optional[str] = None) -> str:
     """Save :func:`per_predicate_figure` as a PNG of exactly ``figsize * dpi`` pixels; returns ``path``."""
-    fig = per_predicate_figure(summary, k, dataset, mode, figsize, dpi)
+    fig = per_predicate_figure(summary, k, dataset, mode, figsize, dpi, order_note)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=dpi)
     return path
 
 
 def per_predicate_figure(summary: Dict[str, Any], k: Any, dataset: str, mode: str,
-                         figsize: Optional[Sequence[float]] = None, dpi: int = 100) -> Any:
+                         figsize: Optional[Sequence[float]] = None, dpi: int = 100,
+                         order_note: Optional[str] = None) -> Any:
     """Bar chart (a matplotlib ``Figure``) of per-predicate recall at ``k`` in the summary's order (training
-    frequency when known).
+    frequency when known; ``order_note`` replaces the title's line saying so, for another order).
 
     Bars are coloured by predicate group; contiguous runs of one group are shaded as bands and labelled
     (head / body / tail). A predicate without GT relations has no bar but a ``–`` (its recall does not exist).
@@ -490,7 +492,8 @@ def per_predicate_figure(summary: Dict[str, Any], k: Any, dataset: str, mode: st
     k_text = 'all predictions (no K)' if _is_all(k) else f'K = {_k_label(k)}'
     average = {'image': 'image-averaged', 'micro': 'pooled over images'}.get(recall_average_of(summary) or '', '')
     ax.set_title(f'Per-predicate recall{" (" + average + ")" if average else ""} — {dataset} | {mode} | '
-                 f'{k_text}{mr_text}\npredicates sorted by training frequency (when known); {MISSING} = no GT',
+                 f'{k_text}{mr_text}\n{order_note or "predicates sorted by training frequency (when known)"}; '
+                 f'{MISSING} = no GT',
                  fontsize=10)
     present = [g for g in dict.fromkeys(groups) if g]
     if present:

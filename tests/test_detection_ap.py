@@ -141,6 +141,23 @@ def test_legacy_quirks_change_what_they_say():
     assert ev.stats[1] == 0.0
 
 
+def test_report_line_says_whether_the_legacy_quirk_is_on():
+    """The one-line report names the quirk and how to turn it off (the default reproduces the legacy numbers)."""
+    box = torch.tensor([[10.0, 10.0, 50.0, 60.0]])
+    samples = [dict(sample_idx=0, gt_instances=dict(bboxes=box, labels=torch.tensor([1])),
+                    pred_instances=dict(bboxes=box.clone(), labels=torch.tensor([1]), scores=torch.tensor([0.9])))]
+    lines = {}
+    for legacy in (True, False):
+        metric = DetectionAP(legacy_quirks=legacy)
+        metric.dataset_meta = META
+        metric.process({}, samples)
+        metric.evaluate(1)
+        lines[legacy] = metric.last_report['text']
+    assert 'legacy quirks on' in lines[True] and 'legacy_quirks=False for plain COCO' in lines[True]
+    assert lines[False].endswith('(plain COCO (legacy_quirks=False))')
+    assert DetectionAP().legacy_quirks  # the default stays the legacy evaluator's numbers
+
+
 def test_padding_duplicates_and_pool_sizes_do_not_change_results():
     samples = random_samples(7, 11)
     once = run_metric(samples, pool_samples=256)

@@ -614,3 +614,13 @@ def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():
     assert given['r50'] == built['r50'] and given['mr50'] == built['mr50']
     assert given['images_per_s'] > 0 and built['images_per_s'] > 0
     assert 'sgbench+lists' in tool.PEER_WORKLOADS and 'variable' in tool.PEER_WORKLOADS['sgbench+lists']
+
+
+def test_dump_metric_does_not_warn_about_its_prefix(tmp_path, monkeypatch):
+    """Issue 44: tools/test.py --out logged "The prefix is not set in metric class DumpSceneGraphPredictions"."""
+    import mmengine.evaluator.metric as metric_module
+    from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
+    logged = []
+    monkeypatch.setattr(metric_module, 'print_log', lambda msg, *a, **k: logged.append(str(msg)))
+    DumpSceneGraphPredictions(out_file_path=str(tmp_path / 'p.pkl'))
+    assert not any('prefix is not set' in m for m in logged)

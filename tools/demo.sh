@@ -33,7 +33,12 @@ grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cu
 echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
 python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
     --out "$WORK_DIR/sgdet/predictions.pkl"
+echo "[demo]     These SGDet numbers are near 0 on purpose: the detector trained for 10 iterations from a random start, and its"
+echo "[demo]     detections almost never match a GT box (AP@50 about 0.1); the point of this part is the path (train -> detect -> relate -> score)."
+echo "[demo]     With a trained detector the same command gives real numbers. The PredCls report above is the one to read."
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
 echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*, HTML report in $WORK_DIR/report/index.html"
 echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json, reports in $WORK_DIR/sgdet/sgdet.*"
+echo "[demo] next: open $WORK_DIR/report/index.html (hits and misses per image and predicate), or evaluate your own"
+echo "[demo]       predictions offline: python -m mmsgg_eval.eval CONFIG PREDICTIONS (README, docs/formats.md)"

@@ -159,8 +159,13 @@ def _read_image(path: Optional[str], record: Dict[str, Any]) -> np.ndarray:
 def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[str], predicates: Sequence[str],
                  k: int = 50, topk_drawn: int = 20, max_images: Optional[int] = None, average: str = 'image',
                  metrics: Optional[Dict[str, Any]] = None, title: str = 'scene-graph results',
-                 image_root: Optional[str] = None, progress: bool = True, split: str = '') -> Dict[str, Any]:
+                 image_root: Optional[str] = None, progress: bool = True, split: str = '',
+                 predicate_counts: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """Write the report of ``records`` into ``out_dir`` (see the module docstring); returns its summary.
+
+    ``predicate_counts``: training frequency of each predicate (``dataset_meta['predicate_counts']``): the
+    per-predicate chart is sorted by it, else by the number of GT relations in the records (the chart and the
+    index page say which, ``summary['chart_order']``).
 
     ``max_images``: images drawn (the first by ``sample_idx``; default all); the index lists every image.
     ``metrics``: the evaluation's scalar keys (``metrics.json``), shown as they are next to the recomputed
@@ -198,11 +203,13 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
         _write(osp.join(out_dir, 'predicates', pred_file[p]),
                predicate_page(p, i, summary, records, drawn, ks, k, predicates))
     chart = None
+    order, summary['chart_order'] = chart_order(predicates, summary['per_predicate'], predicate_counts)
     try:
         from ..reports import plot_per_predicate_recall
-        plot_per_predicate_recall({'per_predicate': summary['per_predicate'], 'metrics': summary['metrics']},
+        plot_per_predicate_recall({'per_predicate': {p: summary['per_predicate'][p] for p in order},
+                                   'metrics': summary['metrics']},
                                   osp.join(out_dir, 'per_predicate.png'), k, title, records[0]['mode'] if records
-                                  else '')
+                                  else '', order_note=summary['chart_order'])
         chart = 'per_predicate.png'
     except Exception:  # noqa: BLE001 - the chart is an extra; the tables hold the same numbers
         chart = None
@@ -213,6 +220,20 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     with open(osp.join(out_dir, 'summary.json'), 'w') as f:
         json.dump({key: v for key, v in summary.items() if key not in ('confusion',)}, f)
     return summary
+
+
+def chart_order(predicates: Sequence[str], per_predicate: Dict[str, Dict[str, Any]],
+                predicate_counts: Optional[Sequence[int]] = None) -> Tuple[List[str], str]:
+    """(predicates in the chart's order, the sentence saying which order): descending training frequency when
+    ``predicate_counts`` is known (one count per predicate), else descending GT count in the report's images;
+    ties keep the predicate order."""
+    idx = list(range(len(predicates)))
+    if predicate_counts is not None and len(predicate_counts) == len(predicates):
+        idx.sort(key=lambda i: (-float(predicate_counts[i]), i))
+        return [predicates[i] for i in idx], 'predicates sorted by training frequency'
+    idx.sort(key=lambda i: (-int(per_predicate[predicates[i]].get('num_gt', 0)), i))
+    return ([predicates[i] for i in idx],
+            'predicates sorted by GT count in these images (training frequencies unknown)')
 
 
 def _write(path: str, text: str) -> None:
@@ -242,7 +263,8 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
             for key, v in metrics.items() if isinstance(v, (int, float, str))) + '</table></details>')
     body.append('<h2>Per predicate</h2>')
     if chart:
-        body.append(f'<img class="pic" src="{chart}" alt="per-predicate recall">')
+        body.append(f'<p class="note">{_e(summary.get("chart_order", ""))}</p>'
+                    f'<img class="pic" src="{chart}" alt="per-predicate recall">')
     body.append('<table id="predicates"><thead><tr><th class="sortable">predicate</th><th class="sortable">GT</th>'
                 + ''.join(f'<th class="sortable">R@{kk}</th>' for kk in ks) + '</tr></thead><tbody>')
     for p in predicates:
@@ -282,8 +304,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
             '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r if key.startswith(('R@', 'ngR@'))) + '</p>',
             f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">',
             f'<h2>GT relations (found at {k})</h2><table id="gt"><thead><tr><th class="sortable">#</th>'
-            '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank</th>'
-            '<th class="sortable">rank (no graph constraint)</th><th>status</th>'
+            '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank (0-based)</th>'
+            '<th class="sortable">rank, no graph constraint</th><th>status</th>'
             '<th>model ranked highest on the pair instead</th></tr></thead><tbody>']
     for g, item in zip(r['gt_relations'], gt_items):
         status = 'found' if item['hit'] else 'missed'
@@ -293,7 +315,7 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                     f'<td>{g["object"]}:{_e(g["object_label"])}</td><td>{_rank(g["rank_gc"])}</td>'
                     f'<td>{_rank(g["rank_ngc"])}</td><td class="s">{status}</td><td>{_e(instead or "")}</td></tr>')
     body.append(f'</tbody></table><h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
-                '<th class="sortable">rank</th><th>subject</th><th>predicate</th><th>object</th>'
+                '<th class="sortable">rank (0-based)</th><th>subject</th><th>predicate</th><th>object</th>'
                 '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
     for item, p in zip(pred_items, r['predictions']):
         status = ('hit GT ' + ', '.join(str(g + 1) for g in p['hits'])) if item['hit'] else 'miss'
@@ -306,7 +328,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
 
 
 def _rank(value: Optional[int]) -> str:
-    return '–' if value is None else str(value + 1)
+    """A first-hit rank as per_image.jsonl holds it (0-based: found at K when below K); '–' = not hit."""
+    return '–' if value is None else str(value)
 
 
 def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -> str:

@@ -191,5 +191,17 @@ class PSGDataset(SceneGraphDataset):
         return self.build_data_list(out, parsed['boxes'], parsed['labels'], parsed['obj_counts'],
                                     parsed['image_of_rel'], parsed['relations'], self.duplicate_mode)
 
+    def load_gt_masks(self, idx: int) -> np.ndarray:
+        """Bool [G, H, W] GT masks of sample ``idx`` (one per instance, original image frame) decoded from its
+        panoptic PNG, as ``LoadSceneGraphAnnotations`` decodes them (needs ``with_masks=True``); used by readers
+        of saved predictions that match by masks (``--format openpsg``)."""
+        from .transforms import load_panoptic_masks
+        info = self.get_data_info(idx)
+        if 'seg_map_path' not in info:
+            raise DatasetFormatError(f'sample_idx={idx}: no panoptic PNG (`seg_map_path`): PSGDataset(with_masks=True) '
+                                     f'gives the masks')
+        return load_panoptic_masks(info['seg_map_path'], [s['id'] for s in info['segments_info']],
+                                   expected_size=(info['height'], info['width']), sample=f'img_id={info["img_id"]}')
+
 
 __all__: Sequence[str] = ('PSGDataset', 'parse_psg_records')

@@ -4,7 +4,8 @@ that cover a dataset (:class:`~mmsgg_eval.io.samples.CoveredSamples`), ready for
 Formats: ``dump`` (the prediction stream, :mod:`~mmsgg_eval.io.stream`), ``jsonl``
 (:mod:`~mmsgg_eval.io.jsonl`, GT from the dataset), ``vlm`` (answers file, :mod:`~mmsgg_eval.io.vlm`, GT from
 the dataset), ``legacy`` (:mod:`~mmsgg_eval.io.legacy`, GT from the dump, which defines the evaluated images)
-and ``grounding`` (:mod:`~mmsgg_eval.io.grounding`, GT from the dataset).
+``grounding`` (:mod:`~mmsgg_eval.io.grounding`, GT from the dataset) and ``openpsg`` (OpenPSG's
+``tools/test.py --out result.pkl``, :mod:`~mmsgg_eval.io.openpsg`, GT from the dataset).
 """
 import itertools
 import logging
@@ -13,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 from .errors import InputFileError
 from .samples import CoveredSamples, DatasetSamples, Located
 
-FORMATS = ('dump', 'jsonl', 'vlm', 'legacy', 'grounding')
+FORMATS = ('dump', 'jsonl', 'vlm', 'legacy', 'grounding', 'openpsg')
 
 
 def guess_format(path: str) -> str:
@@ -91,6 +92,9 @@ def _read(fmt: str, path: str, dataset: DatasetSamples, mode: str, unsafe: bool,
     if fmt == 'legacy':
         located, size = _legacy_samples(path, dataset, mode, unsafe)
         return located, None, size
+    if fmt == 'openpsg':
+        from .openpsg import iter_openpsg_samples
+        return iter_openpsg_samples(path, dataset, mode, unsafe), None, None
     if fmt == 'grounding':
         from .grounding import grounding_gt, iter_grounding_samples
         return (iter_grounding_samples(path, dataset, **(reader_options or {})),
@@ -116,6 +120,8 @@ def open_predictions(fmt: str, path: Union[str, Sequence[str]], dataset: Any, mo
     fmt = guess_format(paths[0]) if fmt == 'auto' else fmt
     if fmt == 'legacy' and len(paths) > 1:
         raise ValueError('legacy dumps hold their own GT and image list: give one legacy file, not several')
+    if fmt == 'openpsg' and len(paths) > 1:
+        raise ValueError('an OpenPSG result.pkl holds the whole test split by position: give one file, not several')
     index = dataset if isinstance(dataset, DatasetSamples) else DatasetSamples(dataset)
     reads = [_read(fmt, p, index, mode, unsafe, allow_missing, reader_options) for p in paths]
     located = itertools.chain.from_iterable(r[0] for r in reads)

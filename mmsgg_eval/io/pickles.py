@@ -3,11 +3,12 @@
 Pickles can run arbitrary code. The readers of :mod:`mmsgg_eval.io` load them with :class:`SafeUnpickler`, which
 resolves only an allow-list of globals: builtin containers, numpy arrays (protocol 5 buffers included) and dtypes,
 torch tensors (their
-storages through ``torch.load(weights_only=True)``) and the legacy Scene-Graph-Benchmark ``BoxList``, rebuilt
+storages through ``torch.load(weights_only=True)``), the legacy Scene-Graph-Benchmark ``BoxList``, rebuilt
 as the inert :class:`LegacyBoxList` (attributes only; no code from the file runs and maskrcnn_benchmark need
-not be installed). Anything else raises :class:`~mmsgg_eval.io.errors.UnsafePickleError`.
-``unsafe=True`` (command line: ``--unsafe-load``) uses :class:`RemappingUnpickler`, the full unpickler with
-the same BoxList mapping: only for files you trust.
+not be installed), and OpenPSG's ``Result`` (``tools/test.py --out result.pkl``), rebuilt as the inert
+:class:`PickledRecord` (its attributes only; openpsg need not be installed). Anything else raises
+:class:`~mmsgg_eval.io.errors.UnsafePickleError`. ``unsafe=True`` (command line: ``--unsafe-load``) uses
+:class:`RemappingUnpickler`, the full unpickler with the same two mappings: only for files you trust.
 """
 import functools
 import io
@@ -21,6 +22,24 @@ from .errors import UnsafePickleError
 
 #: Import path under which the legacy code pickled its boxes.
 BOXLIST_PATH = 'maskrcnn_benchmark.structures.bounding_box.BoxList'
+#: Import path under which OpenPSG pickles its per-image ``Result`` container
+#: (openpsg/models/relation_heads/approaches/relation_util.py).
+OPENPSG_RESULT_PATH = 'openpsg.models.relation_heads.approaches.relation_util.Result'
+
+
+class PickledRecord:
+    """Inert stand-in for a pickled plain container class (OpenPSG's ``Result``): the pickle's attributes are
+    set on it (``__dict__``), nothing else; a missing attribute reads as None (``Result`` defaults every
+    field to None)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith('__'):
+            raise AttributeError(name)
+        return None
+
+    def __repr__(self) -> str:
+        fields = sorted(k for k, v in self.__dict__.items() if v is not None)
+        return f'PickledRecord(fields={fields})'
 
 
 class LegacyBoxList:
@@ -55,6 +74,15 @@ def _safe_load_from_bytes(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=True, map_location='cpu')
 
 
+def _latin1_bytes(text: str, encoding: str = 'latin1') -> bytes:
+    """Replacement of ``_codecs.encode``, how pickle protocols 0-2 of Python 3 store ``bytes`` (numpy arrays
+    dumped with ``protocol=2``, as ``mmcv.dump`` writes ``.pkl`` files): only the latin-1 encoding is accepted."""
+    if encoding not in ('latin1', 'latin-1') or not isinstance(text, str):
+        raise UnsafePickleError(None, f'safe loading accepts _codecs.encode only for latin-1 text, got '
+                                      f'{type(text).__name__} with encoding {encoding!r}')
+    return text.encode('latin1')
+
+
 def _numpy_globals() -> Dict[str, Any]:
     out = {'numpy.ndarray': np.ndarray, 'numpy.dtype': np.dtype}
     for mod_name in ('numpy.core.multiarray', 'numpy._core.multiarray'):
@@ -86,7 +114,9 @@ def _safe_globals() -> Dict[str, Any]:
         'torch._utils._rebuild_tensor': tu._rebuild_tensor,
         'torch.storage._load_from_bytes': _safe_load_from_bytes,
         'torch.Size': torch.Size,
+        '_codecs.encode': _latin1_bytes,
         BOXLIST_PATH: LegacyBoxList,
+        OPENPSG_RESULT_PATH: PickledRecord,
     }
     if hasattr(tu, '_rebuild_parameter'):
         allowed['torch._utils._rebuild_parameter'] = tu._rebuild_parameter
@@ -108,15 +138,19 @@ class SafeUnpickler(pickle.Unpickler):
             if cls is not None:
                 return cls
         raise UnsafePickleError(None, f'safe loading refuses to build {full!r} (only tensors, numpy arrays, '
-                                      f'builtin containers and the legacy BoxList are allowed)')
+                                      f'builtin containers, the legacy BoxList and OpenPSG\'s Result are '
+                                      f'allowed)')
 
 
 class RemappingUnpickler(pickle.Unpickler):
-    """Unrestricted unpickler (``unsafe=True``) that maps the legacy BoxList to :class:`LegacyBoxList`."""
+    """Unrestricted unpickler (``unsafe=True``) that maps the legacy BoxList to :class:`LegacyBoxList` and
+    OpenPSG's ``Result`` to :class:`PickledRecord`."""
 
     def find_class(self, module: str, name: str) -> Any:
         if f'{module}.{name}' == BOXLIST_PATH:
             return LegacyBoxList
+        if f'{module}.{name}' == OPENPSG_RESULT_PATH:
+            return PickledRecord
         return super().find_class(module, name)
 
 

@@ -214,6 +214,10 @@ class PredictionStream:
                 self._truncated('the file ends inside its first record', None)
                 return
             if isinstance(first, list):  # mmengine DumpResults: one pickled list
+                from .pickles import PickledRecord
+                if first and isinstance(first[0], PickledRecord):
+                    raise InputFileError(self.path, 'is a list of OpenPSG Result objects (OpenPSG\'s tools/test.py '
+                                                    '--out result.pkl): read it with --format openpsg')
                 warnings.warn(f'{self.path}: a pickled list (mmengine DumpResults), not a versioned prediction '
                               f'stream: a truncated file cannot be detected')
                 for record in first:

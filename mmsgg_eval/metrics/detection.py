@@ -182,11 +182,15 @@ class DetectionAP(RowMetric):
                 'num_detections': int(dets['score'].numel()), 'num_gt_boxes': int(gt_counts.sum())}
 
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
-        """One line: dataset, counts, box-width convention, mAP and AP@50."""
+        """One line: dataset, counts, box-width convention, mAP and AP@50, and whether the legacy quirks are on
+        (with how to turn them off)."""
         dataset = self._meta('dataset_name', 'unknown dataset')
+        quirks = ('legacy quirks on: GT box 0 of sample 0 never matches, as in the legacy evaluator; '
+                  'legacy_quirks=False for plain COCO / pycocotools numbers') if self.legacy_quirks else \
+            'plain COCO (legacy_quirks=False)'
         return (f'Detection AP ({dataset}, {summary["num_images"]} images, {summary["num_detections"]} detections, '
                 f'{summary["num_gt_boxes"]} GT boxes, {"+1" if self.plus_one else "continuous"} box widths): '
-                f'mAP {keys["mAP"]:.2f}  AP@50 {keys["AP@50"]:.2f}')
+                f'mAP {keys["mAP"]:.2f}  AP@50 {keys["AP@50"]:.2f} ({quirks})')
 
     def report_stem(self) -> str:
         """``{prefix}.detection``: the scene-graph metrics of the same prefix write ``{prefix}.*``."""

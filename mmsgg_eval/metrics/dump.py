@@ -29,7 +29,11 @@ class DumpSceneGraphPredictions(BaseMetric):
     Args:
         out_file_path: the ``.pkl`` / ``.pickle`` file to write.
         config: recorded in the header (e.g. the config path), optional.
+        prefix: unused (the metric returns no key); ``'dump'`` by default, so that MMEngine does not warn
+            that no prefix is set.
     """
+
+    default_prefix: Optional[str] = 'dump'
 
     def __init__(self, out_file_path: str, config: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None) -> None:

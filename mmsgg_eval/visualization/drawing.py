@@ -26,16 +26,18 @@ def relation_items(record: Dict[str, Any], k: int = 50, topk_drawn: int = 20) ->
     """(GT items, prediction items) of a per-image record: what each panel lists, with its hit decision.
 
     A GT relation is found when ``rank_gc < k``; a prediction (position ``rank`` < ``topk_drawn``) is a hit
-    when it is the first hit of some GT relation (``hits``) and ``rank < k``."""
+    when it is the first hit of some GT relation (``hits``) and ``rank < k``. Ranks are shown 0-based, as the
+    per-image records hold them (the first prediction is rank 0, found at K when its rank is below K); GT
+    relations are numbered from 1."""
     gt = []
     for n, rel in enumerate(record.get('gt_relations', ()), 1):
         found = rel['rank_gc'] is not None and rel['rank_gc'] < k
         if found:
-            note = f'rank {rel["rank_gc"] + 1}'
+            note = f'rank {rel["rank_gc"]}'
         elif rel.get('pair_predicate') is not None and rel['pair_predicate'] != rel['predicate']:
             note = f'miss, model: {rel["pair_predicate"]}'
         else:
-            note = 'miss' + ('' if rel['rank_gc'] is None else f' (rank {rel["rank_gc"] + 1})')
+            note = 'miss' + ('' if rel['rank_gc'] is None else f' (rank {rel["rank_gc"]})')
         gt.append(dict(number=n, hit=found, note=note, **{key: rel[key] for key in (
             'subject', 'object', 'subject_label', 'object_label', 'predicate', 'subject_box', 'object_box')}))
     pred = []
@@ -44,7 +46,7 @@ def relation_items(record: Dict[str, Any], k: int = 50, topk_drawn: int = 20) ->
             continue
         hit = bool(p['hits']) and p['rank'] < k
         note = ('hit ' + ','.join(str(g + 1) for g in p['hits'])) if hit else 'miss'
-        pred.append(dict(number=p['rank'] + 1, hit=hit, note=f'{p["score"]:.3f} {note}', **{key: p[key] for key in (
+        pred.append(dict(number=p['rank'], hit=hit, note=f'{p["score"]:.3f} {note}', **{key: p[key] for key in (
             'subject', 'object', 'subject_label', 'object_label', 'predicate', 'subject_box', 'object_box')}))
     return gt, pred
 

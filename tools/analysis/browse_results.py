@@ -83,7 +83,8 @@ def main(argv=None) -> dict:
         r.setdefault('split', split)
     summary = write_report(records, args.out_dir, classes, predicates, args.k, args.topk_drawn, args.max_images,
                            average or 'image', metrics, title=f'{osp.basename(args.config)}: {args.predictions}',
-                           progress=not args.no_progress, split=split)
+                           progress=not args.no_progress, split=split,
+                           predicate_counts=dataset.metainfo.get('predicate_counts'))
     elapsed = time.perf_counter() - start
     print(f'report of {len(records)} images ({len(summary["drawn"])} drawn) written to '
           f'{osp.join(args.out_dir, "index.html")} in {elapsed:.1f} s')
