@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.functional.diagnostics import label_offset_counts, label_shift_warnings
 from mmsgg_eval.metrics import SGRecall
 from tests.sgg_samples import random_dataset
 
@@ -58,7 +57,7 @@ def detections(seed, count, mode='sgdet', label_offset=0, label_noise=0.1, gt_ma
                                           labels=torch.tensor(labels[:n] if mode != 'sgcls' else labels[:m]),
                                           scores=torch.full((n if mode != 'sgcls' else m,), 0.9)),
                       pred_relations=dict(pair_idxs=torch.tensor(pairs), scores=torch.tensor(scores)))
-        if mode == 'sgcls':
+        if mode in ('sgcls', 'predcls'):  # the model's pairs of the GT objects
             keep = [i for i, (a, b) in enumerate(pairs) if a < m and b < m]
             sample['pred_relations'] = dict(pair_idxs=torch.tensor(pairs)[keep], scores=torch.tensor(scores)[keep])
         out.append(sample)
@@ -97,6 +96,7 @@ def test_correct_labels_never_warn(mode, seed):
 
 
 def test_label_offset_counts_by_definition():
+    from mmsgg_eval.functional.diagnostics import label_offset_counts, label_shift_warnings
     iou = torch.tensor([[[0.9, 0.0], [0.6, 0.7], [0.1, 0.2]]])
     counts = label_offset_counts(iou, torch.tensor([[3, 5, 1]]), torch.tensor([[2, 5]]))
     # object 0 overlaps GT 0 (class 2 = 3 - 1); object 1 overlaps both (class 5 own, 2 neither); object 2 none
