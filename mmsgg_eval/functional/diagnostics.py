@@ -18,7 +18,8 @@ Predicted boxes (SGCls with model boxes, SGDet, PhrDet; xyxy pixels, expected in
 Object labels (SGCls with the model's labels, SGDet, PhrDet; 0-based class indices expected): a model that
 writes 1-based labels (or labels one below) gives R@K = 0 and mAP = 0. Per image, the predicted objects that
 overlap a GT box (IoU >= 0.5) are counted, and among them those overlapping a GT box of their own class, of
-class label - 1 and of class label + 1 (:func:`label_offset_counts`). Warned when the shifted class explains
+class label - 1 and of class label + 1 (:func:`label_offset_counts`; the scene-graph metrics check the images of
+:func:`label_checked_images`). Warned when the shifted class explains
 most of them: over all checked images at least :data:`LABEL_SHIFT_MIN_OBJECTS` objects match the shifted class,
 more than half of the overlapping objects do and at least 4 times as many as match their own class, and the
 evidence is consistent image by image (in at least 80 % of the images with overlapping objects, and at least
@@ -63,6 +64,11 @@ LABEL_IOU = 0.5
 LABEL_SHIFT_MIN_OBJECTS = 5
 LABEL_SHIFT_RATIO = 4.0
 LABEL_SHIFT_IMAGE_SHARE = 0.8
+#: the images whose object labels the scene-graph metrics check: ``sample_idx`` below LABEL_CHECK_ALL, then one in
+#: LABEL_CHECK_EVERY (the evidence of a whole evaluation without an IoU matrix for every image; by ``sample_idx``,
+#: so that every world size and pooling checks the same images)
+LABEL_CHECK_ALL = 64
+LABEL_CHECK_EVERY = 8
 #: (column of :func:`label_offset_counts`, GT class - predicted label, what the model's labels look like)
 LABEL_SHIFTS = ((2, -1, '1-based (each label is the GT class + 1)'), (3, 1, 'one below the GT class (label - 1)'))
 
@@ -192,6 +198,11 @@ def label_offset_counts(iou: Tensor, pred_labels: Tensor, gt_labels: Tensor, iou
     for offset in (0, -1, 1):
         counts.append((over & ((pred_labels[:, :, None] + offset) == gt_labels[:, None, :])).any(2).sum(1))
     return torch.stack(counts, 1).to(torch.int32)
+
+
+def label_checked_images(sample_idx: Tensor) -> Tensor:
+    """[B] bool: the images whose object labels are checked (:data:`LABEL_CHECK_ALL`, :data:`LABEL_CHECK_EVERY`)."""
+    return (sample_idx < LABEL_CHECK_ALL) | (sample_idx % LABEL_CHECK_EVERY == 0)
 
 
 def label_shift_warnings(counts: Tensor, num_classes: int) -> List[str]:

@@ -17,8 +17,10 @@ from torch import Tensor
 from ..functional.limits import NO_HIT, POOL_SCORE_ROWS, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
 from ..functional.boxes import box_iou
-from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, describe_score_columns, head_predicate_flags,
-                                      label_offset_counts, label_shift_warnings, score_column_warnings)
+from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, describe_score_columns,
+                                      head_predicate_flags, label_checked_images, label_offset_counts,
+                                      label_shift_warnings,
+                                      score_column_warnings)
 from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
@@ -288,8 +290,11 @@ class SceneGraphMetric(RowMetric):
         else:
             original, resized = image_sizes(samples, device)
             flags = box_frame_flags(batch.pred_boxes, batch.pred_labels >= 0, original, resized)
-            offsets = label_offset_counts(box_iou(batch.pred_boxes, batch.gt_boxes, self.plus_one),
-                                          batch.pred_labels, batch.gt_labels)
+            checked = label_checked_images(batch.sample_idx).nonzero().squeeze(1)  # the same on every world size
+            offsets = torch.zeros((len(samples), 4), dtype=torch.int32, device=device)
+            offsets[checked] = label_offset_counts(
+                box_iou(batch.pred_boxes[checked], batch.gt_boxes[checked], self.plus_one),
+                batch.pred_labels[checked], batch.gt_labels[checked])
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
         width = torch.tensor(widths, dtype=torch.int16, device=device)
         return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
