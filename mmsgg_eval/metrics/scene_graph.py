@@ -698,7 +698,8 @@ class SceneGraphMetric(RowMetric):
             lines.append(f'open-vocabulary subsets ({info["source"]}; GT relations: '
                          + ', '.join(f'{n} {c}' for n, c in info['num_gt_relations'].items()) + ')')
             for subset in info['num_gt_relations']:
-                shown = [f'{k}: {v:.2f}' for k, v in keys.items() if k.endswith(f'_{subset}')]
+                shown = [f'{k}: {"–" if v != v else format(v, ".2f")}' for k, v in keys.items()
+                         if k.endswith(f'_{subset}')]
                 if shown:
                     lines.append(f'  {subset}: ' + '  '.join(shown))
         lines += [f'no value (–) for {", ".join(e["keys"])}: {e["why"]}' for e in summary.get('no_value', ())
