@@ -149,6 +149,12 @@ def test_correct_models_do_not_look_shifted(seed):
         s['pred_relations']['scores'][:, 1] += 3.0
     keys, found, _ = run(favourite, 'predcls')
     assert keys['predcls/R@50'] > 5 and not found
+    for s in favourite:  # a weak model: the same favourite (common in the GT), never on a GT pair (R@K = 0)
+        gt_pairs = {tuple(p) for p in s['gt_relations']['pair_idxs'].tolist()}
+        keep = [i for i, p in enumerate(s['pred_relations']['pair_idxs'].tolist()) if tuple(p) not in gt_pairs]
+        s['pred_relations'] = {k: v[keep] for k, v in s['pred_relations'].items()}
+    keys, found, _ = run(favourite, 'predcls')
+    assert keys['predcls/R@50'] < 5 and not found
 
 
 def test_detection_ap_names_one_based_labels():

@@ -32,9 +32,10 @@ ngR@K is at least 15 (percent, on at least 10 evaluated images), or when the fir
 of at least 98 % of at least 50 predicted images has the same predicate and it is the first or the last one
 (where a shifted background column lands), or, on small sets too, image by image: in every image whose
 graph-constrained list has at least :data:`HEAD_MIN_ENTRIES` entries (at least 3 such images) its first
-:data:`HEAD_ENTRIES` entries all carry one predicate, the same first or last one in every image, and R@K is
-below 5: a background column read as a predicate wins every pair (a real model ranks several predicates in its
-first entries, and its favourite predicate is recalled).
+:data:`HEAD_ENTRIES` entries all carry one predicate, the same first or last one in every image, that predicate
+has less than 10 % of the evaluated GT relations, and R@K is below 5: a background column read as a predicate
+wins every pair (a real model ranks several predicates in its first entries, and a model that favours one
+predicate favours a common one, which it recalls).
 """
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -60,6 +61,7 @@ HEAD_ENTRIES = 10          # first graph-constrained entries of an image looked 
 HEAD_MIN_ENTRIES = 5       # an image tells with at least this many listed entries
 HEAD_MIN_IMAGES = 3
 HEAD_MAX_RECALL = 5.0      # percent
+HEAD_MAX_GT_SHARE = 0.1    # the uniform predicate is rare in the evaluated GT (a background column is no predicate)
 LABEL_IOU = 0.5
 LABEL_SHIFT_MIN_OBJECTS = 5
 LABEL_SHIFT_RATIO = 4.0
@@ -160,11 +162,13 @@ def describe_score_columns(widths: Tensor, num_predicates: int, score_layout: st
 
 def score_column_warnings(recall: Optional[float], ng_recall: Optional[float], k: int, num_evaluated: int,
                           top_predicate: Tensor, widths: Tensor, predicates: Sequence[str],
-                          score_layout: str, head: Optional[Tensor] = None) -> List[str]:
+                          score_layout: str, head: Optional[Tensor] = None,
+                          gt_counts: Optional[Tensor] = None) -> List[str]:
     """Warnings when the evaluation looks like shifted predicate columns (see the module docstring).
     ``recall`` / ``ng_recall``: R@K / ngR@K (percent) at the largest K (None: not computed); ``top_predicate``
     [I] the predicate of each image's first graph-constrained entry (-1: none); ``widths`` [I] the score
-    columns each image gave; ``head`` [I, 2] the :func:`head_predicate_flags` (None: not recorded)."""
+    columns each image gave; ``head`` [I, 2] the :func:`head_predicate_flags` (None: not recorded); ``gt_counts``
+    [P] the evaluated GT relations of each predicate."""
     read_as = describe_score_columns(widths, len(predicates), score_layout)
     hint = (f"the predicate scores were read as {read_as}; if the model's background column is last, or a "
             f"column is missing, every predicate is shifted by one: set score_layout='background_last' / "
@@ -184,7 +188,7 @@ def score_column_warnings(recall: Optional[float], ng_recall: Optional[float], k
             out.append(f'the first graph-constrained prediction of {100 * share:.0f}% of {predicted.numel()} images '
                        f'has the same predicate, {predicates[which]!r} (column {which} of the predicates): {hint}')
     if matrix and head is not None and not out:
-        out += uniform_head_warning(head, top_predicate, widths, recall, k, predicates, hint)
+        out += uniform_head_warning(head, top_predicate, widths, recall, k, predicates, hint, gt_counts)
     return out
 
 
@@ -238,9 +242,10 @@ def head_predicate_flags(head_predicates: Tensor, head_valid: Tensor) -> Tensor:
 
 
 def uniform_head_warning(head: Tensor, top_predicate: Tensor, widths: Tensor, recall: Optional[float], k: int,
-                         predicates: Sequence[str], hint: str) -> List[str]:
+                         predicates: Sequence[str], hint: str, gt_counts: Optional[Tensor] = None) -> List[str]:
     """The small-set score-column warning (module docstring): ``head`` [I, 2] of :func:`head_predicate_flags`,
-    ``top_predicate`` [I], ``widths`` [I], ``recall`` R@K (percent) at the largest K."""
+    ``top_predicate`` [I], ``widths`` [I], ``recall`` R@K (percent) at the largest K, ``gt_counts`` [P] the
+    evaluated GT relations of each predicate (None: unknown)."""
     if recall is None or recall >= HEAD_MAX_RECALL or not len(predicates):
         return []
     head = head.long().reshape(-1, 2)
@@ -253,6 +258,9 @@ def uniform_head_warning(head: Tensor, top_predicate: Tensor, widths: Tensor, re
     which = int(tops[0])
     if not uniform or which not in (0, len(predicates) - 1):
         return []
+    if gt_counts is not None and int(gt_counts.sum()) and \
+            float(gt_counts[which]) >= HEAD_MAX_GT_SHARE * float(gt_counts.sum()):
+        return []  # a model may favour a predicate this common in the GT (a frequency-sorted list's first one)
     return [f'in all {images} images with at least {HEAD_MIN_ENTRIES} graph-constrained predictions, the first '
             f'{HEAD_ENTRIES} all have the predicate {predicates[which]!r} (column {which} of the predicates) and '
             f'R@{k} is {recall:.2f}: a background column read as that predicate wins every pair; {hint}']

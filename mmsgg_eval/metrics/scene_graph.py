@@ -528,7 +528,8 @@ class SceneGraphMetric(RowMetric):
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images),
+                'conventions': self.conventions,
+                **self.input_diagnostics(images, m, num_images, torch.bincount(pred, minlength=len(self.predicates))),
                 **({'open_vocab': {'source': novel['source'],
                                    'novel_objects': [self.classes[i] for i in novel['objects']],
                                    'novel_predicates': [self.predicates[i] for i in novel['predicates']],
@@ -667,7 +668,7 @@ class SceneGraphMetric(RowMetric):
         return out
 
     def input_diagnostics(self, images: Dict[str, Tensor], metrics: Dict[str, float],
-                          num_evaluated: int) -> Dict[str, Any]:
+                          num_evaluated: int, gt_counts: Optional[Tensor] = None) -> Dict[str, Any]:
         """``score_columns`` (how the predicate scores were read) and ``input_warnings`` of the reduced image
         rows; each warning is issued once here (summaries are computed once per group of metrics)."""
         if 'score_width' not in images:
@@ -678,7 +679,7 @@ class SceneGraphMetric(RowMetric):
             warnings_ += label_shift_warnings(images['label_offsets'], len(self.classes))
         warnings_ += score_column_warnings(metrics.get(f'R@{k}'), metrics.get(f'ngR@{k}'), k, num_evaluated,
                                            images['top_predicate'], images['score_width'], self.predicates,
-                                           self.score_layout, images.get('head_predicates'))
+                                           self.score_layout, images.get('head_predicates'), gt_counts)
         for text in warnings_:
             warn_user(f'{type(self).__name__} ({self.prefix}): {text}')
         return {'score_columns': describe_score_columns(images['score_width'], len(self.predicates),

@@ -168,7 +168,7 @@ class SGBenchMetric(SceneGraphMetric):
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': None, 'groups': {}, 'conventions': self.conventions,
-                **self.input_diagnostics(images, m, num_images)}
+                **self.input_diagnostics(images, m, num_images, torch.bincount(pred, minlength=num_predicates))}
 
     def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
         """The scene-graph report files (metrics.json, chart, tables) with K = ``topk`` and ``inf``: the tables
