@@ -285,8 +285,8 @@ def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: i
 
 # ---------------------------------------------------------------------------------------------- outputs
 
-def _num(value: float, digits: int = 2) -> str:
-    return '–' if value != value else f'{value:.{digits}f}'
+def _num(value: float, digits: int = 2, sign: bool = False) -> str:
+    return '–' if value != value else f'{value:+.{digits}f}' if sign else f'{value:.{digits}f}'
 
 
 def _p(value: float) -> str:
@@ -323,27 +323,29 @@ def verdict_line(comp: Dict[str, Any], level: float) -> str:
 
 
 def format_markdown(result: Dict[str, Any]) -> str:
-    """The Markdown report of :func:`compare_runs`."""
+    """The Markdown report of :func:`compare_runs` (names, keys and predicates through the one Markdown cell
+    escaper, :func:`mmsgg_eval.reports.markdown_cell`)."""
+    from .reports import markdown_cell as cell
     info = result['bootstrap']
     pct = f'{100 * info["level"]:g}%'
     lines = []
     for comp in result['comparisons']:
-        a, b = comp['a'], comp['b']
+        a, b = cell(comp['a']), cell(comp['b'])
         verdict = verdict_line(comp, info['level'])
         lines += [f'## {b} vs {a}', ''] + ([verdict, ''] if verdict else []) + [
                   f'Paired bootstrap: {info["samples"]} resamples of the images with replacement, the same image '
                   f'indices for both runs; Δ = {b} − {a}; {pct} percentile interval of Δ; two-sided p-value '
                   f'(seed {info["seed"]}).', '']
         for m in comp['metrics']:
-            lines.append(f'### {m["metric"]}, {m["num_images"]} images')
+            lines.append(f'### {cell(m["metric"])}, {m["num_images"]} images')
             if m['settings_differences']:
                 lines += ['', '**Different settings (--allow-different-settings):** '
-                          + '; '.join(m['settings_differences'])]
+                          + '; '.join(cell(d) for d in m['settings_differences'])]
             lines += ['', f'| Key | {a} | {b} | Δ | {pct} CI of Δ | p |', '|---|---:|---:|---:|---:|---:|']
             notes = m.get('interval_notes') or {}
             for key, r in m['keys'].items():
                 note = f' unreliable: {notes[key]}' if key in notes else ''
-                lines.append(f'| {key} | {_num(r["a"])} | {_num(r["b"])} | {r["delta"]:+.2f} | '
+                lines.append(f'| {cell(key)} | {_num(r["a"])} | {_num(r["b"])} | {_num(r["delta"], sign=True)} | '
                              f'[{_num(r["low"])}, {_num(r["high"])}]{note} | {_p(r["p"])} |')
             if notes:
                 lines += ['', 'unreliable: the interval of Δ (and its p-value) of a key averaging over predicates '
@@ -353,19 +355,21 @@ def format_markdown(result: Dict[str, Any]) -> str:
 
 
 def per_predicate_markdown(pp: Optional[Dict[str, Any]], a: str, b: str, pct: str) -> List[str]:
-    """Markdown lines of a per-predicate comparison (none when there is none)."""
+    """Markdown lines of a per-predicate comparison (none when there is none); ``a`` / ``b``: the run names,
+    already escaped."""
+    from .reports import markdown_cell as cell
     if not pp:
         return []
     rows = [r for r in pp['rows'] if r['num_gt_a'] + r['num_gt_b'] > 0]
-    lines = [f'Per-predicate {pp["key"]} ({len(pp["rows"]) - len(rows)} predicates without GT in the images left '
-             f'out):', '', f'| Predicate | #GT | {a} | {b} | Δ | {pct} CI of Δ | p | p (Holm) |',
+    lines = [f'Per-predicate {cell(pp["key"])} ({len(pp["rows"]) - len(rows)} predicates without GT in the images '
+             f'left out):', '', f'| Predicate | #GT | {a} | {b} | Δ | {pct} CI of Δ | p | p (Holm) |',
              '|---|---:|---:|---:|---:|---:|---:|---:|']
     for r in rows:
         mark = ' **\\***' if r['significant'] else ''
-        lines.append(f'| {r["predicate"]}{mark} | {r["num_gt_a"]} | {_num(r["a"])} | {_num(r["b"])} | '
+        lines.append(f'| {cell(r["predicate"])}{mark} | {r["num_gt_a"]} | {_num(r["a"])} | {_num(r["b"])} | '
                      f'{_num(r["delta"])} | [{_num(r["low"])}, {_num(r["high"])}] | {_p(r["p"])} | '
                      f'{_p(r["p_holm"])} |')
-    changed = ', '.join(pp['significant']) or 'none'
+    changed = ', '.join(cell(name) for name in pp['significant']) or 'none'
     lines += ['', f'Changed significantly (Holm correction over the {pp["num_tested"]} predicates with GT, '
                   f'family-wise α = {pp["alpha"]:.2f}; marked \\*): {changed}.', '']
     return lines

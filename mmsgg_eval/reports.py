@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 def _family_line(name: str, keys: Dict[str, float], ks: Sequence[int], suffix: str = '') -> str:
-    cells = [f'{name}@{k}{suffix}: {keys[f"{name}@{k}{suffix}"]:.4f}' for k in ks if f'{name}@{k}{suffix}' in keys]
+    cells = [f'{name}@{k}{suffix}: {_fmt(keys[f"{name}@{k}{suffix}"], 4)}' for k in ks if f'{name}@{k}{suffix}' in keys]
     return '  '.join(cells)
 
 
@@ -252,7 +252,9 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
     3. ``groups``: head/body/tail mean recall for each K (when groups are known);
     4. ``per_predicate``: recall of each predicate at each K in the summary's order (training frequency when
        known) with its group and GT count; ``–`` for a predicate without GT in the evaluated images;
-    5. ``other``: any remaining key (``| Key | Value |``), so that nothing computed is left out.
+    5. ``other``: any remaining key (``| Key | Value |``), so that nothing computed is left out;
+    6. ``no_value``: the keys without a value (NaN, ``summary['no_value']``: a subset, group or family without
+       any GT relation in the evaluated images) and why.
     """
     m = summary_values(summary)
     labels = [_k_label(k) for k in ks]
@@ -301,6 +303,11 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
     rest = [k for k in m if k not in shown]
     if rest:
         tables.append(ReportTable('other', 'Other keys', ['Key', 'Value'], [[k, m[k]] for k in rest]))
+    no_value = [e for e in summary.get('no_value') or () if any(k in m for k in e['keys'])]
+    if no_value:
+        tables.append(ReportTable('no_value', f'Keys without a value ({MISSING} above): nothing to measure',
+                                  ['Keys', 'Why'], [[', '.join(k for k in e['keys'] if k in m), e['why']]
+                                                    for e in no_value], text_columns=2))
     return tables
 
 
@@ -321,8 +328,15 @@ def grounding_tables(summary: Dict[str, Any], dataset: str) -> List[ReportTable]
                                             f'samples', ['τ', 'Hits', 'Pr (%)'], rows)]
 
 
-def _md_cell(text: str) -> str:
-    return text.replace('|', '\\|')
+def markdown_cell(text: Any) -> str:
+    """``text`` safe in one cell of a Markdown (GFM) table: ``|`` escaped as ``\\|`` (also after a backslash,
+    which would otherwise escape the escape), line breaks as spaces. THE escaper of every Markdown writer
+    (report tables, ``compare.md``, the relation-alignment report)."""
+    text = str(text).replace('\r\n', ' ').replace('\n', ' ').replace('\r', ' ')
+    return text.replace('\\|', '\\\\|').replace('|', '\\|') if '|' in text else text
+
+
+_md_cell = markdown_cell
 
 
 def tables_markdown(title: str, tables: Sequence[ReportTable]) -> str:

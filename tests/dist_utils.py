@@ -101,3 +101,13 @@ def fault_worker_main() -> None:
         sys.exit(1)
     assert not torch_dist.is_initialized(), 'the process group must be destroyed before exit'
     print('ok', flush=True)
+
+
+def comparable(results: Any) -> Any:
+    """``results`` (a dict of keys, or a list of them) with NaN (a key without a value: a subset or group without
+    GT) as the string ``'nan'``, so that ``==`` compares two runs bit for bit."""
+    if isinstance(results, dict):
+        return {k: comparable(v) for k, v in results.items()}
+    if isinstance(results, (list, tuple)):
+        return [comparable(v) for v in results]
+    return 'nan' if isinstance(results, float) and results != results else results

@@ -12,6 +12,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+NAN = float('nan')  # the value of a key whose subset, group or family has no GT relation
+
 f32 = np.float32
 
 
@@ -142,15 +144,16 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
                         micro_pred[(mname, k, p)][1] += len(idx)
     out = {}
     for k in ks:
-        families = [(('R', 'ngR'), rec)] + ([(('zR', 'ngzR'), zrec)] if zeroshot is not None else [])
-        for names, per_image in families:
+        # a family without any GT relation in the evaluated images has no value (NaN); the whole evaluation 0
+        families = [(('R', 'ngR'), rec, 0.0)] + ([(('zR', 'ngzR'), zrec, NAN)] if zeroshot is not None else [])
+        for names, per_image, empty in families:
             for name in names:
                 if recall_average == 'micro':
                     h, c = micro[(name, k)]
-                    out[f'{name}@{k}'] = 100.0 * h / c if c else 0.0
+                    out[f'{name}@{k}'] = 100.0 * h / c if c else empty
                 else:
                     v = per_image[(name, k)]
-                    out[f'{name}@{k}'] = 100.0 * sum(v) / len(v) if v else 0.0
+                    out[f'{name}@{k}'] = 100.0 * sum(v) / len(v) if v else empty
         if mode in ('predcls', 'sgcls'):
             out[f'A@{k}'] = 100.0 * acc_hit[k] / acc_count if acc_count else 0.0
         for name in ('mR', 'ngmR'):
@@ -165,11 +168,13 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
                     values.append(sum(v) / len(v) if v else 0.0)
                     present.append(bool(v))
 
-            def group_mean(members):
+            def group_mean(members, empty=NAN):  # no member with GT: no value (the whole set: 0)
+                if not any(present[p] for p in members):
+                    return empty
                 chosen = [p for p in members if present[p]] if mr_average == 'present' else list(members)
-                return 100.0 * sum(values[p] for p in chosen) / len(chosen) if chosen else 0.0
+                return 100.0 * sum(values[p] for p in chosen) / len(chosen)
 
-            out[f'{name}@{k}'] = group_mean(range(num_predicates))
+            out[f'{name}@{k}'] = group_mean(range(num_predicates), 0.0)
             if name == 'mR':
                 for g, members in (groups or {}).items():
                     out[f'mR@{k}_{g}'] = group_mean(members)

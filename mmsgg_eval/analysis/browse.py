@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from ..functional import per_predicate_recall, recall_from_ranks
-from ..functional.limits import NO_HIT
+from ..functional.limits import K_ALL, NO_HIT
+from ..functional.recall import mean_recall
 
 CSS = """
 body{font-family:sans-serif;margin:1em 2em;color:#222}
@@ -65,22 +66,49 @@ def _page(title: str, body: str, script: str = '') -> str:
 
 
 def _fmt(value: Optional[float]) -> str:
-    return '–' if value is None else f'{value:.2f}'
+    """Two decimals; ``–`` for no value (None, NaN: a predicate or subset without GT), as the report tables."""
+    return '–' if value is None or value != value or value in (float('inf'), float('-inf')) else f'{value:.2f}'
 
 
-def record_ks(records: Sequence[Dict[str, Any]]) -> List[int]:
-    """The K of the records' ``R@K`` fields (in their order)."""
+#: The K label of a K-free recall (the VLM metric's ``Recall`` / ``mRecall``: every predicted triplet counts).
+ALL = 'all'
+
+
+def record_key(family: str, k: Any) -> Optional[str]:
+    """The name of a family's key at K in the records and the metric's results: ``('R', 50) -> 'R@50'``,
+    ``('R', 'all') -> 'Recall'``, ``('mR', 'all') -> 'mRecall'`` (no ngR without K: None)."""
+    if k == ALL:
+        return {'R': 'Recall', 'mR': 'mRecall'}.get(family)
+    return f'{family}@{k}'
+
+
+def found_within(rank: Optional[int], k: Any) -> bool:
+    """A GT relation whose first hit is at ``rank`` (None: never) is found at K (``'all'``: at any rank)."""
+    return rank is not None and (k == ALL or rank < k)
+
+
+def _k_value(k: Any) -> int:
+    return K_ALL if k == ALL else int(k)
+
+
+def record_ks(records: Sequence[Dict[str, Any]]) -> List[Any]:
+    """The K of the records' recall fields: ``'all'`` first for a K-free ``Recall`` (VLM), then the ints of
+    their ``R@K`` fields (in their order)."""
     for r in records:
         ks = [int(k[2:]) for k in r if k.startswith('R@') and k[2:].isdigit()]
+        ks = ([ALL] if 'Recall' in r else []) + ks
         if ks:
             return ks
     return []
 
 
-def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[int],
-                      average: str = 'image') -> Dict[str, Any]:
-    """R@K / ngR@K, per-predicate recall and the predicate confusion over GT pairs of the evaluated images,
-    with the metric's aggregation functions; ``average``: the metric's ``recall_average``."""
+def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[Any],
+                      average: str = 'image', mr_average: str = 'all') -> Dict[str, Any]:
+    """R@K / ngR@K / mR@K, per-predicate recall and the predicate confusion over GT pairs of the evaluated
+    images, with the metric's own functions (:func:`~mmsgg_eval.functional.recall_from_ranks`,
+    :func:`~mmsgg_eval.functional.per_predicate_recall`, :func:`~mmsgg_eval.functional.recall.mean_recall`):
+    ``average`` / ``mr_average``: the metric's ``recall_average`` / ``mr_average``. A predicate without GT in
+    the evaluated images has no recall (None, shown ``–``)."""
     index = {p: i for i, p in enumerate(predicates)}
     evaluated = [r for r in records if r['evaluated']]
     ranks = {'R': [], 'ngR': []}
@@ -99,20 +127,45 @@ def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[st
     img = torch.tensor(image_of, dtype=torch.long)
     out: Dict[str, Any] = {'num_images': n, 'num_records': len(records), 'num_gt_relations': len(preds),
                            'metrics': {}, 'confusion': confusion}
+    values = [_k_value(k) for k in ks]
     for family in ('R', 'ngR'):
         rank = torch.tensor(ranks[family], dtype=torch.long)
-        values = recall_from_ranks(rank, img, n, ks, average=average).tolist()
-        out['metrics'].update({f'{family}@{k}': 100.0 * v for k, v in zip(ks, values)})
+        for k, v in zip(ks, recall_from_ranks(rank, img, n, values, average=average).tolist()):
+            if record_key(family, k):
+                out['metrics'][record_key(family, k)] = 100.0 * v
     table, present = per_predicate_recall(torch.tensor(ranks['R'], dtype=torch.long),
-                                          torch.tensor(preds, dtype=torch.long), img, n, num_p, ks, average)
+                                          torch.tensor(preds, dtype=torch.long), img, n, num_p, values, average)
+    for k, v in zip(ks, mean_recall(table, present, range(num_p), mr_average, 0.0).tolist()):
+        out['metrics'][record_key('mR', k)] = 100.0 * v
     counts = np.bincount(np.asarray(preds, dtype=np.int64), minlength=num_p) if preds else np.zeros(num_p, int)
-    out['per_predicate'] = {p: {**{f'R@{k}': 100.0 * float(table[j, i]) for j, k in enumerate(ks)},
-                                'num_gt': int(counts[i])} for i, p in enumerate(predicates)}
-    for k in ks:
-        rows = [out['per_predicate'][p][f'R@{k}'] for i, p in enumerate(predicates)]
-        out['metrics'][f'mR@{k}'] = sum(rows) / num_p if num_p else 0.0
+    out['per_predicate'] = {p: {**{record_key('R', k): 100.0 * float(table[j, i]) if counts[i] else None
+                                   for j, k in enumerate(ks)}, 'num_gt': int(counts[i])}
+                            for i, p in enumerate(predicates)}
     out['present'] = present.tolist()
     return out
+
+
+def metric_values(summary: Dict[str, Any], results: Optional[Dict[str, Any]], prefix: Optional[str]) -> int:
+    """Replace the summary's keys and per-predicate recalls by the evaluation's own (``results``: the content of
+    ``metrics.json``, keys ``{prefix}/{key}``, tables ``{prefix}/per_predicate_recall``) where it has them; the
+    records' recomputation (the same functions) stays for the rest. Returns how many values were read."""
+    if not results or not prefix:
+        return 0
+    read = 0
+    for key in list(summary['metrics']):
+        value = results.get(f'{prefix}/{key}')
+        if isinstance(value, (int, float)) or value is None and f'{prefix}/{key}' in results:
+            summary['metrics'][key] = float('nan') if value is None else float(value)
+            read += 1
+    table = results.get(f'{prefix}/per_predicate_recall')
+    if isinstance(table, dict):
+        for name, row in summary['per_predicate'].items():
+            theirs = table.get(name) or {}
+            for key in row:
+                if key != 'num_gt' and key in theirs:
+                    row[key] = theirs[key] if row['num_gt'] and theirs[key] is not None else None
+                    read += 1
+    return read
 
 
 def confusion_png(confusion: np.ndarray, predicates: Sequence[str], path: str) -> str:
@@ -152,34 +205,44 @@ def _read_image(path: Optional[str], record: Dict[str, Any]) -> np.ndarray:
     extent = [1.0, 1.0]
     for item in record['gt_relations'] + record['predictions']:
         for box in (item['subject_box'], item['object_box']):
-            extent = [max(extent[0], box[2]), max(extent[1], box[3])]
+            if box is not None:  # a stand-in object (unknown name) has no box
+                extent = [max(extent[0], box[2]), max(extent[1], box[3])]
     return np.full((int(extent[1]) + 10, int(extent[0]) + 10, 3), 128, dtype=np.uint8)
 
 
 def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[str], predicates: Sequence[str],
-                 k: int = 50, topk_drawn: int = 20, max_images: Optional[int] = None, average: str = 'image',
-                 metrics: Optional[Dict[str, Any]] = None, title: str = 'scene-graph results',
-                 image_root: Optional[str] = None, progress: bool = True, split: str = '',
+                 k: Any = None, topk_drawn: int = 20, max_images: Optional[int] = None,
+                 average: Optional[str] = None, metrics: Optional[Dict[str, Any]] = None,
+                 title: str = 'scene-graph results', image_root: Optional[str] = None, progress: bool = True,
+                 split: str = '', mr_average: Optional[str] = None,
                  predicate_counts: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """Write the report of ``records`` into ``out_dir`` (see the module docstring); returns its summary.
 
-    ``predicate_counts``: training frequency of each predicate (``dataset_meta['predicate_counts']``): the
-    per-predicate chart is sorted by it, else by the number of GT relations in the records (the chart and the
-    index page say which, ``summary['chart_order']``).
-
-    ``max_images``: images drawn (the first by ``sample_idx``; default all); the index lists every image.
-    ``metrics``: the evaluation's scalar keys (``metrics.json``), shown as they are next to the recomputed
-    ones. ``image_root``: prefix of relative ``img_path``."""
+    ``k``: hits within K (default: 50 when the records have it, else their largest K, ``'all'`` for the VLM's
+    K-free records). ``max_images``: images drawn (the first by ``sample_idx``; default all); the index lists
+    every image. ``average`` / ``mr_average``: the metric's ``recall_average`` / ``mr_average`` (default: the
+    records' own, written in every line). ``metrics``: the evaluation's ``metrics.json``: its keys and
+    per-predicate recalls are shown for the keys of the report (:func:`metric_values`), and all its keys as
+    they are. ``image_root``: prefix of relative ``img_path``. ``predicate_counts``: training frequency of each
+    predicate (``dataset_meta['predicate_counts']``): the per-predicate chart is sorted by it, else by the
+    number of GT relations in the records (the chart and the index page say which, ``summary['chart_order']``)."""
     import mmcv
 
     from ..visualization.drawing import draw_record, relation_items
     os.makedirs(osp.join(out_dir, 'images'), exist_ok=True)
     os.makedirs(osp.join(out_dir, 'predicates'), exist_ok=True)
     records = sorted(records, key=lambda r: r['sample_idx'])
+    first = records[0] if records else {}
+    average = average or first.get('recall_average') or 'image'
+    mr_average = mr_average or first.get('mr_average') or 'all'
     ks = record_ks(records)
+    if k is None:
+        k = 50 if 50 in ks or not ks else ks[-1]
     if k not in ks:
-        ks = sorted(set(ks) | {k})
-    summary = summarize_records(records, predicates, ks, average)
+        ks = ([ALL] if ALL in ks or k == ALL else []) + sorted({x for x in ks if x != ALL} | ({k} - {ALL}))
+    summary = summarize_records(records, predicates, ks, average, mr_average)
+    summary['values_read'] = metric_values(summary, metrics, first.get('prefix') or first.get('mode'))
+    summary.update(recall_average=average, mr_average=mr_average)
     limit = len(records) if max_images is None else max(0, int(max_images))
     drawn = set()
     bar = None
@@ -241,8 +304,8 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _missed(r: Dict[str, Any], k: int) -> List[str]:
-    return sorted({g['predicate'] for g in r['gt_relations'] if g['rank_gc'] is None or g['rank_gc'] >= k})
+def _missed(r: Dict[str, Any], k: Any) -> List[str]:
+    return sorted({g['predicate'] for g in r['gt_relations'] if not found_within(g['rank_gc'], k)})
 
 
 def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split) -> str:
@@ -254,9 +317,17 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
             '<h2>Summary</h2><table id="summary"><tr><th>key</th>' +
             ''.join(f'<th>@{kk}</th>' for kk in ks) + '</tr>']
     for family in ('R', 'ngR', 'mR'):
+        if not any(record_key(family, kk) in m for kk in ks):
+            continue
         body.append(f'<tr><td>{family}</td>' + ''.join(
-            f'<td data-key="{family}@{kk}">{_fmt(m.get(f"{family}@{kk}"))}</td>' for kk in ks) + '</tr>')
+            f'<td data-key="{_e(record_key(family, kk) or "")}">{_fmt(m.get(record_key(family, kk) or ""))}</td>'
+            for kk in ks) + '</tr>')
     body.append('</table>')
+    how = 'over pooled GT relations (micro)' if summary.get('recall_average') == 'micro' else 'per image'
+    over = 'the predicates present' if summary.get('mr_average') == 'present' else 'all predicates'
+    body.append(f'<p id="conventions">recall averaged {how}; mR over {over}; {summary.get("values_read", 0)} '
+                f'values read from the evaluation (metrics.json), the others computed from the per-image records '
+                f'with the metric\'s functions; – = no GT relation to measure</p>')
     if metrics:
         body.append('<details><summary>all keys of the evaluation (metrics.json)</summary><table>' + ''.join(
             f'<tr><td>{_e(key)}</td><td>{_fmt(v) if isinstance(v, (int, float)) else _e(v)}</td></tr>'
@@ -266,11 +337,11 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
         body.append(f'<p class="note">{_e(summary.get("chart_order", ""))}</p>'
                     f'<img class="pic" src="{chart}" alt="per-predicate recall">')
     body.append('<table id="predicates"><thead><tr><th class="sortable">predicate</th><th class="sortable">GT</th>'
-                + ''.join(f'<th class="sortable">R@{kk}</th>' for kk in ks) + '</tr></thead><tbody>')
+                + ''.join(f'<th class="sortable">{record_key("R", kk)}</th>' for kk in ks) + '</tr></thead><tbody>')
     for p in predicates:
         row = summary['per_predicate'][p]
         body.append(f'<tr><td><a href="predicates/{pred_file[p]}">{_e(p)}</a></td><td>{row["num_gt"]}</td>' +
-                    ''.join(f'<td>{_fmt(row[f"R@{kk}"])}</td>' for kk in ks) + '</tr>')
+                    ''.join(f'<td>{_fmt(row[record_key("R", kk)])}</td>' for kk in ks) + '</tr>')
     body.append('</tbody></table><h2>Predicate confusion over GT pairs</h2>'
                 '<img class="pic" src="confusion.png" alt="predicate confusion heat map">')
     splits = sorted({str(r.get('split') or split) for r in records})
@@ -281,15 +352,16 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
                 '</select>, split <select id="split"><option value="">(any)</option>' +
                 ''.join(f'<option value="{_e(s)}">{_e(s)}</option>' for s in splits) +
                 '</select>: <span id="shown">' + str(len(records)) + '</span> shown</p>')
+    columns = [record_key(fam, kk) for fam in ('R', 'ngR') for kk in ks if record_key(fam, kk)]
     body.append('<table id="images"><thead><tr>' + ''.join(
-        f'<th class="sortable">{h}</th>' for h in ['sample_idx', 'image', 'split', 'GT'] +
-        [f'R@{kk}' for kk in ks] + [f'ngR@{kk}' for kk in ks]) + '</tr></thead><tbody>')
+        f'<th class="sortable">{h}</th>' for h in ['sample_idx', 'image', 'split', 'GT'] + columns)
+        + '</tr></thead><tbody>')
     for r in records:
         attrs = ' '.join(f'data-missed{kk}="{_e("|".join(_missed(r, kk)))}"' for kk in ks)
         name = _e(r.get('img_id') if r.get('img_id') is not None else r['sample_idx'])
         link = f'<a href="images/{r["sample_idx"]}.html">{name}</a>' if r['sample_idx'] in drawn else name
-        cells = ''.join(f'<td data-v="{-1 if r.get(f"{fam}@{kk}") is None else r[f"{fam}@{kk}"]}">'
-                        f'{_fmt(r.get(f"{fam}@{kk}"))}</td>' for fam in ('R', 'ngR') for kk in ks)
+        cells = ''.join(f'<td data-v="{-1 if r.get(key) is None else r[key]}">{_fmt(r.get(key))}</td>'
+                        for key in columns)
         body.append(f'<tr {attrs} data-split="{_e(r.get("split") or split)}"><td>{r["sample_idx"]}</td>'
                     f'<td>{link}</td><td>{_e(r.get("split") or split)}</td><td>{r["num_gt"]}</td>{cells}</tr>')
     body.append('</tbody></table>')
@@ -301,7 +373,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
     gt_items, pred_items = relation_items(r, k, topk_drawn)
     body = [f'<nav><a href="../index.html">index</a></nav><h1>image {_e(r.get("img_id", idx))} '
             f'(sample_idx {idx})</h1><p>{_e(r.get("img_path") or "")}</p>',
-            '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r if key.startswith(('R@', 'ngR@'))) + '</p>',
+            '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r
+                              if key.startswith(('R@', 'ngR@')) or key == 'Recall') + '</p>',
             f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">',
             f'<h2>GT relations (found at {k})</h2><table id="gt"><thead><tr><th class="sortable">#</th>'
             '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank (0-based)</th>'
@@ -319,12 +392,28 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                 '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
     for item, p in zip(pred_items, r['predictions']):
         status = ('hit GT ' + ', '.join(str(g + 1) for g in p['hits'])) if item['hit'] else 'miss'
+        if p.get('unknown'):
+            status += ' (a name unknown to the dataset)'
         body.append(f'<tr class="{"hit" if item["hit"] else "miss"}"><td>{item["number"]}</td>'
-                    f'<td>{p["subject"]}:{_e(p["subject_label"])}</td><td>{_e(p["predicate"])}</td>'
-                    f'<td>{p["object"]}:{_e(p["object_label"])}</td><td>{p["score"]:.4f}</td>'
-                    f'<td class="s">{status}</td></tr>')
+                    + ''.join(f'<td>{_e(part)}</td>' for part in _parts(p))
+                    + f'<td>{p["score"]:.4f}</td><td class="s">{status}</td></tr>')
     body.append('</tbody></table>')
     return _page(f'image {idx}', ''.join(body), SORT_JS)
+
+
+def _parts(p: Dict[str, Any]) -> Tuple[str, str, str]:
+    """(subject, predicate, object) cells of a prediction: ``index:class``, or for a stand-in object (a name
+    unknown to the dataset, :func:`~mmsgg_eval.metrics.per_image.is_placeholder_box`) the model's words marked
+    unknown (``?`` without them): never the stand-in's index or class."""
+    words = p.get('words') or [None, None, None]
+
+    def end(name: str, word: Optional[str]) -> str:
+        if p.get(name) is None:
+            return f'unknown: {word}' if word is not None else '?'
+        return f'{p[name]}:{p[f"{name}_label"]}'
+    predicate = p['predicate'] if p.get('predicate') is not None else \
+        (f'unknown: {words[1]}' if words[1] is not None else '?')
+    return end('subject', words[0]), predicate, end('object', words[2])
 
 
 def _rank(value: Optional[int]) -> str:
@@ -343,9 +432,9 @@ def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -
         if r['sample_idx'] not in drawn:
             continue
         rels = [g for g in r['gt_relations'] if g['predicate'] == p]
-        if any(g['rank_gc'] is not None and g['rank_gc'] < k for g in rels):
+        if any(found_within(g['rank_gc'], k) for g in rels):
             hits.append(r['sample_idx'])
-        if any(g['rank_gc'] is None or g['rank_gc'] >= k for g in rels):
+        if any(not found_within(g['rank_gc'], k) for g in rels):
             misses.append(r['sample_idx'])
 
     def thumbs(ids: List[int]) -> str:
@@ -353,8 +442,8 @@ def predicate_page(p: str, i: int, summary, records, drawn, ks, k, predicates) -
             f'<a href="../images/{s}.html"><img src="../images/{s}.jpg" alt="{s}"></a>' for s in ids[:12]) + '</div>'
     body = [f'<nav><a href="../index.html">index</a></nav><h1>predicate {_e(p)}</h1>',
             f'<p>GT relations: {row["num_gt"]}</p><table id="recall"><tr>' +
-            ''.join(f'<th>R@{kk}</th>' for kk in ks) + '</tr><tr>' +
-            ''.join(f'<td>{_fmt(row[f"R@{kk}"])}</td>' for kk in ks) + '</tr></table>',
+            ''.join(f'<th>{record_key("R", kk)}</th>' for kk in ks) + '</tr><tr>' +
+            ''.join(f'<td>{_fmt(row[record_key("R", kk)])}</td>' for kk in ks) + '</tr></table>',
             f'<h2>Confused with (top predicate of the model on its {total} GT pairs)</h2><table id="confused">'
             f'<tr><th>predicate</th><th>GT pairs</th></tr>',
             f'<tr><td>{_e(p)} (correct)</td><td>{int(confusion[i])}</td></tr>' +

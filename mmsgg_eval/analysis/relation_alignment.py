@@ -294,7 +294,10 @@ def alignment_summary(rows: AlignmentRows, classes: Sequence[str], predicates: S
 
 
 def alignment_markdown(summary: Dict[str, Any], title: str = 'Relation alignment') -> str:
-    """Markdown tables of :func:`alignment_summary` (dataset, per predicate, confused triplets)."""
+    """Markdown tables of :func:`alignment_summary` (dataset, per predicate, confused triplets); names through
+    the one Markdown cell escaper (:func:`mmsgg_eval.reports.markdown_cell`)."""
+    from ..reports import markdown_cell as cell
+
     def fmt(v: float) -> str:
         return 'n/a' if v != v else f'{v:.2f}'
 
@@ -303,11 +306,11 @@ def alignment_markdown(summary: Dict[str, Any], title: str = 'Relation alignment
              f"| {d['num_relations']} | {fmt(d['Score'])} | {fmt(d['Precision'])} | {fmt(d['theta'])} |", '',
              '## Per predicate', '', '| predicate | relations | Score | Prec. | theta |', '|---|---:|---:|---:|---:|']
     for name, m in summary['per_predicate'].items():
-        lines.append(f"| {name} | {m['num_relations']} | {fmt(m['Score'])} | {fmt(m['Precision'])} | "
+        lines.append(f"| {cell(name)} | {m['num_relations']} | {fmt(m['Score'])} | {fmt(m['Precision'])} | "
                      f"{fmt(m['theta'])} |")
     lines += ['', '## Most confused triplets', '', '| groundtruth triplet | confused triplet | count |',
               '|---|---|---:|']
-    lines += [f"| {c['groundtruth']} | {c['confused']} | {c['count']} |" for c in summary['confused']]
+    lines += [f"| {cell(c['groundtruth'])} | {cell(c['confused'])} | {c['count']} |" for c in summary['confused']]
     return '\n'.join(lines) + '\n'
 
 

@@ -15,12 +15,27 @@ Predicted boxes (SGCls with model boxes, SGDet, PhrDet; xyxy pixels, expected in
 * ``BOX_UNIT``: every coordinate of the image's boxes lies in [0, 1] although the image is larger than 16
   pixels on both sides. Warned when every checked image is flagged: normalised boxes.
 
+Object labels (SGCls with the model's labels, SGDet, PhrDet; 0-based class indices expected): a model that
+writes 1-based labels (or labels one below) gives R@K = 0 and mAP = 0. Per image, the predicted objects that
+overlap a GT box (IoU >= 0.5) are counted, and among them those overlapping a GT box of their own class, of
+class label - 1 and of class label + 1 (:func:`label_offset_counts`; the scene-graph metrics check the images of
+:func:`label_checked_images`). Warned when the shifted class explains
+most of them: over all checked images at least :data:`LABEL_SHIFT_MIN_OBJECTS` objects match the shifted class,
+more than half of the overlapping objects do and at least 4 times as many as match their own class, and the
+evidence is consistent image by image (in at least 80 % of the images with overlapping objects, and at least
+2 of them, the shifted class matches more objects than the own class). A correct detector matches its own class.
+
 Predicate score columns (``[R, P + 1]`` is read as column 0 = no relation, ``[R, P]`` as no background column,
 unless the metric's ``score_layout`` says otherwise): a model that put the background column LAST, or dropped a
 column, shifts every predicate by one. Warned when the graph-constrained R@K is 0 while the no-graph-constraint
-ngR@K is at least 15 (percent, on at least 10 evaluated images), or when the first graph-constrained prediction of at least 98 %
-of at least 50 predicted images has the same predicate and it is the first or the last one (where a shifted
-background column lands).
+ngR@K is at least 15 (percent, on at least 10 evaluated images), or when the first graph-constrained prediction
+of at least 98 % of at least 50 predicted images has the same predicate and it is the first or the last one
+(where a shifted background column lands), or, on small sets too, image by image: in every image whose
+graph-constrained list has at least :data:`HEAD_MIN_ENTRIES` entries (at least 3 such images) its first
+:data:`HEAD_ENTRIES` entries all carry one predicate, the same first or last one in every image, that predicate
+has less than 10 % of the evaluated GT relations, and R@K is below 5: a background column read as a predicate
+wins every pair (a real model ranks several predicates in its first entries, and a model that favours one
+predicate favours a common one, which it recalls).
 """
 from collections import Counter
 from typing import List, Optional, Sequence
@@ -42,6 +57,22 @@ SHIFT_MIN_EVALUATED = 10
 SHIFT_MIN_NG_RECALL = 15.0  # percent
 SAME_TOP_MIN_IMAGES = 50
 SAME_TOP_SHARE = 0.98
+HEAD_ENTRIES = 10          # first graph-constrained entries of an image looked at
+HEAD_MIN_ENTRIES = 5       # an image tells with at least this many listed entries
+HEAD_MIN_IMAGES = 3
+HEAD_MAX_RECALL = 5.0      # percent
+HEAD_MAX_GT_SHARE = 0.1    # the uniform predicate is rare in the evaluated GT (a background column is no predicate)
+LABEL_IOU = 0.5
+LABEL_SHIFT_MIN_OBJECTS = 5
+LABEL_SHIFT_RATIO = 4.0
+LABEL_SHIFT_IMAGE_SHARE = 0.8
+#: the images whose object labels the scene-graph metrics check: ``sample_idx`` below LABEL_CHECK_ALL, then one in
+#: LABEL_CHECK_EVERY (the evidence of a whole evaluation without an IoU matrix for every image; by ``sample_idx``,
+#: so that every world size and pooling checks the same images)
+LABEL_CHECK_ALL = 64
+LABEL_CHECK_EVERY = 8
+#: (column of :func:`label_offset_counts`, GT class - predicted label, what the model's labels look like)
+LABEL_SHIFTS = ((2, -1, '1-based (each label is the GT class + 1)'), (3, 1, 'one below the GT class (label - 1)'))
 
 
 def box_frame_flags(boxes: Tensor, valid: Tensor, original_wh: Tensor, resized_wh: Tensor) -> Tensor:
@@ -131,11 +162,13 @@ def describe_score_columns(widths: Tensor, num_predicates: int, score_layout: st
 
 def score_column_warnings(recall: Optional[float], ng_recall: Optional[float], k: int, num_evaluated: int,
                           top_predicate: Tensor, widths: Tensor, predicates: Sequence[str],
-                          score_layout: str) -> List[str]:
+                          score_layout: str, head: Optional[Tensor] = None,
+                          gt_counts: Optional[Tensor] = None) -> List[str]:
     """Warnings when the evaluation looks like shifted predicate columns (see the module docstring).
     ``recall`` / ``ng_recall``: R@K / ngR@K (percent) at the largest K (None: not computed); ``top_predicate``
     [I] the predicate of each image's first graph-constrained entry (-1: none); ``widths`` [I] the score
-    columns each image gave."""
+    columns each image gave; ``head`` [I, 2] the :func:`head_predicate_flags` (None: not recorded); ``gt_counts``
+    [P] the evaluated GT relations of each predicate."""
     read_as = describe_score_columns(widths, len(predicates), score_layout)
     hint = (f"the predicate scores were read as {read_as}; if the model's background column is last, or a "
             f"column is missing, every predicate is shifted by one: set score_layout='background_last' / "
@@ -154,5 +187,80 @@ def score_column_warnings(recall: Optional[float], ng_recall: Optional[float], k
         if share >= SAME_TOP_SHARE and which in (0, len(predicates) - 1):
             out.append(f'the first graph-constrained prediction of {100 * share:.0f}% of {predicted.numel()} images '
                        f'has the same predicate, {predicates[which]!r} (column {which} of the predicates): {hint}')
+    if matrix and head is not None and not out:
+        out += uniform_head_warning(head, top_predicate, widths, recall, k, predicates, hint, gt_counts)
     return out
 
+
+
+def label_offset_counts(iou: Tensor, pred_labels: Tensor, gt_labels: Tensor, iou_thr: float = LABEL_IOU) -> Tensor:
+    """[B, 4] int32 per image: the predicted objects overlapping a GT box (IoU >= ``iou_thr``; ``iou`` [B, N, M]
+    predicted x GT), and among them those overlapping a GT box of class label, label - 1 and label + 1
+    (``pred_labels`` [B, N], ``gt_labels`` [B, M]; -1 = padding)."""
+    over = (iou >= iou_thr) & (pred_labels >= 0)[:, :, None] & (gt_labels >= 0)[:, None, :]
+    counts = [over.any(2).sum(1)]
+    for offset in (0, -1, 1):
+        counts.append((over & ((pred_labels[:, :, None] + offset) == gt_labels[:, None, :])).any(2).sum(1))
+    return torch.stack(counts, 1).to(torch.int32)
+
+
+def label_checked_images(sample_idx: Tensor) -> Tensor:
+    """[B] bool: the images whose object labels are checked (:data:`LABEL_CHECK_ALL`, :data:`LABEL_CHECK_EVERY`)."""
+    return (sample_idx < LABEL_CHECK_ALL) | (sample_idx % LABEL_CHECK_EVERY == 0)
+
+
+def label_shift_warnings(counts: Tensor, num_classes: int) -> List[str]:
+    """Warnings when the predicted object labels look shifted by one against the GT classes (see the module
+    docstring); ``counts`` [I, 4] of :func:`label_offset_counts` of the evaluated images."""
+    counts = counts.long().reshape(-1, 4)
+    overlapping, own = int(counts[:, 0].sum()), int(counts[:, 1].sum())
+    telling = counts[:, 0] > 0
+    out = []
+    for column, _, looks in LABEL_SHIFTS:
+        shifted = int(counts[:, column].sum())
+        consistent = int((telling & (counts[:, column] > counts[:, 1])).sum())
+        images = int(telling.sum())
+        if shifted >= LABEL_SHIFT_MIN_OBJECTS and 2 * shifted > overlapping and shifted >= LABEL_SHIFT_RATIO * own \
+                and images >= 2 and consistent >= LABEL_SHIFT_IMAGE_SHARE * images:
+            out.append(f'{shifted} of the {overlapping} predicted objects that overlap a GT box (IoU >= {LABEL_IOU}) '
+                       f'overlap one of class label {"- 1" if column == 2 else "+ 1"} and only {own} one of their own '
+                       f'class ({consistent} of {images} images): the object labels look {looks}. Labels must be '
+                       f'0-based indices into the {num_classes} dataset classes (subtract 1 from 1-based labels, '
+                       f'no background class)')
+    return out
+
+
+def head_predicate_flags(head_predicates: Tensor, head_valid: Tensor) -> Tensor:
+    """[B, 2] int16 per image: the number of listed entries among the first :data:`HEAD_ENTRIES` of its
+    graph-constrained list, and how many of them carry the predicate of the first (``head_predicates`` /
+    ``head_valid`` [B, L], L <= :data:`HEAD_ENTRIES`)."""
+    listed = head_valid.sum(1)
+    if head_predicates.shape[1] == 0:
+        return torch.stack([listed, listed], 1).to(torch.int16)
+    same = (head_valid & (head_predicates == head_predicates[:, :1])).sum(1)
+    return torch.stack([listed, same], 1).to(torch.int16)
+
+
+def uniform_head_warning(head: Tensor, top_predicate: Tensor, widths: Tensor, recall: Optional[float], k: int,
+                         predicates: Sequence[str], hint: str, gt_counts: Optional[Tensor] = None) -> List[str]:
+    """The small-set score-column warning (module docstring): ``head`` [I, 2] of :func:`head_predicate_flags`,
+    ``top_predicate`` [I], ``widths`` [I], ``recall`` R@K (percent) at the largest K, ``gt_counts`` [P] the
+    evaluated GT relations of each predicate (None: unknown)."""
+    if recall is None or recall >= HEAD_MAX_RECALL or not len(predicates):
+        return []
+    head = head.long().reshape(-1, 2)
+    telling = (head[:, 0] >= HEAD_MIN_ENTRIES) & (widths > 0) & (top_predicate >= 0)
+    images = int(telling.sum())
+    if images < HEAD_MIN_IMAGES:
+        return []
+    tops = top_predicate[telling].long()
+    uniform = bool((head[telling, 1] == head[telling, 0]).all()) and bool((tops == tops[0]).all())
+    which = int(tops[0])
+    if not uniform or which not in (0, len(predicates) - 1):
+        return []
+    if gt_counts is not None and int(gt_counts.sum()) and \
+            float(gt_counts[which]) >= HEAD_MAX_GT_SHARE * float(gt_counts.sum()):
+        return []  # a model may favour a predicate this common in the GT (a frequency-sorted list's first one)
+    return [f'in all {images} images with at least {HEAD_MIN_ENTRIES} graph-constrained predictions, the first '
+            f'{HEAD_ENTRIES} all have the predicate {predicates[which]!r} (column {which} of the predicates) and '
+            f'R@{k} is {recall:.2f}: a background column read as that predicate wins every pair; {hint}']

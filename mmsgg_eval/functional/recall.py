@@ -12,6 +12,7 @@ from torch import Tensor
 
 from . import compiled
 from .boxes import box_iou, mask_iou
+from .diagnostics import HEAD_ENTRIES
 from .limits import NO_HIT
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        gt_pair_sublist, pair_end_bits, predicate_bits, predicate_hit_bits, relation_end_bits,
@@ -194,7 +195,8 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
 
     Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
     within a list has rank ``NO_HIT`` (2**30). ``'top_predicate'`` [B]: the predicate of each image's first
-    graph-constrained entry (-1 for an image without pairs), for the score-column diagnostics.
+    graph-constrained entry (-1 for an image without pairs), and ``'head_predicate'`` / ``'head_valid'`` [B, L]
+    those of its first ``diagnostics.HEAD_ENTRIES``, for the score-column diagnostics.
     ``rank_by='given'`` keeps the input order of the pairs for the graph-constrained list.
     ``list_length`` > 0 also returns the head of each image's graph-constrained list (per-image results,
     :mod:`mmsgg_eval.metrics.per_image`): ``'gc_pairs'`` [B, L] pair indices, ``'gc_predicate'`` [B, L],
@@ -221,11 +223,15 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     if list_length > 0:
         out.update(_list_head(batch, gc_order, gc_valid, gc_score, list_length, pair_ranks, gc_predicate))
     if gc_order.shape[1]:
-        head, head_valid = gc_order[:, :1], gc_valid[:, :1]
-        top = gc_predicate[:, :1] if gc_predicate is not None else scores.predicate_at(head, head_valid)
-        out['top_predicate'] = torch.where(head_valid, top, -1)[:, 0]
+        length = min(HEAD_ENTRIES, gc_order.shape[1])
+        head, head_valid = gc_order[:, :length], gc_valid[:, :length]
+        top = gc_predicate[:, :length] if gc_predicate is not None else scores.predicate_at(head, head_valid)
+        top = torch.where(head_valid, top, -1)
+        out['top_predicate'], out['head_predicate'], out['head_valid'] = top[:, 0], top, head_valid
     else:
         out['top_predicate'] = torch.full((gc_order.shape[0],), -1, dtype=torch.long, device=batch.device)
+        out['head_predicate'] = out['top_predicate'][:, None][:, :0]
+        out['head_valid'] = torch.zeros_like(out['head_predicate'], dtype=torch.bool)
 
     # the graph-constrained top pairs bound the no-graph-constraint list's threshold
     if ranked is not None:
@@ -409,12 +415,13 @@ def hit_within(rank: Tensor, k: int) -> Tensor:
 
 
 def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],
-                      rel_mask: Optional[Tensor] = None, average: str = 'image') -> Tensor:
+                      rel_mask: Optional[Tensor] = None, average: str = 'image', empty: float = 0.0) -> Tensor:
     """R@K per K (fraction, float64) from per-GT first-hit ranks.
 
     ``image_of_rel`` maps each GT relation to its (evaluated) image 0..num_images-1. With ``rel_mask``
     only those relations count, and images with none of them are left out (zero-shot recall).
-    ``average='image'``: mean over images of hits/n; ``'micro'``: total hits / total GT.
+    ``average='image'``: mean over images of hits/n; ``'micro'``: total hits / total GT. ``empty``: the value
+    when no relation counts (0 for the whole evaluation, NaN for a subset: :data:`NO_VALUE`).
     """
     if not len(ks):
         return torch.zeros(0, dtype=torch.float64)
@@ -425,10 +432,31 @@ def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: S
     results = []
     for hits in hits_per_k_columns(rank, image_of_rel, num_images, ks):  # each K's sums over contiguous [I]
         if average == 'micro':
-            results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_zeros(()))
+            results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_full((), empty))
         else:
-            results.append((hits[has] / count[has]).mean() if has.any() else hits.new_zeros(()))
+            results.append((hits[has] / count[has]).mean() if has.any() else hits.new_full((), empty))
     return torch.stack(results)
+
+
+#: The value of a key whose relations, predicates or images do not exist in the evaluation (a subset, group or
+#: family without any GT relation): NaN, never a measured-looking 0 (reports show ``–`` and say why).
+NO_VALUE = float('nan')
+
+
+def mean_recall(per_predicate: Tensor, present: Tensor, members: Sequence[int], mr_average: str,
+                empty: float = NO_VALUE) -> Tensor:
+    """[K] mean of the per-predicate recalls ``per_predicate`` [K, P] over ``members``: over all of them
+    (``mr_average='all'``, the legacy denominator: a member without GT counts 0) or over those ``present``
+    [P] (``'present'``). ``empty`` when no member has a GT relation (NaN for a group or subset; the whole
+    evaluation passes 0, its documented value when nothing was evaluated). The one mR rule of the metrics and
+    the HTML report."""
+    idx = torch.as_tensor(list(members), dtype=torch.long)
+    held = idx[present[idx]] if idx.numel() else idx
+    if held.numel() == 0:
+        return torch.full((per_predicate.shape[0],), empty, dtype=torch.float64)
+    if mr_average == 'present':
+        idx = held
+    return per_predicate[:, idx].sum(1) / idx.numel()
 
 
 def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, num_images: int,

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
 from ..functional.limits import K_ALL
-from ..functional.recall import hits_per_k, triplet_parts
+from ..functional.recall import NO_VALUE, hits_per_k, triplet_parts
 from .options import bootstrap_options
 
 Tables = Dict[str, Dict[str, Tensor]]
@@ -158,9 +158,10 @@ class Contributions:
 # ---------------------------------------------------------------------------------------------- recall blocks
 
 def recall_block(c: Contributions, rank: Tensor, unit: Tensor, ks: Sequence[int], average: str,
-                 mask: Optional[Tensor] = None) -> Block:
+                 mask: Optional[Tensor] = None, empty: float = 0.0) -> Block:
     """[b, K] recall (fraction) of the relations ``rank`` / ``unit`` (optionally ``mask``-selected): mean over
-    units holding one of them of the per-unit recall (``'image'``), or hits / relations (``'micro'``)."""
+    units holding one of them of the per-unit recall (``'image'``), or hits / relations (``'micro'``);
+    ``empty`` in a replicate holding none of them (NaN for a subset, as the metric's summary)."""
     if mask is not None:
         rank, unit = rank[mask], unit[mask]
     count = torch.bincount(unit, minlength=c.num_units).double()
@@ -169,7 +170,7 @@ def recall_block(c: Contributions, rank: Tensor, unit: Tensor, ks: Sequence[int]
         num, den = c.add(hits), c.add(count)
     else:
         num, den = c.add(hits / count.clamp(min=1)[:, None]), c.add((count > 0).double())
-    return lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks)))
+    return lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks)), empty)
 
 
 def per_predicate_block(c: Contributions, rank: Tensor, predicate: Tensor, unit: Tensor, num_predicates: int,
@@ -194,18 +195,21 @@ def per_predicate_block(c: Contributions, rank: Tensor, predicate: Tensor, unit:
     return block, den
 
 
-def predicate_mean(per_pred: Block, presence: slice, members: Sequence[int], mode: str) -> Block:
+def predicate_mean(per_pred: Block, presence: slice, members: Sequence[int], mode: str,
+                   empty: float = NO_VALUE) -> Block:
     """[b, K] mean of the per-predicate recalls of ``members``: over all of them (``'all'``, an absent one
-    counts 0) or over those present in the replicate (``'present'``; 0 when none is). The block's ``support``
-    is ``(per_pred.gt_counts [N, P], members [M])`` (:func:`put` records it per key)."""
+    counts 0) or over those present in the replicate (``'present'``); ``empty`` when no member is present in
+    the replicate (NaN for a group, 0 for all predicates: :func:`~mmsgg_eval.functional.recall.mean_recall`).
+    The block's ``support`` is ``(per_pred.gt_counts [N, P], members [M])`` (:func:`put` records it per key)."""
     idx = torch.as_tensor(list(members), dtype=torch.long)
 
     def mean(t: Tensor) -> Tensor:
         values = per_pred(t).index_select(2, idx)
+        held = (t[:, presence].index_select(1, idx) > 0).double()[:, None, :]
+        count = held.sum(2).expand(-1, values.shape[1])
         if mode == 'present':
-            held = (t[:, presence].index_select(1, idx) > 0).double()[:, None, :]
-            return ratio((values * held).sum(2), held.sum(2).expand(-1, values.shape[1]))
-        return values.sum(2) / idx.numel() if idx.numel() else values.sum(2) * 0
+            return ratio((values * held).sum(2), count, empty)
+        return torch.where(count > 0, values.sum(2) / max(idx.numel(), 1), torch.full_like(count, empty))
     gt_counts = getattr(per_pred, 'gt_counts', None)
     if gt_counts is not None:
         mean.support = (gt_counts, idx)  # type: ignore[attr-defined]
@@ -260,8 +264,8 @@ def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tenso
     put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg))
     zs = zeroshot_mask(metric, rels, rel)
     if zs is not None:
-        put(c, 'zR', ks, recall_block(c, rank_gc, unit, ks, avg, zs))
-        put(c, 'ngzR', ks, recall_block(c, rank_ngc, unit, ks, avg, zs))
+        put(c, 'zR', ks, recall_block(c, rank_gc, unit, ks, avg, zs, NO_VALUE))
+        put(c, 'ngzR', ks, recall_block(c, rank_ngc, unit, ks, avg, zs, NO_VALUE))
     if metric.mode in ('predcls', 'sgcls'):
         put(c, 'A', ks, recall_block(c, rel['rank_pair'].long(), unit, ks, 'micro'))
     per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
@@ -269,11 +273,11 @@ def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tenso
     novel = metric.novel_indices()
     subsets = metric.novel_subsets(rel['triplet'], novel) if novel else {}
     for subset, mask in subsets.items():
-        put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg, mask), f'_{subset}')
-        put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg, mask), f'_{subset}')
+        put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg, mask, NO_VALUE), f'_{subset}')
+        put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg, mask, NO_VALUE), f'_{subset}')
     mode = metric.mr_average
-    put(c, 'mR', ks, predicate_mean(per_pred, presence, range(num_pred), mode))
-    put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, range(num_pred), mode))
+    put(c, 'mR', ks, predicate_mean(per_pred, presence, range(num_pred), mode, 0.0))
+    put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, range(num_pred), mode, 0.0))
     for name, members in resolve_groups(metric.predicates, metric.user_groups,
                                         metric._meta('predicate_counts')).items():
         put(c, 'mR', ks, predicate_mean(per_pred, presence, members, mode), f'_{name}')
@@ -310,7 +314,7 @@ def sgbench_contributions(metric: Any, tables: Tables) -> Contributions:
     rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
     put(c, 'R', names, recall_block(c, rank_gc, unit, ks, avg))
     per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
-    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average))
+    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average, 0.0))
     put(c, 'PairR', names, recall_block(c, rel['rank_pair'].long(), unit, ks, avg, rel['first_pair']))
     evaluated = torch.zeros(c.num_units, dtype=torch.bool)
     at = c.unit_of(images['sample_idx'])

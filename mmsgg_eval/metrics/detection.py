@@ -17,10 +17,12 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
+from ..functional.boxes import box_iou
 from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, coco_precision, coco_summary)
+from ..functional.diagnostics import label_offset_counts, label_shift_warnings
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
-from .base import RowMetric, Schema, Tables
+from .base import RowMetric, Schema, Tables, warn_user
 from .options import positive_int
 
 _COUNTS = ('num_images', 'num_detections', 'num_gt_boxes')
@@ -128,7 +130,8 @@ class DetectionAP(RowMetric):
         """``images`` (detection / GT counts), ``detections`` (per kept detection: score, class, matched /
         ignored per IoU threshold), ``gt`` (per image and class: non-ignored GT boxes)."""
         num_thr = len(COCO_IOU_THRESHOLDS)
-        return {'images': {'num_det': (torch.int32, ()), 'num_gt': (torch.int32, ())},
+        return {'images': {'num_det': (torch.int32, ()), 'num_gt': (torch.int32, ()),
+                           'label_offsets': (torch.int32, (4,))},
                 'detections': {'score': (torch.float64, ()), 'label': (torch.int32, ()),
                                'matched': (torch.bool, (num_thr,)), 'ignored': (torch.bool, (num_thr,))},
                 'gt': {'label': (torch.int32, ()), 'count': (torch.int32, ())}}
@@ -157,11 +160,16 @@ class DetectionAP(RowMetric):
             ar_g[None, :] < lengths_g[:, None],
             num_classes, plus_one=self.plus_one, max_dets=self.max_dets,
             float32_det_sizes=self.legacy_quirks, gt_unmatchable=gt_unmatchable)
+        det_boxes, gt_boxes = (_pad([it[f'{n}_boxes'].float() for it in items], w, 0.0, (4,))
+                               for n, w in (('det', width_d), ('gt', width_g)))
+        offsets = label_offset_counts(box_iou(det_boxes, gt_boxes, self.plus_one),  # the label-shift diagnostic
+                                      _pad([it['det_labels'] for it in items], width_d, -1),
+                                      _pad([it['gt_labels'] for it in items], width_g, -1))
         kept = out['kept']
         image_of_det = torch.arange(len(items), device=device)[:, None].expand_as(kept)[kept]
         counts = out['gt_counts']
         image_of_gt, gt_label = torch.nonzero(counts > 0, as_tuple=True)
-        return {'images': {'sample_idx': idx, 'num_det': lengths_d, 'num_gt': lengths_g},
+        return {'images': {'sample_idx': idx, 'num_det': lengths_d, 'num_gt': lengths_g, 'label_offsets': offsets},
                 'detections': {'sample_idx': idx[image_of_det], 'score': out['scores'][kept],
                                'label': out['labels'][kept], 'matched': out['matched'][kept],
                                'ignored': out['ignored'][kept]},
@@ -178,8 +186,13 @@ class DetectionAP(RowMetric):
         if int(gt_counts.sum()) == 0:
             print_log('DetectionAP: no GT box in the evaluated samples; mAP / AP@50 are NaN', logger='current',
                       level=logging.WARNING)
+        found = label_shift_warnings(tables['images']['label_offsets'], self.num_classes) \
+            if 'label_offsets' in tables['images'] else []
+        for text in found:
+            warn_user(f'{self.name} ({self.prefix}): {text}')
         return {'metrics': metrics, 'num_images': int(tables['images']['sample_idx'].numel()),
-                'num_detections': int(dets['score'].numel()), 'num_gt_boxes': int(gt_counts.sum())}
+                'num_detections': int(dets['score'].numel()), 'num_gt_boxes': int(gt_counts.sum()),
+                'input_warnings': found}
 
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         """One line: dataset, counts, box-width convention, mAP and AP@50, and whether the legacy quirks are on

@@ -149,9 +149,12 @@ def _rank(value: int, limit: int) -> Optional[int]:
 
 
 def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
-                      names: Optional[Dict[int, tuple]] = None) -> List[Dict[str, Any]]:
+                      names: Optional[Dict[int, tuple]] = None,
+                      key_name: Optional[Callable[[str], Optional[str]]] = None) -> List[Dict[str, Any]]:
     """One dict per image (sorted by ``sample_idx``) from the reduced tables of a scene-graph metric built
-    with per-image rows: see the module docstring for the fields."""
+    with per-image rows: see the module docstring for the fields. ``key_name``: the owner's name of each
+    per-image key (``'R@50'`` ...; None leaves the key out), e.g. the VLM metric's ``Recall`` for its K-free
+    recall, so that no internal K reaches the file."""
     images, rels, top = tables['images'], tables['relations'], tables.get('top_triplets')
     if 'gt_index' not in rels:
         raise ValueError(f'{type(metric).__name__}: the rows hold no per-image columns (set per_image_out)')
@@ -182,14 +185,17 @@ def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
         predictions = _predictions(t, sorted(top_by_image.get(idx, []), key=lambda j: t['position'][j]), gt,
                                    classes, predicates)
         record = {'sample_idx': idx, 'img_id': img_id, 'img_path': img_path, 'mode': metric.mode,
-                  'recall_average': metric.recall_average, 'evaluated': idx in eval_pos,
+                  'prefix': metric.prefix, 'recall_average': metric.recall_average,
+                  'mr_average': metric.mr_average, 'evaluated': idx in eval_pos,
                   'prediction_missing': bool(image_rows['missing'][i]),
                   'num_gt': image_rows['num_gt'][i], 'num_pred': image_rows['num_pred'][i]}
         pos = eval_pos.get(idx)
         num_hit = {}
         for family in ('R', 'ngR'):
             for j, k in enumerate(ks):
-                key = f'{family}@{k}'
+                key = f'{family}@{k}' if key_name is None else key_name(f'{family}@{k}')
+                if key is None:
+                    continue
                 if pos is None:
                     record[key] = None
                     num_hit[key] = None
@@ -239,13 +245,29 @@ def _predictions(t: Dict[str, list], rows: Sequence[int], gt: Sequence[Dict[str,
     for rel in gt:
         if rel['rank_gc'] is not None:
             first_hit.setdefault(rel['rank_gc'], []).append(rel['index'])
-    return [{
-        'rank': t['position'][j], 'subject': t['subject'][j], 'object': t['object'][j],
-        'subject_label': _name(classes, t['subject_label'][j]), 'object_label': _name(classes, t['object_label'][j]),
-        'predicate': _name(predicates, t['predicate'][j]), 'score': t['score'][j],
-        'hits': first_hit.get(t['position'][j], []),
-        'subject_box': [round(v, 2) for v in t['subject_box'][j]],
-        'object_box': [round(v, 2) for v in t['object_box'][j]]} for j in rows]
+    out = []
+    for j in rows:
+        entry = {'rank': t['position'][j], 'subject': t['subject'][j], 'object': t['object'][j],
+                 'subject_label': _name(classes, t['subject_label'][j]),
+                 'object_label': _name(classes, t['object_label'][j]),
+                 'predicate': _name(predicates, t['predicate'][j]), 'score': t['score'][j],
+                 'hits': first_hit.get(t['position'][j], []),
+                 'subject_box': [round(v, 2) for v in t['subject_box'][j]],
+                 'object_box': [round(v, 2) for v in t['object_box'][j]]}
+        unknown = [end for end in ('subject', 'object') if is_placeholder_box(t[f'{end}_box'][j])]
+        for end in unknown:  # a stand-in object (unknown name, legacy background): no index, class or box
+            entry.update({end: None, f'{end}_label': None, f'{end}_box': None})
+        if unknown:
+            entry['unknown'] = unknown
+        out.append(entry)
+    return out
+
+
+def is_placeholder_box(box: Sequence[float]) -> bool:
+    """True for the box of a stand-in object (:data:`mmsgg_eval.io.samples.PLACEHOLDER_BOX`: an unknown VLM
+    name, a legacy background object), which can never match and is no object of the image."""
+    from ..io.samples import PLACEHOLDER_BOX
+    return all(float(v) == float(p) for v, p in zip(box, PLACEHOLDER_BOX))
 
 
 def write_per_image(path: str, records: Sequence[Dict[str, Any]]) -> str:

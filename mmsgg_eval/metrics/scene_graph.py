@@ -16,8 +16,12 @@ from torch import Tensor
 
 from ..functional.limits import NO_HIT, POOL_SCORE_ROWS, RANK_CAP_INT16
 from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
-from ..functional.diagnostics import box_frame_flags, box_frame_warnings, describe_score_columns, score_column_warnings
-from ..functional.recall import evaluated_image_rows, hit_within, triplet_parts
+from ..functional.boxes import box_iou
+from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, describe_score_columns,
+                                      head_predicate_flags, label_checked_images, label_offset_counts,
+                                      label_shift_warnings,
+                                      score_column_warnings)
+from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..registry import METRICS
@@ -109,6 +113,13 @@ def _as_unpredicted(sample: Any, num_predicates: int) -> Any:
     return out
 
 
+def warn_no_value(metric: Any, no_value: Sequence[Dict[str, Any]]) -> None:
+    """One warning naming the keys without a value (``summary['no_value']``) and why."""
+    if no_value:
+        warn_user(f'{type(metric).__name__} ({metric.prefix}): no value (NaN, shown as –) for '
+                  + '; '.join(f'{", ".join(e["keys"])}: {e["why"]}' for e in no_value))
+
+
 class SceneGraphMetric(RowMetric):
     """Shared machinery of :class:`SGRecall` and :class:`SGMeanRecall`.
 
@@ -169,6 +180,7 @@ class SceneGraphMetric(RowMetric):
     default_prefix: Optional[str] = None
     report_keys: Sequence[str] = ()
     _reports_per_predicate = False
+    _warns_no_value = True  # False: the owner (VLMSceneGraphMetric) names the keys without a value itself
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
@@ -265,20 +277,30 @@ class SceneGraphMetric(RowMetric):
     def diagnostic_columns() -> Schema:
         """Per-image columns of the input diagnostics (:mod:`mmsgg_eval.functional.diagnostics`): score columns
         given (-1 single-label), the predicate of the first graph-constrained entry (-1 none), box-frame flags."""
-        return {'score_width': (torch.int16, ()), 'top_predicate': (torch.int16, ()), 'box_flags': (torch.uint8, ())}
+        return {'score_width': (torch.int16, ()), 'top_predicate': (torch.int16, ()), 'box_flags': (torch.uint8, ()),
+                'head_predicates': (torch.int16, (2,)), 'label_offsets': (torch.int32, (4,))}
 
-    def diagnostic_rows(self, samples: List[Any], batch: Any, top_predicate: Tensor) -> Dict[str, Tensor]:
-        """The :meth:`diagnostic_columns` of a read pool (``samples`` in batch order)."""
+    def diagnostic_rows(self, samples: List[Any], batch: Any, ranks: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """The :meth:`diagnostic_columns` of a read pool (``samples`` in batch order; ``ranks`` of
+        :func:`~mmsgg_eval.functional.scene_graph_ranks`)."""
         device = batch.device
-        if self.mode == 'predcls':  # the GT boxes are evaluated: nothing of the model's to check
+        if self.mode == 'predcls':  # the GT boxes and labels are evaluated: nothing of the model's to check
             flags = torch.zeros(len(samples), dtype=torch.uint8, device=device)
+            offsets = torch.zeros((len(samples), 4), dtype=torch.int32, device=device)
         else:
             original, resized = image_sizes(samples, device)
             flags = box_frame_flags(batch.pred_boxes, batch.pred_labels >= 0, original, resized)
+            checked = label_checked_images(batch.sample_idx).nonzero().squeeze(1)  # the same on every world size
+            offsets = torch.zeros((len(samples), 4), dtype=torch.int32, device=device)
+            offsets[checked] = label_offset_counts(
+                box_iou(batch.pred_boxes[checked], batch.gt_boxes[checked], self.plus_one),
+                batch.pred_labels[checked], batch.gt_labels[checked])
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
         width = torch.tensor(widths, dtype=torch.int16, device=device)
         return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
-                'top_predicate': top_predicate.to(torch.int16), 'box_flags': flags}
+                'top_predicate': ranks['top_predicate'].to(torch.int16), 'box_flags': flags,
+                'head_predicates': head_predicate_flags(ranks['head_predicate'], ranks['head_valid']),
+                'label_offsets': offsets}
 
     def compute_key(self) -> Hashable:
         """Every setting the rows depend on, exactly (zero-shot codes by content, class and predicate names,
@@ -419,7 +441,7 @@ class SceneGraphMetric(RowMetric):
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         rows = {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing, **self.diagnostic_rows(samples, batch, ranks['top_predicate'])},
+                       'missing': missing, **self.diagnostic_rows(samples, batch, ranks)},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
                           'triplet': codes, 'zeroshot': zeroshot,
                           'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),
@@ -500,16 +522,43 @@ class SceneGraphMetric(RowMetric):
         self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets)
         per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets)
         pred = rel['predicate'].long()
+        no_value = self.no_value_reasons(m, zs_info, subsets, groups)
+        if self._warns_no_value:
+            warn_no_value(self, no_value)
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
+                'no_value': no_value,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions, **self.input_diagnostics(images, m, num_images),
+                'conventions': self.conventions,
+                **self.input_diagnostics(images, m, num_images, torch.bincount(pred, minlength=len(self.predicates))),
                 **({'open_vocab': {'source': novel['source'],
                                    'novel_objects': [self.classes[i] for i in novel['objects']],
                                    'novel_predicates': [self.predicates[i] for i in novel['predicates']],
                                    'num_gt_relations': {n: int(mk.sum()) for n, mk in subsets.items()}}}
                    if novel else {})}
+
+    def no_value_reasons(self, m: Dict[str, float], zs_info: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
+                         groups: Dict[str, Sequence[int]]) -> List[Dict[str, Any]]:
+        """The keys of ``m`` without a value (NaN: a subset, group or family without any GT relation in the
+        evaluated images) and why, ``[{'keys': [...], 'why': text}]`` (``summary['no_value']``)."""
+        def nan_keys(predicate) -> List[str]:
+            return [k for k, v in m.items() if v != v and predicate(k)]
+        out = []
+        zero_shot = nan_keys(lambda k: k.split('@')[0] in ('zR', 'ngzR'))
+        if zero_shot:
+            out.append({'keys': zero_shot, 'why': f'no evaluated GT relation is in the zero-shot set '
+                                                  f'({zs_info["size"]} triplets, {zs_info["source"]})'})
+        for subset in subsets:
+            keys = nan_keys(lambda k: k.endswith(f'_{subset}'))
+            if keys:
+                out.append({'keys': keys, 'why': f'no evaluated GT relation is in the {subset} subset'})
+        for name in groups:
+            keys = nan_keys(lambda k: k.endswith(f'_{name}'))
+            if keys:
+                out.append({'keys': keys, 'why': f'no predicate of the {name} group has a GT relation in the '
+                                                 f'evaluated images'})
+        return out
 
     def _zeroshot_relations(self, triplets: Tensor, rel: Dict[str, Tensor]
                             ) -> Tuple[Optional[Tensor], Optional[Dict[str, Any]]]:
@@ -538,8 +587,9 @@ class SceneGraphMetric(RowMetric):
         ks, avg = self.topk, self.recall_average
         rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
 
-        def recall(rank: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-            return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg)
+        def recall(rank: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # a subset without GT: NaN
+            return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg,
+                                     empty=0.0 if mask is None else NO_VALUE)
         _put(m, 'R', ks, recall(rank_gc))
         _put(m, 'ngR', ks, recall(rank_ngc))
         if zs_mask is not None:
@@ -565,17 +615,12 @@ class SceneGraphMetric(RowMetric):
         ng_per_pred, _ = per_predicate_recall(rel['rank_ngc'].long(), pred, image_of, num_images, num_pred_classes,
                                               ks, avg)
 
-        def mean_over(values: Tensor, members: Sequence[int]) -> Tensor:
-            idx = torch.as_tensor(list(members), dtype=torch.long)
-            if self.mr_average == 'present':
-                idx = idx[present[idx]]
-            if idx.numel() == 0:
-                return torch.zeros(values.shape[0], dtype=torch.float64)
-            return values[:, idx].sum(1) / idx.numel()
+        def mean_over(values: Tensor, members: Sequence[int], empty: float = NO_VALUE) -> Tensor:
+            return mean_recall(values, present, members, self.mr_average, empty)
 
         everyone = range(num_pred_classes)
-        _put(m, 'mR', ks, mean_over(per_pred, everyone))
-        _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone))
+        _put(m, 'mR', ks, mean_over(per_pred, everyone, 0.0))  # nothing evaluated: 0, warned (docs/metrics.md)
+        _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone, 0.0))
         groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
         for name, members in groups.items():
             _put(m, 'mR', ks, mean_over(per_pred, members), f'_{name}')
@@ -625,16 +670,18 @@ class SceneGraphMetric(RowMetric):
         return out
 
     def input_diagnostics(self, images: Dict[str, Tensor], metrics: Dict[str, float],
-                          num_evaluated: int) -> Dict[str, Any]:
+                          num_evaluated: int, gt_counts: Optional[Tensor] = None) -> Dict[str, Any]:
         """``score_columns`` (how the predicate scores were read) and ``input_warnings`` of the reduced image
         rows; each warning is issued once here (summaries are computed once per group of metrics)."""
         if 'score_width' not in images:
             return {}
         k = max(self.topk)
         warnings_ = box_frame_warnings(images['box_flags'])
+        if 'label_offsets' in images:
+            warnings_ += label_shift_warnings(images['label_offsets'], len(self.classes))
         warnings_ += score_column_warnings(metrics.get(f'R@{k}'), metrics.get(f'ngR@{k}'), k, num_evaluated,
                                            images['top_predicate'], images['score_width'], self.predicates,
-                                           self.score_layout)
+                                           self.score_layout, images.get('head_predicates'), gt_counts)
         for text in warnings_:
             warn_user(f'{type(self).__name__} ({self.prefix}): {text}')
         return {'score_columns': describe_score_columns(images['score_width'], len(self.predicates),
@@ -654,9 +701,12 @@ class SceneGraphMetric(RowMetric):
             lines.append(f'open-vocabulary subsets ({info["source"]}; GT relations: '
                          + ', '.join(f'{n} {c}' for n, c in info['num_gt_relations'].items()) + ')')
             for subset in info['num_gt_relations']:
-                shown = [f'{k}: {v:.2f}' for k, v in keys.items() if k.endswith(f'_{subset}')]
+                shown = [f'{k}: {"–" if v != v else format(v, ".2f")}' for k, v in keys.items()
+                         if k.endswith(f'_{subset}')]
                 if shown:
                     lines.append(f'  {subset}: ' + '  '.join(shown))
+        lines += [f'no value (–) for {", ".join(e["keys"])}: {e["why"]}' for e in summary.get('no_value', ())
+                  if any(k in keys for k in e['keys'])]
         if summary.get('score_columns'):
             lines.append(f'predicate scores read as {summary["score_columns"]}')
         lines += [f'WARNING: {w}' for w in summary.get('input_warnings', ())]

@@ -33,9 +33,10 @@ from torch import Tensor
 from ..functional import per_predicate_recall, recall_from_ranks
 from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
                                             matched_instances, predicate_ranks, remapped_first_hits)
+from ..functional.diagnostics import HEAD_ENTRIES
 from ..functional.limits import K_ALL, NO_HIT
 from ..functional.ranking import graph_constrained_list, pair_end_scores
-from ..functional.recall import evaluated_image_rows, no_graph_constraint_list, object_iou_matrix
+from ..functional.recall import evaluated_image_rows, mean_recall, no_graph_constraint_list, object_iou_matrix
 from ..registry import METRICS
 from ..reports import write_scene_graph_reports
 from .base import Schema, Tables
@@ -96,7 +97,9 @@ class SGBenchMetric(SceneGraphMetric):
         gc_order, gc_valid, _ = graph_constrained_list(batch, length, self.rank,
                                                        end_scores=(subject_score, object_score))
         gc_pred = batch.gc_predicate_at(gc_order, gc_valid)
-        top_predicate = torch.where(gc_valid[:, 0], gc_pred[:, 0], -1) if length else \
+        head = min(length, HEAD_ENTRIES)  # the diagnostics' look at the head of the list
+        head_predicate = torch.where(gc_valid[:, :head], gc_pred[:, :head], -1)
+        top_predicate = head_predicate[:, 0] if length else \
             torch.full((gc_valid.shape[0],), -1, dtype=torch.long, device=batch.device)
         rank_gc, rank_pair, _ = remapped_first_hits(
             assigned, batch.rel_pairs[..., 0].gather(1, gc_order), batch.rel_pairs[..., 1].gather(1, gc_order),
@@ -115,7 +118,9 @@ class SGBenchMetric(SceneGraphMetric):
         return {
             'images': {'sample_idx': batch.sample_idx, 'num_gt': gt_valid.sum(1), 'num_pred': batch.num_rel_preds,
                        'missing': missing, 'num_gt_objects': gt_obj_valid.sum(1), 'num_matched_objects': inst.sum(1),
-                       **self.diagnostic_rows(samples, batch, top_predicate)},
+                       **self.diagnostic_rows(samples, batch, {'top_predicate': top_predicate,
+                                                                'head_predicate': head_predicate,
+                                                                'head_valid': gc_valid[:, :head]})},
             'relations': {'sample_idx': batch.sample_idx[image_of], 'predicate': batch.gt_predicates[gt_valid],
                           'first_pair': first_pair[gt_valid], 'rank_gc': rank_gc[gt_valid],
                           'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
@@ -139,9 +144,7 @@ class SGBenchMetric(SceneGraphMetric):
         put('R', recall_from_ranks(rank_gc, image_of, num_images, ks, average=self.recall_average))
         per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_predicates, ks,
                                                  self.recall_average)
-        chosen = present if self.mr_average == 'present' else torch.ones_like(present)
-        mr = per_pred[:, chosen].sum(1) / chosen.sum() if bool(chosen.any()) else torch.zeros(len(ks))
-        put('mR', mr)
+        put('mR', mean_recall(per_pred, present, range(num_predicates), self.mr_average, 0.0))
         put('PairR', recall_from_ranks(rank_pair, image_of, num_images, ks, rel_mask=rel['first_pair'],
                                        average=self.recall_average))
         img_eval = {n: c[evaluated] for n, c in images.items()}
@@ -165,7 +168,7 @@ class SGBenchMetric(SceneGraphMetric):
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': None, 'groups': {}, 'conventions': self.conventions,
-                **self.input_diagnostics(images, m, num_images)}
+                **self.input_diagnostics(images, m, num_images, torch.bincount(pred, minlength=num_predicates))}
 
     def write_reports(self, summary: Dict[str, Any], keys: Dict[str, float], stem: str) -> Dict[str, str]:
         """The scene-graph report files (metrics.json, chart, tables) with K = ``topk`` and ``inf``: the tables

@@ -40,7 +40,7 @@ from ..structures import get_field
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
 from .options import positive_int, positive_ints
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
-from .scene_graph import SceneGraphMetric
+from .scene_graph import SceneGraphMetric, warn_no_value
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 
 _SAMPLE_DTYPES = {'missing': torch.bool, 'pixel_like': torch.int8}
@@ -48,6 +48,16 @@ _SAMPLE_DTYPES = {'missing': torch.bool, 'pixel_like': torch.int8}
 PIXEL_ANSWERS_MIN = 2
 #: ... and at least this fraction of the answers whose image can tell pixels from the canvas.
 PIXEL_ANSWERS_FRACTION = 0.9
+
+
+def vlm_key(key: str) -> str:
+    """The VLM metric's name of an inner scene-graph key: ``R@K_ALL...`` is ``Recall...``, ``mR@K_ALL...`` is
+    ``mRecall...`` (the sentinel K never reaches an output); other keys keep their name."""
+    for family, name in (('R', 'Recall'), ('mR', 'mRecall'), ('ngR', 'ngRecall')):
+        head = f'{family}@{K_ALL}'
+        if key == head or key.startswith(head + '_'):
+            return name + key[len(head):]
+    return key
 
 
 @METRICS.register_module()
@@ -114,8 +124,12 @@ class VLMSceneGraphMetric(RowMetric):
                                       per_image_out=per_image_out)
         # per_image_out: JSON lines of the inner scene-graph records plus each answer's parse status, failure
         # code and unknown names (metrics/per_image.py); the inner metric only computes the rows
+        self.inner._warns_no_value = False  # named below with this metric's keys (Recall_base, not R@K_ALL_base)
         self.per_image_out = per_image_out
         self._unknown_words: Dict[int, List[str]] = {}
+        #: sample_idx -> {position in the ranked list: the model's (subject, predicate, object) words} of the
+        #: relations with a name unknown to the dataset (main rank, for the per-image file)
+        self._unknown_triplets: Dict[int, Dict[int, List[str]]] = {}
 
     @property
     def conventions(self) -> Dict[str, Any]:
@@ -161,6 +175,24 @@ class VLMSceneGraphMetric(RowMetric):
             return int(idx)
         return int(self.accumulator.number_missing(torch.tensor([-1]), 'VLMSceneGraphMetric')[0])
 
+    def unknown_triplets(self, result: ParseResult, ds: Dict[str, Any]) -> Dict[int, List[str]]:
+        """``{position in the graph-constrained list: [subject, predicate, object] words}`` of the answer's
+        relations with a name unknown to the dataset (scored on a stand-in object that never matches): the
+        given order (``rank='given'``) or the stable descending order of the triplet scores (``'score'``, as
+        the ranking multiplies them: relation x subject x object score, float32)."""
+        if not result.ok or not result.num_relations:
+            return {}
+        unknown = ~torch.from_numpy(result.known_relations.astype(bool))
+        if not bool(unknown.any()):
+            return {}
+        order = torch.arange(unknown.numel())
+        if self.rank == 'score':
+            pairs, scores = ds['pred_relations']['pair_idxs'], ds['pred_instances']['scores'].float()
+            triplet = ds['pred_relations']['scores'].float() * scores[pairs[:, 0]] * scores[pairs[:, 1]]
+            order = torch.sort(triplet, descending=True, stable=True).indices
+        texts = ds['open_vocab']['pred_relations']['texts']
+        return {pos: [str(w) for w in texts[i]] for pos, i in enumerate(order.tolist()) if bool(unknown[i])}
+
     # ------------------------------------------------------------------ a pool becomes rows
     def compute_rows(self, data_samples: List[Any]) -> Dict[str, Dict[str, torch.Tensor]]:
         """Parse each answer, convert it to a scene-graph sample and keep its counts, its objects (for AP) and
@@ -184,6 +216,7 @@ class VLMSceneGraphMetric(RowMetric):
                                                    img_path=get_field(sample, 'img_path'))])
                 self._unknown_words.setdefault(idx, [w for w in getattr(result, 'warnings', ()) or ()
                                                      if str(w).startswith('unknown')])
+                self._unknown_triplets.setdefault(idx, self.unknown_triplets(result, ds))
             converted.append(ds)
             sample_rows['sample_idx'].append(idx)
             sample_rows['code'].append(result.code_index)
@@ -259,6 +292,9 @@ class VLMSceneGraphMetric(RowMetric):
             m[f'mR@{k}'] = sg['metrics'][f'mR@{k}']
             for group in sg['groups']:
                 m[f'mR@{k}_{group}'] = sg['metrics'][f'mR@{k}_{group}']
+        no_value = [dict(e, keys=[vlm_key(k) for k in e['keys'] if vlm_key(k) in m]) for e in sg['no_value']]
+        no_value = [e for e in no_value if e['keys']]
+        warn_no_value(self, no_value)
         per_predicate = {}
         for name, row in sg['per_predicate'].items():
             new = {'Recall': row[f'R@{K_ALL}']}
@@ -274,7 +310,8 @@ class VLMSceneGraphMetric(RowMetric):
                 'num_missing_predictions': int(samples['missing'].sum()),
                 'num_pred_objects': int(tables['pred_objects']['sample_idx'].numel()),
                 'num_gt_objects': int(tables['gt_objects']['sample_idx'].numel()),
-                'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)', 'rank': self.rank,
+                'no_value': no_value, 'zeroshot': None, 'ks': ['all'] + list(self.topk), 'mode': 'sgdet (VLM)',
+                'rank': self.rank,
                 'canvas': self.canvas, 'conventions': self.conventions}
 
     def _write_files(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> None:
@@ -287,8 +324,13 @@ class VLMSceneGraphMetric(RowMetric):
 
         def records() -> List[Dict[str, Any]]:
             out = per_image_records(self.inner, {t: tables[t] for t in ('images', 'relations', 'top_triplets')},
-                                    self.inner._image_names.names)
+                                    self.inner._image_names.names,
+                                    key_name=lambda k: None if k.startswith('ngR') else vlm_key(k))
             for record in out:
+                words = self._unknown_triplets.get(record['sample_idx'], {})
+                for p in record['predictions']:
+                    if p.get('unknown'):  # a relation with a name unknown to the dataset: the model's words
+                        p.update(predicate=None, unknown=['relation'], words=words.get(p['rank']))
                 i = status.get(record['sample_idx'])
                 if i is not None:
                     code = FAILURE_CODES[samples['code'][i]]
@@ -298,7 +340,7 @@ class VLMSceneGraphMetric(RowMetric):
             return out
         write_metric_per_image(self, summary, records)  # this metric's claimed path (FileClaims)
         self.inner._image_names.clear()
-        self._unknown_words = {}
+        self._unknown_words, self._unknown_triplets = {}, {}
 
     def _check_pixel_boxes(self, pixel_like: torch.Tensor) -> None:
         """Warn once per evaluation when most answers whose image can tell pixels from the canvas look like
@@ -321,7 +363,8 @@ class VLMSceneGraphMetric(RowMetric):
                  f'samples={summary["num_samples"]} (failed {summary["num_failed"]}'
                  + (f', {missing} without any answer' if missing else '')
                  + f') | GT relations={summary["num_gt_relations"]} ======',
-                 '  '.join(f'{k}: {v:.4f}' for k, v in summary['metrics'].items())]
+                 '  '.join(f'{k}: {"–" if v != v else format(v, ".4f")}' for k, v in summary['metrics'].items())]
+        lines += [f'no value (–) for {", ".join(e["keys"])}: {e["why"]}' for e in summary.get('no_value', ())]
         if summary['failure_reasons']:
             lines.append('failures: ' + ', '.join(f'{k}={v}' for k, v in summary['failure_reasons'].items()))
         if summary['num_unknown_relations']:

@@ -22,6 +22,20 @@ OTHER = (150, 150, 150)
 Item = Dict[str, Any]
 
 
+def triplet_text(item: Dict[str, Any]) -> str:
+    """``'3:man -on-> 5:car'``; a relation with a stand-in object (``unknown``: a name the dataset does not
+    know, a legacy background object) as ``'unknown: man -floating-> car'`` with the model's ``words`` when the
+    record has them, else with ``?`` for each unknown part. Never the stand-in's index, class or box."""
+    words = item.get('words')
+    if item.get('unknown') and words:
+        return f'unknown: {words[0]} -{words[1]}-> {words[2]}'
+
+    def end(name: str) -> str:
+        return '?' if item.get(name) is None else f'{item[name]}:{item[f"{name}_label"]}'
+    text = f'{end("subject")} -{"?" if item.get("predicate") is None else item["predicate"]}-> {end("object")}'
+    return f'unknown: {text}' if item.get('unknown') else text
+
+
 def relation_items(record: Dict[str, Any], k: int = 50, topk_drawn: int = 20) -> Tuple[List[Item], List[Item]]:
     """(GT items, prediction items) of a per-image record: what each panel lists, with its hit decision.
 
@@ -47,7 +61,8 @@ def relation_items(record: Dict[str, Any], k: int = 50, topk_drawn: int = 20) ->
         hit = bool(p['hits']) and p['rank'] < k
         note = ('hit ' + ','.join(str(g + 1) for g in p['hits'])) if hit else 'miss'
         pred.append(dict(number=p['rank'], hit=hit, note=f'{p["score"]:.3f} {note}', **{key: p[key] for key in (
-            'subject', 'object', 'subject_label', 'object_label', 'predicate', 'subject_box', 'object_box')}))
+            'subject', 'object', 'subject_label', 'object_label', 'predicate', 'subject_box', 'object_box')},
+            **{key: p[key] for key in ('unknown', 'words') if key in p}))
     return gt, pred
 
 
@@ -83,6 +98,8 @@ def draw_panel(image: np.ndarray, items: List[Item], title: str,
     objects: Dict[int, Dict[str, Any]] = {}
     for item in items:  # an object is drawn as a hit when one of its listed relations is a hit
         for end in ('subject', 'object'):
+            if item[f'{end}_box'] is None:  # a stand-in object (unknown name): listed, not drawn
+                continue
             entry = objects.setdefault(item[end], dict(box=item[f'{end}_box'], label=item[f'{end}_label'],
                                                        hit=False))
             entry['hit'] = entry['hit'] or item['hit']
@@ -103,8 +120,7 @@ def draw_panel(image: np.ndarray, items: List[Item], title: str,
     _draw_arrows(view, items, font, thick)
     for index, label, box, color in boxes:
         _label(view, f'{index}:{label}', (int(box[0]), int(box[1])), scale, color, below=True)
-    legend = [f'{item["number"]}. {item["subject"]}:{item["subject_label"]} -{item["predicate"]}-> '
-              f'{item["object"]}:{item["object_label"]}   {item["note"]}' for item in items]
+    legend = [f'{item["number"]}. {triplet_text(item)}   {item["note"]}' for item in items]
     widest = max([cv2.getTextSize(t, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)[0][0] for t in [title] + legend])
     legend_scale = scale * min(1.0, max(width - 8, 1) / max(widest, 1))  # long lines shrink to fit the panel
     _text(canvas, title, (4, height + 4), legend_scale, (0, 0, 0))
@@ -119,7 +135,8 @@ def _draw_arrows(view: np.ndarray, items: List[Item], font: int, thick: int) -> 
     import cv2
     pairs: Dict[Tuple[int, int], List[Item]] = {}
     for item in items:
-        pairs.setdefault((item['subject'], item['object']), []).append(item)
+        if item['subject_box'] is not None and item['object_box'] is not None:
+            pairs.setdefault((item['subject'], item['object']), []).append(item)
     labels = []
     for group in pairs.values():
         (x0, y0), (x1, y1) = _center(group[0]['subject_box']), _center(group[0]['object_box'])

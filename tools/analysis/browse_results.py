@@ -6,12 +6,14 @@
 stream, JSONL predictions, the legacy format, ...), evaluated here with the config's scene-graph metrics
 (``DIR/eval/metrics.json``, ``DIR/per_image.jsonl``), or a per-image file (``--per-image`` of the command
 lines; ``--format per-image``, guessed from its first line). Writes ``DIR/index.html`` (open it from disk;
-no server, no network). See :mod:`mmsgg_eval.analysis.browse`.
+no server, no network). See :mod:`mmsgg_eval.analysis.browse`. ``--allow-missing``: as the offline CLI, dataset
+samples without a prediction are scored as empty predictions (recall 0). Errors are one line (exit status 1).
 """
 import argparse
 import json
 import os
 import os.path as osp
+import sys
 import time
 
 
@@ -26,38 +28,56 @@ def is_per_image_file(path: str) -> bool:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description='static HTML report of per-image hits and misses')
+    """Run the tool; user errors (missing files, predictions that do not cover the dataset, invalid
+    predictions) exit with status 1 and one message, as the offline CLI (``--debug``: the traceback)."""
+    parser = argparse.ArgumentParser(prog='tools/analysis/browse_results.py',
+                                     description='static HTML report of per-image hits and misses')
     parser.add_argument('config')
     parser.add_argument('predictions', help='predictions (any offline CLI format) or a per-image file')
     parser.add_argument('--out-dir', required=True)
     parser.add_argument('--format', default='auto', help="offline CLI format, or 'per-image'")
     parser.add_argument('--mode', choices=['predcls', 'sgcls', 'sgdet', 'phrdet'])
     parser.add_argument('--max-images', type=int, default=None, help='images drawn (the index lists all)')
-    parser.add_argument('--k', type=int, default=50, help='hit within K (default 50)')
+    parser.add_argument('--k', default=None, help="hit within K (default 50, else the records' largest K; 'all' "
+                                                 "for the VLM metric's K-free recall)")
     parser.add_argument('--topk-drawn', type=int, default=20, help='predictions drawn per image (default 20)')
     parser.add_argument('--recall-average', choices=['image', 'micro'], default=None,
                         help="the metric's recall_average (default: from the evaluation, else 'image')")
     parser.add_argument('--metric-options', nargs='+', default=None, help='as the offline CLI (key=value)')
+    parser.add_argument('--allow-missing', action='store_true',
+                        help='as the offline CLI: dataset samples without a prediction are scored as empty '
+                             'predictions (recall 0) and counted, instead of an error')
     parser.add_argument('--no-progress', action='store_true')
+    parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     from mmengine.config import DictAction
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
+    from mmsgg_eval.eval import USER_ERRORS, _message
+    try:
+        k = None if args.k is None else ('all' if str(args.k).lower() == 'all' else int(args.k))
+    except ValueError:
+        parser.error(f"--k: an integer or 'all', got {args.k!r}")
+    try:
+        return run(args, k)
+    except USER_ERRORS as err:
+        if args.debug:
+            raise
+        print(f'{parser.prog}: error: {_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
+        raise SystemExit(1) from None
 
+
+def run(args: argparse.Namespace, k) -> dict:
+    start = time.perf_counter()
     import mmsgg_eval  # noqa: F401
     from mmsgg_eval.analysis.browse import dataset_facts, write_report
-    from mmsgg_eval.eval import build_dataset, evaluate_file
+    from mmsgg_eval.eval import build_dataset, evaluate_file, load_run_config
+    from mmsgg_eval.io.formats import guess_format
     from mmsgg_eval.metrics.per_image import read_per_image
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    cfg = load_run_config(args.config, args.cfg_options)
     dataset = build_dataset(cfg)
     classes, predicates, paths, split = dataset_facts(dataset)
     os.makedirs(args.out_dir, exist_ok=True)
-    metrics, average = None, args.recall_average
+    metrics = None
     per_image = args.predictions
     if args.format != 'per-image' and not (args.format == 'auto' and is_per_image_file(args.predictions)):
         per_image = osp.join(args.out_dir, 'per_image.jsonl')
@@ -68,21 +88,26 @@ def main(argv=None) -> dict:
                 options[key] = json.loads(value)
             except ValueError:
                 options[key] = value
-        sg = [m for m in (cfg.get('test_evaluator') or []) if 'SG' in str(m.get('type', ''))
-              and 'Bench' not in str(m.get('type'))] if not isinstance(cfg.get('test_evaluator'), dict) else []
-        metrics = evaluate_file(args.config, args.predictions, args.format, [dict(m) for m in sg] or None,
-                                args.mode, osp.join(args.out_dir, 'eval'), cfg_options=args.cfg_options,
-                                progress=not args.no_progress,
-                                metric_options=options or None, per_image=per_image)
+        fmt = guess_format(args.predictions) if args.format == 'auto' else args.format
+        evaluator = cfg.get('test_evaluator')
+        sg = [m for m in (evaluator or []) if 'SG' in str(m.get('type', ''))
+              and 'Bench' not in str(m.get('type'))] if not isinstance(evaluator, dict) else []
+        work_dir = osp.join(args.out_dir, 'eval')
+        evaluate_file(args.config, args.predictions, args.format,
+                      None if fmt == 'vlm' else [dict(m) for m in sg] or None,  # VLM answers: the VLM metric
+                      args.mode, work_dir, cfg_options=args.cfg_options, progress=not args.no_progress,
+                      metric_options=options or None, per_image=per_image, allow_missing=args.allow_missing)
+        with open(osp.join(work_dir, 'metrics.json')) as f:  # the evaluation's own keys and tables
+            metrics = json.load(f)
+    elif not osp.isfile(per_image):
+        raise FileNotFoundError(f'per-image file not found: {osp.abspath(per_image)}')
     records = read_per_image(per_image)
-    if average is None and records:  # the evaluation's own convention, written in every line
-        average = records[0].get('recall_average')
     for r in records:
         if not r.get('img_path'):
             r['img_path'] = paths.get(r['sample_idx'])
         r.setdefault('split', split)
-    summary = write_report(records, args.out_dir, classes, predicates, args.k, args.topk_drawn, args.max_images,
-                           average or 'image', metrics, title=f'{osp.basename(args.config)}: {args.predictions}',
+    summary = write_report(records, args.out_dir, classes, predicates, k, args.topk_drawn, args.max_images,
+                           args.recall_average, metrics, title=f'{osp.basename(args.config)}: {args.predictions}',
                            progress=not args.no_progress, split=split,
                            predicate_counts=dataset.metainfo.get('predicate_counts'))
     elapsed = time.perf_counter() - start
