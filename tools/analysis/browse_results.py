@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     from mmengine.config import DictAction
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
     args = parser.parse_args(argv)
-    from mmsgg_eval.eval import USER_ERRORS, _message
+    from mmsgg_eval.runner.arguments import USER_ERRORS, cli_message
     try:
         k = None if args.k is None else ('all' if str(args.k).lower() == 'all' else int(args.k))
     except ValueError:
@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
     except USER_ERRORS as err:
         if args.debug:
             raise
-        print(f'{parser.prog}: error: {_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
+        print(f'{parser.prog}: error: {cli_message(err)}\n(rerun with --debug for the traceback)', file=sys.stderr)
         raise SystemExit(1) from None
 
 
