@@ -20,8 +20,9 @@ from ..functional.diagnostics import box_frame_flags, box_frame_warnings, descri
 from ..functional.recall import evaluated_image_rows, hit_within, triplet_parts
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
+from ..functional.transfer import host_tensor
 from ..registry import METRICS
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field, sample_index
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
 from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
@@ -73,8 +74,8 @@ def image_sizes(samples: Sequence[Any], device: torch.device) -> Tuple[Tensor, T
             resized.append((w * scale[0], h * scale[-1]))
         else:
             resized.append((nan, nan))
-    return (torch.tensor(original, dtype=torch.float32, device=device).reshape(-1, 2),
-            torch.tensor(resized, dtype=torch.float32, device=device).reshape(-1, 2))
+    return (host_tensor(original, torch.float32, device).reshape(-1, 2),
+            host_tensor(resized, torch.float32, device).reshape(-1, 2))
 
 
 def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
@@ -235,6 +236,7 @@ class SceneGraphMetric(RowMetric):
         self._zs_meta: Any = None
         self._zs_codes: Optional[Tensor] = None
         self._zs_cache: Dict[str, Optional[Tensor]] = {}
+        self._zs_key: Optional[Tuple[Optional[Tensor], Optional[tuple]]] = None  # (codes, their exact key)
         self.per_image_out = per_image_out
         self.per_image_topk = positive_int(per_image_topk, 'per_image_topk', owner)
         self._list_length = self.per_image_topk if per_image_out else 0  # 0: no per-image rows
@@ -276,7 +278,7 @@ class SceneGraphMetric(RowMetric):
             original, resized = image_sizes(samples, device)
             flags = box_frame_flags(batch.pred_boxes, batch.pred_labels >= 0, original, resized)
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
-        width = torch.tensor(widths, dtype=torch.int16, device=device)
+        width = host_tensor(widths, torch.int16, device)
         return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
                 'top_predicate': top_predicate.to(torch.int16), 'box_flags': flags}
 
@@ -285,7 +287,7 @@ class SceneGraphMetric(RowMetric):
         and ``pool_samples``, so that members of a group pool identically on every rank)."""
         return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
                 self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
-                tuple(self.predicates), exact_tensor_key(self._zeroshot_codes(torch.device('cpu'))),
+                tuple(self.predicates), self._zeroshot_key(),
                 self.pool_samples, self.score_layout, self._list_length)
 
     def summary_key(self) -> Hashable:
@@ -371,6 +373,14 @@ class SceneGraphMetric(RowMetric):
             self._zs_cache[where] = None if self._zs_codes is None else self._zs_codes.to(device)
         return self._zs_cache[where]
 
+    def _zeroshot_key(self) -> Optional[tuple]:
+        """:func:`exact_tensor_key` of the zero-shot codes (kept with them: :meth:`compute_key` is asked at
+        every ``process()``)."""
+        codes = self._zeroshot_codes(torch.device('cpu'))
+        if self._zs_key is None or self._zs_key[0] is not codes:
+            self._zs_key = (codes, exact_tensor_key(codes))
+        return self._zs_key[1]
+
     # ------------------------------------------------------------------ a pool becomes rows
     def _read_pool(self, samples: List[Any]):
         """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
@@ -384,8 +394,9 @@ class SceneGraphMetric(RowMetric):
                                      with_masks=self.match == 'mask', counts=self.object_counts,
                                      workspace=self._workspace, score_layout=self.score_layout,
                                      ranking=(max(self.topk), self.ng_topk) if self.rank == 'score' else None)
-        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
-        return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device), samples
+        if any(sample_index(s) is None for s in samples):  # known on the host: no device read otherwise
+            self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        return batch, host_tensor(missing, torch.bool, batch.device), samples
 
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
@@ -399,7 +410,9 @@ class SceneGraphMetric(RowMetric):
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
                                   list_length=self._list_length)
         valid = batch.gt_valid
-        slot = valid.reshape(-1).nonzero().squeeze(1)  # b * G + g of the real GT relations
+        # b * G + g of the real GT relations (their number is known on the host: no device read)
+        slot = valid.reshape(-1).nonzero().squeeze(1) if batch.gt_counts is None else \
+            torch.nonzero_static(valid.reshape(-1), size=sum(batch.gt_counts)).squeeze(1)
 
         def real(values: Tensor) -> Tensor:
             return values.reshape(-1).index_select(0, slot)
