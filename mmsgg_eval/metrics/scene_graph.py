@@ -22,7 +22,7 @@ from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor
 from ..registry import METRICS
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field, sample_index
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
 from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
@@ -171,6 +171,7 @@ class SceneGraphMetric(RowMetric):
     report_keys: Sequence[str] = ()
     _reports_per_predicate = False
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
+    compute_rows_dedupes = True  # _read_pool keeps the first occurrence of a repeated sample_idx
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
                  iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
@@ -394,7 +395,7 @@ class SceneGraphMetric(RowMetric):
                                      with_masks=self.match == 'mask', counts=self.object_counts,
                                      workspace=self._workspace, score_layout=self.score_layout,
                                      ranking=(max(self.topk), self.ng_topk) if self.rank == 'score' else None)
-        if any(sample_index(s) is None for s in samples):  # known on the host: no device read otherwise
+        if batch.ids_missing:  # known on the host: no device read otherwise
             self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, host_tensor(missing, torch.bool, batch.device), samples
 

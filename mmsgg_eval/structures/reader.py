@@ -135,6 +135,7 @@ class SceneGraphBatch:
     score_width: Optional[List[int]] = None  # score columns each sample gave (-1: single-label scores)
     ranked_lists: Optional[RankedLists] = None  # both ranked lists, when built while the scores were read
     gt_counts: Optional[List[int]] = None  # GT relations of each image (host ints: sizes known without a sync)
+    ids_missing: bool = False  # some sample has no ``sample_idx`` (-1 in ``sample_idx``; known on the host)
 
     @property
     def device(self) -> torch.device:
@@ -802,7 +803,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel) else num_rel, batch_size,
                               max_rel, device),
         num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks,
-        score_width=padded.score_width, ranked_lists=ranked, gt_counts=_full(padded.num_gt_rel, padded.gt_predicates))
+        score_width=padded.score_width, ranked_lists=ranked, gt_counts=_full(padded.num_gt_rel, padded.gt_predicates),
+        ids_missing=any(i is None for i in padded.sample_idx))
 
 
 def _pair_index_range(padded: _Padded, ranked_range: Optional[Tuple[Tensor, Tensor]]) -> None:
