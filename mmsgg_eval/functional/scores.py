@@ -33,7 +33,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from . import compiled
 from .limits import POOL_SCORE_ROWS
-from .transfer import host_tensor, sync_free
+from .transfer import host_tensor, known_nonzero, sync_free
 
 LAYOUTS = ('stacked', 'concatenated', 'views', 'compiled')
 
@@ -51,8 +51,7 @@ def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -
     """Flat positions ``b * width + i`` of entry i of image b, for every real entry, in concatenation order
     (image by image): where the rows of a concatenation go in a [B, width] padded layout. Their number is known
     (the sum of the lengths), so the device is not waited for."""
-    total = int(sum(lengths))
-    return torch.nonzero_static(lengths_mask(lengths, width, device).view(-1), size=total).squeeze(1)
+    return known_nonzero(lengths_mask(lengths, width, device).view(-1), sum(lengths))
 
 
 # from this many rows per tensor on average, pad_rows copies each tensor into place instead of scattering one

@@ -52,3 +52,12 @@ def sync_free_paths() -> Iterator[None]:
         yield
     finally:
         SYNC_FREE_ON_CPU = saved
+
+
+def known_nonzero(mask: Tensor, count: int) -> Tensor:
+    """[count] int64 positions of the True entries of the 1-D ``mask``, which holds ``count`` of them (a number the
+    host knows, e.g. the sum of per-image lengths): ``nonzero_static`` needs no host synchronisation (on the CPU and
+    CUDA; other devices take ``nonzero``)."""
+    if mask.device.type in ('cpu', 'cuda'):
+        return torch.nonzero_static(mask, size=int(count)).squeeze(1)
+    return mask.nonzero().squeeze(1)

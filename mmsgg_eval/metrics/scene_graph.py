@@ -20,7 +20,7 @@ from ..functional.diagnostics import box_frame_flags, box_frame_warnings, descri
 from ..functional.recall import evaluated_image_rows, hit_within, triplet_parts
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
-from ..functional.transfer import host_tensor
+from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
@@ -413,7 +413,7 @@ class SceneGraphMetric(RowMetric):
         valid = batch.gt_valid
         # b * G + g of the real GT relations (their number is known on the host: no device read)
         slot = valid.reshape(-1).nonzero().squeeze(1) if batch.gt_counts is None else \
-            torch.nonzero_static(valid.reshape(-1), size=sum(batch.gt_counts)).squeeze(1)
+            known_nonzero(valid.reshape(-1), sum(batch.gt_counts))
 
         def real(values: Tensor) -> Tensor:
             return values.reshape(-1).index_select(0, slot)
