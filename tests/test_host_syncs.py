@@ -17,7 +17,7 @@ from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 # the most host synchronisations one pool of SGRecall + SGMeanRecall makes in any mode on the accelerators' path
-# (measured on the CPU under sync_free_paths: 2-10; see docs/performance_notes_45.md); it does not depend on the
+# (measured on the CPU under sync_free_paths: 1-9; see docs/performance_notes_45.md); it does not depend on the
 # pool's size or the number of images
 MAX_SYNCS_PER_POOL = 10
 # once per metric, at its first pool: the zero-shot triplets checked and their codes moved to the device
@@ -183,3 +183,25 @@ def test_device_check_script_dry_run(capsys, torch_scores):
     out = capsys.readouterr().out
     assert 'one pool of 6 images on cpu' in out and 'host syncs per pool (HostSyncCounter): ' in out
     assert 'set_sync_debug_mode: not run' in out
+
+
+@pytest.mark.parametrize('equal', [True, False], ids=['stacked', 'concatenated'])
+def test_score_check_without_a_wait_flags_the_same_images(equal, torch_scores):
+    """The accelerators' per-row score check flags exactly the images the whole-copy check flags: NaN, +-inf and
+    negative entries (background column included), not -0.0."""
+    from mmsgg_eval.functional.scores import build_relation_scores
+    gen = torch.Generator().manual_seed(0)
+    bad_values = [None, float('nan'), -0.0, float('inf'), -1e-6, float('-inf'), None, -0.0]
+    raw = []
+    for b, value in enumerate(bad_values):
+        matrix = torch.rand((6 if equal else 3 + b, NUM_PREDICATES + 1), generator=gen)
+        if value is not None:
+            matrix[b % matrix.shape[0], b % matrix.shape[1]] = value
+        raw.append(matrix)
+    args = (raw, [1] * len(raw), [m.shape[0] for m in raw], NUM_PREDICATES, [False] * len(raw), [], 'stacked',
+            torch.device('cpu'))
+    plain = build_relation_scores(*args).bad_images
+    with sync_free_paths(), HostSyncCounter() as syncs:
+        free = build_relation_scores(*args).bad_images
+    assert plain.tolist() == free.tolist() == [False, True, False, True, True, True, False, False]
+    assert syncs.total == 0, syncs.report()

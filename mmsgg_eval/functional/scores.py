@@ -250,6 +250,19 @@ def _checked_as_a_whole(whole: Tensor, batch_size: int, raw: Sequence[Tensor], d
     return _range_flags(_ranges_per_image(raw, [False] * batch_size, (), device))
 
 
+def _row_checked(whole: Tensor, num_rel: Sequence[int], device: torch.device) -> Tensor:
+    """[B] bad-image flags of a batch copied into ``whole`` (stacked [B, R, C] or concatenated [sum R, C]) without
+    a host synchronisation: each row's float (min, max) (NaN propagates), the rows' flags added per image (the
+    images' rows known on the host). The same flags as :func:`_checked_as_a_whole`."""
+    rows = whole.reshape(-1, whole.shape[-1])
+    low, high = rows.amin(dim=1), rows.amax(dim=1)
+    row_bad = ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
+    lengths = host_tensor(list(num_rel), torch.long, device)
+    image = torch.repeat_interleave(torch.arange(len(num_rel), device=device), lengths, output_size=rows.shape[0])
+    count = torch.zeros(len(num_rel), dtype=torch.long, device=device).index_add_(0, image, row_bad.long())
+    return count > 0
+
+
 def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.device) -> Tensor:
     """[B] bad-image flags from each image's :func:`_bits_in_range` result ``passed`` [B] bool (True for an
     empty matrix): the images that fail it are looked at again on their values."""
@@ -345,7 +358,9 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             best = values.view(dense.shape[:2])
         else:
             best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel), positions)
-        if whole is not None and not has_single and whole.numel():
+        if whole is not None and not has_single and whole.numel() and sync_free(device):
+            bad = _row_checked(whole, num_rel, device)
+        elif whole is not None and not has_single and whole.numel():
             bad = _checked_as_a_whole(whole, batch_size, raw, device)
         else:
             bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
