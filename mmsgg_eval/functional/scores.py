@@ -315,8 +315,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     """
     if layout not in LAYOUTS:
         raise ValueError(f'layout must be one of {LAYOUTS}, got {layout!r}')
-    raw, has_single = list(raw), any(single_label)
-    batch_size = len(raw)
+    raw, has_single, batch_size = list(raw), any(single_label), len(raw)
     uniform_bg = len(set(background)) <= 1
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
@@ -358,10 +357,9 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             best = values.view(dense.shape[:2])
         else:
             best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel), positions)
-        if whole is not None and not has_single and whole.numel() and sync_free(device):
-            bad = _row_checked(whole, num_rel, device)
-        elif whole is not None and not has_single and whole.numel():
-            bad = _checked_as_a_whole(whole, batch_size, raw, device)
+        if whole is not None and not has_single and whole.numel():  # (row by row: no host wait)
+            bad = _row_checked(whole, num_rel, device) if sync_free(device) else \
+                _checked_as_a_whole(whole, batch_size, raw, device)
         else:
             bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
     else:
