@@ -14,14 +14,18 @@ are built; ``--torch-path`` adds the same run with them switched off); beside it
 workloads, ``sgbench`` 1.0.0's per-image API (R, mR, ngR, ngmR; when installed; handed its GC and NGC top-100
 lists precomputed, outside the timing; and as ``sgbench+lists`` with the numpy sorts that build those lists
 from the scores inside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
-protocol. On ``oiv6-sgdet`` (600 classes, 30 predicates, 80 detections and all their pairs) ``ours`` is
+protocol. On ``sgdet-full`` (SGDet with all 6,320 ordered pairs of 80 detections, 1.3 MB of scores per image),
+also sgbench and ``score-floor``: reading every score matrix once (its maximum; same pools and thread policy), the
+floor of any evaluation that reads each score (``ours_vs_score-floor_sgdet-full_cpu``: the share of it reached).
+On ``oiv6-sgdet`` (600 classes, 30 predicates, 80 detections and all their pairs) ``ours`` is
 ``OIRelationMetric`` with every key, and its peer ``oi-numpy`` a per-image numpy Open Images evaluator in the
-style of PySGG's (:mod:`mmsgg_eval.benchmarks.oi_numpy`). With ``--offline``, also each workload written as a
-prediction stream (the ``tools/test.py --out`` format) and evaluated from the file
-(:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading + evaluating, the plain-read share), by the
-offline CLI ``python -m mmsgg_eval.eval`` in a fresh process (the time to the first sample and the marginal
-rate, as a share of the in-process rate), and the CLI's start-up on the
-bundled VG150 sample (time to the first sample, total). Every implementation runs in its own subprocess (fair
+style of PySGG's (:mod:`mmsgg_eval.benchmarks.oi_numpy`).
+With ``--offline``, also each workload written as a prediction stream (the ``tools/test.py --out``
+format) and evaluated from the file (:mod:`mmsgg_eval.benchmarks.offline`: reading alone, reading +
+evaluating, the plain-read share), by the offline CLI ``python -m mmsgg_eval.eval`` in a fresh process (the time
+to the first sample and the marginal rate, as a share of the in-process rate), and the CLI's start-up on the
+bundled VG150 sample (time to the first sample, total); beside the CLI's marginal rate, one pass that reads and
+SHA-256-hashes the same file (the reading bound), the rate's share of it and a VG150-test projection. Every implementation runs in its own subprocess (fair
 peak memory); the job list runs ``--rounds`` times in turn and each figure is the job's best round, so that a
 busy phase of a shared machine does not fall on one implementation only; beside it, ``median`` is the median
 rate of all the job's runs (every repeat of every round), the figure to compare under ``--load``, where the

@@ -5,15 +5,24 @@
 #   2. CPU vs GPU: every key of SGRecall + SGMeanRecall bit-identical on the variable, sgdet-variable and
 #      sgdet-full workloads (mmsgg_eval.benchmarks.device_parity);
 #   3. throughput: images/s of sgdet-full and variable on the GPU beside the CPU (tools/benchmark.py), and the
-#      evaluation time of a 26,446-image epoch (the VG150 test split) at those rates.
+#      evaluation time of a 26,446-image epoch (the VG150 test split) at those rates;
+#   4. one pool of 256 sgdet-full images on the GPU: its time between CUDA events, its host syncs counted by
+#      mmsgg_eval.testing.host_syncs, and the synchronising calls torch.cuda.set_sync_debug_mode("warn") reports
+#      (mmsgg_eval.benchmarks.device_syncs).
 # Without a CUDA device it says so and exits 0 (nothing to check there).
-# Usage: bash tools/device_check.sh [--setup]   (--setup installs the pinned stack first, see setup_env.sh)
+# Usage: bash tools/device_check.sh [--setup | --dry-run]   (--setup installs the pinned stack first, see
+# setup_env.sh; --dry-run runs step 4 on the CPU with 16 images, to check the script where no GPU is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # this checkout, installed or not
 PY=${PYTHON:-python3}
 if [[ "${1:-}" == "--setup" ]]; then
     bash tools/setup_env.sh
+elif [[ "${1:-}" == "--dry-run" ]]; then
+    echo "== 4. one pool (dry run on the CPU)"
+    MMSGG_EVAL_COMPILED=0 "$PY" -m mmsgg_eval.benchmarks.device_syncs --workload sgdet-full --images 16 --device cpu \
+        --repeat 1 --sync-free-paths
+    exit 0
 fi
 status=0
 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' || status=$?
@@ -47,3 +56,5 @@ for key, rate in sorted(rates.items()):
     if rate:
         print(f'{key}: {rate:,.0f} images/s, {26446 / rate:.1f} s of evaluation per 26,446-image epoch')
 PY
+echo "== 4. one pool of 256 sgdet-full images on the GPU (CUDA events, host syncs)"
+"$PY" -m mmsgg_eval.benchmarks.device_syncs --workload sgdet-full --images 256 --device cuda --repeat 3

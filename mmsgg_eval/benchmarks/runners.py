@@ -13,7 +13,8 @@ started with ``OMP_NUM_THREADS=1``: the per-core efficiency, and the reference o
 of the package, the ``baseline`` option: a regression check in the same run, :func:`baseline_command`), the
 peers ``legacy`` (per-image numpy, :mod:`.legacy_numpy`), ``oi-numpy`` (per-image numpy Open Images evaluator,
 :mod:`.oi_numpy`), ``sgbench`` and ``sgbench+lists`` (sgbench 1.0.0's
-per-image API, its ranked lists built outside / inside the timing), and ``offline``, ``offline-cli``,
+per-image API, its ranked lists built outside / inside the timing), ``score-floor`` (every score matrix read
+once: :func:`run_score_floor`), and ``offline``, ``offline-cli``,
 ``cli-startup`` (:mod:`.offline`), ``relclip`` (:mod:`.relclip`).
 """
 import json
@@ -31,10 +32,12 @@ from .workloads import OI_WORKLOADS, VARIABLE_WORKLOADS, ZEROSHOT_TRIPLETS, work
 Job = Tuple[str, str, str]
 """(implementation, workload, device)."""
 
-PEER_WORKLOADS = {'sgbench': ('triplets',) + VARIABLE_WORKLOADS, 'sgbench+lists': ('triplets',) + VARIABLE_WORKLOADS,
-                  'legacy': ('triplets',), 'oi-numpy': OI_WORKLOADS}
+PEER_WORKLOADS = {'sgbench': ('triplets', 'sgdet-full') + VARIABLE_WORKLOADS,
+                  'sgbench+lists': ('triplets', 'sgdet-full') + VARIABLE_WORKLOADS,
+                  'legacy': ('triplets',), 'score-floor': ('sgdet-full',), 'oi-numpy': OI_WORKLOADS}
 """The workloads each peer implementation is measured on ('sgbench+lists': sgbench with the building of its
-ranked lists from the scores inside the timing, what a user of its API does too; 'oi-numpy': the per-image
+ranked lists from the scores inside the timing, what a user of its API does too; 'score-floor': reading every
+score matrix once, :func:`run_score_floor`, on SGDet with all pairs of 80 detections; 'oi-numpy': the per-image
 numpy Open Images evaluator of :mod:`.oi_numpy`, the peer of ``OIRelationMetric`` on the OIv6-like workloads)."""
 
 
@@ -184,6 +187,38 @@ def run_sgbench(workload: str, images: int, repeat: int, include_lists: bool = F
                 note='own matching convention (one GT per detection, continuous IoU)')
 
 
+def run_score_floor(workload: str, images: int, repeat: int, pool: int = 256) -> Dict[str, Any]:
+    """Images/s of reading every score matrix of the workload once, in pools of ``pool`` images under the metrics'
+    thread policy (:func:`~mmsgg_eval.functional.threads.compute_threads`): the maximum of each matrix's float32
+    bit patterns read as int32 (as the metrics' row maxima), one torch reduction per image, or, when the compiled
+    kernels are built, their row maxima of a pool in one call (images in parallel), whichever is faster: the
+    floor of any evaluation that reads each score once (``ours`` reads each one once for the row maxima and the
+    value check, and the ranked lists read only a few rows again)."""
+    from ..functional import compiled
+    from ..functional.scores import float_bits
+    from ..functional.threads import compute_threads
+    from .workloads import NUM_PREDICATES, make_workload
+    matrices = [s['pred_relations']['scores'] for s in make_workload(workload, images)]
+    pools = [matrices[i:i + pool] for i in range(0, images, pool)]
+
+    def torch_reads() -> int:
+        with compute_threads():
+            return sum(int(float_bits(m).amax()) > 0 for part in pools for m in part)
+
+    readers = {'torch': torch_reads}
+    kernels = compiled.kernels()
+    if kernels is not None:
+        def compiled_reads() -> int:
+            with compute_threads():
+                return sum(int(kernels.row_maxima_checked(part, 1, NUM_PREDICATES, max(m.shape[0] for m in part))[1]
+                               .sum()) for part in pools)
+        readers['compiled'] = compiled_reads
+    timed = {name: best_of(read, repeat) for name, read in readers.items()}
+    fastest = min(timed, key=lambda name: timed[name]['seconds'])
+    return dict(rates(images, timed[fastest]), reader=fastest,
+                **{f'{name}_images_per_s': images / t['seconds'] for name, t in timed.items()})
+
+
 def _ours_torch(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str, Any]:
     """``ours`` with the compiled CPU kernels switched off (the torch implementation)."""
     from ..functional import compiled
@@ -225,6 +260,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours-torch': _ours_torch,
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
     'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
+    'score-floor': lambda wl, dev, o: run_score_floor(wl, o['images'], o['repeat']),
     'sgbench': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat']),
     'sgbench+lists': lambda wl, dev, o: run_sgbench(wl, o['images'], o['repeat'], include_lists=True),
     'offline': _offline,

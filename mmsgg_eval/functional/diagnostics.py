@@ -86,9 +86,7 @@ def box_frame_flags(boxes: Tensor, valid: Tensor, original_wh: Tensor, resized_w
     boxes = boxes.float()
     original_wh = original_wh.to(boxes.device, torch.float32)
     resized_wh = resized_wh.to(boxes.device, torch.float32)
-    known = torch.isfinite(original_wh).all(1) & (original_wh > 0).all(1)
-    if not bool(known.any()):  # no image with a known original size: nothing to check
-        return flags
+    known = torch.isfinite(original_wh).all(1) & (original_wh > 0).all(1)  # (no image known: every flag 0)
     count = valid.sum(1)
     checked = known & (count > 0)
 

@@ -4,7 +4,7 @@ A predicted triplet j hits GT relation g when subject class, predicate and objec
 the subject IoU and the object IoU are >= ``iou_thr`` (or, for phrase detection, the IoU of the union boxes).
 No one-to-one assignment: one prediction may hit several GT relations and vice versa.
 """
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -14,6 +14,7 @@ from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
 
 from .limits import NO_HIT  # rank of a GT relation that no prediction hits
 from .ranking import positions_in_groups, stable_topk
+from .transfer import sync_free
 
 
 def gather_pair_iou(object_iou: Tensor, pred_objects: Tensor, gt_objects: Tensor) -> Tensor:
@@ -123,11 +124,12 @@ def same_class_pairs(pred_labels: Tensor, gt_labels: Tensor) -> ObjectMatches:
 
 def box_object_match_list(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
                           iou_thr: float, plus_one: bool = False, sparse: Optional[bool] = None) -> ObjectMatches:
-    """The pairs of :func:`box_object_matches` as :class:`ObjectMatches`. ``sparse`` (default: on the CPU)
+    """The pairs of :func:`box_object_matches` as :class:`ObjectMatches`. ``sparse`` (default: where not
+    :func:`~.transfer.sync_free`, i.e. on the CPU)
     computes the IoU only for the same-class pairs (a few percent of N x M on VG-like data); otherwise the
     full matrix is computed."""
     if sparse is None:
-        sparse = pred_labels.device.type == 'cpu'
+        sparse = not sync_free(pred_labels.device)
     if not sparse:
         return ObjectMatches.from_matrix(box_object_matches(pred_boxes, pred_labels, gt_boxes, gt_labels, iou_thr,
                                                             plus_one, sparse=False))
@@ -146,7 +148,7 @@ def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor
     synchronisation.
     """
     if sparse is None:
-        sparse = pred_labels.device.type == 'cpu'
+        sparse = not sync_free(pred_labels.device)
     if sparse:
         return box_object_match_list(pred_boxes, pred_labels, gt_boxes, gt_labels, iou_thr, plus_one, True).dense()
     iou = box_iou(pred_boxes, gt_boxes, plus_one) if iou_thr <= 0 else \
@@ -167,10 +169,12 @@ def relation_bits(rows: Tensor, valid: Tensor, num_rows: int) -> Tensor:
     g = torch.arange(num_gt, device=device)
     bit = torch.ones_like(g) << (g % BITS_PER_WORD)  # bit 63 is the int64 sign bit: still one bit
     index = (torch.arange(batch, device=device)[:, None] * num_rows + rows) * words + g // BITS_PER_WORD
-    out = torch.zeros(batch * num_rows * words, dtype=torch.long, device=device)
-    # each relation sets its own bit once, so adding the bits is OR-ing them
-    out.index_add_(0, index.masked_select(valid), bit.expand(batch, -1).masked_select(valid))
-    return out.view(batch, num_rows, words)
+    size = batch * num_rows * words
+    out = torch.zeros(size + 1, dtype=torch.long, device=device)  # + 1: where invalid relations add nothing
+    # each relation sets its own bit once, so adding the bits is OR-ing them (masks kept as masks: no host wait)
+    out.index_add_(0, torch.where(valid, index, size).reshape(-1),
+                   torch.where(valid, bit.expand(batch, -1), 0).reshape(-1))
+    return out[:size].view(batch, num_rows, words)
 
 
 def expand_bits(bits: Tensor, num_gt: int) -> Tensor:
@@ -179,10 +183,11 @@ def expand_bits(bits: Tensor, num_gt: int) -> Tensor:
     return ((bits[..., None] >> shifts) & 1).flatten(-2)[..., :num_gt].bool()
 
 
-def relation_end_bits(matches: ObjectMatches, gt_subject: Tensor, gt_object: Tensor,
+def relation_end_bits(matches: Union[ObjectMatches, Tensor], gt_subject: Tensor, gt_object: Tensor,
                       gt_valid: Tensor) -> Tuple[Tensor, Tensor]:
     """For every predicted object, the bit set (see :func:`relation_bits`) of the GT relations whose subject /
-    object it matches: two [B, N, W] int64 from the object ``matches``; padded GT relations are in no set."""
+    object it matches: two [B, N, W] int64 from the object ``matches`` (a list, or the [B, N, M] bool matrix:
+    then summed densely, without a host synchronisation); padded GT relations are in no set."""
     batch, num_pred, num_gt_objects = matches.shape
     subject_of = relation_bits(gt_subject, gt_valid, num_gt_objects)  # [B, M, W]
     object_of = relation_bits(gt_object, gt_valid, num_gt_objects)
@@ -190,6 +195,9 @@ def relation_end_bits(matches: ObjectMatches, gt_subject: Tensor, gt_object: Ten
     out = []
     for table in (subject_of, object_of):
         # a relation has one subject and one object, so the sets added into a predicted object are disjoint
+        if isinstance(matches, Tensor):
+            out.append((matches[..., None].long() * table[:, None]).sum(2))
+            continue
         bits = torch.zeros((batch * num_pred, words), dtype=torch.long, device=gt_subject.device)
         bits.index_add_(0, matches.pred_row, table.reshape(-1, words).index_select(0, matches.gt_row))
         out.append(bits.view(batch, num_pred, words))
@@ -232,8 +240,12 @@ def predicate_hit_bits(end_bits: Tensor, carries: Tensor, pred_predicate: Tensor
 
 def first_hit_rank_bits(hit_bits: Tensor, num_gt: int, list_valid: Optional[Tensor] = None) -> Tensor:
     """:func:`first_hit_rank` of hits given as [B, J, W] bit sets: [B, G] int32 (``NO_HIT`` when none). Only the
-    entries with a hit are expanded (few: most ranked entries hit no GT relation)."""
+    entries with a hit are expanded (few: most ranked entries hit no GT relation), except where
+    :func:`~.transfer.sync_free`: there every entry's bits are expanded and the first hit of each GT relation is
+    an arg-max along the list (no host synchronisation)."""
     batch, length, words = hit_bits.shape
+    if sync_free(hit_bits.device):
+        return _first_hit_rank_dense(hit_bits, num_gt, list_valid)
     out = torch.full((batch * words * BITS_PER_WORD,), NO_HIT, dtype=torch.long, device=hit_bits.device)
     if list_valid is not None:
         hit_bits = hit_bits * list_valid[..., None]
@@ -246,6 +258,21 @@ def first_hit_rank_bits(hit_bits: Tensor, num_gt: int, list_valid: Optional[Tens
         target = (entry // length).index_select(0, which[:, 0]) * (words * BITS_PER_WORD) + which[:, 1]
         out.scatter_reduce_(0, target, position.index_select(0, which[:, 0]), 'amin')
     return out.view(batch, -1)[:, :num_gt].int()
+
+
+def _first_hit_rank_dense(hit_bits: Tensor, num_gt: int, list_valid: Optional[Tensor]) -> Tensor:
+    """:func:`first_hit_rank_bits` on the expanded [B, J, G] hits: the first entry with a hit of each GT relation
+    (arg-max of the hits along the list: the first maximum), its position (among the ``list_valid`` entries)."""
+    batch, length, words = hit_bits.shape
+    if length == 0 or num_gt == 0:
+        return torch.full((batch, num_gt), NO_HIT, dtype=torch.int32, device=hit_bits.device)
+    if list_valid is not None:
+        hit_bits = hit_bits * list_valid[..., None]
+    hits = expand_bits(hit_bits, num_gt)  # [B, J, G]
+    first = hits.to(torch.uint8).argmax(dim=1)  # [B, G]
+    if list_valid is not None:  # positions count only the entries of the sub-list
+        first = (torch.cumsum(list_valid.long(), dim=1) - 1).gather(1, first)
+    return torch.where(hits.any(dim=1), first, NO_HIT).int()
 
 
 # pairs_in_reference uses a [B, S * S] lookup table up to this many entries (else a sorted search)
@@ -287,12 +314,14 @@ def pairs_in_reference(pairs: Tensor, valid: Tensor, ref_pairs: Tensor, ref_vali
     batch, length = valid.shape
     size = max(int(num_objects), 1)
     image = torch.arange(batch, device=valid.device)[:, None] * (size * size)
-    ref_code = (image + ref_pairs[..., 0] * size + ref_pairs[..., 1]).masked_select(ref_valid)
+    ref_code = image + ref_pairs[..., 0] * size + ref_pairs[..., 1]
     code = image + pairs[..., 0] * size + pairs[..., 1]  # [B, R]
-    if batch * size * size <= PAIR_TABLE_ENTRIES:
-        table = torch.zeros(batch * size * size, dtype=torch.bool, device=valid.device)
-        table[ref_code] = True
-        return table.index_select(0, code.view(-1)).view(batch, length) & valid
+    entries = batch * size * size
+    if entries <= PAIR_TABLE_ENTRIES:  # the mask kept as a mask: padding entries fill one extra slot
+        table = torch.zeros(entries + 1, dtype=torch.bool, device=valid.device)
+        table.index_fill_(0, torch.where(ref_valid, ref_code, entries).reshape(-1), True)
+        return table[:entries].index_select(0, code.view(-1)).view(batch, length) & valid
+    ref_code = ref_code.masked_select(ref_valid)
     if ref_code.numel() == 0:
         return torch.zeros_like(valid)
     ref_code = torch.sort(ref_code).values

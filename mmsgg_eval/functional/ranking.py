@@ -65,7 +65,7 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int, count: Optional
         if most * SPARSE_FRACTION <= length:
             return _compacted_topk(scores, valid, count, most, k)
     # fast path: a float top-k is already the stable order of a row when no tie touches it
-    minus_inf = torch.tensor(float('-inf'), device=scores.device)
+    minus_inf = scores.new_full((), float('-inf'), dtype=torch.float32)
     keyed = scores.float() if valid is None else torch.where(valid, scores.float(), minus_inf)
     values, order = torch.topk(keyed, k + 1, dim=1, sorted=True)
     listed = torch.arange(k, device=scores.device)[None, :] < count[:, None]  # [B, k] holds a valid entry

@@ -14,6 +14,7 @@ from . import compiled
 from .boxes import box_iou, mask_iou
 from .diagnostics import HEAD_ENTRIES
 from .limits import NO_HIT
+from .transfer import sync_free
 from .matching import (ObjectMatches, box_object_match_list, box_object_matches, first_hit_rank, first_hit_rank_bits,
                        gt_pair_sublist, pair_end_bits, predicate_bits, predicate_hit_bits, relation_end_bits,
                        same_class_matrix, triplet_hits)
@@ -164,7 +165,8 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
     non-decreasing, ``entry`` [n] what to return for each, ``values`` [n] finite and >= 0 (so that their keys
     fit 31 bits)."""
     device = entry.device
-    counts = torch.bincount(entry_image, minlength=batch)
+    # (bincount would read the largest image index on the host first: the counts are added instead)
+    counts = torch.zeros(batch, dtype=torch.long, device=device).index_add_(0, entry_image, torch.ones_like(entry_image))
     most = int(counts.max())
     width = min(most, ng_topk)
     first, slot = positions_in_groups(entry_image, counts)  # slot: the entry's place among its image's entries
@@ -278,8 +280,10 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
         ranker = _compiled_first_hit_ranker(batch, iou_thr, plus_one)
         if ranker is not None:
             return ranker
-    subject_bits, object_bits = relation_end_bits(object_match_list(batch, iou_thr, plus_one, use_masks),
-                                                  gt_sub, gt_obj, batch.gt_valid)
+    # the match list (sparse), or the matrix where the host must not wait (no list to size)
+    matches = object_match_matrix(batch, iou_thr, plus_one, use_masks) if sync_free(batch.device) else \
+        object_match_list(batch, iou_thr, plus_one, use_masks)
+    subject_bits, object_bits = relation_end_bits(matches, gt_sub, gt_obj, batch.gt_valid)
     carries = predicate_bits(batch.gt_predicates, batch.gt_valid, scores.num_predicates)
 
     def ends_of(pair_index: Tensor, valid: Tensor) -> Tensor:

@@ -33,6 +33,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from . import compiled
 from .limits import POOL_SCORE_ROWS
+from .transfer import host_tensor, known_nonzero, sync_free
 
 LAYOUTS = ('stacked', 'concatenated', 'views', 'compiled')
 
@@ -42,14 +43,15 @@ def lengths_mask(lengths: Sequence[int], width: int, device: torch.device) -> Te
     kernels = compiled.kernels() if torch.device(device).type == 'cpu' else None
     if kernels is not None:  # one memset per row
         return kernels.lengths_mask([int(n) for n in lengths], int(width))
-    lengths_t = torch.tensor(list(lengths), dtype=torch.long, device=device)
+    lengths_t = host_tensor(list(lengths), torch.long, device)
     return torch.arange(width, device=device)[None, :] < lengths_t[:, None]
 
 
 def padded_positions(lengths: Sequence[int], width: int, device: torch.device) -> Tensor:
     """Flat positions ``b * width + i`` of entry i of image b, for every real entry, in concatenation order
-    (image by image): where the rows of a concatenation go in a [B, width] padded layout."""
-    return lengths_mask(lengths, width, device).view(-1).nonzero().squeeze(1)
+    (image by image): where the rows of a concatenation go in a [B, width] padded layout. Their number is known
+    (the sum of the lengths), so the device is not waited for."""
+    return known_nonzero(lengths_mask(lengths, width, device).view(-1), sum(lengths))
 
 
 # from this many rows per tensor on average, pad_rows copies each tensor into place instead of scattering one
@@ -172,7 +174,14 @@ class RelationScores:
 
     def predicate_at(self, order: Tensor, valid: Tensor) -> Tensor:
         """Graph-constrained predicate (first maximal column, as ``argmax``) of pairs ``order`` [B, K]; invalid
-        entries 0. Only the valid entries' rows are arg-maxed."""
+        entries 0. Only the valid entries' rows are arg-maxed, except where the scores are one copy (stacked,
+        concatenated) off the CPU: there every entry's row is arg-maxed (invalid ones then set to 0), which needs
+        no host synchronisation."""
+        if self.flat is not None and sync_free(self.device) and self.num_predicates and order.numel() \
+                and self.flat.shape[0]:
+            row = (self.start[:, None] + torch.where(valid, order, 0)).clamp(max=self.flat.shape[0] - 1)
+            best = self.flat.index_select(0, row.reshape(-1)).argmax(dim=1).view_as(order)
+            return torch.where(valid, best, 0)
         out = torch.zeros_like(order)
         slot = valid.reshape(-1).nonzero().squeeze(1)  # b * K + k of the valid entries
         if slot.numel() and self.num_predicates:
@@ -241,6 +250,19 @@ def _checked_as_a_whole(whole: Tensor, batch_size: int, raw: Sequence[Tensor], d
     return _range_flags(_ranges_per_image(raw, [False] * batch_size, (), device))
 
 
+def _row_checked(whole: Tensor, num_rel: Sequence[int], device: torch.device) -> Tensor:
+    """[B] bad-image flags of a batch copied into ``whole`` (stacked [B, R, C] or concatenated [sum R, C]) without
+    a host synchronisation: each row's float (min, max) (NaN propagates), the rows' flags added per image (the
+    images' rows known on the host). The same flags as :func:`_checked_as_a_whole`."""
+    rows = whole.reshape(-1, whole.shape[-1])
+    low, high = rows.amin(dim=1), rows.amax(dim=1)
+    row_bad = ~(torch.isfinite(low) & torch.isfinite(high) & (low >= 0))
+    lengths = host_tensor(list(num_rel), torch.long, device)
+    image = torch.repeat_interleave(torch.arange(len(num_rel), device=device), lengths, output_size=rows.shape[0])
+    count = torch.zeros(len(num_rel), dtype=torch.long, device=device).index_add_(0, image, row_bad.long())
+    return count > 0
+
+
 def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.device) -> Tensor:
     """[B] bad-image flags from each image's :func:`_bits_in_range` result ``passed`` [B] bool (True for an
     empty matrix): the images that fail it are looked at again on their values."""
@@ -269,7 +291,7 @@ def choose_layout(raw: Sequence[Tensor], background: Sequence[int], single_label
     if compiled.suits(raw, background, single_label, num_predicates, device):
         return 'compiled'
     total = sum(num_rel)
-    if device.type == 'cpu':
+    if not sync_free(device):
         small = total <= POOL_SCORE_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
     else:
         small = total <= SMALL_BATCH_ROWS_GPU
@@ -293,8 +315,7 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     """
     if layout not in LAYOUTS:
         raise ValueError(f'layout must be one of {LAYOUTS}, got {layout!r}')
-    raw, has_single = list(raw), any(single_label)
-    batch_size = len(raw)
+    raw, has_single, batch_size = list(raw), any(single_label), len(raw)
     uniform_bg = len(set(background)) <= 1
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
@@ -329,15 +350,16 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
             compiled.kernels().row_maxima_checked(raw, bg, num_predicates, max(num_rel))
         bad = _flags_from_checks(passed, raw, device)
     elif flat is not None:
-        lengths = torch.tensor(list(num_rel), dtype=torch.long, device=device)
+        lengths = host_tensor(list(num_rel), torch.long, device)
         start = torch.cumsum(lengths, 0) - lengths
         values = row_maxima(flat)
         if dense is not None:
             best = values.view(dense.shape[:2])
         else:
             best = pad_rows(values.split(list(num_rel)), 0.0, list(num_rel), positions)
-        if whole is not None and not has_single and whole.numel():
-            bad = _checked_as_a_whole(whole, batch_size, raw, device)
+        if whole is not None and not has_single and whole.numel():  # (row by row: no host wait)
+            bad = _row_checked(whole, num_rel, device) if sync_free(device) else \
+                _checked_as_a_whole(whole, batch_size, raw, device)
         else:
             bad = _range_flags(_ranges_per_image(raw, single_label, given_scores, device))
     else:

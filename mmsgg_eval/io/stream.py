@@ -26,7 +26,6 @@ unpickler of :mod:`mmsgg_eval.io.pickles`; ``unsafe=True`` lifts that for files 
 import datetime
 import os
 import pickle
-import warnings
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
@@ -34,6 +33,7 @@ import torch
 
 from .errors import InputFileError, TruncatedStreamError, UnsafePickleError, describe
 from .pickles import unpickler
+from .readahead import HashingReader, Warn, read_ahead
 
 FORMAT_VERSION = 2
 #: Key marking the header and closing records (never a key of a data sample).
@@ -156,7 +156,11 @@ class PredictionStream:
             warning instead of :class:`~mmsgg_eval.io.errors.TruncatedStreamError`.
 
     After iterating, ``header`` (None for older files), ``num_records`` and ``complete`` (the closing record
-    was read, or the older format has no way to tell) describe the file.
+    was read, or the older format has no way to tell) describe the file. The records are read and unpickled by a
+    thread a few records ahead of the loop that consumes them (:func:`~mmsgg_eval.io.readahead.read_ahead`:
+    reading overlaps the evaluation; its errors and warnings reach the loop as they were raised), and the file's
+    bytes are SHA-256 hashed as they are read (:class:`~mmsgg_eval.io.readahead.HashingReader`: the provenance of
+    ``metrics.json`` then needs no second pass over the file). ``header`` is set before the first record arrives.
     """
 
     def __init__(self, path: str, unsafe: bool = False, allow_truncated: bool = False):
@@ -186,7 +190,7 @@ class PredictionStream:
             raise InputFileError(describe(self.path, record=index),
                                  f'is not a valid pickle record ({type(err).__name__}: {err})') from None
 
-    def _truncated(self, why: str, last: Optional[Dict[str, Any]]) -> None:
+    def _truncated(self, why: str, last: Optional[Dict[str, Any]], warn: Warn) -> None:
         if self.num_records:
             good = f'the last good record is #{self.num_records - 1 + (self.header is not None)}'
             if isinstance(last, dict) and last.get('sample_idx') is not None:
@@ -199,27 +203,31 @@ class PredictionStream:
         if not self.allow_truncated:
             raise TruncatedStreamError(self.path, problem + '; pass --allow-missing (allow_missing=True) to '
                                                             'evaluate the records present')
-        warnings.warn(f'{self.path}: {problem}; evaluating the {self.num_records} records present')
+        warn(f'{self.path}: {problem}; evaluating the {self.num_records} records present')
 
     def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        return read_ahead(self._records)
+
+    def _records(self, warn: Warn) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        """The records, read in the calling thread (``warn``: how warnings are issued)."""
         self.header, self.num_records, self.complete = None, 0, False
-        size = os.path.getsize(self.path)
         last: Optional[Dict[str, Any]] = None
-        with open(self.path, 'rb') as f:
+        with HashingReader(self.path) as f:
+            size = f.size
             state, first = self._load(f, size, 0)
             if state == 'eof':
-                self._truncated('the file is empty (no header, no record)', None)
+                self._truncated('the file is empty (no header, no record)', None, warn)
                 return
             if state == 'partial':
-                self._truncated('the file ends inside its first record', None)
+                self._truncated('the file ends inside its first record', None, warn)
                 return
             if isinstance(first, list):  # mmengine DumpResults: one pickled list
                 from .pickles import PickledRecord
                 if first and isinstance(first[0], PickledRecord):
                     raise InputFileError(self.path, 'is a list of OpenPSG Result objects (OpenPSG\'s tools/test.py '
                                                     '--out result.pkl): read it with --format openpsg')
-                warnings.warn(f'{self.path}: a pickled list (mmengine DumpResults), not a versioned prediction '
-                              f'stream: a truncated file cannot be detected')
+                warn(f'{self.path}: a pickled list (mmengine DumpResults), not a versioned prediction '
+                     f'stream: a truncated file cannot be detected')
                 for record in first:
                     yield self.num_records, record
                     self.num_records += 1
@@ -235,8 +243,8 @@ class PredictionStream:
                                          f'(version {FORMAT_VERSION}); update mmsgg_eval')
                 arrays = version >= 2
             else:
-                warnings.warn(f'{self.path}: prediction stream without header (written by an older version): '
-                              f'a truncated file cannot be detected')
+                warn(f'{self.path}: prediction stream without header (written by an older version): '
+                     f'a truncated file cannot be detected')
                 if _mark(first) is None:
                     yield 0, first
                     self.num_records = 1
@@ -248,10 +256,10 @@ class PredictionStream:
                     if self.header is None:
                         self.complete = True
                     else:
-                        self._truncated('the stream has no closing record', last)
+                        self._truncated('the stream has no closing record', last, warn)
                     return
                 if state == 'partial':
-                    self._truncated(f'the stream ends inside record #{index}', last)
+                    self._truncated(f'the stream ends inside record #{index}', last, warn)
                     return
                 if _mark(obj) == 'end':
                     self._check_end(obj, f, size, index)

@@ -170,6 +170,7 @@ class ComputeGroup:
         self.key = key
         self.epoch = 0
         self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None
+        self._weighed: Optional[Tuple[List[Any], int]] = None  # the last samples weighed and their weight
         self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None
         self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []
         self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}
@@ -191,6 +192,16 @@ class ComputeGroup:
         rows = compute(samples)
         self._pool = (epoch, samples, rows)
         return rows
+
+    def weight(self, samples: Sequence[Any], weigh: Callable[[Sequence[Any]], int]) -> int:
+        """``weigh(samples)``, reused when the last samples weighed were the very same objects in the same order
+        (an evaluator hands the same samples to each of its metrics: the members weigh them once)."""
+        last = self._weighed
+        if last is not None and same_objects(last[0], samples):
+            return last[1]
+        weight = weigh(samples)
+        self._weighed = (list(samples), weight)
+        return weight
 
     def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str,
                fingerprint: Optional[Callable[[], RankFingerprint]] = None) -> Tables:
@@ -257,6 +268,9 @@ class RowMetric(BaseMetric):
     #: ``bootstrap=`` of every constructor (:func:`~mmsgg_eval.metrics.bootstrap.bootstrap_options`): percentile
     #: intervals of every key from image resamples, added to the summary after the reduce; None = off
     bootstrap: Optional[Dict[str, Any]] = None
+    #: :meth:`compute_rows` itself counts a ``sample_idx`` repeated within a pool once (so :meth:`flush` need not
+    #: look for repeats first, once per member of a compute group)
+    compute_rows_dedupes = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every constructor records its arguments and takes the keywords of
@@ -446,7 +460,9 @@ class RowMetric(BaseMetric):
             self._group_epoch = None if group is None else group.epoch
             self._epoch_open = True
         self._pending.extend(data_samples)
-        self._pending_rows += self.pool_weight(data_samples)
+        group = self._group if self._group is not None and self._epoch_open else None
+        self._pending_rows += group.weight(data_samples, self.pool_weight) if group is not None else \
+            self.pool_weight(data_samples)
         capacity = self.pool_capacity()
         if len(self._pending) >= self.pool_samples or (capacity is not None and self._pending_rows >= capacity):
             self.flush()
@@ -458,7 +474,8 @@ class RowMetric(BaseMetric):
         samples, self._pending, self._pending_rows = self._pending, [], 0
         if not samples:
             return
-        samples = first_occurrences(samples)
+        if not self.compute_rows_dedupes:
+            samples = first_occurrences(samples)
         group = self._compute_group()
         with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
             if group is not None and self._epoch_open:

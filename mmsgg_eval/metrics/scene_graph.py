@@ -24,6 +24,7 @@ from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, descr
 from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
+from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
@@ -77,8 +78,8 @@ def image_sizes(samples: Sequence[Any], device: torch.device) -> Tuple[Tensor, T
             resized.append((w * scale[0], h * scale[-1]))
         else:
             resized.append((nan, nan))
-    return (torch.tensor(original, dtype=torch.float32, device=device).reshape(-1, 2),
-            torch.tensor(resized, dtype=torch.float32, device=device).reshape(-1, 2))
+    return (host_tensor(original, torch.float32, device).reshape(-1, 2),
+            host_tensor(resized, torch.float32, device).reshape(-1, 2))
 
 
 def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
@@ -182,6 +183,7 @@ class SceneGraphMetric(RowMetric):
     _reports_per_predicate = False
     _warns_no_value = True  # False: the owner (VLMSceneGraphMetric) names the keys without a value itself
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
+    compute_rows_dedupes = True  # _read_pool keeps the first occurrence of a repeated sample_idx
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
                  iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
@@ -247,6 +249,7 @@ class SceneGraphMetric(RowMetric):
         self._zs_meta: Any = None
         self._zs_codes: Optional[Tensor] = None
         self._zs_cache: Dict[str, Optional[Tensor]] = {}
+        self._zs_key: Optional[Tuple[Optional[Tensor], Optional[tuple]]] = None  # (codes, their exact key)
         self.per_image_out = per_image_out
         self.per_image_topk = positive_int(per_image_topk, 'per_image_topk', owner)
         self._list_length = self.per_image_topk if per_image_out else 0  # 0: no per-image rows
@@ -296,7 +299,7 @@ class SceneGraphMetric(RowMetric):
                 box_iou(batch.pred_boxes[checked], batch.gt_boxes[checked], self.plus_one),
                 batch.pred_labels[checked], batch.gt_labels[checked])
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
-        width = torch.tensor(widths, dtype=torch.int16, device=device)
+        width = host_tensor(widths, torch.int16, device)
         return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
                 'top_predicate': ranks['top_predicate'].to(torch.int16), 'box_flags': flags,
                 'head_predicates': head_predicate_flags(ranks['head_predicate'], ranks['head_valid']),
@@ -307,7 +310,7 @@ class SceneGraphMetric(RowMetric):
         and ``pool_samples``, so that members of a group pool identically on every rank)."""
         return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
                 self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
-                tuple(self.predicates), exact_tensor_key(self._zeroshot_codes(torch.device('cpu'))),
+                tuple(self.predicates), self._zeroshot_key(),
                 self.pool_samples, self.score_layout, self._list_length)
 
     def summary_key(self) -> Hashable:
@@ -394,6 +397,14 @@ class SceneGraphMetric(RowMetric):
             self._zs_cache[where] = None if self._zs_codes is None else self._zs_codes.to(device)
         return self._zs_cache[where]
 
+    def _zeroshot_key(self) -> Optional[tuple]:
+        """:func:`exact_tensor_key` of the zero-shot codes (kept with them: :meth:`compute_key` is asked at
+        every ``process()``)."""
+        codes = self._zeroshot_codes(torch.device('cpu'))
+        if self._zs_key is None or self._zs_key[0] is not codes:
+            self._zs_key = (codes, exact_tensor_key(codes))
+        return self._zs_key[1]
+
     # ------------------------------------------------------------------ a pool becomes rows
     def _read_pool(self, samples: List[Any]):
         """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
@@ -407,8 +418,9 @@ class SceneGraphMetric(RowMetric):
                                      with_masks=self.match == 'mask', counts=self.object_counts,
                                      workspace=self._workspace, score_layout=self.score_layout,
                                      ranking=(max(self.topk), self.ng_topk) if self.rank == 'score' else None)
-        self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
-        return batch, torch.tensor(missing, dtype=torch.bool, device=batch.device), samples
+        if batch.ids_missing:  # known on the host: no device read otherwise
+            self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
+        return batch, host_tensor(missing, torch.bool, batch.device), samples
 
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
@@ -422,7 +434,9 @@ class SceneGraphMetric(RowMetric):
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
                                   list_length=self._list_length)
         valid = batch.gt_valid
-        slot = valid.reshape(-1).nonzero().squeeze(1)  # b * G + g of the real GT relations
+        # b * G + g of the real GT relations (their number is known on the host: no device read)
+        slot = valid.reshape(-1).nonzero().squeeze(1) if batch.gt_counts is None else \
+            known_nonzero(valid.reshape(-1), sum(batch.gt_counts))
 
         def real(values: Tensor) -> Tensor:
             return values.reshape(-1).index_select(0, slot)

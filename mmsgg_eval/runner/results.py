@@ -98,7 +98,12 @@ def write_run_metrics(scalars: Mapping[str, Any], metrics: Sequence[Any], work_d
 
 def file_fingerprint(path: str, chunk_bytes: int = HASH_CHUNK_BYTES) -> Dict[str, Any]:
     """``{'path': absolute path, 'size': bytes, 'sha256': hex digest}`` of a file, hashed in chunks of
-    ``chunk_bytes`` (memory does not grow with the file)."""
+    ``chunk_bytes`` (memory does not grow with the file), or the digest taken while the prediction stream reader
+    read the same file whole (:func:`mmsgg_eval.io.readahead.known_sha256`: no second pass)."""
+    from ..io.readahead import known_sha256
+    known = known_sha256(path)
+    if known is not None:
+        return {'path': osp.abspath(path), 'size': osp.getsize(path), 'sha256': known}
     digest = hashlib.sha256()
     with open(path, 'rb') as f:
         for chunk in iter(lambda: f.read(chunk_bytes), b''):

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from ..functional import compiled
 from ..functional.ranking import RankedLists, compiled_ranked_lists
+from ..functional.transfer import host_tensor
 from ..functional.scores import (RelationScores, ScoreWorkspace, build_relation_scores, choose_layout, lengths_mask,
                                  pad_rows, padded_positions, scatters)
 from .fields import detached, get_field, member, optional, sample_index, sample_name, to_tensor
@@ -133,6 +134,8 @@ class SceneGraphBatch:
     gt_masks: Optional[List[Tensor]] = None
     score_width: Optional[List[int]] = None  # score columns each sample gave (-1: single-label scores)
     ranked_lists: Optional[RankedLists] = None  # both ranked lists, when built while the scores were read
+    gt_counts: Optional[List[int]] = None  # GT relations of each image (host ints: sizes known without a sync)
+    ids_missing: bool = False  # some sample has no ``sample_idx`` (-1 in ``sample_idx``; known on the host)
 
     @property
     def device(self) -> torch.device:
@@ -789,8 +792,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
             report.add(mode, sample, listed, gt)
     if counts is None:
         report.warn(mode)
-    sample_idx = torch.tensor([-1 if i is None else i for i in padded.sample_idx], dtype=torch.long, device=device)
-    num_rel_t = torch.tensor(num_rel, dtype=torch.long, device=device)
+    sample_idx = host_tensor([-1 if i is None else i for i in padded.sample_idx], torch.long, device)
+    num_rel_t = host_tensor(num_rel, torch.long, device)
     return SceneGraphBatch(
         sample_idx=sample_idx, pred_boxes=padded.pred_boxes, pred_labels=padded.pred_labels.long(),
         pred_scores=padded.pred_scores, gt_boxes=padded.gt_boxes, gt_labels=padded.gt_labels.long(),
@@ -801,7 +804,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
         rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel) else num_rel, batch_size,
                               max_rel, device),
         num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks,
-        score_width=padded.score_width, ranked_lists=ranked)
+        score_width=padded.score_width, ranked_lists=ranked, gt_counts=_full(padded.num_gt_rel, padded.gt_predicates),
+        ids_missing=any(i is None for i in padded.sample_idx))
 
 
 def _pair_index_range(padded: _Padded, ranked_range: Optional[Tuple[Tensor, Tensor]]) -> None:

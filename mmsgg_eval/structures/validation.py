@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..functional.scores import lengths_mask
+from ..functional.transfer import host_tensor
 from .fields import sample_name
 
 
@@ -124,10 +125,10 @@ def _outside_bound(rule: FieldRule, low: Tensor, high: Tensor, device: torch.dev
     """[B] bool: an index field's per-image (min, max) of its entries below 0 or at / above its bound."""
     bound = rule.bound
     if not isinstance(bound, int):
-        bound = torch.tensor(list(bound), dtype=torch.long, device=device)
+        bound = host_tensor(list(bound), torch.long, device)
     above = high >= bound
     if zero_padded and rule.lengths is not None:
-        above &= torch.tensor(list(rule.lengths), dtype=torch.long, device=device) > 0
+        above &= host_tensor(list(rule.lengths), torch.long, device) > 0
     return (low < 0) | above
 
 
