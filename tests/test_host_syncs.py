@@ -17,7 +17,7 @@ from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 # the most host synchronisations one pool of SGRecall + SGMeanRecall makes in any mode on the accelerators' path
-# (measured on the CPU under sync_free_paths: 1-9; see docs/performance_notes_45.md); it does not depend on the
+# (measured on the CPU under sync_free_paths: 1-9; see docs/performance.md); it does not depend on the
 # pool's size or the number of images
 MAX_SYNCS_PER_POOL = 10
 # once per metric, at its first pool: the zero-shot triplets checked and their codes moved to the device
