@@ -265,7 +265,7 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
     families: Dict[str, Dict[str, str]] = {}
     for key in m:
         parts = _key_parts(key)
-        if parts is None or parts[2]:
+        if parts is None or parts[2] or parts[1] == 'rel':  # R@rel / mR@rel: their own table
             continue
         family, k, _ = parts
         families.setdefault(family, {})[k] = key
@@ -297,6 +297,12 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
                         + [row.get(_per_predicate_key(k)) if num_gt else None for k in pcols])
         tables.append(ReportTable('per_predicate', _per_predicate_caption(summary, pcols),
                                   ['Predicate', 'Group', '#GT'] + [recall_key('R', k) for k in pcols], rows,
+                                  text_columns=2))
+    relative = [key for key in ('R@rel', 'mR@rel') if key in m]
+    if relative:  # relative recall: K = each image's number of GT relations
+        shown.update(relative)
+        tables.append(ReportTable('relative', 'Relative recall (%): K = the image\'s number of GT relations',
+                                  ['Dataset', 'Mode'] + relative, [[dataset, mode] + [m[key] for key in relative]],
                                   text_columns=2))
     causes = cause_tables(summary, ks)  # where recall is lost (error_analysis=True)
     if causes:
