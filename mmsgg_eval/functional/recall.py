@@ -5,7 +5,7 @@ prediction that hits it in each ranked list (graph-constrained, no-graph-constra
 "hit within the top K" is then ``rank < K`` for every K, so one pass serves all K and all metrics, and the
 per-image state is a few integers per GT relation, independent of the number of predictions.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -190,7 +190,7 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
                       phrase: bool = False, use_masks: bool = False, rank_by: str = 'score',
                       with_pair_accuracy: bool = True, list_length: int = 0,
-                      error_analysis: bool = False) -> Dict[str, Tensor]:
+                      analysis: Optional[Callable[..., Dict[str, Tensor]]] = None) -> Dict[str, Tensor]:
     """First-hit ranks of every GT relation in the ranked lists of a :class:`SceneGraphBatch`.
 
     Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
@@ -203,10 +203,12 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     ``'pair_rank'`` [B, G], the first graph-constrained position (below ``max_k``) whose pair matches both its
     ends whatever the predicate (``NO_HIT`` when none; always ``NO_HIT`` for ``phrase``), and ``'pair_predicate'``
     [B, G] the predicate of that entry (what the model ranked highest on the GT pair; -1 when none).
-    ``error_analysis`` (not for ``phrase``) adds the miss cause of every GT relation and PySGG's stage-wise
-    ranks, from the same object matching and lists (:func:`~.error_causes.error_analysis_rows`).
+    ``analysis`` (not for ``phrase``): a function given this batch's own matching and graph-constrained list,
+    whose outputs are added (:func:`~.error_causes.error_analysis_rows`: the miss cause of every GT relation and
+    PySGG's stage-wise ranks), called as ``analysis(batch, first_hits, pair_ranks, end_bits, gc_order, gc_valid,
+    gc_predicate, gc_ends, iou_thr, plus_one, use_masks)`` (see :func:`_first_hit_ranker`).
     """
-    if error_analysis and phrase:
+    if analysis is not None and phrase:
         raise ValueError('error analysis is not defined for phrase detection (union-box matching)')
     scores = batch.scores  # the predicate scores, in the layout the reader chose
     first_hits, pair_ranks, end_bits = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
@@ -243,11 +245,10 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     if with_pair_accuracy:
         acc_order, acc_valid, acc_positions = gt_pair_sublist(batch, gc_score, max_k, rank_by)
         out['pair_acc'] = first_hits(acc_order, acc_valid, None, acc_positions)
-    if error_analysis:
-        from .error_causes import error_analysis_rows  # it builds on this module's recall functions
+    if analysis is not None:
         gc_ends = ranked.gc_ends if ranked is not None else None
-        out.update(error_analysis_rows(batch, first_hits, pair_ranks, end_bits, gc_order, gc_valid, gc_predicate,
-                                       gc_ends, iou_thr, plus_one, use_masks))
+        out.update(analysis(batch, first_hits, pair_ranks, end_bits, gc_order, gc_valid, gc_predicate, gc_ends,
+                            iou_thr, plus_one, use_masks))
     return out
 
 

@@ -419,7 +419,8 @@ class SceneGraphMetric(RowMetric):
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
-                                  list_length=self._list_length, error_analysis=self.error_analysis)
+                                  list_length=self._list_length,
+                                  analysis=error_causes.error_analysis_rows if self.error_analysis else None)
         valid = batch.gt_valid
         most_gt = int(valid.sum(1).max()) if valid.numel() else 0
         if most_gt > max_k:  # R@rel (K = the image's GT relations) needs the graph-constrained list that far
