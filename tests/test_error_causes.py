@@ -307,3 +307,71 @@ def test_distributed_equals_single_process(world_size, mode):
     assert any(k.startswith(f'{mode}/miss@') for k in single)
     for res in run_distributed(evaluate_shard, world_size, mode, 3):
         assert res == single  # exact, every rank
+
+
+# ------------------------------------------------------------------------------------------ views
+def test_bootstrap_intervals_cover_the_new_keys():
+    samples, _ = random_dataset(12, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)  # a key without a matching decomposition warns
+        metric = SGRecall(mode='sgdet', topk=(5, 20), error_analysis=True, skip_empty_predictions=False,
+                          bootstrap=dict(samples=50, seed=1))
+        metric.dataset_meta = META
+        metric.process({}, samples)
+        keys = metric.evaluate(len(samples))
+    intervals = metric.last_report['intervals']
+    for key in keys:
+        name = key.split('/', 1)[1]
+        if name.startswith(('miss@', 'stage_', 'R@rel')):
+            assert name in intervals, name
+            low, high = intervals[name]
+            assert low <= keys[key] + 1e-9 and keys[key] <= high + 1e-9 or low == high, (name, low, high)
+    mean = SGMeanRecall(mode='sgdet', topk=(5, 20), error_analysis=True, bootstrap=dict(samples=20, seed=1))
+    mean.dataset_meta = META
+    mean.process({}, samples)
+    mean.evaluate(len(samples))
+    assert 'mR@rel' in mean.last_report['intervals']
+
+
+def test_per_image_records_and_html_summary_give_the_metric_numbers(tmp_path):
+    from mmsgg_eval.analysis.browse import cause_section, cause_summary, cause_table
+    from mmsgg_eval.metrics.per_image import read_per_image
+    samples, _ = random_dataset(13, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    path = str(tmp_path / 'per_image.jsonl')
+    keys, metric = run(samples, classes=(SGRecall,), mode='sgdet', topk=(5, 20), error_analysis=True,
+                       skip_empty_predictions=False, per_image_out=path)
+    records = read_per_image(path)
+    causes = cause_summary(records, META['predicates'], (5, 20), 'image')
+    for k in (5, 20):
+        assert causes['overall'][k]['hit'] == pytest.approx(keys[f'R@{k}'], abs=1e-9)
+        for cause in CAUSES:
+            assert causes['overall'][k][cause] == pytest.approx(keys[f'miss@{k}_{cause}'], abs=1e-9), cause
+    table = metric.last_report['per_predicate_causes']
+    assert set(causes['per_predicate']) == set(table)
+    for p, row in table.items():
+        assert causes['per_predicate'][p][20]['object_loc'] == pytest.approx(row['miss@20_object_loc'], abs=1e-9)
+    missed = [g for r in records for g in r['gt_relations'] if g['outcome']['20'] != 'hit']
+    assert missed and all('evidence' in g for g in missed)
+    located = [g for g in missed if g['outcome']['20'] == 'subject_cls']
+    for g in located:  # overlapped by a detection of another class: the evidence shows it
+        assert g['evidence']['subject']['best_iou'] >= 0.5 and g['evidence']['subject']['label'] != g['subject_label']
+    html = cause_section({'causes': causes}, 20)
+    assert 'Where recall@20 is lost' in html and 'data-cause="subject_loc"' in html
+    some = next(r for r in records if any(g['outcome']['20'] != 'hit' for g in r['gt_relations']))
+    assert 'Why missed at 20' in cause_table(some, 20)
+    assert cause_summary([dict(r, gt_relations=[{k: v for k, v in g.items() if k != 'outcome'}
+                                                for g in r['gt_relations']]) for r in records],
+                         META['predicates'], (20,)) is None  # records without an error analysis
+
+
+def test_benchmark_job_list_adds_the_error_analysis_job():
+    from mmsgg_eval.benchmarks import report, runners
+    from tests.test_benchmark_runners import _tool
+    tool = _tool()
+    args = tool.build_parser().parse_args(['--workload', 'sgdet-variable', '--error-analysis', '--no-peers'])
+    assert tool.job_list(args, ['cpu']) == [('ours', 'sgdet-variable', 'cpu'), ('ours+errors', 'sgdet-variable', 'cpu')]
+    assert 'ours+errors' in runners.RUNNERS
+    jobs = tool.job_list(args, ['cpu'])
+    best = {jobs[0]: dict(images_per_s=10.0), jobs[1]: dict(images_per_s=9.0)}
+    assert report.summarize(jobs, best)['ratios']['ours_vs_ours+errors_sgdet-variable_cpu'] == pytest.approx(10 / 9)

@@ -70,7 +70,11 @@ def main(argv=None) -> dict:
                 options[key] = value
         sg = [m for m in (cfg.get('test_evaluator') or []) if 'SG' in str(m.get('type', ''))
               and 'Bench' not in str(m.get('type'))] if not isinstance(cfg.get('test_evaluator'), dict) else []
-        metrics = evaluate_file(args.config, args.predictions, args.format, [dict(m) for m in sg] or None,
+        sg = [dict(m) for m in sg]
+        for m in sg:  # where recall is lost: on here (not defined for phrdet)
+            if (args.mode or m.get('mode')) != 'phrdet' and 'error_analysis' not in options:
+                m.setdefault('error_analysis', True)
+        metrics = evaluate_file(args.config, args.predictions, args.format, sg or None,
                                 args.mode, osp.join(args.out_dir, 'eval'), cfg_options=args.cfg_options,
                                 progress=not args.no_progress,
                                 metric_options=options or None, per_image=per_image)
