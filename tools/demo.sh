@@ -32,8 +32,10 @@ python3 tools/train.py "$DET_CONFIG" --work-dir "$WORK_DIR/detector" > "$WORK_DI
 grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cut -c1-220
 echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
 python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
-    --out "$WORK_DIR/sgdet/predictions.pkl"
+    --out "$WORK_DIR/sgdet/predictions.pkl" 2>&1 | tee "$WORK_DIR/sgdet/test.log"
+echo "[demo]     where SGDet recall is lost (error_analysis=True; docs/metrics.md):"
+grep -E "^(R@[0-9]+ .*\| lost:|instances \(PySGG)" "$WORK_DIR/sgdet/test.log" | sed 's/^/[demo]       /' || true
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
 echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*, HTML report in $WORK_DIR/report/index.html"
-echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json, reports in $WORK_DIR/sgdet/sgdet.*"
+echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json (miss@K_* keys, sgdet/per_predicate_causes), reports in $WORK_DIR/sgdet/sgdet.*"

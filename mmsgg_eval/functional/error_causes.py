@@ -26,9 +26,9 @@ import torch
 from torch import Tensor
 
 from .limits import NO_HIT
-from .matching import (ObjectMatches, expand_bits, first_hit_rank_bits, pair_end_bits, predicate_bits,
+from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predicate_bits,
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
-from .recall import hit_within, object_iou_matrix, per_predicate_recall, recall_from_ranks
+from .recall import hit_within, object_iou_matrix
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
@@ -43,23 +43,16 @@ STAGE_RANKS = (('stage_pair_loc', 'rank_pair_loc'), ('stage_pair_det', 'rank_pai
 STAGE_REL_EPS, STAGE_OBJ_EPS = 1e-5, 1e-6
 
 
-def any_bit(bits: Tensor, num_gt: int) -> Tensor:
-    """[B, G] bool: some row of ``bits`` [B, N, W] (int64 bit sets of GT relations) holds relation g."""
-    if bits.shape[1] == 0:
-        return torch.zeros((bits.shape[0], num_gt), dtype=torch.bool, device=bits.device)
-    return expand_bits(bits, num_gt).any(1)
-
-
 def located_objects(iou: Tensor, pred_valid: Tensor, gt_object_valid: Tensor, iou_thr: float) -> Tensor:
     """[B, N, M] bool: predicted object n overlaps GT object m at the threshold, whatever the classes
     (``iou`` [B, N, M] as the metric computes it; padding on either side never overlaps)."""
     return (iou >= iou_thr) & pred_valid[:, :, None] & gt_object_valid[:, None, :]
 
 
-def end_flags(located: Tensor, gt_pairs: Tensor) -> Tuple[Tensor, Tensor]:
-    """(subject located [B, G], object located [B, G]): some predicted object overlaps the GT relation's
-    subject / object (``located`` [B, N, M] from :func:`located_objects`; ``gt_pairs`` [B, G, 2] 0-based)."""
-    per_object = located.any(1)  # [B, M]
+def end_flags(per_object: Tensor, gt_pairs: Tensor) -> Tuple[Tensor, Tensor]:
+    """(subject flag [B, G], object flag [B, G]) of GT relations from a flag of each GT object ``per_object``
+    [B, M] (e.g. some predicted object overlaps it: :func:`located_objects` ``.any(1)``); ``gt_pairs`` [B, G, 2]
+    0-based."""
     if per_object.shape[1] == 0:
         empty = torch.zeros(gt_pairs.shape[:2], dtype=torch.bool, device=gt_pairs.device)
         return empty, empty
@@ -98,23 +91,46 @@ def as_rank(selected: Tensor) -> Tensor:
     return torch.where(selected, 0, NO_HIT)
 
 
+def _share_columns(counts: Tensor, average: str) -> Tensor:
+    """[C] shares from per-unit outcome counts [U, C] (unit: an image): the mean over units with relations of
+    count / their relations (``'image'``, as :func:`~.recall.recall_from_ranks`), or total / total (``'micro'``)."""
+    counts = counts.double()
+    total = counts.sum(1)
+    if average == 'micro':
+        return counts.sum(0) / total.sum() if bool(total.sum() > 0) else counts.new_zeros(counts.shape[1])
+    has = total > 0
+    if not bool(has.any()):
+        return counts.new_zeros(counts.shape[1])
+    return (counts[has] / total[has][:, None]).mean(0)
+
+
 def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int, ks: Sequence[int],
                  average: str = 'image', no_prediction: Optional[Tensor] = None,
                  ngc_rank: Optional[Tensor] = None, ng_topk: int = 0) -> Dict[str, Tensor]:
-    """``{cause: [len(ks)] fraction}``: the share of GT relations with each outcome at each K, averaged as R@K is
-    (:func:`~.recall.recall_from_ranks`, ``average`` 'image' or 'micro'), so that per image R@K + every cause = 1.
-    With ``ngc_rank`` also ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is
-    below min(K, ``ng_topk``) (a subset of ``predicate``)."""
-    out = {name: [] for name in CAUSES}
-    if ngc_rank is not None:
-        out['predicate_ng'] = []
+    """``{'hit' | cause: [len(ks)] fraction}``: the share of GT relations with each outcome at each K, averaged as
+    R@K is (``average`` 'image': per image, then the mean over the images with relations; 'micro': over all
+    relations), so that per image 'hit' + every cause = 1 ('hit' is R@K). With ``ngc_rank`` also
+    ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is below min(K,
+    ``ng_topk``) (a subset of ``predicate``). One bincount of (image, outcome) per K."""
+    names = ('hit',) + CAUSES
+    size = len(names) + 1  # the last column: predicate_ng
+    out = {name: [] for name in names + ('predicate_ng',)}
+    image_of = image_of.long()
     for k in ks:
-        outcome = outcome_codes(rank, cause, k, no_prediction)
-        for code, name in enumerate(CAUSES, start=1):
-            out[name].append(recall_from_ranks(as_rank(outcome == code), image_of, num_images, (1,), average=average))
+        outcome = outcome_codes(rank, cause, k, no_prediction).long()
+        counts = torch.bincount(image_of * size + outcome, minlength=num_images * size).view(num_images, size)
+        shares = _share_columns(counts[:, :len(names)], average)
+        for j, name in enumerate(names):
+            out[name].append(shares[j:j + 1])
         if ngc_rank is not None:
-            ng = (outcome == PREDICATE) & hit_within(ngc_rank, min(int(k), int(ng_topk)))
-            out['predicate_ng'].append(recall_from_ranks(as_rank(ng), image_of, num_images, (1,), average=average))
+            ng = ((outcome == PREDICATE) & hit_within(ngc_rank, min(int(k), int(ng_topk)))).long()
+            ng_counts = torch.stack([counts[:, :len(names)].sum(1),
+                                     torch.bincount(image_of, weights=ng.double(), minlength=num_images).long()], 1)
+            # the share of the subset among ALL the image's relations: [total - subset, subset] columns
+            ng_counts[:, 0] -= ng_counts[:, 1]
+            out['predicate_ng'].append(_share_columns(ng_counts, average)[1:])
+    if ngc_rank is None:
+        del out['predicate_ng']
     return {name: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for name, v in out.items()}
 
 
@@ -122,15 +138,28 @@ def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, i
                                num_predicates: int, ks: Sequence[int], average: str = 'image',
                                no_prediction: Optional[Tensor] = None) -> Dict[str, Tensor]:
     """``{'hit' | cause: [len(ks), P] fraction}``: for each predicate, the share of its GT relations with each
-    outcome, averaged as its mR@K recall is (:func:`~.recall.per_predicate_recall`): per predicate present,
-    'hit' + every cause = 1."""
-    out = {name: [] for name in ('hit',) + CAUSES}
+    outcome, averaged as its mR@K recall is (:func:`~.recall.per_predicate_recall`: 'image', the mean over the
+    images holding it of the image's share; 'micro', over all its relations): per predicate present, 'hit' +
+    every cause = 1; 0 for an absent predicate. Counted on the (image, predicate) cells that hold relations."""
+    names = ('hit',) + CAUSES
+    size = len(names)
+    cells, cell = torch.unique(image_of.long() * num_predicates + predicate.long(), return_inverse=True)
+    cell_predicate = cells % num_predicates
+    out = {name: [] for name in names}
     for k in ks:
-        outcome = outcome_codes(rank, cause, k, no_prediction)
-        for code, name in enumerate(('hit',) + CAUSES):
-            table, _ = per_predicate_recall(as_rank(outcome == code), predicate, image_of, num_images, num_predicates,
-                                            (1,), average)
-            out[name].append(table[0])
+        outcome = outcome_codes(rank, cause, k, no_prediction).long()
+        counts = torch.bincount(cell * size + outcome, minlength=cells.numel() * size).view(-1, size).double()
+        total = counts.sum(1, keepdim=True)
+        if average == 'micro':
+            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate, counts)
+            table = sums / sums.sum(1, keepdim=True).clamp(min=1)
+        else:
+            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate,
+                                                                                       counts / total)
+            held = torch.bincount(cell_predicate, minlength=num_predicates).double()
+            table = sums / held.clamp(min=1)[:, None]
+        for j, name in enumerate(names):
+            out[name].append(table[:, j])
     return {name: torch.stack(v) if v else torch.zeros((0, num_predicates), dtype=torch.float64)
             for name, v in out.items()}
 
@@ -179,12 +208,20 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
 
     # the cause of a miss: overlap, class, pair, predicate, over every predicted pair of the image
-    subject_located, object_located = end_flags(located, gt_pairs)
-    every_pair = torch.arange(batch.rel_valid.shape[1], device=gc_order.device).expand_as(batch.rel_valid)
-    every_pair = every_pair.contiguous()
-    pair_scored = pair_ranks(every_pair, batch.rel_valid) < NO_HIT
-    in_list = first_hits(every_pair, batch.rel_valid, None, None) < NO_HIT
-    cause = miss_causes(subject_located, object_located, any_bit(subject_bits, num_gt), any_bit(object_bits, num_gt),
+    located_any, detected_any = located.any(1), detected.any(1)  # [B, M]: some predicted object overlaps / matches
+    subject_located, object_located = end_flags(located_any, gt_pairs)
+    subject_matched, object_matched = end_flags(detected_any, gt_pairs)
+    pair_flags = getattr(first_hits, 'pair_flags', None)
+    if pair_flags is not None:  # the compiled kernels: one pass over every pair, no index list
+        pair_scored, in_list = pair_flags()
+    else:  # the first-hit ranks of the list of every pair, in pair order
+        every_pair = torch.arange(batch.rel_valid.shape[1], device=gc_order.device).expand_as(batch.rel_valid)
+        every_pair = every_pair.contiguous()
+        pair_scored = pair_ranks(every_pair, batch.rel_valid) < NO_HIT
+        in_list = first_hits(every_pair, batch.rel_valid, None, None) < NO_HIT
+    # a scored pair of matching ends proves both matches by the metric's own matching (its bit sets), whatever
+    # the rounding of this IoU at the threshold: the causes stay nested (in list => pair => matched => located)
+    cause = miss_causes(subject_located, object_located, subject_matched | pair_scored, object_matched | pair_scored,
                         pair_scored, in_list)
 
     # PySGG's stage-wise ranks in the graph-constrained list (overlap: located, or matched whatever the rounding)
@@ -203,8 +240,8 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
            'rank_pair_det': pair_ranks(gc_order, gc_valid),
            'rank_pred_cls': first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid), num_gt),
            'num_gt_objects': gt_object_valid.sum(1),
-           'inst_loc': (located.any(1) & gt_object_valid).sum(1),
-           'inst_det': (detected.any(1) & gt_object_valid).sum(1)}
+           'inst_loc': (located_any & gt_object_valid).sum(1),
+           'inst_det': (detected_any & gt_object_valid).sum(1)}
 
     # evidence: the best-overlapping predicted object of each end (first on ties)
     best_iou, best_det = torch.where(pred_valid[:, :, None], iou, iou.new_full((), -1.0)).max(1) \

@@ -266,7 +266,9 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
     when they are built, :func:`_compiled_first_hit_ranker`). ``pair_ranks(order, valid)``: the first position
     whose pair matches both ends of each GT relation, whatever the predicate (None for ``phrase``).
     ``end_bits``: ``(subject_bits, object_bits)`` [B, N, W], the GT relations whose subject / object each predicted
-    object matches (:func:`~.matching.relation_end_bits`; None for ``phrase``)."""
+    object matches (:func:`~.matching.relation_end_bits`; None for ``phrase``). The compiled ranker's ``first_hits``
+    also has ``pair_flags()``: ``(scored, listed)`` [B, G] bool over every pair of each image in one pass
+    (:func:`~.error_causes.error_analysis_rows`)."""
     scores = batch.scores
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     num_gt = batch.gt_predicates.shape[1]
@@ -337,6 +339,11 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
         return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                        order, valid, None, None, [], None, 0, num_pred, True)
 
+    if hasattr(kernels, 'relation_pair_flags'):  # one pass over every pair for the error analysis
+        def pair_flags():
+            return kernels.relation_pair_flags(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
+                                               batch.num_rel_preds, matrices, start, column, num_pred)
+        first_hits.pair_flags = pair_flags
     return first_hits, pair_ranks, (subject_bits, object_bits)
 
 
