@@ -375,3 +375,25 @@ def test_benchmark_job_list_adds_the_error_analysis_job():
     jobs = tool.job_list(args, ['cpu'])
     best = {jobs[0]: dict(images_per_s=10.0), jobs[1]: dict(images_per_s=9.0)}
     assert report.summarize(jobs, best)['ratios']['ours_vs_ours+errors_sgdet-variable_cpu'] == pytest.approx(10 / 9)
+
+
+def test_compiled_pair_flags_equal_the_torch_path():
+    """The compiled one-pass kernel (relation_pair_flags) gives the causes of the torch path (the first-hit ranks of
+    the list of every pair), also on padded pairs, repeated pairs and images without pairs."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.functional.recall import _first_hit_ranker, scene_graph_ranks
+    from mmsgg_eval.structures import collate_scene_graphs
+    if not compiled.built():
+        pytest.skip('the compiled kernels are not built')
+    samples, _ = random_dataset(77, 40, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7))
+    first_hits, _, _ = _first_hit_ranker(batch, 0.5, True, False, False)
+    assert callable(getattr(first_hits, 'pair_flags', None))
+    on = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    with compiled.disabled():
+        batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES)
+        off = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    valid = batch.gt_valid
+    for name in ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc'):
+        assert torch.equal(on[name][valid], off[name][valid]), name
+    assert len(set(on['cause'][valid].tolist())) >= 4  # several causes occur

@@ -28,6 +28,7 @@ from torch import Tensor
 from .limits import NO_HIT
 from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predicate_bits,
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
+from .boxes import box_iou_unchecked
 from .recall import hit_within, object_iou_matrix
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
@@ -184,7 +185,7 @@ def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:
 
 def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, Tensor], gc_order: Tensor,
                         gc_valid: Tensor, gc_predicate: Optional[Tensor], gc_ends: Optional[Tensor], iou_thr: float,
-                        plus_one: bool, use_masks: bool) -> Dict[str, Tensor]:
+                        plus_one: bool, use_masks: bool, evidence: bool = True) -> Dict[str, Tensor]:
     """The error-analysis outputs of :func:`~.recall.scene_graph_ranks` for one padded batch, built on the
     metric's own matching: ``first_hits`` / ``pair_ranks`` / ``end_bits`` are its first-hit ranker's
     (:func:`~.recall._first_hit_ranker`: compiled or torch, boxes or masks), ``gc_*`` its graph-constrained list
@@ -203,7 +204,10 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     num_gt = batch.gt_predicates.shape[1]
     subject_bits, object_bits = end_bits
     pred_valid, gt_object_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
-    iou = object_iou_matrix(batch, plus_one, use_masks)  # [B, N, M], the class-agnostic overlap
+    # [B, N, M] class-agnostic overlap; boxes without the NaN clean-up (0/0 of two empty boxes compares False with
+    # every threshold, as IoU 0 does: iou_thr > 0)
+    iou = object_iou_matrix(batch, plus_one, True) if use_masks else \
+        box_iou_unchecked(batch.pred_boxes, batch.gt_boxes, plus_one)
     located = located_objects(iou, pred_valid, gt_object_valid, iou_thr)
     detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
 
@@ -243,7 +247,10 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
            'inst_loc': (located_any & gt_object_valid).sum(1),
            'inst_det': (detected_any & gt_object_valid).sum(1)}
 
+    if not evidence:
+        return out
     # evidence: the best-overlapping predicted object of each end (first on ties)
+    iou = torch.nan_to_num(iou, nan=0.0)
     best_iou, best_det = torch.where(pred_valid[:, :, None], iou, iou.new_full((), -1.0)).max(1) \
         if iou.shape[1] else (iou.new_full((iou.shape[0], iou.shape[2]), -1.0),
                                torch.full((iou.shape[0], iou.shape[2]), -1, dtype=torch.long, device=iou.device))

@@ -9,6 +9,7 @@ ranked list); ``evaluate()`` reduces those rows across ranks once, removes sampl
 percentages. An ``SGRecall`` and an ``SGMeanRecall`` with the same settings in one evaluator share that work
 through a :class:`~mmsgg_eval.metrics.base.ComputeGroup`: the second ranks nothing and sends nothing.
 """
+from functools import partial
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -420,7 +421,8 @@ class SceneGraphMetric(RowMetric):
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
                                   list_length=self._list_length,
-                                  analysis=error_causes.error_analysis_rows if self.error_analysis else None)
+                                  analysis=partial(error_causes.error_analysis_rows, evidence=bool(self._list_length))
+                                  if self.error_analysis else None)
         valid = batch.gt_valid
         most_gt = int(valid.sum(1).max()) if valid.numel() else 0
         if most_gt > max_k:  # R@rel (K = the image's GT relations) needs the graph-constrained list that far
