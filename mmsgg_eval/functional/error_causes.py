@@ -247,8 +247,17 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
            'inst_loc': (located_any & gt_object_valid).sum(1),
            'inst_det': (detected_any & gt_object_valid).sum(1)}
 
-    if not evidence:
-        return out
+    if evidence:
+        out.update(end_evidence(batch, iou, gt_sub, gt_obj))
+    return out
+
+
+def end_evidence(batch, iou: Tensor, gt_sub: Tensor, gt_obj: Tensor) -> Dict[str, Tensor]:
+    """The evidence of each GT relation's ends [B, G]: ``'{end}_iou'`` the best IoU of any predicted object with it
+    (float32, 0 without one), ``'{end}_det_label'`` / ``'{end}_det_score'`` that object's class (-1 without one) and
+    score (0) (``iou`` [B, N, M], NaN for two empty boxes)."""
+    out: Dict[str, Tensor] = {}
+    pred_valid = batch.pred_labels >= 0
     # evidence: the best-overlapping predicted object of each end (first on ties)
     iou = torch.nan_to_num(iou, nan=0.0)
     best_iou, best_det = torch.where(pred_valid[:, :, None], iou, iou.new_full((), -1.0)).max(1) \
