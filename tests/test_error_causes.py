@@ -397,3 +397,27 @@ def test_compiled_pair_flags_equal_the_torch_path():
     for name in ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc'):
         assert torch.equal(on[name][valid], off[name][valid]), name
     assert len(set(on['cause'][valid].tolist())) >= 4  # several causes occur
+
+
+def test_compare_gives_the_change_of_each_cause_with_paired_intervals(tmp_path):
+    """States saved with error_analysis=True: python -m mmsgg_eval.compare reports every miss@K_{cause} and R@rel
+    change, and the changes of R@K and of the causes sum to 0 (the identity holds in both runs)."""
+    from mmsgg_eval.compare import compare_runs, load_run
+    from tests.test_compare import perturbed
+    samples, _ = random_dataset(8, 24, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    for name, run_samples in (('a', samples), ('b', perturbed(samples, 1))):
+        for cls in (SGRecall, SGMeanRecall):
+            metric = cls(mode='sgdet', topk=(5, 20), error_analysis=True,
+                         save_state=str(tmp_path / name / f'{cls.__name__}.state'))
+            metric.dataset_meta = META
+            metric.process({}, run_samples)
+            metric.evaluate(len(run_samples))
+    result = compare_runs([load_run(str(tmp_path / 'a')), load_run(str(tmp_path / 'b'))], ['a', 'b'], samples=100)
+    keys = {k: r for m in result['comparisons'][0]['metrics'] for k, r in m['keys'].items()}
+    for k in (5, 20):
+        assert f'miss@{k}_predicate' in keys and f'miss@{k}_subject_loc' in keys
+        total = keys[f'R@{k}']['delta'] + sum(r['delta'] for name, r in keys.items()
+                                              if name.startswith(f'miss@{k}_') and not name.endswith('predicate_ng'))
+        assert total == pytest.approx(0.0, abs=1e-9)
+        assert keys[f'miss@{k}_subject_loc']['delta'] == 0  # the same detections in both runs
+    assert 'R@rel' in keys and 'mR@rel' in keys
