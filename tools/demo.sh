@@ -31,6 +31,7 @@ python3 tools/train.py "$DET_CONFIG" --work-dir "$WORK_DIR/detector" > "$WORK_DI
     || { tail -n 40 "$WORK_DIR/detector/train.log"; exit 1; }
 grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cut -c1-220
 echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
+mkdir -p "$WORK_DIR/sgdet"
 python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
     --out "$WORK_DIR/sgdet/predictions.pkl" 2>&1 | tee "$WORK_DIR/sgdet/test.log"
 echo "[demo]     where SGDet recall is lost (error_analysis=True; docs/metrics.md):"
