@@ -35,6 +35,8 @@ def format_scene_graph_report(summary: Dict[str, Any], keys: Dict[str, float], m
             families.append(fam)
     for fam in families:
         title = FAMILY_TITLES.get(fam, fam)
+        if not _family_line(fam, keys, ks):  # keys without a plain K (miss@K_cause, stage_inst_*): own lines
+            continue
         lines.append(f'SGG eval: {_family_line(fam, keys, ks):<70s} for mode={mode}, type={title}.')
         for group in summary.get('groups', {}):
             if fam == 'mR' and any(f'mR@{k}_{group}' in keys for k in ks):
@@ -267,7 +269,7 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
     families: Dict[str, Dict[str, str]] = {}
     for key in m:
         parts = _key_parts(key)
-        if parts is None or parts[2]:
+        if parts is None or parts[2] or parts[1] == 'rel':  # R@rel / mR@rel: their own table
             continue
         family, k, _ = parts
         families.setdefault(family, {})[k] = key
@@ -300,6 +302,16 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
         tables.append(ReportTable('per_predicate', _per_predicate_caption(summary, pcols),
                                   ['Predicate', 'Group', '#GT'] + [recall_key('R', k) for k in pcols], rows,
                                   text_columns=2))
+    relative = [key for key in ('R@rel', 'mR@rel') if key in m]
+    if relative:  # relative recall: K = each image's number of GT relations
+        shown.update(relative)
+        tables.append(ReportTable('relative', 'Relative recall (%): K = the image\'s number of GT relations',
+                                  ['Dataset', 'Mode'] + relative, [[dataset, mode] + [m[key] for key in relative]],
+                                  text_columns=2))
+    causes = cause_tables(summary, ks)  # where recall is lost (error_analysis=True)
+    if causes:
+        shown.update(k for k in m if k.startswith('miss@'))
+        tables += causes
     rest = [k for k in m if k not in shown]
     if rest:
         tables.append(ReportTable('other', 'Other keys', ['Key', 'Value'], [[k, m[k]] for k in rest]))
@@ -651,3 +663,48 @@ def _parents(path: str) -> List[str]:
     while osp.dirname(out[-1]) != out[-1]:
         out.append(osp.dirname(out[-1]))
     return out
+
+
+# ---------------------------------------------------------------------------------------------- error analysis
+
+def format_recall_lost(metrics: Dict[str, float], ks: Sequence[int], causes: Sequence[str]) -> List[str]:
+    """One line per K: ``R@50 28.4 | lost: subject_loc 21.3, object_loc 19.8, ..., rank 3.1`` (percent, from the
+    ``miss@K_{cause}`` keys of an error analysis; ``predicate_ng``, a subset of ``predicate``, in brackets)."""
+    lines = []
+    for k in ks:
+        if f'R@{k}' not in metrics or not any(f'miss@{k}_{c}' in metrics for c in causes):
+            continue
+        lost = ', '.join(f'{c} {metrics[f"miss@{k}_{c}"]:.1f}' for c in causes if f'miss@{k}_{c}' in metrics)
+        ng = metrics.get(f'miss@{k}_predicate_ng')
+        lines.append(f'R@{k} {metrics[f"R@{k}"]:.1f} | lost: {lost}'
+                     + (f' (predicate_ng {ng:.1f}: right predicate, not the top one)' if ng is not None else ''))
+    if 'stage_inst_loc' in metrics:
+        lines.append(f'instances (PySGG stage-wise): located {metrics["stage_inst_loc"]:.1f}, detected '
+                     f'{metrics.get("stage_inst_det", float("nan")):.1f}')
+    return lines
+
+
+def cause_tables(summary: Dict[str, Any], ks: Sequence[Any]) -> List['ReportTable']:
+    """The tables of an error analysis (``summary['causes']`` and ``['per_predicate_causes']``): ``causes``,
+    one row per outcome (hit = R@K, then each cause) and one column per K; ``per_predicate_causes``, each
+    predicate's R@K and the causes at the largest K. Empty without an error analysis."""
+    causes = summary.get('causes')
+    m = summary.get('metrics', {})
+    if not causes:
+        return []
+    ks = [k for k in ks if f'miss@{k}_{causes[0]}' in m]
+    if not ks:
+        return []
+    rows = [['hit', 'R@K'] + [m.get(f'R@{k}') for k in ks]]
+    rows += [[c, f'miss@K_{c}'] + [m.get(f'miss@{k}_{c}') for k in ks] for c in list(causes) + ['predicate_ng']]
+    tables = [ReportTable('causes', 'Where recall@K is lost (%): R@K + the causes = 100 (predicate_ng is a subset '
+                          'of predicate)', ['Outcome', 'Key'] + [f'@{k}' for k in ks], rows, text_columns=2)]
+    table = summary.get('per_predicate_causes') or {}
+    if table:
+        k = ks[-1]
+        header = ['Predicate', '#GT', f'R@{k}'] + [f'miss@{k}_{c}' for c in causes]
+        body = [[name, int(row['num_gt']), row.get(f'R@{k}')] + [row.get(f'miss@{k}_{c}') for c in causes]
+                for name, row in table.items()]
+        tables.append(ReportTable('per_predicate_causes', f'Where each predicate\'s recall@{k} is lost (%)', header,
+                                  body, text_columns=1))
+    return tables

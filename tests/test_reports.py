@@ -74,7 +74,7 @@ def test_write_reports(tmp_path, summary):
     ks = (20, 50, 100)
     paths = write_scene_graph_reports(summary, str(tmp_path), 'predcls', ks, 'VG150', 'predcls')
     assert set(paths) == {'json', 'png', 'markdown', 'latex', 'csv_main', 'csv_families', 'csv_groups',
-                          'csv_per_predicate'}
+                          'csv_per_predicate', 'csv_relative'}  # R@rel / mR@rel: always computed
     assert paths['json'].endswith('predcls.metrics.json')
 
     # metrics.json: every key and the per-predicate recalls
@@ -100,8 +100,11 @@ def test_write_reports(tmp_path, summary):
 
     # Markdown: four tables that parse, with the right headers and numbers
     tables = parse_markdown_tables(open(paths['markdown'], encoding='utf-8').read())
-    assert len(tables) == 4
-    (head1, rows1), (head_f, rows_f), (head2, rows2), (head3, rows3) = tables
+    assert len(tables) == 5
+    (head1, rows1), (head_f, rows_f), (head2, rows2), (head3, rows3), (head_rel, rows_rel) = tables
+    assert head_rel == ['Dataset', 'Mode', 'R@rel', 'mR@rel']  # relative recall: its own table
+    assert [float(c) for c in rows_rel[0][2:]] == pytest.approx([summary['metrics']['R@rel'],
+                                                                  summary['metrics']['mR@rel']], abs=0.005)
     assert head_f == ['Family', 'Meaning', '@20', '@50', '@100']
     assert [r[0] for r in rows_f] == ['R', 'ngR', 'A', 'mR', 'ngmR', 'F', 'AVG']  # predcls, no zero-shot set
     for row in rows_f:

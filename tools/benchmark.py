@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--bootstrap', action='store_true',
                         help='also the seconds of 1,000 bootstrap replicates of every SGMeanRecall key over the '
                              'VG150 test split size (26,446 images x 50 predicates)')
+    parser.add_argument('--error-analysis', action='store_true',
+                        help='also ours+errors: SGRecall + SGMeanRecall with error_analysis=True (its cost)')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--torch-path', action='store_true',
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
@@ -106,6 +108,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
             jobs.append(('ours-1thread', wl, 'cpu'))
         if args.torch_path and 'cpu' in devices:
             jobs.append(('ours-torch', wl, 'cpu'))
+        if args.error_analysis:
+            jobs += [('ours+errors', wl, dev) for dev in devices]
         if args.baseline and 'cpu' in devices:
             jobs.append(('baseline', wl, 'cpu'))
         if not args.no_peers:

@@ -31,14 +31,18 @@ python3 tools/train.py "$DET_CONFIG" --work-dir "$WORK_DIR/detector" > "$WORK_DI
     || { tail -n 40 "$WORK_DIR/detector/train.log"; exit 1; }
 grep -E "Iter\(train\)|bbox/mAP" "$WORK_DIR/detector/train.log" | tail -n 2 | cut -c1-220
 echo "[demo] 5/5 SGDet with tools/test.py: FREQ on the detections (SGRecall + SGMeanRecall + DetectionAP)"
+mkdir -p "$WORK_DIR/sgdet"
 python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-dir "$WORK_DIR/sgdet" \
-    --out "$WORK_DIR/sgdet/predictions.pkl"
+    --out "$WORK_DIR/sgdet/predictions.pkl" 2>&1 | tee "$WORK_DIR/sgdet/test.log"
+echo "[demo]     where SGDet recall is lost (error_analysis=True; docs/metrics.md):"
+grep -E "^(R@[0-9]+ .*\| lost:|instances \(PySGG)" "$WORK_DIR/sgdet/test.log" | sed 's/^/[demo]       /' || true
 echo "[demo]     These SGDet numbers are near 0 on purpose: the detector trained for 10 iterations from a random start, and its"
-echo "[demo]     detections almost never match a GT box (AP@50 about 0.1); the point of this part is the path (train -> detect -> relate -> score)."
+echo "[demo]     detections almost never match a GT box (AP@50 about 0.1), so almost every miss is a detection miss (subject_loc /"
+echo "[demo]     object_loc above); the point of this part is the path (train -> detect -> relate -> score)."
 echo "[demo]     With a trained detector the same command gives real numbers. The PredCls report above is the one to read."
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
 echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*, HTML report in $WORK_DIR/report/index.html"
-echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json, reports in $WORK_DIR/sgdet/sgdet.*"
+echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json (miss@K_* keys, sgdet/per_predicate_causes), reports in $WORK_DIR/sgdet/sgdet.*"
 echo "[demo] next: open $WORK_DIR/report/index.html (hits and misses per image and predicate), or evaluate your own"
 echo "[demo]       predictions offline: python -m mmsgg_eval.eval CONFIG PREDICTIONS (README, docs/formats.md)"

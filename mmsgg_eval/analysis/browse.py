@@ -243,6 +243,7 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     summary = summarize_records(records, predicates, ks, average, mr_average)
     summary['values_read'] = metric_values(summary, metrics, first.get('prefix') or first.get('mode'))
     summary.update(recall_average=average, mr_average=mr_average)
+    summary['causes'] = cause_summary(records, predicates, [x for x in ks if x != ALL], average)  # error_analysis=True records only
     limit = len(records) if max_images is None else max(0, int(max_images))
     drawn = set()
     bar = None
@@ -328,6 +329,7 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
     body.append(f'<p id="conventions">recall averaged {how}; mR over {over}; {summary.get("values_read", 0)} '
                 f'values read from the evaluation (metrics.json), the others computed from the per-image records '
                 f'with the metric\'s functions; – = no GT relation to measure</p>')
+    body.append(cause_section(summary, k))
     if metrics:
         body.append('<details><summary>all keys of the evaluation (metrics.json)</summary><table>' + ''.join(
             f'<tr><td>{_e(key)}</td><td>{_fmt(v) if isinstance(v, (int, float)) else _e(v)}</td></tr>'
@@ -387,7 +389,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                     f'<td>{g["subject"]}:{_e(g["subject_label"])}</td><td>{_e(g["predicate"])}</td>'
                     f'<td>{g["object"]}:{_e(g["object_label"])}</td><td>{_rank(g["rank_gc"])}</td>'
                     f'<td>{_rank(g["rank_ngc"])}</td><td class="s">{status}</td><td>{_e(instead or "")}</td></tr>')
-    body.append(f'</tbody></table><h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
+    body.append('</tbody></table>' + cause_table(r, k))
+    body.append(f'<h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
                 '<th class="sortable">rank (0-based)</th><th>subject</th><th>predicate</th><th>object</th>'
                 '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
     for item, p in zip(pred_items, r['predictions']):
@@ -462,3 +465,97 @@ def dataset_facts(dataset: Any) -> Tuple[List[str], List[str], Dict[int, str], s
         paths[i] = info.get('img_path')
     split = str(getattr(dataset, 'split', '') or meta.get('split', '') or '')
     return list(meta['classes']), list(meta['predicates']), paths, split
+
+
+# ------------------------------------------------------------------------- where recall is lost (error analysis)
+CAUSE_COLORS = {'hit': '#2a2', 'subject_loc': '#d33', 'object_loc': '#e77', 'subject_cls': '#d80',
+                'object_cls': '#fb5', 'pair': '#75c', 'predicate': '#39c', 'rank': '#999', 'no_prediction': '#333'}
+
+
+def cause_summary(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[int],
+                  average: str = 'image') -> Optional[Dict[str, Any]]:
+    """Where recall@K is lost, from the records' ``outcome`` fields (metrics run with ``error_analysis=True``;
+    None without them), with the metric's aggregation: ``'overall'`` ``{K: {outcome: percent}}`` averaged as R@K
+    (so 'hit' is R@K), ``'per_predicate'`` ``{predicate: {K: {outcome: percent}}}`` averaged as mR@K's per-predicate
+    recall (predicates with GT relations only), ``'images'`` ``{K: {cause: [sample_idx, ...]}}``: the images with
+    a GT relation missed for that cause."""
+    from ..functional.error_causes import CAUSES, as_rank
+    evaluated = [r for r in records if r['evaluated']]
+    if not any('outcome' in g for r in evaluated for g in r['gt_relations']):
+        return None
+    names = ('hit',) + CAUSES
+    index = {p: i for i, p in enumerate(predicates)}
+    image_of, preds, outcomes = [], [], {k: [] for k in ks}
+    images: Dict[int, Dict[str, List[int]]] = {k: {c: [] for c in CAUSES} for k in ks}
+    for i, r in enumerate(evaluated):
+        for g in r['gt_relations']:
+            image_of.append(i)
+            preds.append(index[g['predicate']])
+            for k in ks:
+                outcomes[k].append(names.index(g['outcome'][str(k)]))
+        for k in ks:
+            for c in sorted({g['outcome'][str(k)] for g in r['gt_relations']} - {'hit'}):
+                images[k][c].append(r['sample_idx'])
+    n, img, pred = len(evaluated), torch.tensor(image_of, dtype=torch.long), torch.tensor(preds, dtype=torch.long)
+    overall, per_pred = {}, {p: {} for i, p in enumerate(predicates) if i in set(preds)}
+    for k in ks:
+        code = torch.tensor(outcomes[k], dtype=torch.long)
+        overall[k] = {}
+        for j, name in enumerate(names):
+            selected = as_rank(code == j)
+            overall[k][name] = 100.0 * float(recall_from_ranks(selected, img, n, (1,), average=average)[0])
+            table, _ = per_predicate_recall(selected, pred, img, n, len(predicates), (1,), average)
+            for p in per_pred:
+                per_pred[p].setdefault(k, {})[name] = 100.0 * float(table[0, index[p]])
+    return {'overall': overall, 'per_predicate': per_pred, 'images': images}
+
+
+def stacked_bar(shares: Dict[str, float], label: str = '') -> str:
+    """One horizontal bar of the outcome shares (percent, widths proportional), with a legend in its title."""
+    title = ', '.join(f'{name} {value:.1f}' for name, value in shares.items() if value > 0)
+    cells = ''.join(f'<span title="{_e(name)} {value:.1f}%" style="display:inline-block;height:1em;width:{value:.3f}%;'
+                    f'background:{CAUSE_COLORS.get(name, "#ccc")}"></span>' for name, value in shares.items() if value > 0)
+    return (f'<div class="bar" title="{_e(title)}"><span style="display:inline-block;width:12em">{_e(label)}</span>'
+            f'<span style="display:inline-block;width:60%;border:1px solid #aaa;line-height:0">{cells}</span> '
+            f'<small>{_e(title)}</small></div>')
+
+
+def cause_section(summary: Dict[str, Any], k: int) -> str:
+    """The index block "where recall@K is lost": the whole set and each predicate as stacked bars, and the
+    images listed by cause (empty without an error analysis)."""
+    causes = summary.get('causes')
+    if not causes or k not in causes['overall']:
+        return ''
+    legend = ' '.join(f'<span style="background:{c};color:#fff;padding:0 4px">{_e(n)}</span>'
+                      for n, c in CAUSE_COLORS.items())
+    body = [f'<h2 id="causes">Where recall@{k} is lost</h2><p>{legend}</p>',
+            stacked_bar(causes['overall'][k], 'all GT relations')]
+    body += [stacked_bar(shares[k], p) for p, shares in causes['per_predicate'].items() if k in shares]
+    body.append('<h3>Images by cause</h3><table id="cause-images"><tr><th>cause</th><th>images</th></tr>')
+    for cause, idxs in causes['images'][k].items():
+        if idxs:
+            links = ' '.join(f'<a href="images/{i}.html">{i}</a>' for i in idxs[:200])
+            more = f' ... ({len(idxs)} images)' if len(idxs) > 200 else f' ({len(idxs)})'
+            body.append(f'<tr data-cause="{_e(cause)}"><td>{_e(cause)}</td><td>{links}{more}</td></tr>')
+    body.append('</table>')
+    return ''.join(body)
+
+
+def cause_table(r: Dict[str, Any], k: int) -> str:
+    """The image page's "why missed at K" table: each missed GT relation's cause and its evidence (the best IoU
+    of any predicted object with its subject / object, that object's class and score); empty without outcomes."""
+    rows = [g for g in r['gt_relations'] if 'outcome' in g and g['outcome'].get(str(k), 'hit') != 'hit']
+    if not rows:
+        return ''
+
+    def evidence(e: Optional[Dict[str, Any]]) -> str:
+        return '–' if not e else f'IoU {e["best_iou"]:.2f}, {_e(e["label"])} ({e["score"]:.2f})'
+    body = [f'<h2>Why missed at {k}</h2><table id="causes"><tr><th>#</th><th>relation</th><th>cause</th>'
+            '<th>best detection on the subject</th><th>best detection on the object</th></tr>']
+    for g in rows:
+        ev = g.get('evidence') or {}
+        body.append(f'<tr class="miss"><td>{g["index"] + 1}</td><td>{_e(g["subject_label"])} {_e(g["predicate"])} '
+                    f'{_e(g["object_label"])}</td><td class="s">{_e(g["outcome"][str(k)])}</td>'
+                    f'<td>{evidence(ev.get("subject"))}</td><td>{evidence(ev.get("object"))}</td></tr>')
+    body.append('</table>')
+    return ''.join(body)

@@ -48,10 +48,12 @@ def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
                 runs_images_per_s=[images / s for s in timed['runs_seconds']])
 
 
-def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int) -> Dict[str, Any]:
+def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int,
+             error_analysis: bool = False) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
     SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
-    bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel)."""
+    bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel).
+    ``error_analysis``: the scene-graph metrics' option of that name (``ours+errors``)."""
     import torch
     from mmengine.logging import MMLogger
 
@@ -65,7 +67,8 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
         if workload in OI_WORKLOADS:
             metrics = [OIRelationMetric(mode=mode)]
         else:
-            metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS) for cls in (SGRecall, SGMeanRecall)]
+            extra = dict(error_analysis=True) if error_analysis else {}
+            metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS, **extra) for cls in (SGRecall, SGMeanRecall)]
         dataset_meta = meta(workload)
         for m in metrics:  # as mmengine's Evaluator does: one dataset_meta object for all its metrics
             m.dataset_meta = dataset_meta
@@ -258,6 +261,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
     'ours-1thread': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
     'ours-torch': _ours_torch,
+    'ours+errors': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], error_analysis=True),
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
     'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
     'score-floor': lambda wl, dev, o: run_score_floor(wl, o['images'], o['repeat']),

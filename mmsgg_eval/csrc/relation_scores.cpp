@@ -1260,6 +1260,108 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
   return out;
 }
 
+// Error analysis (mmsgg_eval.functional.error_causes): for every GT relation, whether some predicted pair of its
+// image joins a predicted object matching its subject to one matching its object (scored), and whether such a
+// pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
+// first count[b] pairs (no index list), reading the score row of a pair only when it matches both ends of a GT
+// relation not yet known to be listed. Returns (scored [B, G] bool, listed [B, G] bool).
+std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                                       const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                                                       const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
+                                                       const std::vector<at::Tensor>& matrices,
+                                                       const std::optional<at::Tensor>& start, int64_t column,
+                                                       int64_t num_predicates) {
+  check_cpu(subject_bits, at::kLong, 3, "relation_pair_flags: subject_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(object_bits, at::kLong, 3, "relation_pair_flags: object_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(gt_predicates, at::kLong, 2, "relation_pair_flags: gt_predicates must be int64 [B, G] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "relation_pair_flags: gt_valid must be bool [B, G] on the CPU");
+  check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
+  const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
+  const int64_t num_rel = gt_predicates.size(1);
+  const PairRows pairs(rel_pairs, batch, "relation_pair_flags");
+  TORCH_CHECK(object_bits.sizes() == subject_bits.sizes() && gt_valid.sizes() == gt_predicates.sizes() &&
+                  gt_predicates.size(0) == batch && count.size(0) == batch &&
+                  words >= std::max<int64_t>((num_rel + 63) / 64, 1),
+              "relation_pair_flags: the batch fields do not have matching shapes");
+  TORCH_CHECK(num_predicates > 0, "relation_pair_flags: no predicate columns");
+  check_matrices(matrices, column, num_predicates);
+  if (start.has_value()) {
+    check_cpu(*start, at::kLong, 1, "relation_pair_flags: start must be int64 [B] on the CPU");
+    TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch,
+                "relation_pair_flags: with start, one matrix holds the rows of every image");
+  } else {
+    TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, "relation_pair_flags: one score matrix per image");
+  }
+  at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
+             gv = gt_valid.contiguous(), count_c = count.contiguous();
+  at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
+  at::Tensor scored = at::zeros({batch, num_rel}, at::kBool), listed = at::zeros({batch, num_rel}, at::kBool);
+  const uint64_t* s_ptr = reinterpret_cast<const uint64_t*>(bits_s.data_ptr<int64_t>());
+  const uint64_t* o_ptr = reinterpret_cast<const uint64_t*>(bits_o.data_ptr<int64_t>());
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  const int64_t* start_ptr = start_c.defined() ? start_c.data_ptr<int64_t>() : nullptr;
+  bool* scored_ptr = scored.data_ptr<bool>();
+  bool* listed_ptr = listed.data_ptr<bool>();
+  const int64_t cols = column + num_predicates;
+  std::vector<int64_t> bad(batch, -1);  // a pair whose objects or score row are out of range
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> carries, any_pair(words), any_listed(words);
+    for (int64_t b = begin; b < end; ++b) {
+      carries.assign(num_predicates * words, 0);
+      std::fill(any_pair.begin(), any_pair.end(), 0);
+      std::fill(any_listed.begin(), any_listed.end(), 0);
+      for (int64_t g = 0; g < num_rel; ++g) {
+        const int64_t p = gp_ptr[b * num_rel + g];
+        if (gv_ptr[b * num_rel + g] && p >= 0 && p < num_predicates) {
+          carries[p * words + g / 64] |= uint64_t(1) << (g % 64);
+        }
+      }
+      const at::Tensor& m = start_ptr ? matrices[0] : matrices[b];
+      const float* rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
+      const int64_t rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
+      const int64_t n = count_ptr[b];
+      if (n < 0 || n > pairs.slots(b) || n > rows_count) {
+        bad[b] = n;
+        continue;
+      }
+      const int64_t* pr = pairs.pairs(b);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
+          bad[b] = r;
+          break;
+        }
+        const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
+        const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
+        uint64_t fresh = 0;
+        for (int64_t w = 0; w < words; ++w) {
+          const uint64_t h = sub[w] & obj[w];
+          any_pair[w] |= h;
+          fresh |= h & ~any_listed[w];
+        }
+        if (!fresh) {
+          continue;
+        }
+        const int64_t p = first_max_column(rows + r * cols + column, num_predicates);
+        for (int64_t w = 0; w < words; ++w) {
+          any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+        }
+      }
+      for (int64_t g = 0; g < num_rel; ++g) {
+        scored_ptr[b * num_rel + g] = (any_pair[g / 64] >> (g % 64)) & 1;
+        listed_ptr[b * num_rel + g] = (any_listed[g / 64] >> (g % 64)) & 1;
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "relation_pair_flags: image ", b, " pair ", bad[b],
+                " points outside its objects or score rows");
+  }
+  return {scored, listed};
+}
+
 // The graph-constrained sub-list of the pairs that are GT pairs: for every image, the stable descending top-k of
 // values[b, r] over its first count[b] pairs r whose (subject, object) indices equal those of one of its valid GT
 // pairs (index equality; ties in ascending r). Returns (index [B, k'], valid [B, k']), k' = min(k, W), as
@@ -1482,6 +1584,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       hits_doc, py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
       py::arg("rel_pairs"), py::arg("index"), py::arg("valid"), py::arg("predicate"), py::arg("list_valid"),
       py::arg("matrices"), py::arg("start"), py::arg("column"), py::arg("num_predicates"), py::arg("ends_only"));
+  m.def("relation_pair_flags", &relation_pair_flags,
+        "(scored, listed) [B, G] bool: some pair joins matching ends of each GT relation / with its predicate",
+        py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
+        py::arg("rel_pairs"), py::arg("count"), py::arg("matrices"), py::arg("start"), py::arg("column"),
+        py::arg("num_predicates"));
   const char* gt_doc = "stable top-k of values over each image's real pairs that are GT pairs: (index [B, k'], "
                        "valid [B, k'])";
   m.def("gt_pair_list", &gt_pair_list, gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"),

@@ -5,7 +5,7 @@ prediction that hits it in each ranked list (graph-constrained, no-graph-constra
 "hit within the top K" is then ``rank < K`` for every K, so one pass serves all K and all metrics, and the
 per-image state is a few integers per GT relation, independent of the number of predictions.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -192,7 +192,8 @@ def _ranked_entries(entry_image: Tensor, entry: Tensor, values: Tensor, batch: i
 
 def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plus_one: bool = False,
                       phrase: bool = False, use_masks: bool = False, rank_by: str = 'score',
-                      with_pair_accuracy: bool = True, list_length: int = 0) -> Dict[str, Tensor]:
+                      with_pair_accuracy: bool = True, list_length: int = 0,
+                      analysis: Optional[Callable[..., Dict[str, Tensor]]] = None) -> Dict[str, Tensor]:
     """First-hit ranks of every GT relation in the ranked lists of a :class:`SceneGraphBatch`.
 
     Returns ``{'gc': [B, G], 'ngc': [B, G], 'pair_acc': [B, G] (if asked)}`` int32; a GT relation not hit
@@ -206,9 +207,15 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     ``'pair_rank'`` [B, G], the first graph-constrained position (below ``max_k``) whose pair matches both its
     ends whatever the predicate (``NO_HIT`` when none; always ``NO_HIT`` for ``phrase``), and ``'pair_predicate'``
     [B, G] the predicate of that entry (what the model ranked highest on the GT pair; -1 when none).
+    ``analysis`` (not for ``phrase``): a function given this batch's own matching and graph-constrained list,
+    whose outputs are added (:func:`~.error_causes.error_analysis_rows`: the miss cause of every GT relation and
+    PySGG's stage-wise ranks), called as ``analysis(batch, first_hits, pair_ranks, end_bits, gc_order, gc_valid,
+    gc_predicate, gc_ends, iou_thr, plus_one, use_masks)`` (see :func:`_first_hit_ranker`).
     """
+    if analysis is not None and phrase:
+        raise ValueError('error analysis is not defined for phrase detection (union-box matching)')
     scores = batch.scores  # the predicate scores, in the layout the reader chose
-    first_hits, pair_ranks = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
+    first_hits, pair_ranks, end_bits = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
 
     # the graph-constrained list (real pairs first); both lists may have been built while the scores were read
     ranked = getattr(batch, 'ranked_lists', None)
@@ -246,11 +253,15 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     if with_pair_accuracy:
         acc_order, acc_valid, acc_positions = gt_pair_sublist(batch, gc_score, max_k, rank_by)
         out['pair_acc'] = first_hits(acc_order, acc_valid, None, acc_positions)
+    if analysis is not None:
+        gc_ends = ranked.gc_ends if ranked is not None else None
+        out.update(analysis(batch, first_hits, pair_ranks, end_bits, gc_order, gc_valid, gc_predicate, gc_ends,
+                            iou_thr, plus_one, use_masks))
     return out
 
 
 def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_masks: bool):
-    """``(first_hits, pair_ranks)`` for the ranked lists of ``batch``.
+    """``(first_hits, pair_ranks, end_bits)`` for the ranked lists of ``batch``.
 
     ``first_hits(pair_index, valid, predicate, list_valid, ends=None)``: the [B, G] first-hit rank of each GT
     relation in a list of (pair, predicate) entries [B, J] (``ends`` [B, J, 2]: the entries' (subject, object)
@@ -261,7 +272,11 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
     ``list_valid``: entries that count as list positions (None: all). Phrase detection matches the union boxes
     of each entry's pair; otherwise matched objects are bit sets (computed by the compiled kernels on the CPU
     when they are built, :func:`_compiled_first_hit_ranker`). ``pair_ranks(order, valid)``: the first position
-    whose pair matches both ends of each GT relation, whatever the predicate (None for ``phrase``)."""
+    whose pair matches both ends of each GT relation, whatever the predicate (None for ``phrase``).
+    ``end_bits``: ``(subject_bits, object_bits)`` [B, N, W], the GT relations whose subject / object each predicted
+    object matches (:func:`~.matching.relation_end_bits`; None for ``phrase``). The compiled ranker's ``first_hits``
+    also has ``pair_flags()``: ``(scored, listed)`` [B, G] bool over every pair of each image in one pass
+    (:func:`~.error_causes.error_analysis_rows`)."""
     scores = batch.scores
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     num_gt = batch.gt_predicates.shape[1]
@@ -275,7 +290,7 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
                                 batch.gt_predicates, batch.gt_valid, batch.gt_labels, iou_thr,
                                 pred_boxes=batch.pred_boxes, gt_boxes=batch.gt_boxes, phrase=True, plus_one=plus_one)
             return first_hit_rank(hits, list_valid)
-        return phrase_hits, None
+        return phrase_hits, None, None
     if not use_masks:
         ranker = _compiled_first_hit_ranker(batch, iou_thr, plus_one)
         if ranker is not None:
@@ -298,7 +313,8 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
             predicate = scores.predicate_at(pair_index, valid)
         return first_hit_rank_bits(predicate_hit_bits(ends, carries, predicate, valid), num_gt, list_valid)
 
-    return first_hits, lambda order, valid: first_hit_rank_bits(ends_of(order, valid), num_gt, None)
+    return first_hits, lambda order, valid: first_hit_rank_bits(ends_of(order, valid), num_gt, None), \
+        (subject_bits, object_bits)
 
 
 def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
@@ -333,7 +349,12 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
         return kernels.first_hit_ranks(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                        order, valid, None, None, [], None, 0, num_pred, True)
 
-    return first_hits, pair_ranks
+    if hasattr(kernels, 'relation_pair_flags'):  # one pass over every pair for the error analysis
+        def pair_flags():
+            return kernels.relation_pair_flags(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
+                                               batch.num_rel_preds, matrices, start, column, num_pred)
+        first_hits.pair_flags = pair_flags
+    return first_hits, pair_ranks, (subject_bits, object_bits)
 
 
 def _score_row_source(scores):

@@ -289,7 +289,57 @@ def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tenso
     for j, k in enumerate(ks):
         c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
     c.table_labels = list(metric.predicates)
+    relative_and_error_contributions(c, metric, images, rel, unit)
     return c
+
+
+def relative_and_error_contributions(c: Contributions, metric: Any, images: Dict[str, Tensor],
+                                     rel: Dict[str, Tensor], unit: Tensor) -> None:
+    """R@rel and mR@rel (K = each image's GT relations) and, with ``error_analysis``, the ``miss@K_{cause}`` and
+    ``stage_*`` keys of a :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric`, per image, as its summary
+    computes them (:mod:`mmsgg_eval.functional.error_causes`)."""
+    from ..functional import error_causes
+    at = c.unit_of(images['sample_idx'])
+
+    def per_unit(values: Tensor) -> Tensor:
+        out = torch.zeros(c.num_units, dtype=values.dtype)
+        out[at] = values
+        return out
+    ks, avg, num_pred = metric.topk, metric.recall_average, len(metric.predicates)
+    num_gt = per_unit(images['num_gt'].long())
+    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
+    rank_rel = metric.relative_ranks(rank_gc, num_gt.index_select(0, unit))
+    put(c, 'R', ['rel'], recall_block(c, rank_rel, unit, (1,), avg))
+    rel_per_pred, presence = per_predicate_block(c, rank_rel, pred, unit, num_pred, (1,), avg)
+    put(c, 'mR', ['rel'], predicate_mean(rel_per_pred, presence, range(num_pred), metric.mr_average))
+    if not getattr(metric, 'error_analysis', False):
+        return
+    without = per_unit(((images['num_pred'] == 0) | images['missing']).long()).bool().index_select(0, unit)
+    cause, rank_ngc = rel['cause'].long(), rel['rank_ngc'].long()
+    reported = metric.reported_causes(images)
+    for k in ks:
+        outcome = error_causes.outcome_codes(rank_gc, cause, k, without)
+        selections = {name: outcome == code for code, name in enumerate(error_causes.CAUSES, start=1)}
+        selections['predicate_ng'] = (outcome == error_causes.PREDICATE) & \
+            (rank_ngc < min(int(k), int(metric.ng_topk)))
+        for name in reported + ('predicate_ng',):
+            put(c, 'miss', [k], recall_block(c, error_causes.as_rank(selections[name]), unit, (1,), avg), f'_{name}')
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    evaluated[at] = metric._evaluated_images(images, quiet=True)
+    den = c.add(evaluated.double())
+    denominator = num_gt.double() + error_causes.STAGE_REL_EPS
+    for family, column in error_causes.STAGE_RANKS:
+        for k in ks:
+            found = torch.bincount(unit[rel[column].long() < min(int(k), error_causes.NO_HIT)],
+                                   minlength=c.num_units).double()
+            num = c.add(torch.where(evaluated, found / denominator, torch.zeros_like(found)))
+            c.blocks.append(([f'{family}@{k}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
+    predicted = per_unit((~images['missing']).long()).bool()
+    objects = per_unit(images['num_gt_objects'].long()).double() + error_causes.STAGE_OBJ_EPS
+    for name in ('inst_loc', 'inst_det'):
+        found = per_unit(images[name].long()).double()
+        num = c.add(torch.where(evaluated & predicted, found / objects, torch.zeros_like(found)))
+        c.blocks.append(([f'stage_{name}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
 
 
 def harmonic_keys(values: Dict[str, Tensor], ks: Sequence[int]) -> Dict[str, Tensor]:

@@ -180,8 +180,11 @@ def per_image_records(metric: Any, tables: Dict[str, Dict[str, Tensor]],
         img_id, img_path = names.get(idx, (None, None))
         if img_id is None and image_rows['img_id'][i] >= 0:
             img_id = image_rows['img_id'][i]
-        gt = _gt_relations(r, sorted(by_image.get(idx, []), key=lambda j: r['gt_index'][j]), classes, predicates,
-                           limit)
+        gt_rows = sorted(by_image.get(idx, []), key=lambda j: r['gt_index'][j])
+        gt = _gt_relations(r, gt_rows, classes, predicates, limit)
+        if 'cause' in r:  # error_analysis=True: each GT relation's outcome at each K and its evidence
+            add_causes(gt, r, gt_rows, ks, image_rows['num_pred'][i] == 0 or bool(image_rows['missing'][i]),
+                       classes, limit)
         predictions = _predictions(t, sorted(top_by_image.get(idx, []), key=lambda j: t['position'][j]), gt,
                                    classes, predicates)
         record = {'sample_idx': idx, 'img_id': img_id, 'img_path': img_path, 'mode': metric.mode,
@@ -235,6 +238,23 @@ def _gt_relations(r: Dict[str, list], rows: Sequence[int], classes: Sequence[str
         'pair_predicate': _name(predicates, r['pair_predicate'][j]),
         'subject_box': [round(v, 2) for v in r['subject_box'][j]],
         'object_box': [round(v, 2) for v in r['object_box'][j]]} for j in rows]
+
+
+def add_causes(gt: Sequence[Dict[str, Any]], r: Dict[str, list], rows: Sequence[int], ks: Sequence[int],
+               without_prediction: bool, classes: Sequence[str], limit: int) -> None:
+    """Add to each ``gt`` entry ``'outcome'`` ``{K: 'hit' | cause}`` (:mod:`~..functional.error_causes`; the
+    image's relations are ``no_prediction`` when it has no predicted pair) and, when the rows hold it,
+    ``'evidence'``: for its subject and object the best IoU of any predicted object with it and that object's
+    class and score (None without predicted objects)."""
+    from ..functional.error_causes import CAUSES, NO_PREDICTION
+    for entry, j in zip(gt, rows):
+        rank = _rank(r['rank_gc'][j], limit)
+        cause = NO_PREDICTION if without_prediction else int(r['cause'][j])
+        entry['outcome'] = {str(k): 'hit' if rank is not None and rank < k else CAUSES[cause - 1] for k in ks}
+        if 'subject_iou' in r:
+            entry['evidence'] = {end: None if r[f'{end}_det_label'][j] < 0 else {
+                'best_iou': round(r[f'{end}_iou'][j], 4), 'label': _name(classes, r[f'{end}_det_label'][j]),
+                'score': round(r[f'{end}_det_score'][j], 4)} for end in ('subject', 'object')}
 
 
 def _predictions(t: Dict[str, list], rows: Sequence[int], gt: Sequence[Dict[str, Any]], classes: Sequence[str],

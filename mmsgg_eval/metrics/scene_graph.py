@@ -9,6 +9,7 @@ ranked list); ``evaluate()`` reduces those rows across ranks once, removes sampl
 percentages. An ``SGRecall`` and an ``SGMeanRecall`` with the same settings in one evaluator share that work
 through a :class:`~mmsgg_eval.metrics.base.ComputeGroup`: the second ranks nothing and sends nothing.
 """
+from functools import partial
 from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -22,13 +23,14 @@ from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, descr
                                       label_shift_warnings,
                                       score_column_warnings)
 from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
+from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
-from ..reports import dump_metric_json, format_scene_graph_report, write_scene_graph_reports
+from ..reports import dump_metric_json, format_recall_lost, format_scene_graph_report, write_scene_graph_reports
 from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
     write_per_image
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
@@ -176,6 +178,12 @@ class SceneGraphMetric(RowMetric):
             the GT relations they hit) is written there on the main rank after the reduce
             (:mod:`mmsgg_eval.metrics.per_image`). It adds a few columns per GT relation and at most
             ``per_image_topk`` rows per image to the reduced rows; nothing is added when it is None.
+        error_analysis: also say where recall is lost (``docs/metrics.md``): the cause of each missed GT
+            relation at each K (keys ``miss@K_{cause}``, with ``R@K`` + the causes = 100), PySGG's stage-wise
+            recalls (``stage_pair_loc@K``, ``stage_pair_det@K``, ``stage_pred_cls@K``, ``stage_inst_loc``,
+            ``stage_inst_det``) and the per-predicate table of causes (``per_predicate_causes``). Adds one byte
+            and three ranks per GT relation and three counts per image to the rows; nothing when False. Not
+            defined for 'phrdet'.
     """
 
     default_prefix: Optional[str] = None
@@ -195,7 +203,8 @@ class SceneGraphMetric(RowMetric):
                  prefix: Optional[str] = None, strict_counts: bool = False, protocol: str = 'sgb',
                  score_layout: str = 'auto', novel_objects: Optional[Sequence[str]] = None,
                  novel_predicates: Optional[Sequence[str]] = None, novel_split: Optional[str] = None,
-                 per_image_out: Optional[str] = None, per_image_topk: int = PER_IMAGE_TOPK) -> None:
+                 per_image_out: Optional[str] = None, per_image_topk: int = PER_IMAGE_TOPK,
+                 error_analysis: bool = False) -> None:
         self.protocol = resolve_protocol(protocol, dict(
             iou_thr=iou_thr, iou_plus_one=iou_plus_one, ng_topk=ng_topk, rank=rank, mr_average=mr_average,
             skip_empty_predictions=skip_empty_predictions, recall_average=recall_average, match=match),
@@ -210,6 +219,11 @@ class SceneGraphMetric(RowMetric):
             one_of(value, name, owner, allowed)
         if match == 'mask' and mode == 'phrdet':
             raise ValueError("match='mask' is not defined for phrdet (union boxes)")
+        if not isinstance(error_analysis, bool):
+            raise ValueError(f'{owner}: error_analysis must be True or False, got {error_analysis!r}')
+        if error_analysis and mode == 'phrdet':
+            raise ValueError(f"{owner}: error_analysis=True is not defined for mode='phrdet' (union-box matching "
+                             f"has no subject / object detection to blame)")
         topk = positive_ints(topk, 'topk', owner)
         iou_thr = iou_threshold(iou_thr, 'iou_thr', owner)
         ng_topk = positive_int(ng_topk, 'ng_topk', owner)
@@ -253,6 +267,7 @@ class SceneGraphMetric(RowMetric):
         self.per_image_out = per_image_out
         self.per_image_topk = positive_int(per_image_topk, 'per_image_topk', owner)
         self._list_length = self.per_image_topk if per_image_out else 0  # 0: no per-image rows
+        self.error_analysis = error_analysis
         self._image_names = ImageNames()
 
     @property
@@ -274,6 +289,14 @@ class SceneGraphMetric(RowMetric):
         if self._list_length:  # per-image results: a few more columns and the bounded top-triplet table
             for table, columns in per_image_schema(rank_dtype).items():
                 schema.setdefault(table, {}).update(columns)
+        if self.error_analysis:  # the cause of a miss and the stage-wise ranks (functional.error_causes)
+            schema['relations'].update({'cause': (torch.int8, ()), **{column: (rank_dtype, ()) for _, column in
+                                                                      error_causes.STAGE_RANKS}})
+            schema['images'].update({n: (torch.int32, ()) for n in ('num_gt_objects', 'inst_loc', 'inst_det')})
+            if self._list_length:  # the evidence of each cause on the per-image pages
+                schema['relations'].update({f'{end}_{n}': (dtype, ()) for end in ('subject', 'object') for n, dtype in
+                                            (('iou', torch.float32), ('det_label', torch.int16),
+                                             ('det_score', torch.float32))})
         return schema
 
     @staticmethod
@@ -311,13 +334,13 @@ class SceneGraphMetric(RowMetric):
         return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
                 self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
                 tuple(self.predicates), self._zeroshot_key(),
-                self.pool_samples, self.score_layout, self._list_length)
+                self.pool_samples, self.score_layout, self._list_length, self.error_analysis)
 
     def summary_key(self) -> Hashable:
         """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
         return (self.protocol_target, repr(self.protocol), self.topk, self.skip_empty_predictions,
                 self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups),
-                self.score_layout, self.novel_names)
+                self.score_layout, self.novel_names, self.error_analysis)
 
     def output_content(self, argument: str) -> Optional[Hashable]:
         """The per-image lines depend on the rows (:meth:`compute_key`) and on the K, the averaging and the
@@ -432,8 +455,16 @@ class SceneGraphMetric(RowMetric):
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
                                   rank_by=self.rank, with_pair_accuracy=self.mode in ('predcls', 'sgcls'),
-                                  list_length=self._list_length)
+                                  list_length=self._list_length,
+                                  analysis=partial(error_causes.error_analysis_rows, evidence=bool(self._list_length))
+                                  if self.error_analysis else None)
         valid = batch.gt_valid
+        most_gt = (max(batch.gt_counts, default=0) if batch.gt_counts is not None else
+                   int(valid.sum(1).max()) if valid.numel() else 0)
+        if most_gt > max_k:  # R@rel (K = the image's GT relations) needs the graph-constrained list that far
+            ranks['gc'] = scene_graph_ranks(batch, most_gt, self.ng_topk, self.iou_thr, self.plus_one,
+                                            phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',
+                                            rank_by=self.rank, with_pair_accuracy=False)['gc']
         # b * G + g of the real GT relations (their number is known on the host: no device read)
         slot = valid.reshape(-1).nonzero().squeeze(1) if batch.gt_counts is None else \
             known_nonzero(valid.reshape(-1), sum(batch.gt_counts))
@@ -465,6 +496,15 @@ class SceneGraphMetric(RowMetric):
         if self._list_length:
             for table, columns in per_image_rows(samples, batch, ranks, slot, self._rank_cap).items():
                 rows.setdefault(table, {}).update(columns)
+        if self.error_analysis:
+            rows['relations']['cause'] = real(ranks['cause'])
+            for _, column in error_causes.STAGE_RANKS:
+                rows['relations'][column] = real(ranks[column]).clamp(max=self._rank_cap)
+            for name in ('num_gt_objects', 'inst_loc', 'inst_det'):
+                rows['images'][name] = ranks[name]
+            if self._list_length:
+                for name in (f'{end}_{n}' for end in ('subject', 'object') for n in ('iou', 'det_label', 'det_score')):
+                    rows['relations'][name] = real(ranks[name])
         return rows
 
     def compute_rows_per_image(self, samples: List[Any], topk: int) -> Dict[str, Dict[str, Tensor]]:
@@ -525,22 +565,25 @@ class SceneGraphMetric(RowMetric):
         (:meth:`_zeroshot_relations`), the recall keys (:meth:`_recall_keys`), the mean-recall keys and predicate
         groups (:meth:`_mean_recall_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
         images, rels = tables['images'], tables['relations']
-        image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], self._evaluated_images(images),
-                                                          rels['sample_idx'])
+        evaluated = self._evaluated_images(images)
+        image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
         kept = keep.nonzero().squeeze(1)
         rel = {n: c.index_select(0, kept) for n, c in rels.items()}
+        image = {n: c[evaluated] for n, c in images.items()}  # the evaluated images, numbered as ``image_of``
         zs_mask, zs_info = self._zeroshot_relations(rels['triplet'], rel)
         novel = self.novel_indices()
         subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
         m: Dict[str, float] = {}
-        self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets)
-        per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets)
+        rank_rel = self.relative_ranks(rel['rank_gc'], image['num_gt'].index_select(0, image_of))
+        self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets, rank_rel)
+        per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets, rank_rel)
         pred = rel['predicate'].long()
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
             warn_no_value(self, no_value)
+        causes = self._error_keys(m, rel, image, image_of, num_images) if self.error_analysis else {}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
-                'no_value': no_value,
+                'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
                 'num_missing_predictions': int(images['missing'].sum()),
                 'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
@@ -594,10 +637,17 @@ class SceneGraphMetric(RowMetric):
             'source': 'derived (evaluated GT triplets absent from training)', 'size': int(derived.shape[0]),
             'sha1': triplet_set_digest(derived)}
 
+    def relative_ranks(self, rank_gc: Tensor, num_gt: Tensor) -> Tensor:
+        """Ranks that count a GT relation at K = 1 exactly when it is hit within the first n graph-constrained
+        entries, n = its image's number of GT relations ``num_gt`` [G] (duplicates included): R@rel / mR@rel
+        are R@1 / mR@1 of these (stored ranks are capped, so n is too)."""
+        return error_causes.as_rank(rank_gc.long() < num_gt.long().clamp(max=self._rank_cap))
+
     def _recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                     zs_mask: Optional[Tensor], subsets: Dict[str, Tensor]) -> None:
-        """R@K and ngR@K into ``m``; zR@K / ngzR@K (with a zero-shot set), A@K (PredCls / SGCls) and the recalls
-        of the open-vocabulary subsets (``R@K_{subset}``, ``ngR@K_{subset}``)."""
+                     zs_mask: Optional[Tensor], subsets: Dict[str, Tensor], rank_rel: Optional[Tensor] = None) -> None:
+        """R@K and ngR@K into ``m``; R@rel (with ``rank_rel``: :meth:`relative_ranks`), zR@K / ngzR@K (with a
+        zero-shot set), A@K (PredCls / SGCls) and the recalls of the open-vocabulary subsets (``R@K_{subset}``,
+        ``ngR@K_{subset}``)."""
         ks, avg = self.topk, self.recall_average
         rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
 
@@ -605,6 +655,8 @@ class SceneGraphMetric(RowMetric):
             return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg,
                                      empty=0.0 if mask is None else NO_VALUE)
         _put(m, 'R', ks, recall(rank_gc))
+        if rank_rel is not None:
+            m['R@rel'] = 100.0 * float(recall_from_ranks(rank_rel, image_of, num_images, (1,), average=avg)[0])
         _put(m, 'ngR', ks, recall(rank_ngc))
         if zs_mask is not None:
             _put(m, 'zR', ks, recall(rank_gc, zs_mask))
@@ -618,8 +670,8 @@ class SceneGraphMetric(RowMetric):
                 _put(m, family, ks, recall(rank, mask), f'_{subset}')
 
     def _mean_recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                          novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor]
-                          ) -> Tuple[Tensor, Dict[str, Sequence[int]]]:
+                          novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
+                          rank_rel: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Sequence[int]]]:
         """mR@K, ngmR@K, the predicate groups' mR@K_{group}, the novel predicates' mR@K_novel_pred /
         ngmR@K_novel_pred, F@K and AVG@K into ``m``; returns the per-predicate recalls [K, P] and the groups."""
         ks, avg, num_pred_classes = self.topk, self.recall_average, len(self.predicates)
@@ -634,6 +686,9 @@ class SceneGraphMetric(RowMetric):
 
         everyone = range(num_pred_classes)
         _put(m, 'mR', ks, mean_over(per_pred, everyone, 0.0))  # nothing evaluated: 0, warned (docs/metrics.md)
+        if rank_rel is not None:  # mR@rel: mR@1 of the relative ranks
+            rel_per_pred, _ = per_predicate_recall(rank_rel, pred, image_of, num_images, num_pred_classes, (1,), avg)
+            m['mR@rel'] = 100.0 * float(mean_over(rel_per_pred, everyone, 0.0)[0])
         _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone, 0.0))
         groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
         for name, members in groups.items():
@@ -646,6 +701,59 @@ class SceneGraphMetric(RowMetric):
             m[f'F@{k}'] = 2 * r * mrk / (r + mrk) if r + mrk > 0 else 0.0
             m[f'AVG@{k}'] = (r + mrk) / 2
         return per_pred, groups
+
+    def reported_causes(self, images: Dict[str, Tensor]) -> Tuple[str, ...]:
+        """The causes with a ``miss@K_{cause}`` key: all, ``no_prediction`` only where it can occur (images
+        without predicted pairs counted: ``skip_empty_predictions=False``, or predictions missing)."""
+        can = not self.skip_empty_predictions or bool(images['missing'].any())
+        return tuple(c for c in error_causes.CAUSES if c != 'no_prediction' or can)
+
+    def no_prediction_rows(self, image: Dict[str, Tensor], image_of: Tensor) -> Tensor:
+        """[G] bool: GT relations of counted images without any predicted pair (or with a missing prediction),
+        whose misses are ``no_prediction`` (``image``: columns of the evaluated images, numbered by ``image_of``)."""
+        return ((image['num_pred'] == 0) | image['missing']).index_select(0, image_of)
+
+    def _error_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image: Dict[str, Tensor], image_of: Tensor,
+                    num_images: int) -> Dict[str, Any]:
+        """``miss@K_{cause}`` (and ``miss@K_predicate_ng``), the stage-wise keys ``stage_*`` into ``m``; returns
+        ``{'per_predicate_causes': table, 'causes': [names]}`` for the summary (:mod:`~..functional.error_causes`)."""
+        ks, avg = self.topk, self.recall_average
+        rank_gc, cause = rel['rank_gc'].long(), rel['cause'].long()
+        no_pred = self.no_prediction_rows(image, image_of)
+        reported = self.reported_causes(image)
+        shares = error_causes.cause_shares(rank_gc, cause, image_of, num_images, ks, avg, no_pred,
+                                           rel['rank_ngc'].long(), self.ng_topk)
+        for name in reported + ('predicate_ng',):
+            _put(m, 'miss', ks, shares[name], f'_{name}')
+        count = image['num_gt']
+        for family, column in error_causes.STAGE_RANKS:
+            _put(m, family, ks, error_causes.stage_recall(rel[column].long(), image_of, num_images, count, ks))
+        predicted = ~image['missing']  # a missing prediction detects nothing (its rows hold the GT objects)
+        for name in ('inst_loc', 'inst_det'):
+            found = torch.where(predicted, image[name], torch.zeros_like(image[name]))
+            m[f'stage_{name}'] = 100.0 * float(error_causes.instance_recall(found, image['num_gt_objects']))
+        table = error_causes.per_predicate_cause_shares(rank_gc, cause, rel['predicate'].long(), image_of, num_images,
+                                                        len(self.predicates), ks, avg, no_pred)
+        num_gt = torch.bincount(rel['predicate'].long(), minlength=len(self.predicates)).tolist()
+        rows = {name: values.tolist() for name, values in table.items()}
+        per_predicate = {}
+        for i in self._predicate_order():
+            if not num_gt[i]:
+                continue
+            row = {'num_gt': num_gt[i]}
+            for j, k in enumerate(ks):
+                row[f'R@{k}'] = 100.0 * rows['hit'][j][i]
+                row.update({f'miss@{k}_{c}': 100.0 * rows[c][j][i] for c in reported})
+            per_predicate[self.predicates[i]] = row
+        return {'per_predicate_causes': per_predicate, 'causes': list(reported)}
+
+    def _predicate_order(self) -> List[int]:
+        """Predicate indices by descending training frequency when ``predicate_counts`` is known, else in order."""
+        counts = self._meta('predicate_counts')
+        order = list(range(len(self.predicates)))
+        if counts is not None and len(counts) == len(order):
+            order.sort(key=lambda i: (-float(counts[i]), i))
+        return order
 
     def _per_predicate_table(self, per_pred: Tensor, pred: Tensor) -> Dict[str, Dict[str, Any]]:
         """``{predicate: {'R@K': percent, ..., 'num_gt': GT relations}}`` from the per-predicate recalls [K, P] and
@@ -721,6 +829,8 @@ class SceneGraphMetric(RowMetric):
                     lines.append(f'  {subset}: ' + '  '.join(shown))
         lines += [f'no value (–) for {", ".join(e["keys"])}: {e["why"]}' for e in summary.get('no_value', ())
                   if any(k in keys for k in e['keys'])]
+        if summary.get('causes') and any(k.startswith('miss@') for k in keys):
+            lines += format_recall_lost(summary['metrics'], self.topk, summary['causes'])
         if summary.get('score_columns'):
             lines.append(f'predicate scores read as {summary["score_columns"]}')
         lines += [f'WARNING: {w}' for w in summary.get('input_warnings', ())]
@@ -744,13 +854,16 @@ class SceneGraphMetric(RowMetric):
         out: Dict[str, Any] = {f'{self.prefix}/num_missing_predictions': self.last_report['num_missing_predictions']}
         if self._reports_per_predicate:
             out[f'{self.prefix}/per_predicate_recall'] = self.last_report['per_predicate']
+        if self.last_report.get('per_predicate_causes') is not None:
+            out[f'{self.prefix}/per_predicate_causes'] = self.last_report['per_predicate_causes']
         return out
 
 
 @METRICS.register_module()
 class SGRecall(SceneGraphMetric):
     """R@K, ngR@K, zR@K, ngzR@K and (PredCls/SGCls) A@K, in percent. See :class:`SceneGraphMetric`."""
-    report_keys = ('R', 'ngR', 'zR', 'ngzR', 'A')
+    report_keys = ('R', 'ngR', 'zR', 'ngzR', 'A', 'miss', 'stage_pair_loc', 'stage_pair_det', 'stage_pred_cls',
+                   'stage_inst_loc', 'stage_inst_det')
     file_tag = 'recall'
 
 

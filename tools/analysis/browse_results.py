@@ -90,11 +90,14 @@ def run(args: argparse.Namespace, k) -> dict:
                 options[key] = value
         fmt = guess_format(args.predictions) if args.format == 'auto' else args.format
         evaluator = cfg.get('test_evaluator')
-        sg = [m for m in (evaluator or []) if 'SG' in str(m.get('type', ''))
+        sg = [dict(m) for m in (evaluator or []) if 'SG' in str(m.get('type', ''))
               and 'Bench' not in str(m.get('type'))] if not isinstance(evaluator, dict) else []
+        for m in sg:  # where recall is lost: on here (not defined for phrdet)
+            if (args.mode or m.get('mode')) != 'phrdet' and 'error_analysis' not in options:
+                m.setdefault('error_analysis', True)
         work_dir = osp.join(args.out_dir, 'eval')
         evaluate_file(args.config, args.predictions, args.format,
-                      None if fmt == 'vlm' else [dict(m) for m in sg] or None,  # VLM answers: the VLM metric
+                      None if fmt == 'vlm' else sg or None,  # VLM answers: the VLM metric
                       args.mode, work_dir, cfg_options=args.cfg_options, progress=not args.no_progress,
                       metric_options=options or None, per_image=per_image, allow_missing=args.allow_missing)
         with open(osp.join(work_dir, 'metrics.json')) as f:  # the evaluation's own keys and tables

@@ -1,0 +1,279 @@
+"""Why a GT relation is missed: one cause per GT relation, PySGG's stage-wise ranks, and their averages.
+
+For every GT relation and every K the outcome is the FIRST of these that applies (``docs/metrics.md``):
+
+1. ``hit``: its first-hit rank in the graph-constrained (GC) list is below K (exactly R@K's hits);
+2. ``subject_loc`` / 3. ``object_loc``: no predicted object overlaps the GT subject / object (IoU >= the
+   threshold, any class);
+4. ``subject_cls`` / 5. ``object_cls``: some predicted object overlaps it, none of them with its class (no
+   "matching" subject / object: IoU >= threshold AND the GT class, the metric's own object matching);
+6. ``pair``: no predicted pair joins a matching subject to a matching object;
+7. ``predicate``: such pairs are scored, but on each of them the top predicate (the GC list keeps one per
+   pair: the first maximal score column) is another one;
+8. ``rank``: the right triplet is in the GC list, beyond K.
+
+Only ``hit`` depends on K: every other outcome is one K-independent code per GT relation (:func:`miss_causes`),
+so the state is one byte per GT relation and the outcome at K is ``hit`` when ``rank < K``, else the code.
+``no_prediction`` (images counted without any predicted pair) is decided from the image rows
+(:func:`outcome_codes`). Matching follows the metric: IoU threshold compared with ``>=``, the +1-pixel
+convention or not, boxes or masks; objects are always matched by IoU (PredCls / SGCls included).
+
+Pure tensor code on padded batches (``[B, ...]`` with validity masks), any device; no MMEngine import.
+"""
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .limits import NO_HIT
+from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predicate_bits,
+                       predicate_hit_bits, relation_end_bits, same_class_matrix)
+from .boxes import box_iou_unchecked
+from .recall import hit_within, object_iou_matrix
+
+#: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
+HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
+#: the causes of a miss, in code order (code = index + 1); they and ``hit`` partition the GT relations at each K
+CAUSES = ('subject_loc', 'object_loc', 'subject_cls', 'object_cls', 'pair', 'predicate', 'rank', 'no_prediction')
+#: causes that can occur in PredCls (its objects are the GT objects themselves)
+PREDCLS_CAUSES = ('pair', 'predicate', 'rank', 'no_prediction')
+#: PySGG's stage-wise keys of a GT relation list: (key family, rows column)
+STAGE_RANKS = (('stage_pair_loc', 'rank_pair_loc'), ('stage_pair_det', 'rank_pair_det'),
+               ('stage_pred_cls', 'rank_pred_cls'))
+#: PySGG divides by n + 1e-5 (relations) and n + 1e-6 (GT objects)
+STAGE_REL_EPS, STAGE_OBJ_EPS = 1e-5, 1e-6
+
+
+def located_objects(iou: Tensor, pred_valid: Tensor, gt_object_valid: Tensor, iou_thr: float) -> Tensor:
+    """[B, N, M] bool: predicted object n overlaps GT object m at the threshold, whatever the classes
+    (``iou`` [B, N, M] as the metric computes it; padding on either side never overlaps)."""
+    return (iou >= iou_thr) & pred_valid[:, :, None] & gt_object_valid[:, None, :]
+
+
+def end_flags(per_object: Tensor, gt_pairs: Tensor) -> Tuple[Tensor, Tensor]:
+    """(subject flag [B, G], object flag [B, G]) of GT relations from a flag of each GT object ``per_object``
+    [B, M] (e.g. some predicted object overlaps it: :func:`located_objects` ``.any(1)``); ``gt_pairs`` [B, G, 2]
+    0-based."""
+    if per_object.shape[1] == 0:
+        empty = torch.zeros(gt_pairs.shape[:2], dtype=torch.bool, device=gt_pairs.device)
+        return empty, empty
+    return per_object.gather(1, gt_pairs[..., 0]), per_object.gather(1, gt_pairs[..., 1])
+
+
+def miss_causes(subject_located: Tensor, object_located: Tensor, subject_matched: Tensor, object_matched: Tensor,
+                pair_scored: Tensor, in_list: Tensor) -> Tensor:
+    """[B, G] int8 cause code of each GT relation when missed (SUBJECT_LOC ... RANK): the first that applies.
+
+    Inputs [B, G] bool: an overlapping predicted object exists for the subject / object; a matching one (IoU and
+    class) exists; a predicted pair joins a matching subject to a matching object; such a pair's top predicate
+    is the GT one (the triplet is in the GC list). A matching object overlaps, so ``*_located`` is taken as
+    ``located | matched`` (the class test adds to the overlap test, whatever rounding of the IoU)."""
+    code = torch.full(in_list.shape, RANK, dtype=torch.int8, device=in_list.device)
+    for flag, value in ((in_list, PREDICATE), (pair_scored, PAIR), (object_matched, OBJECT_CLS),
+                        (subject_matched, SUBJECT_CLS), (object_located | object_matched, OBJECT_LOC),
+                        (subject_located | subject_matched, SUBJECT_LOC)):
+        code = torch.where(flag, code, torch.full((), value, dtype=torch.int8, device=code.device))
+    return code
+
+
+def outcome_codes(rank: Tensor, cause: Tensor, k: int, no_prediction: Optional[Tensor] = None) -> Tensor:
+    """[G] outcome at K of GT relations: HIT where ``rank < K`` (:func:`~.recall.hit_within`), else the cause
+    code, or NO_PREDICTION where ``no_prediction`` [G] (relations of images counted without predictions)."""
+    out = torch.where(hit_within(rank, k), torch.zeros((), dtype=cause.dtype), cause)
+    if no_prediction is not None:
+        out = torch.where(no_prediction & ~hit_within(rank, k), torch.full((), NO_PREDICTION, dtype=cause.dtype),
+                          out)
+    return out
+
+
+def as_rank(selected: Tensor) -> Tensor:
+    """Ranks that count a relation at K = 1 exactly where ``selected``: 0 there, NO_HIT elsewhere (so the
+    recall functions average a selection as they average hits)."""
+    return torch.where(selected, 0, NO_HIT)
+
+
+def _share_columns(counts: Tensor, average: str) -> Tensor:
+    """[C] shares from per-unit outcome counts [U, C] (unit: an image): the mean over units with relations of
+    count / their relations (``'image'``, as :func:`~.recall.recall_from_ranks`), or total / total (``'micro'``)."""
+    counts = counts.double()
+    total = counts.sum(1)
+    if average == 'micro':
+        return counts.sum(0) / total.sum() if bool(total.sum() > 0) else counts.new_zeros(counts.shape[1])
+    has = total > 0
+    if not bool(has.any()):
+        return counts.new_zeros(counts.shape[1])
+    return (counts[has] / total[has][:, None]).mean(0)
+
+
+def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int, ks: Sequence[int],
+                 average: str = 'image', no_prediction: Optional[Tensor] = None,
+                 ngc_rank: Optional[Tensor] = None, ng_topk: int = 0) -> Dict[str, Tensor]:
+    """``{'hit' | cause: [len(ks)] fraction}``: the share of GT relations with each outcome at each K, averaged as
+    R@K is (``average`` 'image': per image, then the mean over the images with relations; 'micro': over all
+    relations), so that per image 'hit' + every cause = 1 ('hit' is R@K). With ``ngc_rank`` also
+    ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is below min(K,
+    ``ng_topk``) (a subset of ``predicate``). One bincount of (image, outcome) per K."""
+    names = ('hit',) + CAUSES
+    size = len(names) + 1  # the last column: predicate_ng
+    out = {name: [] for name in names + ('predicate_ng',)}
+    image_of = image_of.long()
+    for k in ks:
+        outcome = outcome_codes(rank, cause, k, no_prediction).long()
+        counts = torch.bincount(image_of * size + outcome, minlength=num_images * size).view(num_images, size)
+        shares = _share_columns(counts[:, :len(names)], average)
+        for j, name in enumerate(names):
+            out[name].append(shares[j:j + 1])
+        if ngc_rank is not None:
+            ng = ((outcome == PREDICATE) & hit_within(ngc_rank, min(int(k), int(ng_topk)))).long()
+            ng_counts = torch.stack([counts[:, :len(names)].sum(1),
+                                     torch.bincount(image_of, weights=ng.double(), minlength=num_images).long()], 1)
+            # the share of the subset among ALL the image's relations: [total - subset, subset] columns
+            ng_counts[:, 0] -= ng_counts[:, 1]
+            out['predicate_ng'].append(_share_columns(ng_counts, average)[1:])
+    if ngc_rank is None:
+        del out['predicate_ng']
+    return {name: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for name, v in out.items()}
+
+
+def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, image_of: Tensor, num_images: int,
+                               num_predicates: int, ks: Sequence[int], average: str = 'image',
+                               no_prediction: Optional[Tensor] = None) -> Dict[str, Tensor]:
+    """``{'hit' | cause: [len(ks), P] fraction}``: for each predicate, the share of its GT relations with each
+    outcome, averaged as its mR@K recall is (:func:`~.recall.per_predicate_recall`: 'image', the mean over the
+    images holding it of the image's share; 'micro', over all its relations): per predicate present, 'hit' +
+    every cause = 1; 0 for an absent predicate. Counted on the (image, predicate) cells that hold relations."""
+    names = ('hit',) + CAUSES
+    size = len(names)
+    cells, cell = torch.unique(image_of.long() * num_predicates + predicate.long(), return_inverse=True)
+    cell_predicate = cells % num_predicates
+    out = {name: [] for name in names}
+    for k in ks:
+        outcome = outcome_codes(rank, cause, k, no_prediction).long()
+        counts = torch.bincount(cell * size + outcome, minlength=cells.numel() * size).view(-1, size).double()
+        total = counts.sum(1, keepdim=True)
+        if average == 'micro':
+            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate, counts)
+            table = sums / sums.sum(1, keepdim=True).clamp(min=1)
+        else:
+            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate,
+                                                                                       counts / total)
+            held = torch.bincount(cell_predicate, minlength=num_predicates).double()
+            table = sums / held.clamp(min=1)[:, None]
+        for j, name in enumerate(names):
+            out[name].append(table[:, j])
+    return {name: torch.stack(v) if v else torch.zeros((0, num_predicates), dtype=torch.float64)
+            for name, v in out.items()}
+
+
+def stage_recall(rank: Tensor, image_of: Tensor, num_images: int, count: Tensor, ks: Sequence[int]) -> Tensor:
+    """[len(ks)] PySGG's stage-wise recall of first-hit ranks ``rank`` [G]: per image the relations found within K
+    over (its GT relations ``count`` [I] + 1e-5), then the mean over the ``num_images`` images."""
+    if not num_images:
+        return torch.zeros(len(ks), dtype=torch.float64)
+    denominator = count.double() + STAGE_REL_EPS
+    return torch.stack([(torch.bincount(image_of[hit_within(rank, k)], minlength=num_images).double()
+                         / denominator).mean() for k in ks]) if len(ks) else torch.zeros(0, dtype=torch.float64)
+
+
+def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:
+    """PySGG's instance recall: the mean over images of found GT objects / (GT objects + 1e-6); 0 without
+    images (``found``, ``num_objects`` [I] counts)."""
+    if not found.numel():
+        return torch.zeros((), dtype=torch.float64)
+    return (found.double() / (num_objects.double() + STAGE_OBJ_EPS)).mean()
+
+
+def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, Tensor], gc_order: Tensor,
+                        gc_valid: Tensor, gc_predicate: Optional[Tensor], gc_ends: Optional[Tensor], iou_thr: float,
+                        plus_one: bool, use_masks: bool, evidence: bool = True) -> Dict[str, Tensor]:
+    """The error-analysis outputs of :func:`~.recall.scene_graph_ranks` for one padded batch, built on the
+    metric's own matching: ``first_hits`` / ``pair_ranks`` / ``end_bits`` are its first-hit ranker's
+    (:func:`~.recall._first_hit_ranker`: compiled or torch, boxes or masks), ``gc_*`` its graph-constrained list
+    (``gc_predicate`` / ``gc_ends`` [B, J, 2] when known).
+
+    Returns, per GT relation [B, G]: ``'cause'`` int8 (:func:`miss_causes`), the stage-wise first-hit ranks in the
+    GC list ``'rank_pair_loc'`` (both ends overlapped, classes and predicate ignored), ``'rank_pair_det'`` (both ends
+    matched with their classes: the metric's pair ranks), ``'rank_pred_cls'`` (both ends overlapped and the
+    predicate); the evidence ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end,
+    float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
+    and ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per
+    image [B]: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
+    object, without / with its class)."""
+    gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
+    gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
+    num_gt = batch.gt_predicates.shape[1]
+    subject_bits, object_bits = end_bits
+    pred_valid, gt_object_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
+    # [B, N, M] class-agnostic overlap; boxes without the NaN clean-up (0/0 of two empty boxes compares False with
+    # every threshold, as IoU 0 does: iou_thr > 0)
+    iou = object_iou_matrix(batch, plus_one, True) if use_masks else \
+        box_iou_unchecked(batch.pred_boxes, batch.gt_boxes, plus_one)
+    located = located_objects(iou, pred_valid, gt_object_valid, iou_thr)
+    detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
+
+    # the cause of a miss: overlap, class, pair, predicate, over every predicted pair of the image
+    located_any, detected_any = located.any(1), detected.any(1)  # [B, M]: some predicted object overlaps / matches
+    subject_located, object_located = end_flags(located_any, gt_pairs)
+    subject_matched, object_matched = end_flags(detected_any, gt_pairs)
+    pair_flags = getattr(first_hits, 'pair_flags', None)
+    if pair_flags is not None:  # the compiled kernels: one pass over every pair, no index list
+        pair_scored, in_list = pair_flags()
+    else:  # the first-hit ranks of the list of every pair, in pair order
+        every_pair = torch.arange(batch.rel_valid.shape[1], device=gc_order.device).expand_as(batch.rel_valid)
+        every_pair = every_pair.contiguous()
+        pair_scored = pair_ranks(every_pair, batch.rel_valid) < NO_HIT
+        in_list = first_hits(every_pair, batch.rel_valid, None, None) < NO_HIT
+    # a scored pair of matching ends proves both matches by the metric's own matching (its bit sets), whatever
+    # the rounding of this IoU at the threshold: the causes stay nested (in list => pair => matched => located)
+    cause = miss_causes(subject_located, object_located, subject_matched | pair_scored, object_matched | pair_scored,
+                        pair_scored, in_list)
+
+    # PySGG's stage-wise ranks in the graph-constrained list (overlap: located, or matched whatever the rounding)
+    loc_subject, loc_object = relation_end_bits(ObjectMatches.from_matrix(located), gt_sub, gt_obj, gt_valid)
+    if gc_ends is not None:
+        list_sub, list_obj = gc_ends[..., 0], gc_ends[..., 1]
+    else:
+        pairs = batch.rel_pairs
+        list_sub, list_obj = pairs[..., 0].gather(1, gc_order), pairs[..., 1].gather(1, gc_order)
+    loc_ends = pair_end_bits(loc_subject | subject_bits, loc_object | object_bits, list_sub, list_obj, gc_valid)
+    if gc_predicate is None:
+        gc_predicate = batch.scores.predicate_at(gc_order, gc_valid)
+    carries = predicate_bits(batch.gt_predicates, gt_valid, batch.scores.num_predicates)
+    out = {'cause': cause,
+           'rank_pair_loc': first_hit_rank_bits(loc_ends, num_gt),
+           'rank_pair_det': pair_ranks(gc_order, gc_valid),
+           'rank_pred_cls': first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid), num_gt),
+           'num_gt_objects': gt_object_valid.sum(1),
+           'inst_loc': (located_any & gt_object_valid).sum(1),
+           'inst_det': (detected_any & gt_object_valid).sum(1)}
+
+    if evidence:
+        out.update(end_evidence(batch, iou, gt_sub, gt_obj))
+    return out
+
+
+def end_evidence(batch, iou: Tensor, gt_sub: Tensor, gt_obj: Tensor) -> Dict[str, Tensor]:
+    """The evidence of each GT relation's ends [B, G]: ``'{end}_iou'`` the best IoU of any predicted object with it
+    (float32, 0 without one), ``'{end}_det_label'`` / ``'{end}_det_score'`` that object's class (-1 without one) and
+    score (0) (``iou`` [B, N, M], NaN for two empty boxes)."""
+    out: Dict[str, Tensor] = {}
+    pred_valid = batch.pred_labels >= 0
+    # evidence: the best-overlapping predicted object of each end (first on ties)
+    iou = torch.nan_to_num(iou, nan=0.0)
+    best_iou, best_det = torch.where(pred_valid[:, :, None], iou, iou.new_full((), -1.0)).max(1) \
+        if iou.shape[1] else (iou.new_full((iou.shape[0], iou.shape[2]), -1.0),
+                               torch.full((iou.shape[0], iou.shape[2]), -1, dtype=torch.long, device=iou.device))
+    has = best_iou >= 0
+    best_iou, best_det = torch.where(has, best_iou, 0.0), torch.where(has, best_det, -1)
+    if best_iou.shape[1] == 0:
+        best_iou, best_det = best_iou.new_zeros((best_iou.shape[0], 1)), best_det.new_full((best_det.shape[0], 1), -1)
+    for end, index in (('subject', gt_sub), ('object', gt_obj)):
+        det = best_det.gather(1, index)
+        out[f'{end}_iou'] = best_iou.gather(1, index)
+        if batch.pred_labels.shape[1]:
+            at = det.clamp(min=0)
+            out[f'{end}_det_label'] = torch.where(det >= 0, batch.pred_labels.gather(1, at), -1)
+            out[f'{end}_det_score'] = torch.where(det >= 0, batch.pred_scores.float().gather(1, at), 0.0)
+        else:
+            out[f'{end}_det_label'], out[f'{end}_det_score'] = torch.full_like(det, -1), torch.zeros_like(det).float()
+    return out
