@@ -41,20 +41,9 @@ def _jitter(rng, boxes, int_boxes, scale=4.0):
     return np.round(b) if int_boxes else b.astype(np.float32)
 
 
-def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int = 4, num_predicates: int = 5,
-                 int_boxes: bool = True, score_format: str = 'bg', max_objects: int = 7,
-                 empty_pred_prob: float = 0.1, tie_prob: float = 0.3,
-                 fixed_pairs: Optional[int] = None, masks: bool = False) -> Tuple[dict, dict]:
-    """One image: ``(sample, ref)``, the metric input dict and the same image as plain lists (``gt_boxes``,
-    ``gt_labels``, ``gt_rels`` (subject, object, predicate), ``pred_boxes``, ``pred_labels``, ``pred_scores``,
-    ``rel_pairs``, ``rel_scores``, ``rel_labels``; with ``masks`` also ``gt_masks`` / ``pred_masks`` arrays).
-
-    ``score_format``: 'bg' ([R, P + 1], column 0 = no relation), 'nobg' ([R, P]) or 'single' (one label and
-    score per pair). ``fixed_pairs``: every image gets ``max_objects`` GT objects, ``2 * max_objects``
-    detections (SGDet / PhrDet) and exactly that many predicted pairs (fixed-size model outputs, the stacked
-    batch path). ``masks``: GT masks (and predicted masks in SGDet) from :func:`box_masks`, drawn after
-    last, so the image is otherwise the same with or without them (the next images of a dataset are not)."""
-    m = max_objects if fixed_pairs else int(rng.integers(0, max_objects + 1))
+def _gt_graph(rng: np.random.Generator, m: int, int_boxes: bool, num_classes: int, num_predicates: int):
+    """``m`` GT boxes and labels (overlapping same-class pairs) and the GT relations (duplicates, several
+    predicates on one pair)."""
     gt_boxes = _boxes(rng, m, int_boxes)
     if m >= 2 and rng.random() < 0.5:  # same-class overlapping boxes -> many-to-many matches
         gt_boxes[1] = _jitter(rng, gt_boxes[:1], int_boxes, 1.0)[0]
@@ -70,6 +59,14 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
             rels.append(rels[0])
         if rels and rng.random() < 0.5:  # several predicates on one pair
             rels.append((rels[0][0], rels[0][1], int((rels[0][2] + 1) % num_predicates)))
+    return gt_boxes, gt_labels, rels
+
+
+def _predicted_objects(rng: np.random.Generator, mode: str, gt_boxes: np.ndarray, gt_labels: np.ndarray,
+                       int_boxes: bool, num_classes: int, max_objects: int, fixed_pairs: Optional[int]):
+    """The objects a model gives: the GT boxes with mostly right labels (PredCls / SGCls), else detections
+    near the GT objects; with their scores (0.1 steps: ties)."""
+    m = len(gt_boxes)
     if mode in ('predcls', 'sgcls'):
         n = m
         pred_boxes = gt_boxes
@@ -85,6 +82,11 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
             pred_boxes[near] = _jitter(rng, gt_boxes[pick[near]], int_boxes, 2.0)
             pred_labels[near] = gt_labels[pick[near]]
     pred_scores = np.round(rng.uniform(0.1, 1.0, size=n), 1).astype(np.float32)
+    return pred_boxes, pred_labels, pred_scores
+
+
+def _predicted_pairs(rng: np.random.Generator, n: int, fixed_pairs: Optional[int], empty_pred_prob: float):
+    """Ordered pairs of the ``n`` predicted objects (a repeated pair sometimes, none sometimes)."""
     all_pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
     if fixed_pairs:
         chosen = rng.choice(len(all_pairs), min(fixed_pairs, len(all_pairs)), replace=False)
@@ -98,7 +100,11 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
             pairs.append(pairs[0])  # same pair twice
     else:
         pairs = []
-    r = len(pairs)
+    return pairs
+
+
+def _pair_scores(rng: np.random.Generator, r: int, score_format: str, num_predicates: int, tie_prob: float):
+    """[r, P + 1] / [r, P] score rows (exact ties sometimes), or one label and score per pair ('single')."""
     width = num_predicates + 1 if score_format == 'bg' else num_predicates
     scores = rng.random((r, width)).astype(np.float32)
     if rng.random() < tie_prob:
@@ -108,6 +114,28 @@ def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int
     if score_format == 'single':
         rel_labels = rng.integers(0, num_predicates, size=r)
         scores = np.round(rng.random(r).astype(np.float32) * 8) / 8
+    return scores, rel_labels
+
+
+def random_image(rng: np.random.Generator, idx: int, mode: str, num_classes: int = 4, num_predicates: int = 5,
+                 int_boxes: bool = True, score_format: str = 'bg', max_objects: int = 7,
+                 empty_pred_prob: float = 0.1, tie_prob: float = 0.3,
+                 fixed_pairs: Optional[int] = None, masks: bool = False) -> Tuple[dict, dict]:
+    """One image: ``(sample, ref)``, the metric input dict and the same image as plain lists (``gt_boxes``,
+    ``gt_labels``, ``gt_rels`` (subject, object, predicate), ``pred_boxes``, ``pred_labels``, ``pred_scores``,
+    ``rel_pairs``, ``rel_scores``, ``rel_labels``; with ``masks`` also ``gt_masks`` / ``pred_masks`` arrays).
+
+    ``score_format``: 'bg' ([R, P + 1], column 0 = no relation), 'nobg' ([R, P]) or 'single' (one label and
+    score per pair). ``fixed_pairs``: every image gets ``max_objects`` GT objects, ``2 * max_objects``
+    detections (SGDet / PhrDet) and exactly that many predicted pairs (fixed-size model outputs, the stacked
+    batch path). ``masks``: GT masks (and predicted masks in SGDet) from :func:`box_masks`, drawn
+    last, so the image is otherwise the same with or without them (the next images of a dataset are not)."""
+    m = max_objects if fixed_pairs else int(rng.integers(0, max_objects + 1))
+    gt_boxes, gt_labels, rels = _gt_graph(rng, m, int_boxes, num_classes, num_predicates)
+    pred_boxes, pred_labels, pred_scores = _predicted_objects(rng, mode, gt_boxes, gt_labels, int_boxes,
+                                                              num_classes, max_objects, fixed_pairs)
+    pairs = _predicted_pairs(rng, len(pred_labels), fixed_pairs, empty_pred_prob)
+    scores, rel_labels = _pair_scores(rng, len(pairs), score_format, num_predicates, tie_prob)
     sample = dict(
         sample_idx=idx, img_id=f'img{idx}',
         gt_instances=dict(bboxes=torch.tensor(gt_boxes, dtype=torch.float32).reshape(-1, 4),
