@@ -295,15 +295,13 @@ def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad, score_k
         metric.flush()
 
 
-def test_pooling_across_process_calls_does_not_change_results(monkeypatch, score_kernels):
+def test_pooling_across_process_calls_does_not_change_results(monkeypatch):
     samples, refs = random_dataset(11, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     ref = reference_metrics(refs, NUM_PREDICATES, 'sgdet', ks=(1, 5, 20), plus_one=True, ng_topk=9,
                             groups=GROUP_IDX)
-    results = [run_metrics(samples, batch_size=batch, mode='sgdet', iou_plus_one=True, topk=(1, 5, 20), ng_topk=9,
-                           predicate_groups=GROUPS, pool_samples=pool) for batch, pool in ((1, 1), (1, 7), (4, 256))]
-    for res in results:
-        assert_same(res, ref)
-    assert results[0] == results[1] == results[2]
+    kwargs = dict(mode='sgdet', iou_plus_one=True, topk=(1, 5, 20), ng_topk=9, predicate_groups=GROUPS)
+    check_metric([Case((SGRecall, SGMeanRecall), kwargs, samples, META, ref, batch_size=1)], world_sizes=(1,),
+                 pool_samples=(1, 7, 256))  # every pooling, kernels on / off: one result, the reference's
     # a pool is also ranked once it holds POOL_SCORE_ROWS predicted pairs (bounded memory)
     from mmsgg_eval.metrics import scene_graph
     monkeypatch.setattr(scene_graph, 'POOL_SCORE_ROWS', 20)
