@@ -32,6 +32,13 @@ def iou(a, b, plus_one: bool) -> np.float32:
     return f32(inter / union)
 
 
+def mask_iou(a, b) -> np.float32:
+    """IoU of two binary masks from its definition: |A and B| / |A or B| pixels (0 for two empty masks)."""
+    inter = int(np.logical_and(a, b).sum())
+    union = int(np.logical_or(a, b).sum())
+    return f32(inter / union) if union else f32(0.0)
+
+
 def union_box(a, b):
     return [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
 
@@ -74,13 +81,17 @@ def image_lists(s: dict, mode: str, ng_topk: int, rank: str, num_predicates: int
     return boxes, labels, [t[1:] for t in gc], [t[1:] for t in ngc]
 
 
-def hits_of(pred, s, boxes, labels, thr, plus_one, phrase):
+def hits_of(pred, s, boxes, labels, thr, plus_one, phrase, masks=None):
+    """GT relations hit by one listed prediction. ``masks``: (predicted, GT) masks for mask matching (PSG: the
+    subject's and the object's mask IoU instead of the box IoU)."""
     _, sub, obj, p = pred
     out = set()
     for g, (gs, go, gp) in enumerate(s['gt_rels']):
         if (labels[sub], p, labels[obj]) != (s['gt_labels'][gs], gp, s['gt_labels'][go]):
             continue
-        if phrase:
+        if masks is not None:
+            ok = mask_iou(masks[0][sub], masks[1][gs]) >= thr and mask_iou(masks[0][obj], masks[1][go]) >= thr
+        elif phrase:
             ok = iou(union_box(boxes[sub], boxes[obj]), union_box(s['gt_boxes'][gs], s['gt_boxes'][go]),
                      plus_one) >= thr
         else:
@@ -95,8 +106,11 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
                       ks: Sequence[int] = (20, 50, 100), thr: float = 0.5, plus_one: bool = False,
                       ng_topk: int = 100, rank: str = 'score', skip_empty: bool = True,
                       mr_average: str = 'all', recall_average: str = 'image',
-                      zeroshot: Optional[set] = None, groups: Optional[Dict[str, List[int]]] = None) -> dict:
-    """All keys in percent (R, ngR, zR, ngzR, A, mR, ngmR, group mR, F, AVG). ``zeroshot``: set of 0-based (subject class, object class, predicate)."""
+                      zeroshot: Optional[set] = None, groups: Optional[Dict[str, List[int]]] = None,
+                      match: str = 'box') -> dict:
+    """All keys in percent (R, ngR, zR, ngzR, A, mR, ngmR, group mR, F, AVG). ``zeroshot``: set of 0-based (subject class, object class, predicate).
+    ``match='mask'``: objects match by mask IoU (``gt_masks``; the predicted objects' ``pred_masks`` in SGDet,
+    the GT masks in PredCls / SGCls, whose objects are the GT's)."""
     phrase = mode == 'phrdet'
     rec = {('R', k): [] for k in ks}
     rec.update({('ngR', k): [] for k in ks})
@@ -113,11 +127,14 @@ def reference_metrics(samples: Sequence[dict], num_predicates: int, mode: str = 
         if skip_empty and len(s['rel_pairs']) == 0:
             continue
         boxes, labels, gc, ngc = image_lists(s, mode, ng_topk, rank, num_predicates)
+        masks = None
+        if match == 'mask':
+            masks = (s['pred_masks'] if mode in ('sgdet', 'phrdet') else s['gt_masks'], s['gt_masks'])
         acc_count += n
         gt_pairs = {(gs, go) for gs, go, _ in s['gt_rels']}
         acc_list = [t for t in gc if (t[1], t[2]) in gt_pairs]
         for name, lst in (('R', gc), ('ngR', ngc), ('A', acc_list)):
-            hit_sets = [hits_of(t, s, boxes, labels, thr, plus_one, phrase) for t in lst]
+            hit_sets = [hits_of(t, s, boxes, labels, thr, plus_one, phrase, masks) for t in lst]
             for k in ks:
                 hit = set().union(*hit_sets[:k]) if hit_sets[:k] else set()
                 if name == 'A':

@@ -7,6 +7,7 @@ import torch
 
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.structures import collate_scene_graphs
+from tests.metric_tester import Case, check_metric, kernel_settings, kernels_as
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
 
@@ -40,36 +41,44 @@ CASES = list(itertools.product(['predcls', 'sgcls', 'sgdet', 'phrdet'], [True, F
 
 
 @pytest.mark.parametrize('mode,int_boxes,score_format', CASES)
-def test_differential_default_protocol(mode, int_boxes, score_format, score_kernels):
+def test_differential_default_protocol(mode, int_boxes, score_format):
+    """SGRecall + SGMeanRecall against the loop reference, with the compiled kernels and without
+    (tests/metric_tester.py); the compiled layout is the one read where the kernels are built."""
+    cases = []
     for seed in range(3):
         samples, refs = random_dataset(seed * 101 + len(mode), 30, mode, int_boxes=int_boxes,
                                        score_format=score_format, num_classes=NUM_CLASSES,
                                        num_predicates=NUM_PREDICATES)
-        layout = collate_scene_graphs(samples[:5], mode, NUM_CLASSES, NUM_PREDICATES).scores.layout
-        assert (layout == 'compiled') == (score_kernels == 'compiled' and score_format != 'single'), layout
+        for kernels in kernel_settings(('compiled', 'torch')):
+            with kernels_as(kernels):
+                layout = collate_scene_graphs(samples[:5], mode, NUM_CLASSES, NUM_PREDICATES).scores.layout
+            assert (layout == 'compiled') == (kernels == 'compiled' and score_format != 'single'), layout
         plus_one = bool(seed % 2)
         zs = {(0, 1, 2), (1, 1, 0), (2, 3, 4), (0, 0, 1)}
-        ours = run_metrics(samples, batch_size=1 + seed * 3, mode=mode, iou_plus_one=plus_one, topk=(1, 3, 20),
-                           ng_topk=7, zeroshot_triplets=sorted(zs), predicate_groups=GROUPS)
+        kwargs = dict(mode=mode, iou_plus_one=plus_one, topk=(1, 3, 20), ng_topk=7, zeroshot_triplets=sorted(zs),
+                      predicate_groups=GROUPS)
         ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 3, 20), plus_one=plus_one, ng_topk=7,
                                 zeroshot=zs, groups=GROUP_IDX)
-        assert_same(ours, ref)
+        cases.append(Case((SGRecall, SGMeanRecall), kwargs, samples, META, ref, name=f'seed {seed}',
+                          batch_size=1 + seed * 3))
+    check_metric(cases, world_sizes=(1,), pool_samples=(256,))
 
 
 @pytest.mark.parametrize('option', [dict(skip_empty_predictions=False), dict(mr_average='present'),
                                     dict(recall_average='micro'), dict(rank='given'), dict(iou_thr=0.7),
                                     dict(recall_average='micro', mr_average='present')])
 @pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
-def test_differential_options(option, mode, score_kernels):
+def test_differential_options(option, mode):
     samples, refs = random_dataset(7, 40, mode, num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
                                    empty_pred_prob=0.3)
-    ours = run_metrics(samples, mode=mode, topk=(2, 5, 50), iou_plus_one=True, predicate_groups=GROUPS, **option)
+    kwargs = dict(mode=mode, topk=(2, 5, 50), iou_plus_one=True, predicate_groups=GROUPS, **option)
     ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(2, 5, 50), plus_one=True,
                             skip_empty=option.get('skip_empty_predictions', True),
                             mr_average=option.get('mr_average', 'all'),
                             recall_average=option.get('recall_average', 'image'),
                             rank=option.get('rank', 'score'), thr=option.get('iou_thr', 0.5), groups=GROUP_IDX)
-    assert_same(ours, ref)
+    check_metric([Case((SGRecall, SGMeanRecall), kwargs, samples, META, ref, batch_size=4)], world_sizes=(1,),
+                 pool_samples=(256,))
 
 
 def test_batch_size_does_not_change_results():
@@ -286,15 +295,13 @@ def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad, score_k
         metric.flush()
 
 
-def test_pooling_across_process_calls_does_not_change_results(monkeypatch, score_kernels):
+def test_pooling_across_process_calls_does_not_change_results(monkeypatch):
     samples, refs = random_dataset(11, 30, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     ref = reference_metrics(refs, NUM_PREDICATES, 'sgdet', ks=(1, 5, 20), plus_one=True, ng_topk=9,
                             groups=GROUP_IDX)
-    results = [run_metrics(samples, batch_size=batch, mode='sgdet', iou_plus_one=True, topk=(1, 5, 20), ng_topk=9,
-                           predicate_groups=GROUPS, pool_samples=pool) for batch, pool in ((1, 1), (1, 7), (4, 256))]
-    for res in results:
-        assert_same(res, ref)
-    assert results[0] == results[1] == results[2]
+    kwargs = dict(mode='sgdet', iou_plus_one=True, topk=(1, 5, 20), ng_topk=9, predicate_groups=GROUPS)
+    check_metric([Case((SGRecall, SGMeanRecall), kwargs, samples, META, ref, batch_size=1)], world_sizes=(1,),
+                 pool_samples=(1, 7, 256))  # every pooling, kernels on / off: one result, the reference's
     # a pool is also ranked once it holds POOL_SCORE_ROWS predicted pairs (bounded memory)
     from mmsgg_eval.metrics import scene_graph
     monkeypatch.setattr(scene_graph, 'POOL_SCORE_ROWS', 20)

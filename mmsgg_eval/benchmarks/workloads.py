@@ -24,14 +24,18 @@ Open Images V6-like (600 classes, 30 long-tailed predicates; evaluated with ``OI
 * ``oiv6-sgdet``: GT objects ~ Poisson(8) (at least 2), GT relations ~ Poisson(5) (at least 1, several on one
   pair possible), 80 detections and all 6,320 ordered pairs with 31-column scores [R, P+1].
 
-Boxes are xyxy pixels; labels and pair indices 0-based.
+Boxes are xyxy pixels; labels and pair indices 0-based. The random draws are
+:mod:`mmsgg_eval.testing.random_samples`' (shared with the tests).
 """
 from typing import Dict, Iterator, List
 
 import numpy as np
 import torch
 
-NUM_CLASSES, NUM_PREDICATES = 150, 50
+from ..testing.random_samples import (VG_CLASSES, VG_PREDICATES, all_pairs, detections, gt_objects,  # noqa: F401
+                                      long_tail_probs, relation_scores)
+
+NUM_CLASSES, NUM_PREDICATES = VG_CLASSES, VG_PREDICATES
 OI_NUM_CLASSES, OI_NUM_PREDICATES = 600, 30
 FIXED_WORKLOADS = ('triplets', 'sgdet-full', 'predcls-full')
 VARIABLE_WORKLOADS = ('variable', 'variable-nobg', 'variable-256', 'sgdet-variable')
@@ -45,52 +49,6 @@ zR@K key is computed)."""
 def workload_mode(workload: str) -> str:
     """The evaluation mode of a workload: PredCls for ``predcls-full`` (GT boxes), SGDet for the others."""
     return 'predcls' if workload == 'predcls-full' else 'sgdet'
-
-
-def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:
-    p = 1.0 / np.arange(1, n + 1) ** alpha
-    return p / p.sum()
-
-
-def gt_objects(rng: np.random.Generator, m: int, num_classes: int = NUM_CLASSES):
-    """``m`` GT boxes (integer-valued xyxy, float32), their labels and sizes (for detection jitter)."""
-    size = rng.uniform(400, 1024, size=2)
-    xy = rng.uniform(0, 0.7, size=(m, 2)) * size
-    wh = rng.uniform(0.05, 0.3, size=(m, 2)) * size
-    gt_boxes = np.round(np.concatenate([xy, xy + wh], 1)).astype(np.float32)
-    gt_labels = rng.choice(num_classes, m, p=long_tail_probs(num_classes, 0.8))
-    return gt_boxes, gt_labels, wh
-
-
-def detections(rng: np.random.Generator, gt_boxes: np.ndarray, gt_labels: np.ndarray, wh: np.ndarray,
-               n: int, num_classes: int = NUM_CLASSES) -> Dict[str, np.ndarray]:
-    """``n`` detections: jittered GT boxes, the GT label 60% of the time (else uniform), uniform scores."""
-    src = rng.integers(0, len(gt_boxes), size=n)
-    jitter = rng.normal(0, 0.08, size=(n, 4)) * np.concatenate([wh[src], wh[src]], 1)
-    det_boxes = gt_boxes[src] + jitter
-    det_boxes[:, 2:] = np.maximum(det_boxes[:, 2:], det_boxes[:, :2] + 1)
-    det_labels = np.where(rng.random(n) < 0.6, gt_labels[src], rng.integers(0, num_classes, n))
-    return dict(bboxes=det_boxes.astype(np.float32), labels=det_labels,
-                scores=rng.uniform(0.05, 1, n).astype(np.float32))
-
-
-def relation_scores(rng: np.random.Generator, num_pairs: int, background: bool = True,
-                    num_predicates: int = NUM_PREDICATES) -> np.ndarray:
-    """Softmax scores with long-tailed predicate priors: [R, P+1] (column 0 = no relation, favoured) or,
-    without ``background``, [R, P] (the same logits, softmax over the predicates only)."""
-    logits = rng.normal(0, 1, size=(num_pairs, num_predicates + 1)).astype(np.float32)
-    logits[:, 0] += 2.0
-    logits[:, 1:] += np.log(long_tail_probs(num_predicates)).astype(np.float32) * 0.5
-    if not background:
-        logits = logits[:, 1:]
-    scores = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
-    return scores.astype(np.float32)
-
-
-def all_pairs(n: int) -> np.ndarray:
-    """All ordered pairs (s, o), s != o, of ``n`` objects, [n (n - 1), 2] in row-major order."""
-    sub, obj = np.nonzero(~np.eye(n, dtype=bool))
-    return np.stack([sub, obj], 1)
 
 
 def make_image(rng: np.random.Generator, idx: int, workload: str, device: str = 'cpu') -> Dict:

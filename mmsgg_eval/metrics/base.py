@@ -36,7 +36,10 @@ samples. Definitions and conventions of the keys: ``docs/metrics.md``.
 Sharing work (:class:`ComputeGroup`). ``SGRecall`` and ``SGMeanRecall`` of one evaluator rank and match the
 same samples with the same settings. A metric whose :meth:`~RowMetric.compute_key` is not None joins the
 group of metrics with an EQUAL key (every setting the rows depend on, compared exactly: zero-shot codes by
-their full contents). Within a group, a pool's rows are computed once and reused by a member whose pool
+their full contents). The keys are derived, never hand-listed (:attr:`RowMetric.shares_work`,
+:func:`~mmsgg_eval.metrics.state.work_key`): every recorded constructor argument but the output-only ones, with
+the arguments only the summary reads declared in :attr:`RowMetric.summary_arguments`, plus the row schema and
+the dataset facts of :meth:`RowMetric.row_facts`; a new argument is part of both keys unless declared. Within a group, a pool's rows are computed once and reused by a member whose pool
 holds the very same sample objects in the same order (mmengine's ``Evaluator`` passes one list to all its
 metrics), and the reduced tables are reused by a member whose accumulator holds the very same row objects:
 the second metric adds no ranking and sends no byte across ranks. A val and a test evaluator never share
@@ -165,15 +168,20 @@ class ComputeGroup:
     """
 
     _registry: 'weakref.WeakValueDictionary[Hashable, ComputeGroup]' = weakref.WeakValueDictionary()
+    #: every field of a group (nothing else can be set on one, from inside or outside)
+    __slots__ = ('key', 'epoch', '_pool', '_weighed', '_reduced', '_summaries', '_written', '_bootstrap', '_per_image',
+                 '__weakref__')
 
     def __init__(self, key: Hashable) -> None:
-        self.key = key
-        self.epoch = 0
-        self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None
+        self.key = key  # the members' compute key
+        self.epoch = 0  # reductions computed so far
+        self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None  # (epoch, samples, rows) of the last pool
         self._weighed: Optional[Tuple[List[Any], int]] = None  # the last samples weighed and their weight
-        self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None
-        self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []
-        self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}
+        self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None  # (row objects, size, tables)
+        self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []  # (summary key, dataset_meta, summary)
+        self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}  # report files
+        self._bootstrap: Optional[Tuple[Hashable, Tables, Dict[str, Any]]] = None  # (key, tables, intervals)
+        self._per_image: Optional[Tuple[Any, ...]] = None  # (path, tables id, content) of the per-image file
 
     @classmethod
     def join(cls, key: Hashable) -> 'ComputeGroup':
@@ -214,7 +222,7 @@ class ComputeGroup:
             return last[2]
         tables = accumulator.reduce_to_cpu(size, owner, None if fingerprint is None else fingerprint())
         self._reduced = (sources, size, tables)
-        self._summaries, self._written = [], {}
+        self._summaries, self._written, self._bootstrap, self._per_image = [], {}, None, None
         self.epoch += 1
         return tables
 
@@ -240,6 +248,21 @@ class ComputeGroup:
 
     def record_reports(self, target: Tuple[str, ...], summary: Dict[str, Any], paths: Dict[str, str]) -> None:
         self._written.setdefault(target, (summary, paths))
+
+    def bootstrap_result(self, key: Hashable, tables: Tables) -> Optional[Dict[str, Any]]:
+        """The intervals a member computed from these very ``tables`` with an equal ``key``, or None."""
+        done = self._bootstrap
+        return done[2] if done is not None and done[0] == key and done[1] is tables else None
+
+    def record_bootstrap(self, key: Hashable, tables: Tables, result: Dict[str, Any]) -> None:
+        self._bootstrap = (key, tables, result)
+
+    def per_image_written(self, done: Tuple[Any, ...]) -> bool:
+        """Whether a member wrote the per-image file ``done`` = (path, id of the tables, content) already."""
+        return self._per_image == done
+
+    def record_per_image(self, done: Tuple[Any, ...]) -> None:
+        self._per_image = done
 
 
 class RowMetric(BaseMetric):
@@ -271,6 +294,13 @@ class RowMetric(BaseMetric):
     #: :meth:`compute_rows` itself counts a ``sample_idx`` repeated within a pool once (so :meth:`flush` need not
     #: look for repeats first, once per member of a compute group)
     compute_rows_dedupes = False
+    #: metrics with equal :meth:`compute_key` share rows, reductions and summaries (:class:`ComputeGroup`)
+    shares_work = False
+    #: constructor arguments that only the summary reads (never the rows): left out of :meth:`compute_key`, part
+    #: of :meth:`summary_key`. Every other argument is part of both unless it is output-only
+    #: (:data:`~mmsgg_eval.metrics.state.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
+    #: wrong summary.
+    summary_arguments: Tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every constructor records its arguments and takes the keywords of
@@ -338,13 +368,28 @@ class RowMetric(BaseMetric):
 
     def compute_key(self) -> Optional[Hashable]:
         """Exact key of everything :meth:`compute_rows` depends on, to share rows with equal metrics (see
-        :class:`ComputeGroup`); None (default) = share nothing."""
-        return None
+        :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.state.work_key`:
+        the constructor arguments but the output-only and :attr:`summary_arguments` ones, the row schema and
+        :meth:`row_facts`); None (default) = share nothing."""
+        if not self.shares_work:
+            return None
+        from .state import work_key
+        return work_key(self, 'rows')
 
     def summary_key(self) -> Optional[Hashable]:
-        """Exact key of the settings :meth:`summarize` depends on besides the tables and ``dataset_meta``;
-        None (default) = never reuse another member's summary."""
-        return None
+        """Exact key of the settings :meth:`summarize` depends on besides the tables and ``dataset_meta``: the
+        compute key plus the :attr:`summary_arguments` (derived, as :meth:`compute_key`); None (default) = never
+        reuse another member's summary."""
+        if not self.shares_work:
+            return None
+        from .state import work_key
+        return work_key(self, 'summary')
+
+    def row_facts(self) -> Tuple[Tuple[str, Any], ...]:
+        """``(name, value)`` of what the rows depend on besides the constructor arguments: dataset facts
+        (class and predicate names, zero-shot codes by content, ...) and values derived from a summary argument
+        (e.g. the largest K); part of :meth:`compute_key`. Default none."""
+        return ()
 
     def rank_fingerprint(self) -> Optional[RankFingerprint]:
         """What this rank's rows depend on (:func:`~mmsgg_eval.metrics.state.rows_description`), sent with the

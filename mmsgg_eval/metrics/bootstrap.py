@@ -691,13 +691,12 @@ def add_intervals(metric: Any, tables: Tables, summary: Dict[str, Any]) -> None:
     options = metric.bootstrap
     group, settings = getattr(metric, '_group', None), metric.summary_key()
     key = (settings, tuple(sorted(options.items())))
-    done = getattr(group, 'bootstrap_done', None)
-    if settings is not None and done is not None and done[0] == key and done[1] is tables:
-        result = done[2]
-    else:
+    shared = group is not None and settings is not None
+    result = group.bootstrap_result(key, tables) if shared else None
+    if result is None:
         result = bootstrap_summary(metric, tables, summary, options)
-        if group is not None and settings is not None:
-            group.bootstrap_done = (key, tables, result)
+        if shared:
+            group.record_bootstrap(key, tables, result)
     summary.update({'intervals': dict(result['intervals']), 'bootstrap': dict(result['bootstrap']),
                     'interval_warnings': list(result['interval_warnings']),
                     'interval_notes': dict(result['interval_notes'])})

@@ -9,7 +9,7 @@ rank. Whether an entry is a true positive depends on its own image only (claims 
 in one documented order (score descending, then ``sample_idx``, then rank): world sizes 1, 2, 3 give the same
 numbers bit for bit. Values are percentages.
 """
-from typing import Any, Dict, Hashable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -139,9 +139,6 @@ class OIRelationMetric(RowMetric):
     def pool_capacity(self) -> Optional[int]:
         from ..functional.limits import POOL_SCORE_ROWS
         return POOL_SCORE_ROWS
-
-    def compute_key(self) -> Hashable:
-        return None  # nothing to share with the recall metrics (another ranked list)
 
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Read a pool, build its OI lists and match them (:mod:`mmsgg_eval.functional.oi`): per image its GT and

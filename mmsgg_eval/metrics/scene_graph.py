@@ -44,14 +44,6 @@ def _put(m: Dict[str, float], family: str, ks: Sequence[int], values: Tensor, su
         m[f'{family}@{k}{suffix}'] = 100.0 * v
 
 
-def exact_tensor_key(t: Optional[Tensor]) -> Optional[tuple]:
-    """A hashable key equal for two tensors exactly when ``torch.equal`` holds (same dtype): the contents."""
-    if t is None:
-        return None
-    t = t.detach().cpu().contiguous()
-    return (str(t.dtype), tuple(t.shape), t.numpy().tobytes())
-
-
 def _score_rows(sample: Any) -> int:
     """Number of predicted pairs of a sample (0 when unreadable: the pool's reader reports that)."""
     scores = get_field(get_field(sample, 'pred_relations'), 'scores')
@@ -328,26 +320,25 @@ class SceneGraphMetric(RowMetric):
                 'head_predicates': head_predicate_flags(ranks['head_predicate'], ranks['head_valid']),
                 'label_offsets': offsets}
 
-    def compute_key(self) -> Hashable:
-        """Every setting the rows depend on, exactly (zero-shot codes by content, class and predicate names,
-        and ``pool_samples``, so that members of a group pool identically on every rank)."""
-        return (self.protocol_target, repr(self.protocol), self.mode, self._rank_cap, max(self.topk),
-                self.ng_topk, self.iou_thr, self.plus_one, self.rank, self.match, tuple(self.classes),
-                tuple(self.predicates), self._zeroshot_key(),
-                self.pool_samples, self.score_layout, self._list_length, self.error_analysis)
+    # Shared work (RowMetric.compute_key / summary_key, derived from the recorded constructor arguments): the
+    # arguments below only shape the summary; every other one (and the facts below) decides the rows.
+    shares_work = True
+    summary_arguments = ('topk', 'skip_empty_predictions', 'mr_average', 'recall_average', 'predicate_groups',
+                         'novel_objects', 'novel_predicates', 'novel_split')
 
-    def summary_key(self) -> Hashable:
-        """Everything :meth:`summarize` depends on besides the rows and ``dataset_meta``."""
-        return (self.protocol_target, repr(self.protocol), self.topk, self.skip_empty_predictions,
-                self.mr_average, self.recall_average, exact_tensor_key(self.user_zeroshot), repr(self.user_groups),
-                self.score_layout, self.novel_names, self.error_analysis)
+    def row_facts(self) -> Tuple[Tuple[str, Any], ...]:
+        """The dataset facts the rows read (class and predicate names, the +1 IoU, zero-shot codes by content)
+        and the largest K (the ranked lists' length; ``topk`` itself only shapes the summary)."""
+        return (('classes', tuple(self.classes)), ('predicates', tuple(self.predicates)),
+                ('iou_plus_one', self.plus_one), ('zeroshot_codes', self._zeroshot_key()),
+                ('max_k', max(self.topk)), ('rank_cap', self._rank_cap))
 
     def output_content(self, argument: str) -> Optional[Hashable]:
-        """The per-image lines depend on the rows (:meth:`compute_key`) and on the K, the averaging and the
-        images evaluated: metrics equal in these write one file (e.g. SGRecall and SGMeanRecall of a run)."""
+        """The per-image lines depend on the rows and on the K, the averaging and the images evaluated
+        (:meth:`summary_key`): metrics equal in these write one file (e.g. SGRecall and SGMeanRecall of a run)."""
         if argument != 'per_image_out':
             return None
-        return (self.compute_key(), self.topk, self.recall_average, self.skip_empty_predictions)
+        return self.summary_key()
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
         return sum(_score_rows(s) for s in samples)
@@ -421,11 +412,12 @@ class SceneGraphMetric(RowMetric):
         return self._zs_cache[where]
 
     def _zeroshot_key(self) -> Optional[tuple]:
-        """:func:`exact_tensor_key` of the zero-shot codes (kept with them: :meth:`compute_key` is asked at
-        every ``process()``)."""
+        """The exact key (:func:`~mmsgg_eval.metrics.state.key_value`) of the zero-shot codes, kept with them:
+        :meth:`compute_key` is asked at every ``process()``."""
+        from .state import key_value
         codes = self._zeroshot_codes(torch.device('cpu'))
         if self._zs_key is None or self._zs_key[0] is not codes:
-            self._zs_key = (codes, exact_tensor_key(codes))
+            self._zs_key = (codes, key_value(codes))
         return self._zs_key[1]
 
     # ------------------------------------------------------------------ a pool becomes rows
@@ -520,13 +512,13 @@ class SceneGraphMetric(RowMetric):
         super()._write_files(summary, keys, tables)
         target = self.output_path('per_image_out') if self.per_image_out else None
         done = (target, id(tables), self.output_content('per_image_out'))
-        if self.per_image_out and getattr(self._group, 'per_image_written', None) == done:
+        if self.per_image_out and self._group is not None and self._group.per_image_written(done):
             summary.setdefault('report_files', {})['per_image'] = done[0]  # a group member wrote these lines
         elif self.per_image_out:
             path = self._guarded('per_image_out', lambda: write_per_image(
                 target, per_image_records(self, tables, self._image_names.names)))
             if path is not None and self._group is not None:
-                self._group.per_image_written = done
+                self._group.record_per_image(done)
             if path is not None:
                 summary.setdefault('report_files', {})['per_image'] = path
         self._image_names.clear()

@@ -75,8 +75,8 @@ class SGBenchMetric(SceneGraphMetric):
                           'rank_gc': (torch.int32, ()), 'rank_pair': (torch.int32, ()), 'prank': (torch.int32, ())},
         }
 
-    # compute_key() / summary_key() are SceneGraphMetric's: they start with protocol_target ('sgbench') and the
-    # resolved protocol, so an SGBenchMetric never shares rows or summaries with SGRecall / SGMeanRecall.
+    # compute_key() / summary_key() are derived (RowMetric.compute_key): they name the class that computes the
+    # rows (this one), so an SGBenchMetric never shares rows or summaries with SGRecall / SGMeanRecall.
 
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Instance-match a pool: per image its distinct GT triplets, predicted pairs, GT objects and matched GT

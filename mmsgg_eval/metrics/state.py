@@ -30,7 +30,7 @@ import json
 import os
 import os.path as osp
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -53,6 +53,10 @@ SUMMARY_ONLY_ARGUMENTS = ('encoder',)
 #: Constructor arguments that may differ between the ranks of one evaluation (where a rank computes), left out
 #: of what the ranks compare at the reduce (:func:`rows_description`).
 RANK_LOCAL_ARGUMENTS = ('device',)
+#: Constructor arguments that decide nothing a metric computes, for the keys of shared work
+#: (:func:`work_key`): :data:`OUTPUT_ARGUMENTS` except ``pool_samples`` (members of a compute group pool
+#: identically on every rank), and ``prefix`` (it names the keys only).
+NOT_IN_WORK_KEYS = tuple(a for a in OUTPUT_ARGUMENTS if a != 'pool_samples') + ('prefix',)
 _HEADER_KEY = 'mmsgg_eval_state'
 
 Tables = Dict[str, Dict[str, Tensor]]
@@ -204,6 +208,68 @@ def _describe(value: Any) -> Any:
     return _plain(value) if _is_plain(value) else f'{type(value).__module__}.{type(value).__qualname__}'
 
 
+def key_value(value: Any, identity: bool = True) -> Hashable:
+    """A hashable stand-in for a constructor argument, equal for two values exactly when they are equal in
+    content and kind: tensors and arrays by dtype, shape and bytes; lists and tuples alike; dicts by sorted
+    items; objects with a ``description`` by it; other unhashable objects by identity (never equal to another
+    object: no sharing rather than a wrong one); other objects by their type only when ``identity`` is False
+    (what the ranks compare: the same on every process). ``True`` and ``1``, ``1`` and ``1.0`` differ."""
+    if isinstance(value, Tensor):
+        t = value.detach().cpu().contiguous()
+        return ('tensor', str(t.dtype), tuple(t.shape), t.numpy().tobytes())
+    if type(value).__module__ == 'numpy' and hasattr(value, 'tobytes'):
+        return ('array', str(value.dtype), tuple(getattr(value, 'shape', ())), value.tobytes())
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        return ('sequence', tuple(key_value(v, identity) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ('set', tuple(sorted((key_value(v, identity) for v in value), key=repr)))
+    if isinstance(value, dict):
+        return ('dict', tuple(sorted(((str(k), key_value(v, identity)) for k, v in value.items()), key=repr)))
+    described = getattr(value, 'description', None)
+    if described is not None:
+        return ('described', key_value(described, identity))
+    kind = f'{type(value).__module__}.{type(value).__qualname__}'
+    if not identity:
+        return ('object', kind)
+    try:
+        hash(value)
+    except TypeError:
+        return ('object', id(value))
+    return (kind, value)
+
+
+def work_key(metric: Any, part: str, identity: bool = True) -> Optional[Hashable]:
+    """The key of shared work, derived (never hand-listed): ``part='rows'`` is the compute key (what
+    :meth:`~mmsgg_eval.metrics.base.RowMetric.compute_rows` depends on), ``part='summary'`` the summary key.
+
+    Rows: the class that computes them (the one defining ``compute_rows``), the row schema, every recorded
+    constructor argument (:func:`~mmsgg_eval.metrics.options.recorded_arguments`, by :func:`key_value`) except
+    :data:`NOT_IN_WORK_KEYS` and the metric's declared ``summary_arguments``, and its ``row_facts()`` (the
+    dataset facts and derived values the rows read: class and predicate names, zero-shot codes by content,
+    ...). Summary: the rows' key plus the ``summary_arguments``. So an argument added to a constructor is part
+    of both keys unless declared otherwise: forgetting it can cost sharing, never give a wrong shared summary.
+    None when the metric's arguments were not recorded (shares nothing). ``identity``: as :func:`key_value`."""
+    recorded = recorded_arguments(metric)
+    if recorded is None:
+        return None
+    summary_only = tuple(metric.summary_arguments)
+    if part == 'rows':
+        owner = next(c for c in type(metric).__mro__ if 'compute_rows' in c.__dict__)
+        schema = tuple((t, tuple((c, str(d), tuple(sh)) for c, (d, sh) in cols.items()))
+                       for t, cols in metric.row_schema().items())
+        arguments = tuple((k, key_value(v, identity)) for k, (v, _) in sorted(recorded.items())
+                          if k not in NOT_IN_WORK_KEYS and k not in summary_only)
+        return (f'{owner.__module__}.{owner.__qualname__}', schema, arguments,
+                tuple((k, key_value(v, identity)) for k, v in metric.row_facts()))
+    if part == 'summary':
+        rows = work_key(metric, 'rows', identity)
+        return (rows, tuple((k, key_value(recorded[k][0], identity) if k in recorded else ('not given',))
+                            for k in summary_only))
+    raise ValueError(f'work_key: part must be rows or summary, got {part!r}')
+
+
 def rows_description(metric: Any) -> Dict[str, Any]:
     """What a metric's rows depend on, by component, JSON-ready: what two ranks reducing their rows together
     must agree on (:class:`~mmsgg_eval.metrics.accumulator.RankFingerprint`), in the terms of a state: metric
@@ -211,8 +277,8 @@ def rows_description(metric: Any) -> Dict[str, Any]:
     and conventions, ``dataset_meta`` and the row schema."""
     try:
         settings: Any = {k: v for k, v in metric_settings(metric).items() if k not in RANK_LOCAL_ARGUMENTS}
-    except TypeError:
-        settings = repr(metric.compute_key())
+    except TypeError:  # a setting that is not JSON (a tensor of zero-shot triplets): the derived key's part
+        settings = repr(work_key(metric, 'rows', identity=False))
     protocol = getattr(metric, 'protocol', None)
     return {'metric': f'{type(metric).__name__} ({metric.prefix})', 'settings': settings,
             'protocol': getattr(protocol, 'name', protocol), 'conventions': _json(getattr(metric, 'conventions', None)),

@@ -3,8 +3,10 @@
 Not a dataset (the readers are in :mod:`mmsgg_eval.datasets`): these modules WRITE files that the readers read.
 ``sample_data`` is the entry point (``make_sample_data``, ``tools/make_sample_data.py``); ``vg150``, ``gqa200``,
 ``oiv6``, ``psg``, ``rsvgd`` write one dataset each; ``graphs`` draws the random image graphs and saves the files;
-``vocabularies`` holds the class / predicate names. The format facts (the VG150 box scale and corrupted image ids,
-the DIOR image size, the VG150 predicates) are imported from where the readers and metrics define them.
+``vocabularies`` holds the class / predicate names; ``random_samples`` draws random scene-graph data samples in
+memory (the tests' differential checks and the benchmark workloads; imported by its full name). The format
+facts (the VG150 box scale and corrupted image ids, the DIOR image size, the VG150 predicates) are imported from
+where the readers and metrics define them.
 """
 from .gqa200 import gqa200_vocabulary, write_gqa200_sample
 from .oiv6 import OIV6_SAMPLE_SIZES, oiv6_vocabulary, write_oiv6_sample
