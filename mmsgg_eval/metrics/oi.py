@@ -20,7 +20,7 @@ from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, oi
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..functional.scores import ScoreWorkspace
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
@@ -32,7 +32,7 @@ def _score_rows(sample: Any) -> int:
 
 
 @METRICS.register_module()
-class OIRelationMetric(RowMetric):
+class OIRelationMetric(RelationVocabulary, RowMetric):
     """The Open Images relation protocol (PySGG's ``eval_rel_results`` with ``ap_eval``), in percent.
 
     Keys: ``R@K`` for K in ``topk`` (pooled over the images: distinct GT relations hit in the first K entries of
@@ -78,21 +78,6 @@ class OIRelationMetric(RowMetric):
         self._image_names = ImageNames()
 
     # ------------------------------------------------------------------ dataset facts
-    @property
-    def classes(self) -> List[str]:
-        classes = self._meta('classes')
-        if classes is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `classes`; use a dataset wrapper of '
-                             f'mmsgg_eval or set metric.dataset_meta = dict(classes=..., predicates=...)')
-        return list(classes)
-
-    @property
-    def predicates(self) -> List[str]:
-        predicates = self._meta('predicates')
-        if predicates is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `predicates`')
-        return list(predicates)
-
     @property
     def plus_one(self) -> bool:
         if self.iou_plus_one is not None:

@@ -33,7 +33,8 @@ from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from ..reports import dump_metric_json, format_recall_lost, format_scene_graph_report, write_scene_graph_reports
 from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
     write_per_image
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
+from .base import (RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing,
+                   warn_user)
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
@@ -115,7 +116,7 @@ def warn_no_value(metric: Any, no_value: Sequence[Dict[str, Any]]) -> None:
                   + '; '.join(f'{", ".join(e["keys"])}: {e["why"]}' for e in no_value))
 
 
-class SceneGraphMetric(RowMetric):
+class SceneGraphMetric(RelationVocabulary, RowMetric):
     """Shared machinery of :class:`SGRecall` and :class:`SGMeanRecall`.
 
     Args:
@@ -345,22 +346,6 @@ class SceneGraphMetric(RowMetric):
 
     def pool_capacity(self) -> Optional[int]:
         return POOL_SCORE_ROWS
-
-    # ------------------------------------------------------------------ dataset facts
-    @property
-    def classes(self) -> List[str]:
-        classes = self._meta('classes')
-        if classes is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `classes`; use a dataset wrapper of '
-                             f'mmsgg_eval or set metric.dataset_meta = dict(classes=..., predicates=...)')
-        return list(classes)
-
-    @property
-    def predicates(self) -> List[str]:
-        predicates = self._meta('predicates')
-        if predicates is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `predicates`')
-        return list(predicates)
 
     def before_epoch(self) -> None:
         """A missing ``dataset_meta`` (or an unknown novel class / predicate name) fails at the first
