@@ -1,0 +1,82 @@
+// The Python module mmsgg_eval._ext: the kernels of the other files of csrc/ (declared in common.h) and NO_HIT.
+#include "common.h"
+
+using namespace mmsgg_ext;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "mmsgg_eval compiled CPU kernels over per-image predicate score matrices";
+  m.attr("NO_HIT") = kNoHit;  // checked against mmsgg_eval.functional.limits.NO_HIT when the module loads
+  m.def("row_maxima_checked", &row_maxima_checked, "row maxima [B, width] and the integer range check [B]",
+        py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("width"));
+  m.def("gather_rows", &gather_rows, "predicate columns of rows (image[i], pos[i]) -> [n, P]", py::arg("matrices"),
+        py::arg("image"), py::arg("pos"), py::arg("column"), py::arg("num_predicates"));
+  m.def("no_graph_constraint_list", &no_graph_constraint_list,
+        "stable top-k (pair, predicate) entries pair_score * prob of each image", py::arg("matrices"),
+        py::arg("column"), py::arg("num_predicates"), py::arg("best"), py::arg("pair_score"), py::arg("ng_topk"),
+        py::arg("top_pairs") = py::none());
+  m.def("stable_topk_prefix", &stable_topk_prefix,
+        "stable descending top-k of the first count[b] entries of each row: (index [B, k'], valid [B, k'])",
+        py::arg("values"), py::arg("count"), py::arg("k"));
+  m.def("pad_zero_rows", &pad_zero_rows, "[B, width, ...] zero-padded from tensors [L_b, ...]",
+        py::arg("tensors"), py::arg("width"));
+  // rel_pairs (every kernel below): B per-image int64 [R_b, 2] tensors, or one padded [B, W, 2] tensor (in a list or
+  // alone: the second definition of each name takes a single tensor)
+  const char* gc_doc = "the graph-constrained list of a batch: (index [B, k'], valid [B, k'], triplet score [B, W], "
+                       "pair score [B, W])";
+  m.def("graph_constrained_pairs", &graph_constrained_pairs, gc_doc, py::arg("rel_pairs"), py::arg("object_scores"),
+        py::arg("best"), py::arg("count"), py::arg("k"));
+  m.def(
+      "graph_constrained_pairs",
+      [](const at::Tensor& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best, const at::Tensor& count,
+         int64_t k) { return graph_constrained_pairs({rel_pairs}, object_scores, best, count, k); },
+      gc_doc, py::arg("rel_pairs"), py::arg("object_scores"), py::arg("best"), py::arg("count"), py::arg("k"));
+  m.def("ranked_relation_lists", &ranked_relation_lists,
+        "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
+        py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
+        py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none());
+  m.def("box_relation_end_bits", &box_relation_end_bits,
+        "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
+        py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
+        py::arg("gt_valid"), py::arg("iou_thr"), py::arg("plus_one"));
+  const char* hits_doc = "first-hit rank [B, G] int32 of every GT relation in a ranked list";
+  m.def("first_hit_ranks", &first_hit_ranks, hits_doc, py::arg("subject_bits"), py::arg("object_bits"),
+        py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("rel_pairs"), py::arg("index"), py::arg("valid"),
+        py::arg("predicate"), py::arg("list_valid"), py::arg("matrices"), py::arg("start"), py::arg("column"),
+        py::arg("num_predicates"), py::arg("ends_only"));
+  m.def(
+      "first_hit_ranks",
+      [](const at::Tensor& subject_bits, const at::Tensor& object_bits, const at::Tensor& gt_predicates,
+         const at::Tensor& gt_valid, const at::Tensor& rel_pairs, const at::Tensor& index, const at::Tensor& valid,
+         const std::optional<at::Tensor>& predicate, const std::optional<at::Tensor>& list_valid,
+         const std::vector<at::Tensor>& matrices, const std::optional<at::Tensor>& start, int64_t column,
+         int64_t num_predicates, bool ends_only) {
+        return first_hit_ranks(subject_bits, object_bits, gt_predicates, gt_valid, {rel_pairs}, index, valid, predicate,
+                               list_valid, matrices, start, column, num_predicates, ends_only);
+      },
+      hits_doc, py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
+      py::arg("rel_pairs"), py::arg("index"), py::arg("valid"), py::arg("predicate"), py::arg("list_valid"),
+      py::arg("matrices"), py::arg("start"), py::arg("column"), py::arg("num_predicates"), py::arg("ends_only"));
+  m.def("relation_pair_flags", &relation_pair_flags,
+        "(scored, listed) [B, G] bool: some pair joins matching ends of each GT relation / with its predicate",
+        py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
+        py::arg("rel_pairs"), py::arg("count"), py::arg("matrices"), py::arg("start"), py::arg("column"),
+        py::arg("num_predicates"));
+  const char* gt_doc = "stable top-k of values over each image's real pairs that are GT pairs: (index [B, k'], "
+                       "valid [B, k'])";
+  m.def("gt_pair_list", &gt_pair_list, gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"),
+        py::arg("gt_valid"), py::arg("values"), py::arg("k"));
+  m.def(
+      "gt_pair_list",
+      [](const at::Tensor& rel_pairs, const at::Tensor& count, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+         const at::Tensor& values, int64_t k) { return gt_pair_list({rel_pairs}, count, gt_pairs, gt_valid, values, k); },
+      gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"), py::arg("gt_valid"), py::arg("values"),
+      py::arg("k"));
+  m.def("pad_int64_rows", &pad_int64_rows,
+        "(padded [B, W, ...] or None without pad, min [B], max [B] or None without ranges, lengths [B]) of int64 "
+        "CPU tensors, or None for other tensors",
+        py::arg("tensors"), py::arg("value"), py::arg("pad") = true, py::arg("ranges") = true);
+  m.def("lengths_mask", &lengths_mask, "[B, width] bool: true on the first lengths[b] entries of each row",
+        py::arg("lengths"), py::arg("width"));
+  m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
+        py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
+}

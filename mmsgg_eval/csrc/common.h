@@ -1,0 +1,257 @@
+// Compiled CPU kernels over a batch of per-image predicate score matrices, read in place (no copy).
+//
+// Every image b has a contiguous float32 matrix [R_b, C] whose predicate columns are [column, C) (column 1 when
+// column 0 is the background). The kernels give exactly what the torch paths of mmsgg_eval.functional give:
+//   * row_maxima_checked: each row's maximum over its predicate columns, taken on the float32 bit patterns read
+//     as int32 (they order finite non-negative floats as their values), and per image whether every entry of the
+//     whole matrix (background included) has bits in [0, 0x7F800000), i.e. is finite and >= 0 (-0.0 fails this
+//     integer check: callers look again at the values of the images that fail);
+//   * gather_rows: the predicate columns of selected rows;
+//   * no_graph_constraint_list: the stable descending top-k of every (pair, predicate) entry
+//     pair_score[r] * prob[r, p] of each image (ties in row-major (pair, predicate) order);
+//   * stable_topk_prefix: the stable descending top-k of the first count[b] entries of each row of a matrix
+//     (the graph-constrained list: each image's real pairs come first).
+// Values are compared as floats (-0.0 ties with +0.0, as in a stable sort); a NaN, which validated inputs never
+// hold, is never listed by the no-graph-constraint list and ranks last in stable_topk_prefix.
+// Images are processed in parallel (ATen's intra-op threads); each image's work is independent.
+//
+// This header is shared by every file of the kernels (one file per stage):
+//   * scores.cpp         row maxima and the value check, gather_rows, matrices_suit;
+//   * ranking.cpp        the stable top-k, the graph-constrained list, the fused ranked_relation_lists pass and
+//                        the GT-pair sub-list;
+//   * ngc.cpp            the no-graph-constraint list;
+//   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags;
+//   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
+//   * bindings.cpp       the Python module.
+// It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
+// the per-entry helpers several stages call in their inner loops (static inline, so every file inlines them as
+// one file did), the stage functions one stage borrows from another, and the Python-facing kernels' declarations.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace mmsgg_ext {
+
+static inline void check_cpu(const at::Tensor& t, at::ScalarType dtype, int64_t dim, const char* what) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype && t.dim() == dim, what);
+}
+
+// The predicted pairs of a batch as the kernels read them: B contiguous int64 CPU tensors [R_b, 2] (the inputs,
+// read in place; an empty one may have any shape) or one int64 [B, W, 2] tensor (padded: every image has W pair
+// slots). Image b's pair r is (pairs(b)[2 r], pairs(b)[2 r + 1]) for r < slots(b).
+class PairRows {
+ public:
+  PairRows(const std::vector<at::Tensor>& tensors, int64_t batch, const char* kernel) {
+    if (tensors.size() == 1 && tensors[0].dim() == 3) {
+      const at::Tensor& padded = tensors[0];
+      TORCH_CHECK(padded.device().is_cpu() && padded.scalar_type() == at::kLong && padded.size(0) == batch &&
+                      padded.size(2) == 2,
+                  kernel, ": padded pairs must be an int64 [B, W, 2] CPU tensor with B = ", batch);
+      keep_.push_back(padded.contiguous());
+      const int64_t width = padded.size(1);
+      for (int64_t b = 0; b < batch; ++b) {
+        data_.push_back(keep_[0].data_ptr<int64_t>() + b * width * 2);
+        slots_.push_back(width);
+      }
+      return;
+    }
+    TORCH_CHECK(static_cast<int64_t>(tensors.size()) == batch, kernel, ": ", tensors.size(),
+                " pair tensors for ", batch, " images");
+    for (int64_t b = 0; b < batch; ++b) {
+      const at::Tensor& t = tensors[b];
+      TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kLong &&
+                      (t.numel() == 0 || (t.dim() == 2 && t.size(1) == 2)),
+                  kernel, ": image ", b, "'s pairs must be an int64 [R, 2] CPU tensor, got ", t.sizes());
+      if (!t.is_contiguous()) {
+        keep_.push_back(t.contiguous());
+      }
+      data_.push_back(t.numel() == 0 ? nullptr : (t.is_contiguous() ? t : keep_.back()).data_ptr<int64_t>());
+      slots_.push_back(t.numel() == 0 ? 0 : t.size(0));
+    }
+  }
+  const int64_t* pairs(int64_t b) const { return data_[b]; }
+  int64_t slots(int64_t b) const { return slots_[b]; }
+
+ private:
+  std::vector<at::Tensor> keep_;
+  std::vector<const int64_t*> data_;
+  std::vector<int64_t> slots_;
+};
+
+static inline void check_matrices(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates) {
+  for (size_t b = 0; b < matrices.size(); ++b) {
+    const at::Tensor& m = matrices[b];
+    TORCH_CHECK(m.device().is_cpu(), "image ", b, ": the score matrix is not on the CPU");
+    TORCH_CHECK(m.scalar_type() == at::kFloat, "image ", b, ": the score matrix is not float32");
+    TORCH_CHECK(m.dim() == 2 && m.size(1) == column + num_predicates, "image ", b,
+                ": the score matrix must have shape [R, ", column + num_predicates, "], got ", m.sizes());
+    TORCH_CHECK(m.is_contiguous(), "image ", b, ": the score matrix is not contiguous");
+  }
+}
+
+// A ranked entry as one unsigned integer: the order-preserving image of its float32 value (NaN as -inf, -0.0 as
+// +0.0) in the high 32 bits and the complement of its index in the low 32, so that a larger key ranks first:
+// value descending, ties in ascending index (a stable sort's order). Indices must be below 2^32.
+using Key = uint64_t;
+
+static inline Key rank_key(float value, int64_t index) {
+  value = value == value ? value + 0.0f : -std::numeric_limits<float>::infinity();
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<Key>(bits) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(index));
+}
+
+constexpr int64_t kMaxKeyIndex = int64_t(1) << 32;
+
+static inline int64_t key_index(Key key) { return static_cast<uint32_t>(~static_cast<uint32_t>(key)); }
+
+static inline void select_best(Key* first, Key* last, int64_t k) {  // the k largest keys of [first, last), sorted
+  if (last - first > k) {
+    std::nth_element(first, first + (k - 1), last, std::greater<Key>());
+    last = first + k;
+  }
+  std::sort(first, last, std::greater<Key>());
+}
+
+// The first maximal entry's column of row[0, n) (as argmax: equal values, -0.0 and +0.0 among them, keep the
+// first); n >= 1.
+static inline int64_t first_max_column_scalar(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < n; ++c) {
+    best = row[c] > row[best] ? c : best;
+  }
+  return best;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,bmi")))
+static inline int64_t first_max_column_avx2(const float* row, int64_t n) {  // n >= 8
+  __m256 most = _mm256_loadu_ps(row);
+  int64_t c = 8;
+  for (; c + 8 <= n; c += 8) {
+    most = _mm256_max_ps(most, _mm256_loadu_ps(row + c));
+  }
+  if (c < n) {
+    most = _mm256_max_ps(most, _mm256_loadu_ps(row + n - 8));
+  }
+  __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+  half = _mm_max_ps(half, _mm_shuffle_ps(half, half, _MM_SHUFFLE(1, 0, 3, 2)));
+  half = _mm_max_ps(half, _mm_shuffle_ps(half, half, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float top = _mm_cvtss_f32(half);
+  if (top != top) {  // NaN (refused by the value check): the scalar rule
+    return first_max_column_scalar(row, n);
+  }
+  const __m256 wanted = _mm256_set1_ps(top);
+  for (c = 0; c + 8 <= n; c += 8) {
+    const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + c), wanted,
+                                                                                 _CMP_EQ_OQ)));
+    if (mask != 0) {
+      return c + __builtin_ctz(mask);
+    }
+  }
+  for (; c < n; ++c) {
+    if (row[c] == top) {
+      return c;
+    }
+  }
+  return first_max_column_scalar(row, n);
+}
+#endif
+
+static inline int64_t first_max_column(const float* row, int64_t n) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  if (avx2 && n >= 8) {
+    return first_max_column_avx2(row, n);
+  }
+#endif
+  return first_max_column_scalar(row, n);
+}
+
+constexpr int32_t kNoHit = 1 << 30;  // the rank of a GT relation no entry hits; exported as NO_HIT, which
+                                     // functional/compiled.py checks against limits.NO_HIT at load
+
+// ------------------------------------------------------------------ stage functions shared across files
+// scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check.
+bool image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out);
+
+// ngc.cpp: scratch of image_ngc, reused across the images of a thread.
+struct Workspace {
+  std::vector<float> pair_best;                 // each row's best entry
+  std::vector<float> selection;                 // scratch for the k-th largest of them
+  std::vector<std::pair<float, int64_t>> rows;  // (best entry, row) of the rows reaching the row bound
+  std::vector<float> heap;
+  std::vector<int64_t> passing;                 // the rows whose best entry reaches the bound
+};
+
+// ngc.cpp: the stable top-k (pair, predicate) entries of one image into `listed` (see ngc.cpp).
+void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, const float* best,
+               const float* pair_score, const int64_t* top_pairs, int64_t top_length, int64_t k, Workspace& work,
+               std::vector<Key>& listed);
+
+// ngc.cpp: (pair [B, L], predicate [B, L], valid [B, L]) of each image's listed entries.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> entry_tensors(const std::vector<std::vector<Key>>& lists,
+                                                             int64_t num_predicates);
+
+}  // namespace mmsgg_ext
+
+// ------------------------------------------------------------------ the kernels bound in bindings.cpp
+// scores.cpp
+std::tuple<at::Tensor, at::Tensor> row_maxima_checked(const std::vector<at::Tensor>& matrices, int64_t column,
+                                                      int64_t num_predicates, int64_t width);
+at::Tensor gather_rows(const std::vector<at::Tensor>& matrices, const at::Tensor& image, const at::Tensor& pos,
+                       int64_t column, int64_t num_predicates);
+bool matrices_suit(const std::vector<at::Tensor>& matrices, int64_t num_predicates, int64_t max_entries);
+// ngc.cpp
+std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
+    const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates, const at::Tensor& best,
+    const at::Tensor& pair_score, int64_t ng_topk, const std::optional<at::Tensor>& top_pairs);
+// ranking.cpp
+std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pairs(
+    const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best,
+    const at::Tensor& count, int64_t k);
+std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
+                                              int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
+                                              const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out);
+std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
+                                                const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                                                const at::Tensor& values, int64_t k);
+// first_hits.cpp
+std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_boxes, const at::Tensor& pred_labels,
+                                                         const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
+                                                         const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                                                         double iou_thr, bool plus_one);
+at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                           const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                           const std::vector<at::Tensor>& rel_pairs,
+                           const at::Tensor& index, const at::Tensor& valid, const std::optional<at::Tensor>& predicate,
+                           const std::optional<at::Tensor>& list_valid, const std::vector<at::Tensor>& matrices,
+                           const std::optional<at::Tensor>& start, int64_t column, int64_t num_predicates,
+                           bool ends_only);
+std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                                       const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                                                       const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
+                                                       const std::vector<at::Tensor>& matrices,
+                                                       const std::optional<at::Tensor>& start, int64_t column,
+                                                       int64_t num_predicates);
+// padding.cpp
+at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
+std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>
+pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, bool ranges);
+at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width);

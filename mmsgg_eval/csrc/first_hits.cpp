@@ -1,0 +1,383 @@
+// Box matching and first hits, image by image, as the torch path of mmsgg_eval.functional.matching computes them:
+// GT relation g of an image is hit by a ranked (pair, predicate) entry when the pair's subject matches g's GT
+// subject, its object matches g's GT object (same class and box IoU >= thr) and the predicates are equal. The
+// matched GT relations are bit sets of 64-bit words (bit g % 64 of word g / 64), as in the torch path.
+// Here: box matching into per-object bit sets of GT relations (box_relation_end_bits), the first-hit rank of
+// every GT relation in a ranked list (first_hit_ranks) and the error analysis' per-GT-relation flags
+// (relation_pair_flags).
+#include "common.h"
+
+using namespace mmsgg_ext;
+
+namespace {
+
+// IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
+// (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
+// inter), NaN (two empty boxes) read as 0. Every operation rounds to float32 (the build disables contraction).
+inline float box_iou_f32(const float* a, const float* b, float extra) {
+  float w = (std::min(a[2], b[2]) - std::max(a[0], b[0])) + extra;
+  float h = (std::min(a[3], b[3]) - std::max(a[1], b[1])) + extra;
+  w = w < 0.0f ? 0.0f : w;
+  h = h < 0.0f ? 0.0f : h;
+  const float inter = w * h;
+  const float area_a = ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra);
+  const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
+  const float iou = inter / ((area_a + area_b) - inter);
+  return iou != iou ? 0.0f : iou;
+}
+
+}  // namespace
+
+// For every predicted object n of every image, the bit sets of the GT relations whose subject (resp. object) it
+// matches: two int64 [B, N, W] tensors (W = max(ceil(G / 64), 1)). Labels < 0 are padding (never matched);
+// invalid GT relations are in no set. Equal to relation_end_bits(box_object_match_list(...)).
+std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_boxes, const at::Tensor& pred_labels,
+                                                         const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
+                                                         const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                                                         double iou_thr, bool plus_one) {
+  check_cpu(pred_boxes, at::kFloat, 3, "box_relation_end_bits: pred_boxes must be float32 [B, N, 4] on the CPU");
+  check_cpu(gt_boxes, at::kFloat, 3, "box_relation_end_bits: gt_boxes must be float32 [B, M, 4] on the CPU");
+  check_cpu(pred_labels, at::kLong, 2, "box_relation_end_bits: pred_labels must be int64 [B, N] on the CPU");
+  check_cpu(gt_labels, at::kLong, 2, "box_relation_end_bits: gt_labels must be int64 [B, M] on the CPU");
+  check_cpu(gt_pairs, at::kLong, 3, "box_relation_end_bits: gt_pairs must be int64 [B, G, 2] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "box_relation_end_bits: gt_valid must be bool [B, G] on the CPU");
+  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
+  const int64_t num_rel = gt_pairs.size(1);
+  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2,
+              "box_relation_end_bits: boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
+  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
+                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
+                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
+              "box_relation_end_bits: the batch fields do not have matching shapes");
+  const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
+  at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
+             gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
+  at::Tensor subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  at::Tensor object_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  const float* pb_ptr = pb.data_ptr<float>();
+  const float* gb_ptr = gb.data_ptr<float>();
+  const int64_t* pl_ptr = pl.data_ptr<int64_t>();
+  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  uint64_t* sub_ptr = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
+  uint64_t* obj_ptr = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
+  const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
+  std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
+    std::vector<int64_t> first_of, next_of;
+    for (int64_t b = begin; b < end; ++b) {
+      subject_of.assign(num_gt_obj * words, 0);
+      object_of.assign(num_gt_obj * words, 0);
+      const int64_t* pairs = gp_ptr + b * num_rel * 2;
+      for (int64_t g = 0; g < num_rel; ++g) {
+        if (!gv_ptr[b * num_rel + g]) {
+          continue;
+        }
+        const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
+        if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {
+          bad[b] = g;
+          break;
+        }
+        subject_of[s * words + g / 64] |= uint64_t(1) << (g % 64);
+        object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
+      }
+      if (bad[b] >= 0) {
+        continue;
+      }
+      // the GT objects of each class as chains (first_of[label] -> next_of[m] -> ...), in ascending m
+      const int64_t* labels = pl_ptr + b * num_pred;
+      const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
+      int64_t classes = 0;
+      for (int64_t m = 0; m < num_gt_obj; ++m) {
+        classes = std::max(classes, gt_lab[m] + 1);
+      }
+      first_of.assign(classes, -1);
+      next_of.assign(num_gt_obj, -1);
+      for (int64_t m = num_gt_obj - 1; m >= 0; --m) {
+        if (gt_lab[m] >= 0) {
+          next_of[m] = first_of[gt_lab[m]];
+          first_of[gt_lab[m]] = m;
+        }
+      }
+      for (int64_t n = 0; n < num_pred; ++n) {
+        const int64_t label = labels[n];
+        if (label < 0 || label >= classes) {
+          continue;
+        }
+        const float* box = pb_ptr + (b * num_pred + n) * 4;
+        uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
+        uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
+        for (int64_t m = first_of[label]; m >= 0; m = next_of[m]) {
+          if (!(box_iou_f32(box, gb_ptr + (b * num_gt_obj + m) * 4, extra) >= thr)) {
+            continue;
+          }
+          for (int64_t w = 0; w < words; ++w) {
+            sub[w] |= subject_of[m * words + w];
+            obj[w] |= object_of[m * words + w];
+          }
+        }
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "box_relation_end_bits: image ", b, " GT relation ", bad[b],
+                " has an object index outside [0, ", num_gt_obj, ")");
+  }
+  return {subject_bits, object_bits};
+}
+
+// The [B, G] int32 first-hit rank of every GT relation in a list of ranked entries [B, J] (pair index into the
+// image's pairs rel_pairs [B, R, 2], valid), NO_HIT where no entry hits it. The entries' predicates are given
+// (predicate [B, J]; outside [0, P) hits nothing) or, when `predicate` is None, each pair's first maximal
+// predicate column (row `index` of image b's matrix, or row start[b] + index of matrices[0] when `start` is
+// given; predicate columns [column, column + P)); `ends_only`: no predicate (a hit: both ends match).
+// `list_valid` [B, J]: only those entries are list positions (the positions count them alone).
+at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                           const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                           const std::vector<at::Tensor>& rel_pairs,
+                           const at::Tensor& index, const at::Tensor& valid, const std::optional<at::Tensor>& predicate,
+                           const std::optional<at::Tensor>& list_valid, const std::vector<at::Tensor>& matrices,
+                           const std::optional<at::Tensor>& start, int64_t column, int64_t num_predicates,
+                           bool ends_only) {
+  check_cpu(subject_bits, at::kLong, 3, "first_hit_ranks: subject_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(object_bits, at::kLong, 3, "first_hit_ranks: object_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(gt_predicates, at::kLong, 2, "first_hit_ranks: gt_predicates must be int64 [B, G] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "first_hit_ranks: gt_valid must be bool [B, G] on the CPU");
+  check_cpu(index, at::kLong, 2, "first_hit_ranks: index must be int64 [B, J] on the CPU");
+  check_cpu(valid, at::kBool, 2, "first_hit_ranks: valid must be bool [B, J] on the CPU");
+  const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
+  const int64_t num_rel = gt_predicates.size(1), length = index.size(1);
+  const PairRows pairs(rel_pairs, batch, "first_hit_ranks");
+  TORCH_CHECK(object_bits.sizes() == subject_bits.sizes() && gt_valid.sizes() == gt_predicates.sizes() &&
+                  gt_predicates.size(0) == batch && index.size(0) == batch && valid.sizes() == index.sizes() &&
+                  words >= std::max<int64_t>((num_rel + 63) / 64, 1),
+              "first_hit_ranks: the batch fields do not have matching shapes");
+  const bool given = predicate.has_value();
+  if (given) {
+    check_cpu(*predicate, at::kLong, 2, "first_hit_ranks: predicate must be int64 [B, J] on the CPU");
+    TORCH_CHECK(predicate->sizes() == index.sizes(), "first_hit_ranks: predicate must have the shape of index");
+  }
+  if (list_valid.has_value()) {
+    check_cpu(*list_valid, at::kBool, 2, "first_hit_ranks: list_valid must be bool [B, J] on the CPU");
+    TORCH_CHECK(list_valid->sizes() == index.sizes(), "first_hit_ranks: list_valid must have the shape of index");
+  }
+  const bool from_scores = !given && !ends_only;
+  if (from_scores) {
+    TORCH_CHECK(num_predicates > 0, "first_hit_ranks: no predicate columns");
+    check_matrices(matrices, column, num_predicates);
+    if (start.has_value()) {
+      check_cpu(*start, at::kLong, 1, "first_hit_ranks: start must be int64 [B] on the CPU");
+      TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch,
+                  "first_hit_ranks: with start, one matrix holds the rows of every image");
+    } else {
+      TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, "first_hit_ranks: one score matrix per image");
+    }
+  }
+  at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
+             gv = gt_valid.contiguous(), idx = index.contiguous(),
+             ok = valid.contiguous();
+  at::Tensor pred_c = given ? predicate->contiguous() : at::Tensor();
+  at::Tensor list_c = list_valid.has_value() ? list_valid->contiguous() : at::Tensor();
+  at::Tensor start_c = (from_scores && start.has_value()) ? start->contiguous() : at::Tensor();
+  at::Tensor out = at::full({batch, num_rel}, kNoHit, at::kInt);
+  const uint64_t* s_ptr = reinterpret_cast<const uint64_t*>(bits_s.data_ptr<int64_t>());
+  const uint64_t* o_ptr = reinterpret_cast<const uint64_t*>(bits_o.data_ptr<int64_t>());
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  const int64_t* idx_ptr = idx.data_ptr<int64_t>();
+  const bool* ok_ptr = ok.data_ptr<bool>();
+  const int64_t* pred_ptr = given ? pred_c.data_ptr<int64_t>() : nullptr;
+  const bool* list_ptr = list_valid.has_value() ? list_c.data_ptr<bool>() : nullptr;
+  const int64_t* start_ptr = start_c.defined() ? start_c.data_ptr<int64_t>() : nullptr;
+  int32_t* out_ptr = out.data_ptr<int32_t>();
+  const int64_t carried = ends_only ? 1 : num_predicates;  // rows of the predicate table
+  const int64_t cols = column + num_predicates;
+  std::vector<int64_t> bad(batch, -1);  // an entry whose pair, object or score row is out of range
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> carries, hits(words);  // carries [P, W]: the GT relations carrying each predicate
+    for (int64_t b = begin; b < end; ++b) {
+      carries.assign(std::max<int64_t>(carried, 1) * words, 0);
+      for (int64_t g = 0; g < num_rel; ++g) {
+        const int64_t p = ends_only ? 0 : gp_ptr[b * num_rel + g];
+        if (gv_ptr[b * num_rel + g] && p >= 0 && p < carried) {
+          carries[p * words + g / 64] |= uint64_t(1) << (g % 64);
+        }
+      }
+      const float* rows = nullptr;
+      int64_t rows_count = 0;
+      if (from_scores) {
+        const at::Tensor& m = start_ptr ? matrices[0] : matrices[b];
+        rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
+        rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
+      }
+      int32_t* rank = out_ptr + b * num_rel;
+      int64_t position = -1;
+      for (int64_t j = 0; j < length; ++j) {
+        const int64_t e = b * length + j;
+        if (list_ptr) {
+          if (!list_ptr[e]) {
+            continue;
+          }
+          ++position;
+        } else {
+          position = j;
+        }
+        if (!ok_ptr[e]) {
+          continue;
+        }
+        const int64_t r = idx_ptr[e];
+        if (r < 0 || r >= pairs.slots(b)) {
+          bad[b] = j;
+          break;
+        }
+        const int64_t s = pairs.pairs(b)[2 * r], o = pairs.pairs(b)[2 * r + 1];
+        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
+          bad[b] = j;
+          break;
+        }
+        const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
+        const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
+        uint64_t any = 0;
+        for (int64_t w = 0; w < words; ++w) {
+          hits[w] = sub[w] & obj[w];
+          any |= hits[w];
+        }
+        if (!any) {
+          continue;
+        }
+        int64_t p = 0;
+        if (given) {
+          p = pred_ptr[e];
+          if (p < 0 || p >= num_predicates) {
+            continue;
+          }
+        } else if (from_scores) {
+          if (r >= rows_count) {
+            bad[b] = j;
+            break;
+          }
+          p = first_max_column(rows + r * cols + column, num_predicates);
+        }
+        for (int64_t w = 0; w < words; ++w) {
+          uint64_t word = hits[w] & carries[p * words + w];
+          while (word) {
+            const int64_t g = w * 64 + __builtin_ctzll(word);
+            word &= word - 1;
+            if (rank[g] == kNoHit) {
+              rank[g] = static_cast<int32_t>(position);
+            }
+          }
+        }
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "first_hit_ranks: image ", b, " entry ", bad[b],
+                " points outside its pairs, objects or score rows");
+  }
+  return out;
+}
+
+// Error analysis (mmsgg_eval.functional.error_causes): for every GT relation, whether some predicted pair of its
+// image joins a predicted object matching its subject to one matching its object (scored), and whether such a
+// pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
+// first count[b] pairs (no index list), reading the score row of a pair only when it matches both ends of a GT
+// relation not yet known to be listed. Returns (scored [B, G] bool, listed [B, G] bool).
+std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                                       const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
+                                                       const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
+                                                       const std::vector<at::Tensor>& matrices,
+                                                       const std::optional<at::Tensor>& start, int64_t column,
+                                                       int64_t num_predicates) {
+  check_cpu(subject_bits, at::kLong, 3, "relation_pair_flags: subject_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(object_bits, at::kLong, 3, "relation_pair_flags: object_bits must be int64 [B, N, W] on the CPU");
+  check_cpu(gt_predicates, at::kLong, 2, "relation_pair_flags: gt_predicates must be int64 [B, G] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "relation_pair_flags: gt_valid must be bool [B, G] on the CPU");
+  check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
+  const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
+  const int64_t num_rel = gt_predicates.size(1);
+  const PairRows pairs(rel_pairs, batch, "relation_pair_flags");
+  TORCH_CHECK(object_bits.sizes() == subject_bits.sizes() && gt_valid.sizes() == gt_predicates.sizes() &&
+                  gt_predicates.size(0) == batch && count.size(0) == batch &&
+                  words >= std::max<int64_t>((num_rel + 63) / 64, 1),
+              "relation_pair_flags: the batch fields do not have matching shapes");
+  TORCH_CHECK(num_predicates > 0, "relation_pair_flags: no predicate columns");
+  check_matrices(matrices, column, num_predicates);
+  if (start.has_value()) {
+    check_cpu(*start, at::kLong, 1, "relation_pair_flags: start must be int64 [B] on the CPU");
+    TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch,
+                "relation_pair_flags: with start, one matrix holds the rows of every image");
+  } else {
+    TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, "relation_pair_flags: one score matrix per image");
+  }
+  at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
+             gv = gt_valid.contiguous(), count_c = count.contiguous();
+  at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
+  at::Tensor scored = at::zeros({batch, num_rel}, at::kBool), listed = at::zeros({batch, num_rel}, at::kBool);
+  const uint64_t* s_ptr = reinterpret_cast<const uint64_t*>(bits_s.data_ptr<int64_t>());
+  const uint64_t* o_ptr = reinterpret_cast<const uint64_t*>(bits_o.data_ptr<int64_t>());
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  const int64_t* start_ptr = start_c.defined() ? start_c.data_ptr<int64_t>() : nullptr;
+  bool* scored_ptr = scored.data_ptr<bool>();
+  bool* listed_ptr = listed.data_ptr<bool>();
+  const int64_t cols = column + num_predicates;
+  std::vector<int64_t> bad(batch, -1);  // a pair whose objects or score row are out of range
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> carries, any_pair(words), any_listed(words);
+    for (int64_t b = begin; b < end; ++b) {
+      carries.assign(num_predicates * words, 0);
+      std::fill(any_pair.begin(), any_pair.end(), 0);
+      std::fill(any_listed.begin(), any_listed.end(), 0);
+      for (int64_t g = 0; g < num_rel; ++g) {
+        const int64_t p = gp_ptr[b * num_rel + g];
+        if (gv_ptr[b * num_rel + g] && p >= 0 && p < num_predicates) {
+          carries[p * words + g / 64] |= uint64_t(1) << (g % 64);
+        }
+      }
+      const at::Tensor& m = start_ptr ? matrices[0] : matrices[b];
+      const float* rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
+      const int64_t rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
+      const int64_t n = count_ptr[b];
+      if (n < 0 || n > pairs.slots(b) || n > rows_count) {
+        bad[b] = n;
+        continue;
+      }
+      const int64_t* pr = pairs.pairs(b);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
+          bad[b] = r;
+          break;
+        }
+        const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
+        const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
+        uint64_t fresh = 0;
+        for (int64_t w = 0; w < words; ++w) {
+          const uint64_t h = sub[w] & obj[w];
+          any_pair[w] |= h;
+          fresh |= h & ~any_listed[w];
+        }
+        if (!fresh) {
+          continue;
+        }
+        const int64_t p = first_max_column(rows + r * cols + column, num_predicates);
+        for (int64_t w = 0; w < words; ++w) {
+          any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+        }
+      }
+      for (int64_t g = 0; g < num_rel; ++g) {
+        scored_ptr[b * num_rel + g] = (any_pair[g / 64] >> (g % 64)) & 1;
+        listed_ptr[b * num_rel + g] = (any_listed[g / 64] >> (g % 64)) & 1;
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "relation_pair_flags: image ", b, " pair ", bad[b],
+                " points outside its objects or score rows");
+  }
+  return {scored, listed};
+}

@@ -1,0 +1,492 @@
+// Ranking: the stable descending top-k of a row prefix (stable_topk_prefix), the graph-constrained list of a batch
+// (graph_constrained_pairs), both ranked lists of a pool in one pass per image (ranked_relation_lists: the row
+// maxima of scores.cpp, the graph-constrained pass, the no-graph-constraint list of ngc.cpp) and the
+// graph-constrained sub-list of the pairs that are GT pairs (gt_pair_list).
+#include "common.h"
+
+using namespace mmsgg_ext;
+
+namespace {
+
+// The order-preserving code of a value: the high half of its rank_key.
+inline uint32_t value_code(float value) { return static_cast<uint32_t>(rank_key(value, 0) >> 32); }
+
+// value_code of values[0, n) into codes and the largest code of each of `blocks` disjoint blocks of entries into
+// maxima; returns the number of blocks (0 when n is too short for `wanted` blocks). The scalar path's blocks are
+// runs of n / wanted consecutive entries; the vector path's block (g, j) is lane j of the `depth` consecutive
+// 8-entry vectors of group g (entries 8 (g depth + t) + j, t < depth), so that a block maximum is one vertical
+// max per vector. Entries after the last block belong to none (blocks need not cover the row).
+int64_t value_codes_scalar(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+  for (int64_t i = 0; i < n; ++i) {
+    codes[i] = value_code(values[i]);
+  }
+  if (wanted <= 0 || n < wanted) {
+    return 0;
+  }
+  const int64_t size = n / wanted;
+  for (int64_t j = 0; j < wanted; ++j) {
+    uint32_t most = 0;
+    for (int64_t i = j * size; i < (j + 1) * size; ++i) {
+      most = codes[i] > most ? codes[i] : most;
+    }
+    maxima[j] = most;
+  }
+  return wanted;
+}
+
+inline Key code_key(uint32_t code, int64_t index) {
+  return (static_cast<Key>(code) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(index));
+}
+
+// The keys of the entries begin..n-1 whose code reaches `bar`, in index order, into out; returns how many.
+int64_t keys_reaching_scalar(const uint32_t* codes, int64_t begin, int64_t n, uint32_t bar, Key* out) {
+  int64_t count = 0;
+  for (int64_t i = begin; i < n; ++i) {  // branch-free: each key written, kept when it reaches the bar
+    out[count] = code_key(codes[i], i);
+    count += codes[i] >= bar;
+  }
+  return count;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+int64_t value_codes_avx2(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i top = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  const __m256i nan_code = _mm256_set1_epi32(static_cast<int32_t>(value_code(-std::numeric_limits<float>::infinity())));
+  const int64_t vectors = n / 8, groups = (wanted + 7) / 8;
+  const int64_t depth = groups > 0 ? vectors / groups : 0;  // vectors per group
+  const int64_t blocked = depth > 0 ? groups * depth : 0;   // vectors inside blocks
+  __m256i most = _mm256_setzero_si256();
+  for (int64_t v = 0; v < vectors; ++v) {
+    const __m256 x = _mm256_loadu_ps(values + 8 * v);
+    const __m256i bits = _mm256_castps_si256(_mm256_add_ps(x, zero));  // -0.0 + 0.0 = +0.0
+    __m256i code = _mm256_xor_si256(bits, _mm256_or_si256(_mm256_srai_epi32(bits, 31), top));
+    code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code), _mm256_castsi256_ps(nan_code),
+                                                _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 8 * v), code);
+    if (v < blocked) {
+      most = _mm256_max_epu32(most, code);
+      if ((v + 1) % depth == 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxima + 8 * (v / depth)), most);
+        most = _mm256_setzero_si256();
+      }
+    }
+  }
+  for (int64_t i = 8 * vectors; i < n; ++i) {
+    codes[i] = value_code(values[i]);
+  }
+  return depth > 0 ? 8 * groups : 0;
+}
+
+__attribute__((target("avx2,bmi")))
+int64_t keys_reaching_avx2(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) {
+  const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));  // unsigned order as signed
+  const __m256i bar_v = _mm256_set1_epi32(static_cast<int32_t>(bar ^ 0x80000000u));
+  int64_t count = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i c = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)), flip);
+    // code >= bar  <=>  not (bar > code)
+    unsigned mask = ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bar_v, c)))) &
+                    0xFFu;
+    while (mask != 0) {
+      const int j = __builtin_ctz(mask);
+      mask &= mask - 1;
+      out[count++] = code_key(codes[i + j], i + j);
+    }
+  }
+  return count + keys_reaching_scalar(codes, i, n, bar, out + count);
+}
+#endif
+
+int64_t value_codes(const float* values, int64_t n, uint32_t* codes, int64_t wanted, uint32_t* maxima) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    return value_codes_avx2(values, n, codes, wanted, maxima);
+  }
+#endif
+  return value_codes_scalar(values, n, codes, wanted, maxima);
+}
+
+int64_t keys_reaching(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  if (avx2) {
+    return keys_reaching_avx2(codes, n, bar, out);
+  }
+#endif
+  return keys_reaching_scalar(codes, 0, n, bar, out);
+}
+
+// Scratch of stable_top, reused across the images of a thread.
+struct TopScratch {
+  std::vector<uint32_t> codes, maxima;
+  std::vector<Key> kept;
+};
+
+// The stable descending top-k of values[0, n) (NaN last) into `listed`, best first. Long rows are cut first:
+// the maxima of m >= k disjoint blocks of entries are m distinct entries, so the k-th largest of them is at most
+// the k-th largest entry, and every listed entry reaches it; only the entries reaching it (ties included) are
+// keyed, then selected and sorted, as a stable sort of all n entries would order them. Entries are compared on
+// their value codes (the high half of rank_key: -0.0 ties with +0.0, NaN ranks as -inf).
+constexpr int64_t kBlocksPerListed = 2;
+
+void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
+  listed.clear();
+  if (k <= 0 || n <= 0) {
+    return;
+  }
+  const bool long_row = n >= 4 * kBlocksPerListed * k;  // blocks of at least 4 entries
+  scratch.codes.resize(n);
+  scratch.maxima.resize(long_row ? kBlocksPerListed * k + 8 : 0);
+  const int64_t blocks = value_codes(values, n, scratch.codes.data(), long_row ? kBlocksPerListed * k : 0,
+                                     scratch.maxima.data());
+  uint32_t bar = 0;  // every code reaches 0
+  if (blocks >= k) {
+    uint32_t* maxima = scratch.maxima.data();
+    std::nth_element(maxima, maxima + (k - 1), maxima + blocks, std::greater<uint32_t>());
+    bar = maxima[k - 1];
+  }
+  scratch.kept.resize(n);
+  Key* kept = scratch.kept.data();
+  const int64_t size = keys_reaching(scratch.codes.data(), n, bar, kept);
+  select_best(kept, kept + size, k);
+  listed.assign(kept, kept + std::min(size, k));
+}
+
+void write_list(const std::vector<Key>& listed, int64_t* index, bool* valid) {
+  for (size_t i = 0; i < listed.size(); ++i) {
+    index[i] = key_index(listed[i]);
+    valid[i] = true;
+  }
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k) {
+  TORCH_CHECK(values.device().is_cpu() && values.scalar_type() == at::kFloat && values.dim() == 2,
+              "stable_topk_prefix: values must be a float32 [B, L] CPU tensor");
+  TORCH_CHECK(count.scalar_type() == at::kLong && count.dim() == 1 && count.size(0) == values.size(0),
+              "stable_topk_prefix: count must be int64 [B]");
+  TORCH_CHECK(k >= 0, "stable_topk_prefix: k must be >= 0");
+  TORCH_CHECK(values.size(1) < kMaxKeyIndex, "stable_topk_prefix: rows longer than 2^32");
+  at::Tensor values_c = values.contiguous(), count_c = count.contiguous();
+  const int64_t batch = values_c.size(0), length = values_c.size(1);
+  const int64_t width = std::min(k, length);
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= length, "stable_topk_prefix: row ", b, " has count ",
+                count_ptr[b], " outside [0, ", length, "]");
+  }
+  at::Tensor index = at::zeros({batch, width}, at::kLong);
+  at::Tensor valid = at::zeros({batch, width}, at::kBool);
+  const float* values_ptr = values_c.data_ptr<float>();
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  if (width == 0) {
+    return {index, valid};
+  }
+  at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
+    TopScratch scratch;
+    std::vector<Key> listed;
+    for (int64_t b = begin; b < end; ++b) {
+      stable_top(values_ptr + b * length, count_ptr[b], width, scratch, listed);
+      write_list(listed, index_ptr + b * width, valid_ptr + b * width);
+    }
+  });
+  return {index, valid};
+}
+
+namespace {
+
+// One image's graph-constrained pass (graph_constrained_pairs): for its `real` pairs (pairs[2 r], pairs[2 r + 1])
+// the pair score subject * object and the triplet score (best * subject) * object (float32, in that order) into
+// pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
+// `listed`. Returns the first pair with an object index outside [0, objects), -1 when none (`listed` empty then).
+// `range` (when given): the (min, max) of all the image's pair indices (0, -1 without pairs), for the caller's
+// index check.
+int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const float* scores, int64_t objects,
+                       const float* best, float* triplet, float* pair_score, int64_t k, TopScratch& scratch,
+                       std::vector<Key>& listed, int64_t* range = nullptr) {
+  std::fill(pair_score + real, pair_score + width, 0.0f);
+  std::fill(triplet + real, triplet + width, 0.0f);
+  int64_t least = real > 0 ? pairs[0] : 0, most = real > 0 ? pairs[0] : -1, bad = -1;
+  for (int64_t r = 0; r < real; ++r) {
+    const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
+    least = std::min(least, std::min(s, o));
+    most = std::max(most, std::max(s, o));
+    if (s < 0 || s >= objects || o < 0 || o >= objects) {
+      bad = r;
+      break;
+    }
+    const float subject = scores[s], object = scores[o];
+    pair_score[r] = subject * object;
+    triplet[r] = (best[r] * subject) * object;
+  }
+  if (range != nullptr) {
+    for (int64_t i = bad < 0 ? 2 * real : 2 * bad; i < 2 * real; ++i) {  // the rest of a bad image's indices
+      least = std::min(least, pairs[i]);
+      most = std::max(most, pairs[i]);
+    }
+    range[0] = least;
+    range[1] = most;
+  }
+  if (bad >= 0) {
+    listed.clear();
+    return bad;
+  }
+  stable_top(triplet, real, k, scratch, listed);
+  return -1;
+}
+
+}  // namespace
+
+// The graph-constrained list of a padded batch in one pass per image: each pair's subject and object scores
+// (the object scores at its indices), its pair score subject * object and its triplet score
+// (best * subject) * object, float32 in that order (as the torch path), for its first count[b] pairs (the
+// padding entries after them hold 0), then the stable top-k of those triplet scores.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pairs(
+    const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores, const at::Tensor& best,
+    const at::Tensor& count, int64_t k) {
+  TORCH_CHECK(best.scalar_type() == at::kFloat && best.dim() == 2, "graph_constrained_pairs: best must be float32 [B, W]");
+  const int64_t batch = best.size(0), width = best.size(1);
+  const PairRows pairs(rel_pairs, batch, "graph_constrained_pairs");
+  TORCH_CHECK(object_scores.scalar_type() == at::kFloat && object_scores.dim() == 2 &&
+                  object_scores.size(0) == batch && object_scores.size(1) > 0,
+              "graph_constrained_pairs: object_scores must be float32 [B, N], N > 0");
+  TORCH_CHECK(count.scalar_type() == at::kLong && count.dim() == 1 && count.size(0) == batch,
+              "graph_constrained_pairs: count must be int64 [B]");
+  TORCH_CHECK(k >= 0, "graph_constrained_pairs: k must be >= 0");
+  TORCH_CHECK(width < kMaxKeyIndex, "graph_constrained_pairs: more than 2^32 pairs in an image");
+  at::Tensor scores_c = object_scores.contiguous(), best_c = best.contiguous(), count_c = count.contiguous();
+  const int64_t objects = scores_c.size(1), listed_width = std::min(k, width);
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= width && count_ptr[b] <= pairs.slots(b),
+                "graph_constrained_pairs: image ", b, " has count ", count_ptr[b], " outside [0, ",
+                std::min(width, pairs.slots(b)), "]");
+  }
+  at::Tensor triplet = at::empty({batch, width}, at::kFloat), pair_score = at::empty({batch, width}, at::kFloat);
+  at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
+  const float* object_ptr = scores_c.data_ptr<float>();
+  const float* best_ptr = best_c.data_ptr<float>();
+  float* triplet_ptr = triplet.data_ptr<float>();
+  float* pair_score_ptr = pair_score.data_ptr<float>();
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  std::vector<int64_t> bad(batch, -1);  // the first pair of an image whose index is outside [0, N)
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    TopScratch scratch;
+    std::vector<Key> listed;
+    for (int64_t b = begin; b < end; ++b) {
+      bad[b] = image_gc_pairs(pairs.pairs(b), count_ptr[b], width, object_ptr + b * objects, objects,
+                              best_ptr + b * width, triplet_ptr + b * width, pair_score_ptr + b * width,
+                              listed_width, scratch, listed);
+      write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "graph_constrained_pairs: image ", b, " pair ", bad[b], " has an object index outside [0, ",
+                objects, ")");
+  }
+  return {index, valid, triplet, pair_score};
+}
+
+// Both ranked lists of a pool in one pass per image, while the image's score matrix is in cache: the row maxima
+// and value check of row_maxima_checked, the graph-constrained pass of graph_constrained_pairs (its top-k list,
+// triplet and pair scores) and the no-graph-constraint list of no_graph_constraint_list bounded by that top-k
+// (the graph-constrained list of `k` and the `ng_topk` entries of the two torch-path calls, exactly). Image b's
+// pairs are its first count[b] = R_b pairs (PairRows) and the rows of its matrix; W = max R_b. Nothing is refused
+// on values: an image with a pair index outside [0, N) gets bad[b] = that pair and empty lists, an image whose
+// scores fail the check passed[b] = false (the caller validates before using either list). Returns (best [B, W],
+// passed [B], gc index [B, k'], gc valid [B, k'], triplet [B, W], pair score [B, W], ngc pair [B, L],
+// ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs),
+// gc predicate [B, k']: each listed pair's first maximal predicate column, 0 on empty slots, gc ends [B, k', 2] and
+// ngc ends [B, L, 2]: the (subject, object) indices of each list's entries, 0 on empty slots);
+// best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
+// when it is given.
+std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
+                                              int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
+                                              const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out) {
+  TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
+              "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
+  check_matrices(matrices, column, num_predicates);
+  check_cpu(object_scores, at::kFloat, 2, "ranked_relation_lists: object_scores must be float32 [B, N] on the CPU");
+  check_cpu(count, at::kLong, 1, "ranked_relation_lists: count must be int64 [B] on the CPU");
+  const int64_t batch = static_cast<int64_t>(matrices.size()), objects = object_scores.size(1);
+  const PairRows pairs(rel_pairs, batch, "ranked_relation_lists");
+  TORCH_CHECK(object_scores.size(0) == batch && objects > 0 && count.size(0) == batch,
+              "ranked_relation_lists: the batch fields do not have matching shapes");
+  at::Tensor scores_c = object_scores.contiguous(), count_c = count.contiguous();
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  int64_t width = 0;  // the batch's pair width: its longest image
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(count_ptr[b] == matrices[b].size(0) && count_ptr[b] <= pairs.slots(b), "ranked_relation_lists: image ",
+                b, " has ", matrices[b].size(0), " score rows and ", pairs.slots(b), " pair slots for ", count_ptr[b],
+                " pairs");
+    TORCH_CHECK(matrices[b].size(0) * num_predicates < kMaxKeyIndex, "image ", b, " has ", matrices[b].size(0),
+                " x ", num_predicates, " entries, more than the kernels rank (2^32)");
+    width = std::max(width, count_ptr[b]);
+  }
+  const int64_t listed_width = std::min(k, width);
+  at::Tensor rows_out;  // best, triplet and pair scores, [3, B, W]: the caller's reused buffer or a new one
+  if (out.has_value()) {
+    TORCH_CHECK(out->device().is_cpu() && out->scalar_type() == at::kFloat && out->is_contiguous() &&
+                    out->dim() == 3 && out->size(0) == 3 && out->size(1) == batch && out->size(2) == width,
+                "ranked_relation_lists: out must be a contiguous float32 [3, ", batch, ", ", width, "] CPU tensor");
+    rows_out = *out;
+  } else {
+    rows_out = at::empty({3, batch, width}, at::kFloat);
+  }
+  at::Tensor best = rows_out[0], triplet = rows_out[1], pair_score = rows_out[2];
+  at::Tensor passed = at::empty({batch}, at::kBool), bad = at::empty({batch}, at::kLong);
+  at::Tensor pair_range = at::empty({batch, 2}, at::kLong);  // (min, max) of each image's pair indices
+  int64_t* range_ptr = pair_range.data_ptr<int64_t>();
+  at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
+  at::Tensor gc_predicate = at::zeros({batch, listed_width}, at::kLong);  // the listed pairs' arg-max predicates
+  int64_t* gc_predicate_ptr = gc_predicate.data_ptr<int64_t>();
+  at::Tensor gc_ends = at::zeros({batch, listed_width, 2}, at::kLong);  // the listed pairs' (subject, object)
+  int64_t* gc_ends_ptr = gc_ends.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> ngc_ends(batch);  // the no-graph-constraint entries' (subject, object)
+  float* best_ptr = best.data_ptr<float>();
+  bool* passed_ptr = passed.data_ptr<bool>();
+  float* triplet_ptr = triplet.data_ptr<float>();
+  float* pair_score_ptr = pair_score.data_ptr<float>();
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  int64_t* bad_ptr = bad.data_ptr<int64_t>();
+  const float* object_ptr = scores_c.data_ptr<float>();
+  std::vector<std::vector<Key>> lists(batch);
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    TopScratch scratch;
+    Workspace work;
+    std::vector<Key> listed;
+    std::vector<int64_t> top;
+    for (int64_t b = begin; b < end; ++b) {
+      const at::Tensor& m = matrices[b];
+      const float* data = m.data_ptr<float>();
+      const int64_t rows = m.size(0);
+      float* image_best = best_ptr + b * width;
+      passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
+                                       reinterpret_cast<int32_t*>(image_best));
+      std::fill(image_best + rows, image_best + width, 0.0f);
+      bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
+                                  image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
+                                  scratch, listed, range_ptr + 2 * b);
+      write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
+      const int64_t* image_pairs = pairs.pairs(b);
+      for (size_t i = 0; i < listed.size(); ++i) {  // rows and pairs still in cache
+        const int64_t r = key_index(listed[i]), slot = b * listed_width + static_cast<int64_t>(i);
+        gc_predicate_ptr[slot] = first_max_column(data + r * m.size(1) + column, num_predicates);
+        gc_ends_ptr[2 * slot] = image_pairs[2 * r];
+        gc_ends_ptr[2 * slot + 1] = image_pairs[2 * r + 1];
+      }
+      if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
+        continue;
+      }
+      top.resize(listed.size());  // the graph-constrained pairs bound the entry threshold
+      for (size_t i = 0; i < listed.size(); ++i) {
+        top[i] = key_index(listed[i]);
+      }
+      image_ngc(data, rows, m.size(1), column, image_best, pair_score_ptr + b * width, top.data(),
+                static_cast<int64_t>(top.size()), ng_topk, work, lists[b]);
+      ngc_ends[b].resize(2 * lists[b].size());
+      for (size_t i = 0; i < lists[b].size(); ++i) {
+        const int64_t r = key_index(lists[b][i]) / num_predicates;
+        ngc_ends[b][2 * i] = image_pairs[2 * r];
+        ngc_ends[b][2 * i + 1] = image_pairs[2 * r + 1];
+      }
+    }
+  });
+  auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists, num_predicates);
+  const int64_t ngc_width = ngc_pair.size(1);
+  at::Tensor ngc_ends_t = at::zeros({batch, ngc_width, 2}, at::kLong);
+  int64_t* ngc_ends_ptr = ngc_ends_t.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
+  }
+  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range,
+          gc_predicate, gc_ends, ngc_ends_t};
+}
+
+// The graph-constrained sub-list of the pairs that are GT pairs: for every image, the stable descending top-k of
+// values[b, r] over its first count[b] pairs r whose (subject, object) indices equal those of one of its valid GT
+// pairs (index equality; ties in ascending r). Returns (index [B, k'], valid [B, k']), k' = min(k, W), as
+// stable_topk(values, pairs_in_reference(...), k) gives them (invalid slots hold index 0).
+std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
+                                                const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                                                const at::Tensor& values, int64_t k) {
+  check_cpu(count, at::kLong, 1, "gt_pair_list: count must be int64 [B] on the CPU");
+  check_cpu(gt_pairs, at::kLong, 3, "gt_pair_list: gt_pairs must be int64 [B, G, 2] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "gt_pair_list: gt_valid must be bool [B, G] on the CPU");
+  check_cpu(values, at::kFloat, 2, "gt_pair_list: values must be float32 [B, W] on the CPU");
+  const int64_t batch = values.size(0), width = values.size(1), num_rel = gt_pairs.size(1);
+  const PairRows pairs(rel_pairs, batch, "gt_pair_list");
+  TORCH_CHECK(gt_pairs.size(2) == 2 && count.size(0) == batch && gt_pairs.size(0) == batch &&
+                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel && values.size(0) == batch &&
+                  values.size(1) == width,
+              "gt_pair_list: the batch fields do not have matching shapes");
+  TORCH_CHECK(k >= 0 && width < kMaxKeyIndex, "gt_pair_list: k must be >= 0 and images below 2^32 pairs");
+  at::Tensor count_c = count.contiguous(), gt_c = gt_pairs.contiguous(),
+             gv_c = gt_valid.contiguous(), values_c = values.contiguous();
+  const int64_t* count_ptr = count_c.data_ptr<int64_t>();
+  const int64_t* gt_ptr = gt_c.data_ptr<int64_t>();
+  const bool* gv_ptr = gv_c.data_ptr<bool>();
+  const float* values_ptr = values_c.data_ptr<float>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t most = std::min(width, pairs.slots(b));
+    TORCH_CHECK(count_ptr[b] >= 0 && count_ptr[b] <= most, "gt_pair_list: image ", b, " has count ", count_ptr[b],
+                " outside [0, ", most, "]");
+  }
+  const int64_t listed_width = std::min(k, width);
+  at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
+  int64_t* index_ptr = index.data_ptr<int64_t>();
+  bool* valid_ptr = valid.data_ptr<bool>();
+  if (listed_width == 0) {
+    return {index, valid};
+  }
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> table;  // bit s * S + o: (s, o) is a valid GT pair (S: the largest GT index + 1)
+    std::vector<Key> keys;
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t* gt = gt_ptr + b * num_rel * 2;
+      int64_t size = 0;
+      for (int64_t g = 0; g < num_rel; ++g) {
+        if (gv_ptr[b * num_rel + g]) {
+          TORCH_CHECK(gt[2 * g] >= 0 && gt[2 * g + 1] >= 0, "gt_pair_list: image ", b, " has a negative GT index");
+          size = std::max(size, std::max(gt[2 * g], gt[2 * g + 1]) + 1);
+        }
+      }
+      if (size == 0) {
+        continue;
+      }
+      table.assign((size * size + 63) / 64, 0);
+      for (int64_t g = 0; g < num_rel; ++g) {
+        if (gv_ptr[b * num_rel + g]) {
+          const int64_t code = gt[2 * g] * size + gt[2 * g + 1];
+          table[code / 64] |= uint64_t(1) << (code % 64);
+        }
+      }
+      keys.clear();
+      const int64_t* image_pairs = pairs.pairs(b);
+      for (int64_t r = 0; r < count_ptr[b]; ++r) {
+        const uint64_t s = static_cast<uint64_t>(image_pairs[2 * r]), o = static_cast<uint64_t>(image_pairs[2 * r + 1]);
+        if (s < static_cast<uint64_t>(size) && o < static_cast<uint64_t>(size)) {  // (negative: never a GT pair)
+          const uint64_t code = s * size + o;
+          if ((table[code / 64] >> (code % 64)) & 1) {
+            keys.push_back(rank_key(values_ptr[b * width + r], r));
+          }
+        }
+      }
+      select_best(keys.data(), keys.data() + keys.size(), listed_width);
+      const int64_t listed = std::min<int64_t>(keys.size(), listed_width);
+      for (int64_t i = 0; i < listed; ++i) {
+        index_ptr[b * listed_width + i] = key_index(keys[i]);
+        valid_ptr[b * listed_width + i] = true;
+      }
+    }
+  });
+  return {index, valid};
+}

@@ -1,0 +1,154 @@
+// Reading the score matrices: each row's maximum over its predicate columns and the value check of every entry
+// (row_maxima_checked; image_row_maxima is also the first step of ranking.cpp's fused pass), the predicate columns
+// of selected rows (gather_rows) and whether a batch's matrices suit the kernels (matrices_suit).
+#include "common.h"
+
+using namespace mmsgg_ext;
+
+namespace {
+
+constexpr int32_t kFiniteBits = 0x7F800000;  // the bit pattern of +inf: finite non-negative floats lie below
+
+inline float as_float(int32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// Row maxima of one image's predicate columns (into out[0, rows)) and the integer range check of all its entries,
+// in one pass over the matrix: each row is read once, as 8-lane vectors (the last one overlapping the previous
+// where the predicates are not a multiple of 8), into its maximum and the running (min, max) of every entry.
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+  const int64_t num_pred = cols - column;  // >= 8 (the caller checks)
+  __m256i low = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
+  __m256i high = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
+  int32_t low_lead = std::numeric_limits<int32_t>::max(), high_lead = std::numeric_limits<int32_t>::min();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* row = data + r * cols;
+    for (int64_t c = 0; c < column; ++c) {  // the background column(s): checked, not maxed
+      low_lead = std::min(low_lead, row[c]);
+      high_lead = std::max(high_lead, row[c]);
+    }
+    const int32_t* pred = row + column;
+    __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred));
+    int64_t c = 8;
+    for (; c + 8 <= num_pred; c += 8) {
+      best = _mm256_max_epi32(best, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c)));
+    }
+    if (c < num_pred) {
+      best = _mm256_max_epi32(best, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8)));
+    }
+    // every predicate entry went into `best` (the maximum) and the minimum of the same loads is taken again
+    __m256i least = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred));
+    for (c = 8; c + 8 <= num_pred; c += 8) {
+      least = _mm256_min_epi32(least, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c)));
+    }
+    if (c < num_pred) {
+      least = _mm256_min_epi32(least, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8)));
+    }
+    low = _mm256_min_epi32(low, least);
+    high = _mm256_max_epi32(high, best);
+    __m128i half = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
+    half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
+    half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
+    out[r] = _mm_cvtsi128_si32(half);
+  }
+  alignas(32) int32_t lows[8], highs[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lows), low);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(highs), high);
+  for (int i = 0; i < 8; ++i) {
+    low_lead = std::min(low_lead, lows[i]);
+    high_lead = std::max(high_lead, highs[i]);
+  }
+  return rows == 0 || (low_lead >= 0 && high_lead < kFiniteBits);
+}
+#endif
+
+bool image_row_maxima_scalar(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+  int32_t low = std::numeric_limits<int32_t>::max();
+  int32_t high = std::numeric_limits<int32_t>::min();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* row = data + r * cols;
+    int32_t best = std::numeric_limits<int32_t>::min();
+    for (int64_t c = 0; c < cols; ++c) {
+      low = std::min(low, row[c]);
+      high = std::max(high, row[c]);
+      best = c >= column ? std::max(best, row[c]) : best;
+    }
+    out[r] = best;
+  }
+  return rows == 0 || cols == 0 || (low >= 0 && high < kFiniteBits);
+}
+
+}  // namespace
+
+bool mmsgg_ext::image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && cols - column >= 8) {
+    return image_row_maxima_avx2(data, rows, cols, column, out);
+  }
+#endif
+  return image_row_maxima_scalar(data, rows, cols, column, out);
+}
+
+std::tuple<at::Tensor, at::Tensor> row_maxima_checked(const std::vector<at::Tensor>& matrices, int64_t column,
+                                                      int64_t num_predicates, int64_t width) {
+  TORCH_CHECK(num_predicates > 0, "row_maxima_checked needs at least one predicate column");
+  check_matrices(matrices, column, num_predicates);
+  const int64_t batch = static_cast<int64_t>(matrices.size());
+  at::Tensor best = at::zeros({batch, width}, at::kFloat);
+  at::Tensor passed = at::empty({batch}, at::kBool);
+  int32_t* best_bits = reinterpret_cast<int32_t*>(best.data_ptr<float>());
+  bool* passed_ptr = passed.data_ptr<bool>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(matrices[b].size(0) <= width, "image ", b, " has more rows than the width ", width);
+  }
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const at::Tensor& m = matrices[b];
+      const int32_t* data = reinterpret_cast<const int32_t*>(m.data_ptr<float>());
+      passed_ptr[b] = image_row_maxima(data, m.size(0), m.size(1), column, best_bits + b * width);
+    }
+  });
+  return {best, passed};
+}
+
+at::Tensor gather_rows(const std::vector<at::Tensor>& matrices, const at::Tensor& image, const at::Tensor& pos,
+                       int64_t column, int64_t num_predicates) {
+  check_matrices(matrices, column, num_predicates);
+  TORCH_CHECK(image.scalar_type() == at::kLong && pos.scalar_type() == at::kLong && image.dim() == 1 &&
+                  pos.dim() == 1 && image.numel() == pos.numel(),
+              "gather_rows: image and pos must be int64 vectors of one length");
+  at::Tensor image_c = image.contiguous(), pos_c = pos.contiguous();
+  const int64_t* image_ptr = image_c.data_ptr<int64_t>();
+  const int64_t* pos_ptr = pos_c.data_ptr<int64_t>();
+  const int64_t n = image_c.numel();
+  const int64_t batch = static_cast<int64_t>(matrices.size());
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(image_ptr[i] >= 0 && image_ptr[i] < batch, "gather_rows: image ", image_ptr[i], " out of range");
+    TORCH_CHECK(pos_ptr[i] >= 0 && pos_ptr[i] < matrices[image_ptr[i]].size(0), "gather_rows: row ", pos_ptr[i],
+                " out of range for image ", image_ptr[i]);
+  }
+  at::Tensor out = at::empty({n, num_predicates}, at::kFloat);
+  float* out_ptr = out.data_ptr<float>();
+  const int64_t cols = column + num_predicates;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = matrices[image_ptr[i]].data_ptr<float>() + pos_ptr[i] * cols + column;
+    std::memcpy(out_ptr + i * num_predicates, row, sizeof(float) * num_predicates);
+  }
+  return out;
+}
+
+// Whether every matrix is a contiguous float32 CPU tensor with fewer than max_entries (rows x num_predicates).
+bool matrices_suit(const std::vector<at::Tensor>& matrices, int64_t num_predicates, int64_t max_entries) {
+  for (const at::Tensor& m : matrices) {
+    if (!m.device().is_cpu() || m.scalar_type() != at::kFloat || !m.is_contiguous() || m.dim() < 1 ||
+        m.size(0) * num_predicates >= max_entries) {
+      return false;
+    }
+  }
+  return true;
+}
