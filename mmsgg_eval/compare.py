@@ -9,8 +9,9 @@ paired-bootstrap interval of Δ and a two-sided p-value. Paired: each replicate 
 replacement and uses the SAME image indices for both runs (so what the images have in common - their
 difficulty - cancels out of Δ; :mod:`mmsgg_eval.metrics.bootstrap` for the per-image decomposition of every
 key). The p-value is ``(1 + 2 min(#{Δ* <= 0}, #{Δ* >= 0})) / (B + 1)`` over the B replicates Δ*. Per-predicate
-recalls get the same treatment, and the predicates whose change is significant after Holm's step-down
-correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
+recalls (``OIRelationMetric``: per-predicate AP_rel, or AP_phr with ``--per-predicate-key AP_phr``, recomputed on
+each replicate's rows) get the same treatment, and the predicates whose change is significant after Holm's
+step-down correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
 key averaging over predicates is marked unreliable by the rule of the single-run intervals
 (:func:`mmsgg_eval.metrics.bootstrap.interval_warnings`, on either run's images): a predicate absent from the
 images hides its change from Δ and from every replicate alike.
@@ -204,21 +205,22 @@ def predicate_gt_counts(summary: Dict[str, Any], labels: Sequence[str]) -> List[
 
 
 def default_table(stat: Any, requested: Optional[str]) -> Optional[str]:
-    """The per-predicate table compared: ``requested`` (a ``CompareError`` when absent), else K-free
-    ``Recall`` when there is one, else the largest K."""
-    if not stat.tables:
+    """The per-predicate table compared: ``requested`` (None when this metric has no such table:
+    :func:`compare_runs` refuses a key no metric has), else K-free ``Recall`` when there is one, else ``AP_rel``
+    (``OIRelationMetric``) when there is one, else the largest K."""
+    names = stat.table_names
+    if not names:
         return None
     if requested is not None:
-        if requested not in stat.tables:
-            raise CompareError(f'--per-predicate-key {requested}: not a per-predicate table here '
-                               f'(available: {sorted(stat.tables)})')
-        return requested
-    return 'Recall' if 'Recall' in stat.tables else list(stat.tables)[-1]
+        return requested if requested in names else None
+    return next((n for n in ('Recall', 'AP_rel') if n in names), names[-1])
 
 
 def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, Any],
-                   with_table: bool) -> Dict[str, Any]:
-    """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count."""
+                   with_table: bool, tabled: Optional[set] = None) -> Dict[str, Any]:
+    """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count.
+    ``tabled``: ``(prefix, table)`` per-predicate tables already shown (by another metric of the same prefix,
+    e.g. SGRecall before SGMeanRecall): not shown again. ``available_tables``: this metric's tables."""
     from .metrics.bootstrap import contributions_of, interval_warnings
     from .metrics.state import ground_truth_difference
     other_gt = ground_truth_difference(a, b)
@@ -234,6 +236,8 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     summary_a, summary_b = metric_a.last_report, metric_b.last_report
     stat_a, stat_b = contributions_of(metric_a, tables_a), contributions_of(metric_b, tables_b)
     table = default_table(stat_a, options.get('per_predicate_key')) if with_table else None
+    if tabled and (a.prefix, table) in tabled:
+        table = None
     keys = [k for k in keys_a if k in keys_b]
     result = paired_keys(stat_a, stat_b, keys, summary_a['metrics'], summary_b['metrics'], options['samples'],
                          options['seed'], options['level'], table)
@@ -241,7 +245,7 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     notes = {k: notes[k] for k in result['keys'] if k in notes}
     out = {'metric': a.name, 'prefix': a.prefix, 'num_images': num_images, 'keys': result['keys'],
            'interval_warnings': list(notes), 'interval_notes': notes, 'settings_differences': differences,
-           'per_predicate': None}
+           'available_tables': stat_a.table_names, 'per_predicate': None}
     if result['per_predicate'] is not None:
         labels = result['per_predicate']['labels']
         out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
@@ -269,13 +273,16 @@ def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: i
         if not shared:
             raise CompareError(f'runs {names[0]} and {name} have no metric in common ({sorted(base)} vs '
                                f'{sorted(s.identity() for s in run)})')
-        tabled: set = set()
+        tabled: set = set()  # (prefix, table): one table per prefix and kind (SGRecall / SGMeanRecall share one)
         metrics = []
         for state in shared:
-            with_table = state.prefix not in tabled
-            metrics.append(compare_metric(base[state.identity()], state, pair, opts, with_table))
+            metrics.append(compare_metric(base[state.identity()], state, pair, opts, True, tabled))
             if metrics[-1]['per_predicate'] is not None:
-                tabled.add(state.prefix)
+                tabled.add((state.prefix, metrics[-1]['per_predicate']['key']))
+        if per_predicate_key is not None and not any(m['per_predicate'] for m in metrics):
+            available = sorted({t for m in metrics for t in m['available_tables']})
+            raise CompareError(f'--per-predicate-key {per_predicate_key}: not a per-predicate table here '
+                               f'(available: {available})')
         comparisons.append({'a': names[0], 'b': name, 'metrics': metrics})
     return {'bootstrap': {'samples': samples, 'level': level, 'seed': seed, 'method': 'paired percentile',
                           'unit': 'image', 'intersect': intersect,
@@ -462,7 +469,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--intersect', action='store_true', help='compare on the images common to both runs')
     parser.add_argument('--allow-different-settings', action='store_true',
                         help='compare runs evaluated with different settings / protocols (shown in the output)')
-    parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall or the largest K)')
+    parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall, AP_rel for '
+                                                    'OIRelationMetric, or the largest K; e.g. AP_phr)')
     parser.add_argument('--allow-missing', action='store_true', help='prediction files: score missing samples as '
                                                                      'empty predictions')
     parser.add_argument('--names', nargs='+', metavar='NAME',
