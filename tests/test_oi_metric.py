@@ -400,15 +400,35 @@ def test_compare_per_predicate_ap_deltas_and_replicates(tmp_path):
     metric = OIRelationMetric(mode='sgdet')
     metric.dataset_meta = META
     samples, _ = random_dataset(23, 16, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
-                                tie_prob=0.0)
+                                tie_prob=0.6)  # tied entries of one image: copies must not reorder them
     tables = reduced_tables(metric, samples)
     stat = contributions_of(metric, tables)
-    for row in list(next(resample_counts(stat.num_units, 3, seed=11))):
-        expected = metric.summarize(resampled_tables(tables, stat.units, row.long().tolist()))['per_predicate']
+    for row in list(next(resample_counts(stat.num_units, 6, seed=11))):
+        expected = metric.summarize(resampled_tables(tables, stat.units, row.long().tolist()))
         for name in ('AP_rel', 'AP_phr'):
             got = stat.resampled_tables[name](row)
-            want = [expected[p][name] for p in META['predicates']]
+            want = [expected['per_predicate'][p][name] for p in META['predicates']]
             assert got.tolist() == pytest.approx(want, abs=1e-9), name
+        for key, fn in stat.resampled.items():
+            assert fn(row) == pytest.approx(expected['metrics'][key], abs=1e-9), key
+
+
+def test_copies_of_an_image_repeat_its_tied_rows_as_a_group():
+    """Image 0 drawn twice lists p0 TP and FP at one score, then p0 TP at a lower score; image 1 once, p0 FP at
+    the first score. Swept as distinct copies: TP FP (copy 1), TP FP (copy 2), FP (image 1), TP, TP -- not
+    TP TP FP FP. 3 GT per copy (6): precisions 1, 1/2, 2/3, 2/4, 2/5, 3/6, 4/7; AP = (1 + 2/3 + 4/7 + 4/7) / 6."""
+    from mmsgg_eval.functional.oi import copied_rows, tie_groups
+    rows = {'predicate': torch.tensor([0, 0, 0, 0]), 'score': torch.tensor([0.5, 0.5, 0.5, 0.25]),
+            'sample_idx': torch.tensor([0, 0, 1, 0]), 'tp_rel': torch.tensor([True, False, False, True])}
+    index = copied_rows(tie_groups(rows), torch.tensor([2.0, 2.0, 1.0, 2.0], dtype=torch.float64))
+    assert index.tolist() == [0, 1, 0, 1, 2, 3, 3]
+    tp = rows['tp_rel'][index]
+    ap = voc_ap(tp, torch.ones(7, dtype=torch.float64), 6)
+    assert ap == pytest.approx((1 + 2 / 3 + 4 / 7 + 4 / 7) / 6, abs=1e-15)
+    assert ap == pytest.approx(reference_oi.voc_ap([1, 0, 1, 0, 0, 1, 1], 6), abs=1e-15)
+    weighted = voc_ap(rows['tp_rel'], torch.tensor([2.0, 2.0, 1.0, 2.0], dtype=torch.float64), 6)
+    assert weighted != pytest.approx(ap)  # row weights alone would sweep TP TP FP FP FP TP TP
+    assert copied_rows(tie_groups(rows), torch.zeros(4, dtype=torch.float64)).numel() == 0
 
 
 def test_compare_oi_next_to_sgmeanrecall_shows_both_tables(tmp_path):

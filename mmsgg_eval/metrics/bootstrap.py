@@ -501,10 +501,10 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
 def oi_contributions(metric: Any, tables: Tables) -> Contributions:
     """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
     within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
-    entry rows and GT relations w times; in the documented sweep order an image's copies are adjacent:
-    :func:`~mmsgg_eval.functional.oi.voc_ap` with weights). One sweep per replicate serves every AP key and the
+    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
+    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
     per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
-    from ..functional.oi import OI_AP_KEYS, stored_first_hits
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
     from ..functional.threads import compute_threads
     images, rels = tables['images'], tables['relations']
     c = Contributions(images['sample_idx'])
@@ -515,6 +515,7 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
     put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
     rows = metric.sorted_entries(tables['entries'])
     row_unit = c.unit_of(rows['sample_idx'])
+    groups = tie_groups(rows)
     cache: Dict[bytes, Dict[str, Any]] = {}  # the AP keys and tables of a replicate (keyed by its counts)
 
     def values(counts: Tensor) -> Dict[str, Any]:
@@ -525,7 +526,7 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
                 cache.clear()
             with compute_threads():  # many short ops: the thread policy of the metrics' pools
                 cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
-                                              counts.index_select(0, rel_unit))
+                                              counts.index_select(0, rel_unit), groups)
         return cache[key]
     for key in OI_AP_KEYS:
         c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
