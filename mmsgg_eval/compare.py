@@ -14,7 +14,8 @@ each replicate's rows) get the same treatment, and the predicates whose change i
 step-down correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
 key averaging over predicates is marked unreliable by the rule of the single-run intervals
 (:func:`mmsgg_eval.metrics.bootstrap.interval_warnings`, on either run's images): a predicate absent from the
-images hides its change from Δ and from every replicate alike.
+images hides its change from Δ and from every replicate alike. A metric whose keys have no per-image
+decomposition (DetectionAP) is named as not compared.
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
@@ -257,6 +258,15 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     return out
 
 
+def without_intervals(state: Any) -> bool:
+    """True for a metric whose keys have no per-image decomposition (e.g. DetectionAP): no paired bootstrap."""
+    from .metrics.bootstrap import contributions_builder
+    from .registry import METRICS, resolve_registered
+    import mmsgg_eval  # noqa: F401  (registers the metrics)
+    kind = resolve_registered(METRICS, {'type': state.metric_type})['type']
+    return isinstance(kind, type) and contributions_builder(kind) is None
+
+
 def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: int = 1000, level: float = 0.95,
                  seed: int = 0, intersect: bool = False, allow_different_settings: bool = False,
                  per_predicate_key: Optional[str] = None) -> Dict[str, Any]:
@@ -270,9 +280,12 @@ def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: i
     for run, name in zip(runs[1:], names[1:]):
         pair = (names[0], name)
         shared = [s for s in run if s.identity() in base]
+        not_compared = [s.name for s in shared if without_intervals(s)]
+        shared = [s for s in shared if not without_intervals(s)]
         if not shared:
-            raise CompareError(f'runs {names[0]} and {name} have no metric in common ({sorted(base)} vs '
-                               f'{sorted(s.identity() for s in run)})')
+            raise CompareError(f'runs {names[0]} and {name} have no metric in common that has paired intervals '
+                               f'({sorted(base)} vs {sorted(s.identity() for s in run)}; without per-image keys: '
+                               f'{not_compared})')
         tabled: set = set()  # (prefix, table): one table per prefix and kind (SGRecall / SGMeanRecall share one)
         metrics = []
         for state in shared:
@@ -283,7 +296,7 @@ def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: i
             available = sorted({t for m in metrics for t in m['available_tables']})
             raise CompareError(f'--per-predicate-key {per_predicate_key}: not a per-predicate table here '
                                f'(available: {available})')
-        comparisons.append({'a': names[0], 'b': name, 'metrics': metrics})
+        comparisons.append({'a': names[0], 'b': name, 'metrics': metrics, 'not_compared': not_compared})
     return {'bootstrap': {'samples': samples, 'level': level, 'seed': seed, 'method': 'paired percentile',
                           'unit': 'image', 'intersect': intersect,
                           'allow_different_settings': allow_different_settings},
@@ -358,6 +371,9 @@ def format_markdown(result: Dict[str, Any]) -> str:
                 lines += ['', 'unreliable: the interval of Δ (and its p-value) of a key averaging over predicates '
                               'of which many are rare or absent in these images (docs/metrics.md).']
             lines += [''] + per_predicate_markdown(m['per_predicate'], a, b, pct)
+        if comp.get('not_compared'):
+            lines += ['Not compared (keys without a per-image decomposition, so no paired bootstrap): '
+                      + ', '.join(cell(n) for n in comp['not_compared']) + '.', '']
     return '\n'.join(lines).rstrip() + '\n'
 
 

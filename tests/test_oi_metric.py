@@ -432,24 +432,29 @@ def test_copies_of_an_image_repeat_its_tied_rows_as_a_group():
 
 
 def test_compare_oi_next_to_sgmeanrecall_shows_both_tables(tmp_path):
-    """The OIv6 evaluator (SGMeanRecall and OIRelationMetric of one prefix): R@100 of SGMeanRecall and AP_rel of
-    OIRelationMetric, one per-predicate table each."""
+    """The OIv6 SGDet evaluator (SGMeanRecall and OIRelationMetric of one prefix, DetectionAP): R@100 of
+    SGMeanRecall and AP_rel of OIRelationMetric, one per-predicate table each; DetectionAP (no per-image keys)
+    named as not compared instead of a traceback."""
     from mmsgg_eval.compare import main
     from mmsgg_eval.metrics import SGMeanRecall
+    from mmsgg_eval.metrics.detection import DetectionAP
     samples, _ = random_dataset(22, 12, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     for name in ('a', 'b'):
         data = samples if name == 'a' else [dict(s, pred_relations=dict(s['pred_relations'], scores=torch.flip(
             s['pred_relations']['scores'], (1,)))) for s in samples]
-        for cls in (SGMeanRecall, OIRelationMetric):
-            metric = cls(mode='sgdet', save_state=str(tmp_path / name / f'{cls.__name__}.state'))
+        for cls in (SGMeanRecall, OIRelationMetric, DetectionAP):
+            kwargs = {} if cls is DetectionAP else dict(mode='sgdet')
+            metric = cls(save_state=str(tmp_path / name / f'{cls.__name__}.state'), **kwargs)
             metric.dataset_meta = META
             metric.process({}, data)
             metric.evaluate(len(data))
     out = main([str(tmp_path / 'a'), str(tmp_path / 'b'), '--samples', '50', '--out-dir', str(tmp_path / 'cmp')])
     keys = {m['metric']: (m['per_predicate'] or {}).get('key') for m in out['comparisons'][0]['metrics']}
     assert keys == {'SGMeanRecall (sgdet)': 'R@100', 'OIRelationMetric (sgdet)': 'AP_rel'}
+    assert out['comparisons'][0]['not_compared'] == ['DetectionAP (sgdet)']
     text = (tmp_path / 'cmp' / 'compare.md').read_text()
     assert 'Per-predicate R@100' in text and 'Per-predicate AP_rel' in text
+    assert 'Not compared (keys without a per-image decomposition, so no paired bootstrap): DetectionAP' in text
 
 
 def test_states_of_disjoint_shards_merge_into_the_whole_run(tmp_path):

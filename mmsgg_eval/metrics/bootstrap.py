@@ -539,11 +539,12 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
     """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
     MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
-    per-image keys (e.g. DetectionAP)."""
+    per-image keys (e.g. DetectionAP). ``metric``: a metric or a metric class."""
     builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
                 'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
                 'RelCLIPScore': relclip_contributions, 'OIRelationMetric': oi_contributions}
-    return next((builders[k.__name__] for k in type(metric).__mro__ if k.__name__ in builders), None)
+    kind = metric if isinstance(metric, type) else type(metric)
+    return next((builders[k.__name__] for k in kind.__mro__ if k.__name__ in builders), None)
 
 
 def contributions_of(metric: Any, tables: Tables) -> Contributions:
