@@ -11,8 +11,8 @@ difficulty - cancels out of Δ; :mod:`mmsgg_eval.metrics.bootstrap` for the per-
 key). The p-value is ``(1 + 2 min(#{Δ* <= 0}, #{Δ* >= 0})) / (B + 1)`` over the B replicates Δ*. Per-predicate
 recalls (``OIRelationMetric``: per-predicate AP_rel, or AP_phr with ``--per-predicate-key AP_phr``, recomputed on
 each replicate's rows) get the same treatment, and the predicates whose change is significant after Holm's
-step-down correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
-key averaging over predicates is marked unreliable by the rule of the single-run intervals
+step-down correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval
+of Δ of a key averaging over predicates is marked unreliable by the rule of the single-run intervals
 (:func:`mmsgg_eval.metrics.bootstrap.interval_warnings`, on either run's images): a predicate absent from the
 images hides its change from Δ and from every replicate alike. A metric whose keys have no per-image
 decomposition (DetectionAP) is named as not compared.
