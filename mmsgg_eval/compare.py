@@ -9,11 +9,13 @@ paired-bootstrap interval of Δ and a two-sided p-value. Paired: each replicate 
 replacement and uses the SAME image indices for both runs (so what the images have in common - their
 difficulty - cancels out of Δ; :mod:`mmsgg_eval.metrics.bootstrap` for the per-image decomposition of every
 key). The p-value is ``(1 + 2 min(#{Δ* <= 0}, #{Δ* >= 0})) / (B + 1)`` over the B replicates Δ*. Per-predicate
-recalls get the same treatment, and the predicates whose change is significant after Holm's step-down
-correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval of Δ of a
-key averaging over predicates is marked unreliable by the rule of the single-run intervals
+recalls (``OIRelationMetric``: per-predicate AP_rel, or AP_phr with ``--per-predicate-key AP_phr``, recomputed on
+each replicate's rows) get the same treatment, and the predicates whose change is significant after Holm's
+step-down correction over all predicates with GT (family-wise error rate ``1 - level``) are named. The interval
+of Δ of a key averaging over predicates is marked unreliable by the rule of the single-run intervals
 (:func:`mmsgg_eval.metrics.bootstrap.interval_warnings`, on either run's images): a predicate absent from the
-images hides its change from Δ and from every replicate alike.
+images hides its change from Δ and from every replicate alike. A metric whose keys have no per-image
+decomposition (DetectionAP) is named as not compared.
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
@@ -204,21 +206,22 @@ def predicate_gt_counts(summary: Dict[str, Any], labels: Sequence[str]) -> List[
 
 
 def default_table(stat: Any, requested: Optional[str]) -> Optional[str]:
-    """The per-predicate table compared: ``requested`` (a ``CompareError`` when absent), else K-free
-    ``Recall`` when there is one, else the largest K."""
-    if not stat.tables:
+    """The per-predicate table compared: ``requested`` (None when this metric has no such table:
+    :func:`compare_runs` refuses a key no metric has), else K-free ``Recall`` when there is one, else ``AP_rel``
+    (``OIRelationMetric``) when there is one, else the largest K."""
+    names = stat.table_names
+    if not names:
         return None
     if requested is not None:
-        if requested not in stat.tables:
-            raise CompareError(f'--per-predicate-key {requested}: not a per-predicate table here '
-                               f'(available: {sorted(stat.tables)})')
-        return requested
-    return 'Recall' if 'Recall' in stat.tables else list(stat.tables)[-1]
+        return requested if requested in names else None
+    return next((n for n in ('Recall', 'AP_rel') if n in names), names[-1])
 
 
 def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, Any],
-                   with_table: bool) -> Dict[str, Any]:
-    """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count."""
+                   with_table: bool, tabled: Optional[set] = None) -> Dict[str, Any]:
+    """The paired comparison of one metric (two states): keys, per-predicate rows, settings, image count.
+    ``tabled``: ``(prefix, table)`` per-predicate tables already shown (by another metric of the same prefix,
+    e.g. SGRecall before SGMeanRecall): not shown again. ``available_tables``: this metric's tables."""
     from .metrics.bootstrap import contributions_of, interval_warnings
     from .metrics.state import ground_truth_difference
     other_gt = ground_truth_difference(a, b)
@@ -234,6 +237,8 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     summary_a, summary_b = metric_a.last_report, metric_b.last_report
     stat_a, stat_b = contributions_of(metric_a, tables_a), contributions_of(metric_b, tables_b)
     table = default_table(stat_a, options.get('per_predicate_key')) if with_table else None
+    if tabled and (a.prefix, table) in tabled:
+        table = None
     keys = [k for k in keys_a if k in keys_b]
     result = paired_keys(stat_a, stat_b, keys, summary_a['metrics'], summary_b['metrics'], options['samples'],
                          options['seed'], options['level'], table)
@@ -241,7 +246,7 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     notes = {k: notes[k] for k in result['keys'] if k in notes}
     out = {'metric': a.name, 'prefix': a.prefix, 'num_images': num_images, 'keys': result['keys'],
            'interval_warnings': list(notes), 'interval_notes': notes, 'settings_differences': differences,
-           'per_predicate': None}
+           'available_tables': stat_a.table_names, 'per_predicate': None}
     if result['per_predicate'] is not None:
         labels = result['per_predicate']['labels']
         out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
@@ -251,6 +256,15 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
         out['per_predicate']['rows'].sort(key=lambda r: rank.get(r['predicate'], len(rank)))
         out['per_predicate']['order'] = 'as in the reports (training frequency when known)'
     return out
+
+
+def without_intervals(state: Any) -> bool:
+    """True for a metric whose keys have no per-image decomposition (e.g. DetectionAP): no paired bootstrap."""
+    from .metrics.bootstrap import contributions_builder
+    from .registry import METRICS, resolve_registered
+    import mmsgg_eval  # noqa: F401  (registers the metrics)
+    kind = resolve_registered(METRICS, {'type': state.metric_type})['type']
+    return isinstance(kind, type) and contributions_builder(kind) is None
 
 
 def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: int = 1000, level: float = 0.95,
@@ -266,17 +280,23 @@ def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: i
     for run, name in zip(runs[1:], names[1:]):
         pair = (names[0], name)
         shared = [s for s in run if s.identity() in base]
+        not_compared = [s.name for s in shared if without_intervals(s)]
+        shared = [s for s in shared if not without_intervals(s)]
         if not shared:
-            raise CompareError(f'runs {names[0]} and {name} have no metric in common ({sorted(base)} vs '
-                               f'{sorted(s.identity() for s in run)})')
-        tabled: set = set()
+            raise CompareError(f'runs {names[0]} and {name} have no metric in common that has paired intervals '
+                               f'({sorted(base)} vs {sorted(s.identity() for s in run)}; without per-image keys: '
+                               f'{not_compared})')
+        tabled: set = set()  # (prefix, table): one table per prefix and kind (SGRecall / SGMeanRecall share one)
         metrics = []
         for state in shared:
-            with_table = state.prefix not in tabled
-            metrics.append(compare_metric(base[state.identity()], state, pair, opts, with_table))
+            metrics.append(compare_metric(base[state.identity()], state, pair, opts, True, tabled))
             if metrics[-1]['per_predicate'] is not None:
-                tabled.add(state.prefix)
-        comparisons.append({'a': names[0], 'b': name, 'metrics': metrics})
+                tabled.add((state.prefix, metrics[-1]['per_predicate']['key']))
+        if per_predicate_key is not None and not any(m['per_predicate'] for m in metrics):
+            available = sorted({t for m in metrics for t in m['available_tables']})
+            raise CompareError(f'--per-predicate-key {per_predicate_key}: not a per-predicate table here '
+                               f'(available: {available})')
+        comparisons.append({'a': names[0], 'b': name, 'metrics': metrics, 'not_compared': not_compared})
     return {'bootstrap': {'samples': samples, 'level': level, 'seed': seed, 'method': 'paired percentile',
                           'unit': 'image', 'intersect': intersect,
                           'allow_different_settings': allow_different_settings},
@@ -351,6 +371,9 @@ def format_markdown(result: Dict[str, Any]) -> str:
                 lines += ['', 'unreliable: the interval of Δ (and its p-value) of a key averaging over predicates '
                               'of which many are rare or absent in these images (docs/metrics.md).']
             lines += [''] + per_predicate_markdown(m['per_predicate'], a, b, pct)
+        if comp.get('not_compared'):
+            lines += ['Not compared (keys without a per-image decomposition, so no paired bootstrap): '
+                      + ', '.join(cell(n) for n in comp['not_compared']) + '.', '']
     return '\n'.join(lines).rstrip() + '\n'
 
 
@@ -462,7 +485,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--intersect', action='store_true', help='compare on the images common to both runs')
     parser.add_argument('--allow-different-settings', action='store_true',
                         help='compare runs evaluated with different settings / protocols (shown in the output)')
-    parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall or the largest K)')
+    parser.add_argument('--per-predicate-key', help='per-predicate table compared (default Recall, AP_rel for '
+                                                    'OIRelationMetric, or the largest K; e.g. AP_phr)')
     parser.add_argument('--allow-missing', action='store_true', help='prediction files: score missing samples as '
                                                                      'empty predictions')
     parser.add_argument('--names', nargs='+', metavar='NAME',

@@ -311,6 +311,152 @@ def test_compare_two_runs_states(tmp_path):
 
 
 
+def hand_image(idx, gt_predicate, pairs):
+    """PredCls image with objects c0 [0, 0, 10, 10] and c1 [5, 5, 20, 20], one GT relation (0, 1,
+    ``gt_predicate``) and the predicted pairs ``pairs`` [(subject, object, {predicate: probability})]."""
+    scores = torch.zeros((len(pairs), NUM_PREDICATES + 1))
+    for row, (_, _, probs) in enumerate(pairs):
+        for c, value in probs.items():
+            scores[row, c + 1] = value
+    return dict(sample_idx=idx, img_id=f'img{idx}',
+                gt_instances=dict(bboxes=torch.tensor([[0., 0., 10., 10.], [5., 5., 20., 20.]]),
+                                  labels=torch.tensor([0, 1])),
+                gt_relations=dict(pair_idxs=torch.tensor([[0, 1]]), labels=torch.tensor([gt_predicate])),
+                pred_relations=dict(pair_idxs=torch.tensor([[s, o] for s, o, _ in pairs]).reshape(-1, 2),
+                                    scores=scores))
+
+
+def compared_states(tmp_path, mode, runs, *extra):
+    """States of OIRelationMetric(``mode``) on each ``runs`` item (name -> samples) and ``python -m
+    mmsgg_eval.compare`` of them: (the summaries by name, the compared metrics by name, compare's result)."""
+    from mmsgg_eval.compare import main
+    summaries = {}
+    for name, data in runs.items():
+        metric, _ = run_metric(data, mode=mode, save_state=str(tmp_path / name / 'oi.state'))
+        summaries[name] = metric.last_report
+    a, b = list(runs)
+    out = main([str(tmp_path / a), str(tmp_path / b), '--samples', '200', '--out-dir', str(tmp_path / 'cmp'),
+                *extra])
+    by_metric = {m['metric']: m for m in out['comparisons'][0]['metrics']}
+    return summaries, by_metric, out
+
+
+def test_compare_per_predicate_ap_by_hand(tmp_path):
+    """Per-predicate AP_rel in compare, by hand. A: image 0 (GT p0) lists p0 0.9, p1 0.1; image 1 (GT p0) p1 0.8,
+    p0 0.2; image 2 (GT p1) p1 0.6, p0 0.4. p0: TP FP TP of 2 GT -> (1 + 2/3) / 2 = 83.33; p1: FP TP FP of 1 GT
+    -> 50. B adds to image 1 the pair (1, 0) (labels c1, c0: no GT) with p0 0.95, p1 0.05: p0 FP TP FP TP ->
+    (1/2 + 1/2) / 2 = 50 (Δ -33.33); p1 FP TP FP FP -> 50 (Δ 0)."""
+    run_a = [hand_image(0, 0, [(0, 1, {0: 0.9, 1: 0.1})]), hand_image(1, 0, [(0, 1, {0: 0.2, 1: 0.8})]),
+             hand_image(2, 1, [(0, 1, {0: 0.4, 1: 0.6})])]
+    run_b = [run_a[0], hand_image(1, 0, [(0, 1, {0: 0.2, 1: 0.8}), (1, 0, {0: 0.95, 1: 0.05})]), run_a[2]]
+    summaries, by_metric, _ = compared_states(tmp_path, 'predcls', {'a': run_a, 'b': run_b})
+    pp = by_metric['OIRelationMetric (predcls)']['per_predicate']
+    assert pp['key'] == 'AP_rel' and [r['predicate'] for r in pp['rows']] == META['predicates']
+    rows = {r['predicate']: r for r in pp['rows']}
+    assert rows['p0']['a'] == pytest.approx(500 / 6) and rows['p0']['b'] == pytest.approx(50)
+    assert rows['p0']['delta'] == pytest.approx(-100 / 3) and rows['p1']['delta'] == 0
+    assert rows['p1']['a'] == rows['p1']['b'] == pytest.approx(50)
+    assert (rows['p0']['num_gt_a'], rows['p1']['num_gt_a'], rows['p2']['num_gt_a']) == (2, 1, 0)
+    assert pp['num_tested'] == 2 and math.isnan(rows['p2']['p_holm'])  # predicates without GT are not tested
+    assert rows['p0']['low'] <= rows['p0']['delta'] <= rows['p0']['high'] and 0 < rows['p0']['p'] <= 1
+    assert rows['p0']['p_holm'] >= rows['p0']['p']
+    for name in ('a', 'b'):
+        assert summaries[name]['per_predicate']['p0']['AP_rel'] == pytest.approx(rows['p0'][name])
+    text = (tmp_path / 'cmp' / 'compare.md').read_text()
+    assert 'Per-predicate AP_rel' in text and '| p0 | 2 | 83.33 | 50.00 | -33.33 |' in text
+    # AP_phr on request (PredCls: the same boxes, so the same values here)
+    _, by_metric, _ = compared_states(tmp_path, 'predcls', {'a': run_a, 'b': run_b}, '--per-predicate-key',
+                                      'AP_phr')
+    phr = by_metric['OIRelationMetric (predcls)']['per_predicate']
+    assert phr['key'] == 'AP_phr' and {r['predicate']: r['delta'] for r in phr['rows']}['p0'] == pytest.approx(-100 / 3)
+    with pytest.raises(SystemExit):  # a table no compared metric has: refused (one line, exit 1)
+        compared_states(tmp_path, 'predcls', {'a': run_a, 'b': run_b}, '--per-predicate-key', 'R@50')
+
+
+def test_compare_per_predicate_ap_deltas_and_replicates(tmp_path):
+    """Random SGDet runs: per-predicate rows of AP_rel whose A, B and Δ are each run's own per-predicate AP (its
+    summary); each replicate's table equals the metric's own summary of the resampled images."""
+    from mmsgg_eval.functional.bootstrap import resample_counts
+    from mmsgg_eval.metrics.bootstrap import contributions_of
+    from tests.test_bootstrap import reduced_tables, resampled_tables
+    samples, _ = random_dataset(21, 16, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    worse = []
+    for s in samples:
+        rel = dict(s['pred_relations'])
+        rel['scores'] = torch.flip(rel['scores'], (1,))
+        worse.append(dict(s, pred_relations=rel))
+    summaries, by_metric, _ = compared_states(tmp_path, 'sgdet', {'a': samples, 'b': worse})
+    pp = by_metric['OIRelationMetric (sgdet)']['per_predicate']
+    assert pp['key'] == 'AP_rel' and len(pp['rows']) == NUM_PREDICATES
+    changed = 0
+    for r in pp['rows']:
+        ap_a = summaries['a']['per_predicate'][r['predicate']]['AP_rel']
+        ap_b = summaries['b']['per_predicate'][r['predicate']]['AP_rel']
+        assert (r['a'], r['b']) == (ap_a, ap_b)  # the all-ones replicate is the summary, bit for bit
+        assert r['delta'] == pytest.approx(ap_b - ap_a, abs=1e-12)
+        assert r['num_gt_a'] == summaries['a']['per_predicate'][r['predicate']]['num_gt']
+        changed += r['delta'] != 0
+    assert changed >= 2
+    metric = OIRelationMetric(mode='sgdet')
+    metric.dataset_meta = META
+    samples, _ = random_dataset(23, 16, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
+                                tie_prob=0.6)  # tied entries of one image: copies must not reorder them
+    tables = reduced_tables(metric, samples)
+    stat = contributions_of(metric, tables)
+    for row in list(next(resample_counts(stat.num_units, 6, seed=11))):
+        expected = metric.summarize(resampled_tables(tables, stat.units, row.long().tolist()))
+        for name in ('AP_rel', 'AP_phr'):
+            got = stat.resampled_tables[name](row)
+            want = [expected['per_predicate'][p][name] for p in META['predicates']]
+            assert got.tolist() == pytest.approx(want, abs=1e-9), name
+        for key, fn in stat.resampled.items():
+            assert fn(row) == pytest.approx(expected['metrics'][key], abs=1e-9), key
+
+
+def test_copies_of_an_image_repeat_its_tied_rows_as_a_group():
+    """Image 0 drawn twice lists p0 TP and FP at one score, then p0 TP at a lower score; image 1 once, p0 FP at
+    the first score. Swept as distinct copies: TP FP (copy 1), TP FP (copy 2), FP (image 1), TP, TP -- not
+    TP TP FP FP. 3 GT per copy (6): precisions 1, 1/2, 2/3, 2/4, 2/5, 3/6, 4/7; AP = (1 + 2/3 + 4/7 + 4/7) / 6."""
+    from mmsgg_eval.functional.oi import copied_rows, tie_groups
+    rows = {'predicate': torch.tensor([0, 0, 0, 0]), 'score': torch.tensor([0.5, 0.5, 0.5, 0.25]),
+            'sample_idx': torch.tensor([0, 0, 1, 0]), 'tp_rel': torch.tensor([True, False, False, True])}
+    index = copied_rows(tie_groups(rows), torch.tensor([2.0, 2.0, 1.0, 2.0], dtype=torch.float64))
+    assert index.tolist() == [0, 1, 0, 1, 2, 3, 3]
+    tp = rows['tp_rel'][index]
+    ap = voc_ap(tp, torch.ones(7, dtype=torch.float64), 6)
+    assert ap == pytest.approx((1 + 2 / 3 + 4 / 7 + 4 / 7) / 6, abs=1e-15)
+    assert ap == pytest.approx(reference_oi.voc_ap([1, 0, 1, 0, 0, 1, 1], 6), abs=1e-15)
+    weighted = voc_ap(rows['tp_rel'], torch.tensor([2.0, 2.0, 1.0, 2.0], dtype=torch.float64), 6)
+    assert weighted != pytest.approx(ap)  # row weights alone would sweep TP TP FP FP FP TP TP
+    assert copied_rows(tie_groups(rows), torch.zeros(4, dtype=torch.float64)).numel() == 0
+
+
+def test_compare_oi_next_to_sgmeanrecall_shows_both_tables(tmp_path):
+    """The OIv6 SGDet evaluator (SGMeanRecall and OIRelationMetric of one prefix, DetectionAP): R@100 of
+    SGMeanRecall and AP_rel of OIRelationMetric, one per-predicate table each; DetectionAP (no per-image keys)
+    named as not compared instead of a traceback."""
+    from mmsgg_eval.compare import main
+    from mmsgg_eval.metrics import SGMeanRecall
+    from mmsgg_eval.metrics.detection import DetectionAP
+    samples, _ = random_dataset(22, 12, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    for name in ('a', 'b'):
+        data = samples if name == 'a' else [dict(s, pred_relations=dict(s['pred_relations'], scores=torch.flip(
+            s['pred_relations']['scores'], (1,)))) for s in samples]
+        for cls in (SGMeanRecall, OIRelationMetric, DetectionAP):
+            kwargs = {} if cls is DetectionAP else dict(mode='sgdet')
+            metric = cls(save_state=str(tmp_path / name / f'{cls.__name__}.state'), **kwargs)
+            metric.dataset_meta = META
+            metric.process({}, data)
+            metric.evaluate(len(data))
+    out = main([str(tmp_path / 'a'), str(tmp_path / 'b'), '--samples', '50', '--out-dir', str(tmp_path / 'cmp')])
+    keys = {m['metric']: (m['per_predicate'] or {}).get('key') for m in out['comparisons'][0]['metrics']}
+    assert keys == {'SGMeanRecall (sgdet)': 'R@100', 'OIRelationMetric (sgdet)': 'AP_rel'}
+    assert out['comparisons'][0]['not_compared'] == ['DetectionAP (sgdet)']
+    text = (tmp_path / 'cmp' / 'compare.md').read_text()
+    assert 'Per-predicate R@100' in text and 'Per-predicate AP_rel' in text
+    assert 'Not compared (keys without a per-image decomposition, so no paired bootstrap): DetectionAP' in text
+
+
 def test_states_of_disjoint_shards_merge_into_the_whole_run(tmp_path):
     from mmsgg_eval.metrics.state import load_state, merge_states, summarize_state
     samples, _ = random_dataset(17, 20, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)

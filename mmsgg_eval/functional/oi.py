@@ -231,6 +231,30 @@ def ap_order(predicate: Tensor, score: Tensor, sample_idx: Tensor, rank: Tensor)
     return order
 
 
+def tie_groups(sorted_rows: Dict[str, Tensor]) -> Tuple[Tensor, Tensor]:
+    """(start [G], size [G]) of the runs of entry rows (sorted by :func:`ap_order`) with equal predicate, score and
+    ``sample_idx``: the rows of one image that the sweep meets tied, in rank order."""
+    n = sorted_rows['predicate'].numel()
+    pred, score, sample = sorted_rows['predicate'], sorted_rows['score'], sorted_rows['sample_idx']
+    new_group = torch.ones(n, dtype=torch.bool)
+    new_group[1:] = (pred[1:] != pred[:-1]) | (score[1:] != score[:-1]) | (sample[1:] != sample[:-1])
+    start = new_group.nonzero().squeeze(1)
+    return start, torch.diff(start, append=torch.tensor([n]))
+
+
+def copied_rows(groups: Tuple[Tensor, Tensor], copies: Tensor) -> Tensor:
+    """Indices of the entry rows (sorted by :func:`ap_order`; ``groups`` their :func:`tie_groups`) of a resample
+    in which the image of row i is drawn ``copies[i]`` times (an integer count per row, equal over an image's
+    rows), in the order the sweep takes the copies as distinct images (consecutive ``sample_idx``): each tie
+    group is repeated as a whole, copy after copy. Weighting each row instead would reorder tied TP / FP rows of
+    one image (TP TP FP FP instead of TP FP TP FP)."""
+    start, size = groups
+    length = copies.index_select(0, start).round().long() * size
+    group = torch.repeat_interleave(torch.arange(start.numel()), length)
+    offset = torch.arange(int(length.sum())) - torch.repeat_interleave(torch.cumsum(length, 0) - length, length)
+    return start.index_select(0, group) + offset % size.index_select(0, group)
+
+
 def voc_ap(tp: Tensor, weight: Tensor, npos: float) -> float:
     """VOC all-point AP of rows already sorted by score: ``tp`` [n] bool, ``weight`` [n] float64 (how many copies
     of each row, 1 normally; a bootstrap replicate's draws), ``npos`` GT relations. Each true-positive row adds

@@ -57,7 +57,9 @@ class Contributions:
     returns their columns; :attr:`blocks` are ``(key names, fn)`` pairs where ``fn(totals [b, C])`` gives
     [b, len(names)] values; :attr:`derived` functions add keys computed from other keys' values;
     :attr:`tables` ``{name: fn}`` give [b, P] per-predicate values (percent) named by :attr:`table_labels`;
-    :attr:`resampled` ``{key: fn(counts [N])}`` keys recomputed per replicate; :attr:`support` ``{key: (gt [N, P],
+    :attr:`resampled` ``{key: fn(counts [N])}`` keys recomputed per replicate, :attr:`resampled_tables`
+    ``{name: fn(counts [N]) -> [P]}`` per-predicate values (percent) recomputed per replicate (the AP of
+    ``OIRelationMetric``); :attr:`support` ``{key: (gt [N, P],
     members [M])}``: the GT relations of each predicate in each unit's evaluated relations and the M predicates
     a key averages over (:meth:`gt_support`); :attr:`depends` ``{key: [keys]}`` the keys a derived key is
     computed from (both read by :func:`interval_warnings`).
@@ -73,9 +75,15 @@ class Contributions:
         self.tables: Dict[str, Block] = {}
         self.table_labels: List[str] = []
         self.resampled: Dict[str, Callable[[Tensor], float]] = {}
+        self.resampled_tables: Dict[str, Callable[[Tensor], Tensor]] = {}
         self.support: Dict[str, Tuple[Tensor, Tensor]] = {}
         self.depends: Dict[str, List[str]] = {}
         self._memo: Dict[int, Tensor] = {}
+
+    @property
+    def table_names(self) -> List[str]:
+        """The per-predicate tables: :attr:`tables` then :attr:`resampled_tables`."""
+        return list(self.tables) + list(self.resampled_tables)
 
     @property
     def num_units(self) -> int:
@@ -139,6 +147,8 @@ class Contributions:
         values = self.evaluate(weighted_totals(ones, self.matrix()), with_tables)
         for key, fn in self.resampled.items():
             values[key] = torch.tensor([fn(ones[0])], dtype=torch.float64)
+        if with_tables:
+            values.update({f'table:{name}': fn(ones[0])[None] for name, fn in self.resampled_tables.items()})
         return values
 
     def rename(self, mapping: Callable[[str], Optional[str]]) -> None:
@@ -152,6 +162,7 @@ class Contributions:
                 blocks.append(([new[j] for j in keep], lambda t, fn=fn, keep=keep: fn(t)[:, keep]))
         self.blocks, self.derived, self.depends = blocks, [], {}
         self.tables = {mapping(n): fn for n, fn in self.tables.items() if mapping(n) is not None}
+        self.resampled_tables = {mapping(n): fn for n, fn in self.resampled_tables.items() if mapping(n) is not None}
         self.support = {mapping(n): v for n, v in self.support.items() if mapping(n) is not None}
 
 
@@ -490,9 +501,10 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
 def oi_contributions(metric: Any, tables: Tables) -> Contributions:
     """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
     within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
-    entry rows and GT relations w times; in the documented sweep order an image's copies are adjacent:
-    :func:`~mmsgg_eval.functional.oi.voc_ap` with weights). One sweep per replicate serves every AP key."""
-    from ..functional.oi import OI_AP_KEYS, stored_first_hits
+    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
+    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
+    per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
     from ..functional.threads import compute_threads
     images, rels = tables['images'], tables['relations']
     c = Contributions(images['sample_idx'])
@@ -503,9 +515,10 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
     put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
     rows = metric.sorted_entries(tables['entries'])
     row_unit = c.unit_of(rows['sample_idx'])
-    cache: Dict[bytes, Dict[str, float]] = {}  # the AP keys of a replicate (keyed by its counts)
+    groups = tie_groups(rows)
+    cache: Dict[bytes, Dict[str, Any]] = {}  # the AP keys and tables of a replicate (keyed by its counts)
 
-    def values(counts: Tensor) -> Dict[str, float]:
+    def values(counts: Tensor) -> Dict[str, Any]:
         counts = counts.double().cpu().contiguous()
         key = counts.numpy().tobytes()
         if key not in cache:
@@ -513,21 +526,25 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
                 cache.clear()
             with compute_threads():  # many short ops: the thread policy of the metrics' pools
                 cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
-                                              counts.index_select(0, rel_unit))['values']
+                                              counts.index_select(0, rel_unit), groups)
         return cache[key]
     for key in OI_AP_KEYS:
-        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)[key]
+        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
+    for name in ('AP_rel', 'AP_phr'):  # the names of the summary's per-predicate table
+        c.resampled_tables[name] = lambda counts, name=name: 100.0 * values(counts)[name.lower()]
+    c.table_labels = list(metric.predicates)
     return c
 
 
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
     """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
     MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
-    per-image keys (e.g. DetectionAP)."""
+    per-image keys (e.g. DetectionAP). ``metric``: a metric or a metric class."""
     builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
                 'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
                 'RelCLIPScore': relclip_contributions, 'OIRelationMetric': oi_contributions}
-    return next((builders[k.__name__] for k in type(metric).__mro__ if k.__name__ in builders), None)
+    kind = metric if isinstance(metric, type) else type(metric)
+    return next((builders[k.__name__] for k in kind.__mro__ if k.__name__ in builders), None)
 
 
 def contributions_of(metric: Any, tables: Tables) -> Contributions:
@@ -565,6 +582,9 @@ def replicates(stats: Sequence[Contributions], samples: int, seed: int,
             values = s.evaluate(weighted_totals(counts, mat), with_tables)
             for key, fn in s.resampled.items():
                 values[key] = torch.tensor([fn(row) for row in counts], dtype=torch.float64)
+            if with_tables:
+                for name, fn in s.resampled_tables.items():
+                    values[f'table:{name}'] = torch.stack([fn(row).double() for row in counts])
             for key, v in values.items():
                 part.setdefault(key, []).append(v)
     return [{key: torch.cat(v) for key, v in part.items()} for part in parts]

@@ -9,14 +9,14 @@ rank. Whether an entry is a true positive depends on its own image only (claims 
 in one documented order (score descending, then ``sample_idx``, then rank): world sizes 1, 2, 3 give the same
 numbers bit for bit. Values are percentages.
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from ..functional.limits import NO_HIT
-from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, oi_average_precisions, oi_match,
-                             oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits)
+from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
+                             oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
 from ..functional.scores import ScoreWorkspace
@@ -183,14 +183,20 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         return {n: c.index_select(0, order) for n, c in entries.items()}
 
     def scores_of(self, sorted_rows: Dict[str, Tensor], relations: Dict[str, Tensor],
-                  row_weight: Optional[Tensor] = None, rel_weight: Optional[Tensor] = None) -> Dict[str, Any]:
+                  row_weight: Optional[Tensor] = None, rel_weight: Optional[Tensor] = None,
+                  groups: Optional[Tuple[Tensor, Tensor]] = None) -> Dict[str, Any]:
         """Every key (fractions) and the per-predicate APs and GT counts of sorted entry rows and GT relations,
-        optionally weighted (a bootstrap replicate's draws of each row's image)."""
+        optionally weighted (a bootstrap replicate's draws of each row's image: the rows are repeated as the copies
+        of the images would be swept, :func:`~mmsgg_eval.functional.oi.copied_rows`; ``groups``: the rows'
+        :func:`~mmsgg_eval.functional.oi.tie_groups` when already known)."""
         num_predicates = len(self.predicates)
         pred = relations['predicate'].long()
         npos = torch.bincount(pred, weights=rel_weight, minlength=num_predicates).double() \
             if rel_weight is not None else torch.bincount(pred, minlength=num_predicates).double()
-        ap_rel, ap_phr = oi_average_precisions(sorted_rows, npos, num_predicates, row_weight)
+        if row_weight is not None:
+            index = copied_rows(tie_groups(sorted_rows) if groups is None else groups, row_weight)
+            sorted_rows = {n: sorted_rows[n].index_select(0, index) for n in ('predicate', 'tp_rel', 'tp_phr')}
+        ap_rel, ap_phr = oi_average_precisions(sorted_rows, npos, num_predicates)
         ks = self.recall_ks()
         recall = pooled_recall(stored_first_hits(relations['first_hit']), ks, rel_weight)
         values = dict(zip([f'R@{k}' for k in ks], recall.tolist()))
