@@ -17,7 +17,9 @@ images hides its change from Δ and from every replicate alike.
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
-interval). Runs on different ground truth (dataset name or size, GT hash, ``dataset_meta``: the checks of
+interval); with ``--report DIR`` also ``DIR/changes.md`` / ``DIR/changes.json``: the images where B gains or
+loses GT relations at K against A, each with the cause of the miss on the losing side
+(:mod:`mmsgg_eval.analysis.relation_changes`). Runs on different ground truth (dataset name or size, GT hash, ``dataset_meta``: the checks of
 :func:`~mmsgg_eval.metrics.state.ground_truth_difference`, as merging shards does) are refused, naming the
 difference. Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
 (both restricted to the common images); runs with different metric settings, protocols or conventions are
@@ -263,9 +265,10 @@ def metric_changes(metric: Any, tables_a: Dict[str, Dict[str, torch.Tensor]],
     (:func:`mmsgg_eval.analysis.relation_changes.relation_changes`), or ``{'unavailable': reason}`` for a
     metric whose rows hold no graph-constrained rank per GT relation."""
     from .analysis.relation_changes import relation_changes
+    from .metrics.scene_graph import SceneGraphMetric
     rels = tables_a.get('relations') or {}
     ks = [int(x) for x in getattr(metric, 'topk', ())]
-    if 'rank_gc' not in rels or 'triplet' not in rels or not ks:
+    if not isinstance(metric, SceneGraphMetric) or 'rank_gc' not in rels or 'triplet' not in rels or not ks:
         return {'unavailable': f'{metric.prefix or type(metric).__name__}: its states hold no rank per GT '
                                f'relation (only scene-graph recall metrics list gained and lost relations)'}
     if k is not None and k not in ks:
