@@ -124,3 +124,24 @@ def test_relations_that_differ_are_not_paired():
         relation_changes(tables([0, 1]), tables([0, 2]), 5, ['c0', 'c1'], ['p0', 'p1', 'p2'])
     same = relation_changes(tables([0, 1]), tables([0, 1]), 5, ['c0', 'c1'], ['p0', 'p1', 'p2'])
     assert same['images'] == [] and same['num_gained'] == same['num_lost'] == 0
+
+
+def _rank_worker(rank, world_size, samples, state_path):
+    from tests.dist_utils import padded_shard
+    metric = SGRecall(mode='sgdet', topk=(5, 20), save_state=state_path, skip_empty_predictions=False,
+                      error_analysis=True)
+    metric.dataset_meta = META
+    shard = padded_shard(len(samples), world_size, rank)
+    for start in range(0, len(shard), 3):  # uneven batches; the padding repeats the first samples
+        metric.process({}, [samples[i] for i in shard[start:start + 3]])
+    metric.evaluate(len(samples))
+    return True
+
+
+def test_states_of_a_three_rank_run_give_the_same_list(two_runs, tmp_path):
+    from tests.dist_utils import run_distributed
+    run_distributed(_rank_worker, 3, two_runs['samples'], str(tmp_path / 'dist' / 'SGRecall.state'))
+    main([str(tmp_path / 'dist'), two_runs['b'], '--samples', '20', '--report', str(tmp_path / 'r'),
+          '--out-dir', str(tmp_path / 'o')])
+    changes = json.load(open(str(tmp_path / 'r' / 'changes.json')))['changes'][0]
+    assert as_tuples(changes['images']) == reference_changes(two_runs['rec_a'], two_runs['rec_b'], 20)
