@@ -19,7 +19,8 @@ Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also pri
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
 interval); with ``--report DIR`` also ``DIR/changes.md`` / ``DIR/changes.json``: the images where B gains or
 loses GT relations at K against A, each with the cause of the miss on the losing side
-(:mod:`mmsgg_eval.analysis.relation_changes`). Runs on different ground truth (dataset name or size, GT hash, ``dataset_meta``: the checks of
+(:mod:`mmsgg_eval.analysis.relation_changes`). Runs on different ground truth (dataset name or size, GT hash,
+``dataset_meta``: the checks of
 :func:`~mmsgg_eval.metrics.state.ground_truth_difference`, as merging shards does) are refused, naming the
 difference. Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
 (both restricted to the common images); runs with different metric settings, protocols or conventions are
@@ -489,7 +490,8 @@ def write_changes(result: Dict[str, Any], report_dir: str) -> Dict[str, str]:
                 continue
             if 'unavailable' in ch:
                 skipped.append(ch['unavailable'])
-            elif not any(x['metric'] == m['prefix'] and x['a'] == ch['a'] and x['b'] == ch['b'] for x in listed):
+            elif not any(x['metric'] == (m['prefix'] or m['metric'])
+                         and (x['a'], x['b'], x['k']) == (ch['a'], ch['b'], ch['k']) for x in listed):
                 listed.append({'metric': m['prefix'] or m['metric'], **ch})  # one list per prefix (same rows)
     text = changes_markdown(listed)
     if skipped:

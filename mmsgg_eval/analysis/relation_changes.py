@@ -118,8 +118,9 @@ def changes_markdown(changes: Sequence[Dict[str, Any]]) -> str:
                 for g in image[what]:
                     relation = f'{g["subject_label"]} {g["predicate"]} {g["object_label"]}'
                     lines.append(f'| {image["sample_idx"]} | {"–" if image["img_id"] is None else image["img_id"]} '
-                                 f'| {image["net"]:+d} | {what} | {g["index"]} | {cell(relation)} | {_cell_rank(g["rank_a"])} '
-                                 f'| {_cell_rank(g["rank_b"])} | {cell(g["cause"] or "–")} |')
+                                 f'| {image["net"]:+d} | {what} | {g["index"]} | {cell(relation)} '
+                                 f'| {_cell_rank(g["rank_a"])} | {_cell_rank(g["rank_b"])} '
+                                 f'| {cell(g["cause"] or "–")} |')
         lines.append('')
     return '\n'.join(lines)
 
