@@ -19,7 +19,10 @@ decomposition (DetectionAP) is named as not compared.
 
 Outputs (``--out-dir``, default ``work_dirs/compare``): ``compare.md`` (also printed), ``compare.csv`` (keys),
 ``compare.per_predicate.csv``, ``compare.json`` and ``compare.per_predicate.png`` (Δ per predicate with its
-interval). Runs on different ground truth (dataset name or size, GT hash, ``dataset_meta``: the checks of
+interval); with ``--report DIR`` also ``DIR/changes.md`` / ``DIR/changes.json``: the images where B gains or
+loses GT relations at K against A, each with the cause of the miss on the losing side
+(:mod:`mmsgg_eval.analysis.relation_changes`). Runs on different ground truth (dataset name or size, GT hash,
+``dataset_meta``: the checks of
 :func:`~mmsgg_eval.metrics.state.ground_truth_difference`, as merging shards does) are refused, naming the
 difference. Runs over different image sets are refused (naming how many images differ) unless ``--intersect``
 (both restricted to the common images); runs with different metric settings, protocols or conventions are
@@ -38,6 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from .functional.bootstrap import holm_adjust, paired_p_value, percentile_interval
+from .functional.limits import NO_HIT as NO_HIT_LIMIT
 
 OUTPUT_STEM = 'compare'
 
@@ -247,6 +251,8 @@ def compare_metric(a: Any, b: Any, names: Tuple[str, str], options: Dict[str, An
     out = {'metric': a.name, 'prefix': a.prefix, 'num_images': num_images, 'keys': result['keys'],
            'interval_warnings': list(notes), 'interval_notes': notes, 'settings_differences': differences,
            'available_tables': stat_a.table_names, 'per_predicate': None}
+    if options.get('report'):
+        out['relation_changes'] = metric_changes(metric_a, tables_a, tables_b, names, options.get('report_k'))
     if result['per_predicate'] is not None:
         labels = result['per_predicate']['labels']
         out['per_predicate'] = per_predicate_result(result['per_predicate'], predicate_gt_counts(summary_a, labels),
@@ -267,14 +273,38 @@ def without_intervals(state: Any) -> bool:
     return isinstance(kind, type) and contributions_builder(kind) is None
 
 
+def metric_changes(metric: Any, tables_a: Dict[str, Dict[str, torch.Tensor]],
+                   tables_b: Dict[str, Dict[str, torch.Tensor]], names: Tuple[str, str],
+                   k: Optional[int]) -> Dict[str, Any]:
+    """The GT relations gained and lost at K (``k``, default the metric's largest K) by B against A
+    (:func:`mmsgg_eval.analysis.relation_changes.relation_changes`), or ``{'unavailable': reason}`` for a
+    metric whose rows hold no graph-constrained rank per GT relation."""
+    from .analysis.relation_changes import relation_changes
+    from .metrics.scene_graph import SceneGraphMetric
+    rels = tables_a.get('relations') or {}
+    ks = [int(x) for x in getattr(metric, 'topk', ())]
+    if not isinstance(metric, SceneGraphMetric) or 'rank_gc' not in rels or 'triplet' not in rels or not ks:
+        return {'unavailable': f'{metric.prefix or type(metric).__name__}: its states hold no rank per GT '
+                               f'relation (only scene-graph recall metrics list gained and lost relations)'}
+    if k is not None and k not in ks:
+        raise CompareError(f'--report-k {k}: not a K of {type(metric).__name__} (its K: {ks})')
+    try:
+        return relation_changes(tables_a, tables_b, k if k is not None else max(ks), metric.classes,
+                                metric.predicates, names, getattr(metric, '_rank_cap', NO_HIT_LIMIT))
+    except ValueError as err:
+        raise CompareError(f'{metric.prefix}: {err}') from None
+
+
 def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: int = 1000, level: float = 0.95,
                  seed: int = 0, intersect: bool = False, allow_different_settings: bool = False,
-                 per_predicate_key: Optional[str] = None) -> Dict[str, Any]:
-    """Compare every run after the first with the first (lists of merged states of each run); JSON-ready."""
+                 per_predicate_key: Optional[str] = None, report: bool = False,
+                 report_k: Optional[int] = None) -> Dict[str, Any]:
+    """Compare every run after the first with the first (lists of merged states of each run); JSON-ready.
+    ``report``: also the GT relations each run gains and loses at ``report_k`` (:func:`metric_changes`)."""
     from .metrics.bootstrap import bootstrap_options
     opts = bootstrap_options(dict(samples=samples, level=level, seed=seed), 'mmsgg_eval.compare')
     opts.update(intersect=intersect, allow_different_settings=allow_different_settings,
-                per_predicate_key=per_predicate_key)
+                per_predicate_key=per_predicate_key, report=report, report_k=report_k)
     base = {s.identity(): s for s in runs[0]}
     comparisons = []
     for run, name in zip(runs[1:], names[1:]):
@@ -469,6 +499,35 @@ def write_outputs(result: Dict[str, Any], out_dir: str) -> Dict[str, str]:
     return paths
 
 
+def write_changes(result: Dict[str, Any], report_dir: str) -> Dict[str, str]:
+    """Write ``changes.md`` and ``changes.json`` (the GT relations gained and lost, every comparison and metric)
+    into ``report_dir``."""
+    from .analysis.relation_changes import changes_markdown
+    from .reports import json_safe
+    os.makedirs(report_dir, exist_ok=True)
+    listed, skipped = [], []
+    for comp in result['comparisons']:
+        for m in comp['metrics']:
+            ch = m.get('relation_changes')
+            if ch is None:
+                continue
+            if 'unavailable' in ch:
+                skipped.append(ch['unavailable'])
+            elif not any(x['metric'] == (m['prefix'] or m['metric'])
+                         and (x['a'], x['b'], x['k']) == (ch['a'], ch['b'], ch['k']) for x in listed):
+                listed.append({'metric': m['prefix'] or m['metric'], **ch})  # one list per prefix (same rows)
+    text = changes_markdown(listed)
+    if skipped:
+        text += '\n' + '\n'.join(f'Not listed: {s}' for s in sorted(set(skipped))) + '\n'
+    paths = {'changes_markdown': osp.join(report_dir, 'changes.md'),
+             'changes_json': osp.join(report_dir, 'changes.json')}
+    with open(paths['changes_markdown'], 'w') as f:
+        f.write(text)
+    with open(paths['changes_json'], 'w') as f:
+        json.dump(json_safe({'changes': listed, 'not_listed': sorted(set(skipped))}), f, indent=1)
+    return paths
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     from .runner.arguments import positive_int_arg
     parser = argparse.ArgumentParser(prog='python -m mmsgg_eval.compare',
@@ -492,6 +551,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--names', nargs='+', metavar='NAME',
                         help='labels of the runs in the tables, one per run (default: the file or folder names)')
     parser.add_argument('--out-dir', default=osp.join('work_dirs', 'compare'))
+    parser.add_argument('--report', metavar='DIR', help='also write DIR/changes.md and DIR/changes.json: the '
+                                                        'images where B gains or loses GT relations against A')
+    parser.add_argument('--report-k', type=positive_int_arg, help='K of --report (default the largest K)')
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
@@ -505,8 +567,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         runs = [load_run(item, args.config, osp.join(args.out_dir, 'runs', f'{i}.{osp.basename(name)}'),
                          args.allow_missing, args.cfg_options) for i, (item, name) in enumerate(zip(args.runs, names))]
         result = compare_runs(runs, names, args.samples, args.level, args.seed,
-                              args.intersect, args.allow_different_settings, args.per_predicate_key)
+                              args.intersect, args.allow_different_settings, args.per_predicate_key,
+                              report=bool(args.report), report_k=args.report_k)
         result['outputs'] = write_outputs(result, args.out_dir)
+        if args.report:
+            result['outputs'].update(write_changes(result, args.report))
     except (ValueError, FileNotFoundError, OSError) as err:
         if args.debug:
             raise

@@ -1,5 +1,6 @@
 """tools/test.py --per-image / --show-dir and the HTML report (tools/analysis/browse_results.py), including a
 real headless Chromium (skipped where no browser is installed: bash tools/install_browser.sh)."""
+import html
 import json
 import os
 import os.path as osp
@@ -166,3 +167,41 @@ def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
     finally:
         browser.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_vlm_image_pages_show_the_raw_answer_its_failure_code_and_unknown_names(tmp_path):
+    """A VLM image page shows the raw answer, its failure code (and reason) and the names unknown to the
+    dataset, all HTML-escaped (issue 42)."""
+    from mmsgg_eval.analysis.browse import write_report
+    from mmsgg_eval.metrics import VLMSceneGraphMetric
+    from mmsgg_eval.metrics.per_image import read_per_image
+    from tests.test_vlm import GT, HAT, HORSE, META as VLM_META, PERSON, RIDING, graph
+    unknown = graph([PERSON, HORSE, HAT, {'id': 'uni<corn>.9', 'bbox': [0, 0, 1000, 1000]}],
+                    [{'subject': 'person.1', 'predicate': 'riding', 'object': 'uni<corn>.9'},
+                     {'subject': 'person.1', 'predicate': 'gallops & <b>jumps</b>', 'object': 'horse.2'}, RIDING])
+    broken = 'no graph here: <script>alert("x")</script> & more'
+    path = tmp_path / 'vlm.jsonl'
+    metric = VLMSceneGraphMetric(iou_plus_one=False, per_image_out=str(path))
+    metric.dataset_meta = VLM_META
+    metric.process(None, [dict(GT, sample_idx=0, pred_text=unknown), dict(GT, sample_idx=1, pred_text=broken)])
+    metric.evaluate(2)
+    records = read_per_image(str(path))
+    assert [r['answer'] for r in records] == [unknown, broken]
+    assert records[1]['failure_code'] == 'no_json' and records[1]['failure_reason']
+    assert records[0]['unknown_words'] and records[0]['num_unknown_relations'] == 2
+    write_report(records, str(tmp_path / 'report'), VLM_META['classes'], VLM_META['predicates'], progress=False)
+    ok = open(tmp_path / 'report' / 'images' / '0.html', encoding='utf-8').read()
+    failed = open(tmp_path / 'report' / 'images' / '1.html', encoding='utf-8').read()
+    assert '<h2>VLM answer</h2>' in ok and '<h2>VLM answer</h2>' in failed
+    assert '<script>alert' not in failed and '&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; more' in failed
+    assert f'no_json ({html.escape(records[1]["failure_reason"])})' in failed
+    assert 'uni<corn>' not in ok and '<b>jumps' not in ok
+    assert html.escape(json.dumps('gallops & <b>jumps</b>')[1:-1]) in ok  # the raw answer, escaped
+    for word in records[0]['unknown_words']:
+        assert html.escape(word) in ok
+    assert '>2</td>' in ok  # relations with an unknown name
+
+
+def test_scene_graph_image_pages_have_no_vlm_block():
+    from mmsgg_eval.analysis.browse import vlm_answer_section
+    assert vlm_answer_section({'sample_idx': 0, 'gt_relations': []}) == ''

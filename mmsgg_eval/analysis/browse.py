@@ -36,6 +36,7 @@ table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding
 th{background:#eee;cursor:pointer}tr.hit td.s{color:#080}tr.miss td.s{color:#c00}
 .hit{color:#080}.miss{color:#c00}.thumbs img{width:180px;margin:2px;border:1px solid #aaa}
 img.pic{max-width:100%}nav a{margin-right:1em}.hidden{display:none}
+pre.answer{white-space:pre-wrap;background:#f6f6f6;border:1px solid #ccc;padding:4px;max-height:30em;overflow:auto}
 """
 
 SORT_JS = """
@@ -254,7 +255,7 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
         path = r.get('img_path')
         if path and image_root and not osp.isabs(path):
             path = osp.join(image_root, path)
-        picture = draw_record(_read_image(path, r), r, k, topk_drawn)
+        picture = draw_record(_read_image(path, r), r, _k_value(k), topk_drawn)  # 'all': any rank
         mmcv.imwrite(picture[..., ::-1], osp.join(out_dir, 'images', f'{r["sample_idx"]}.jpg'))
         _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'), image_page(r, k, topk_drawn, relation_items))
         drawn.add(r['sample_idx'])
@@ -372,12 +373,12 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
 
 def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> str:
     idx = r['sample_idx']
-    gt_items, pred_items = relation_items(r, k, topk_drawn)
+    gt_items, pred_items = relation_items(r, _k_value(k), topk_drawn)  # 'all' (VLM Recall): any rank
     body = [f'<nav><a href="../index.html">index</a></nav><h1>image {_e(r.get("img_id", idx))} '
             f'(sample_idx {idx})</h1><p>{_e(r.get("img_path") or "")}</p>',
             '<p>' + '  '.join(f'{key}: {_fmt(r.get(key))}' for key in r
                               if key.startswith(('R@', 'ngR@')) or key == 'Recall') + '</p>',
-            f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">',
+            f'<img class="pic" src="{idx}.jpg" alt="GT | predictions">' + vlm_answer_section(r),
             f'<h2>GT relations (found at {k})</h2><table id="gt"><thead><tr><th class="sortable">#</th>'
             '<th>subject</th><th>predicate</th><th>object</th><th class="sortable">rank (0-based)</th>'
             '<th class="sortable">rank, no graph constraint</th><th>status</th>'
@@ -402,6 +403,25 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                     + f'<td>{p["score"]:.4f}</td><td class="s">{status}</td></tr>')
     body.append('</tbody></table>')
     return _page(f'image {idx}', ''.join(body), SORT_JS)
+
+
+def vlm_answer_section(r: Dict[str, Any]) -> str:
+    """The answer block of a VLM record (``failure_code`` present; empty otherwise): parse status, failure code
+    and reason, the names unknown to the dataset and the raw answer as the model gave it, all HTML-escaped."""
+    if 'failure_code' not in r:
+        return ''
+    code = r.get('failure_code')
+    reason = r.get('failure_reason') or ''
+    unknown = r.get('unknown_words') or []
+    answer = r.get('answer')
+    rows = [('parse status', r.get('parse_status', '')),
+            ('failure code', code + (f' ({reason})' if reason and code != 'ok' else '')),
+            ('relations with a name unknown to the dataset', r.get('num_unknown_relations', 0)),
+            ('unknown names', '; '.join(str(w) for w in unknown) if unknown else 'none')]
+    table = ''.join(f'<tr><th>{_e(name)}</th><td class="s">{_e(value)}</td></tr>' for name, value in rows)
+    raw = (f'<pre class="answer">{_e(answer)}</pre>' if answer is not None else
+           '<p>(no raw answer: none given, or the answer was parsed before evaluation)</p>')
+    return f'<h2>VLM answer</h2><table id="vlm">{table}</table><h3>raw answer</h3>{raw}'
 
 
 def _parts(p: Dict[str, Any]) -> Tuple[str, str, str]:

@@ -27,9 +27,10 @@ marked ``prediction_missing`` (no answer given for it) predicts nothing, is a fa
 boxes look like image pixels read on the canvas (``ParseResult.pixel_like`` of at least
 :data:`PIXEL_ANSWERS_MIN` answers and :data:`PIXEL_ANSWERS_FRACTION` of those that can tell; ``docs/metrics.md``).
 """
+import json
 import math
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -61,6 +62,21 @@ def vlm_key(key: str) -> str:
 
 
 @METRICS.register_module()
+def raw_answer(sample: Any) -> Optional[str]:
+    """The answer of a data sample as the model gave it, for the per-image file: ``pred_text``, else
+    ``pred_graph`` as JSON; None for a ``vlm_result`` parsed by the caller or no answer."""
+    text = get_field(sample, 'pred_text')
+    if text is not None:
+        return str(text)
+    graph = get_field(sample, 'pred_graph')
+    if graph is None:
+        return None
+    try:
+        return json.dumps(graph, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(graph)
+
+
 class VLMSceneGraphMetric(RowMetric):
     """FailureRate, Recall, mRecall, AP@50 (and ordered R@K / mR@K) of VLM JSON scene graphs, in percent.
 
@@ -127,6 +143,8 @@ class VLMSceneGraphMetric(RowMetric):
         self.inner._warns_no_value = False  # named below with this metric's keys (Recall_base, not R@K_ALL_base)
         self.per_image_out = per_image_out
         self._unknown_words: Dict[int, List[str]] = {}
+        #: sample_idx -> (the raw answer as given, the reason of a failure) (main rank, for the per-image file)
+        self._answers: Dict[int, Tuple[Optional[str], str]] = {}
         #: sample_idx -> {position in the ranked list: the model's (subject, predicate, object) words} of the
         #: relations with a name unknown to the dataset (main rank, for the per-image file)
         self._unknown_triplets: Dict[int, Dict[int, List[str]]] = {}
@@ -217,6 +235,7 @@ class VLMSceneGraphMetric(RowMetric):
                 self._unknown_words.setdefault(idx, [w for w in getattr(result, 'warnings', ()) or ()
                                                      if str(w).startswith('unknown')])
                 self._unknown_triplets.setdefault(idx, self.unknown_triplets(result, ds))
+                self._answers.setdefault(idx, (raw_answer(sample), result.reason))
             converted.append(ds)
             sample_rows['sample_idx'].append(idx)
             sample_rows['code'].append(result.code_index)
@@ -337,10 +356,12 @@ class VLMSceneGraphMetric(RowMetric):
                     record.update(parse_status='ok' if code == 'ok' else 'failed', failure_code=code,
                                   num_unknown_relations=samples['num_unknown_relations'][i],
                                   unknown_words=self._unknown_words.get(record['sample_idx'], []))
+                answer, reason = self._answers.get(record['sample_idx'], (None, ''))
+                record.update(answer=answer, failure_reason=reason)
             return out
         write_metric_per_image(self, summary, records)  # this metric's claimed path (FileClaims)
         self.inner._image_names.clear()
-        self._unknown_words, self._unknown_triplets = {}, {}
+        self._unknown_words, self._unknown_triplets, self._answers = {}, {}, {}
 
     def _check_pixel_boxes(self, pixel_like: torch.Tensor) -> None:
         """Warn once per evaluation when most answers whose image can tell pixels from the canvas look like
