@@ -413,3 +413,16 @@ def test_distributed_sharing_with_mixed_settings_equals_single_process():
     single = _sharing_worker(0, 1)
     for res in run_distributed(_sharing_worker, 3):
         assert comparable(res) == comparable(single)
+
+
+def test_every_metric_is_registered_by_its_class_name_and_nothing_else():
+    """What configs name (``dict(type='VLMSceneGraphMetric')``) is in the registry, and only classes are: a
+    decorator left on a helper function once registered the helper instead of the metric."""
+    import inspect
+
+    import mmsgg_eval.metrics as metrics
+    from mmsgg_eval.registry import METRICS
+    ours = {name: obj for name, obj in METRICS.module_dict.items() if obj.__module__.startswith('mmsgg_eval.')}
+    assert all(inspect.isclass(obj) for obj in ours.values()), sorted(ours)
+    machinery = {'RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric'}
+    assert set(metrics.__all__) - machinery <= set(ours), sorted(set(metrics.__all__) - machinery - set(ours))

@@ -61,7 +61,6 @@ def vlm_key(key: str) -> str:
     return key
 
 
-@METRICS.register_module()
 def raw_answer(sample: Any) -> Optional[str]:
     """The answer of a data sample as the model gave it, for the per-image file: ``pred_text``, else
     ``pred_graph`` as JSON; None for a ``vlm_result`` parsed by the caller or no answer."""
@@ -77,6 +76,7 @@ def raw_answer(sample: Any) -> Optional[str]:
         return str(graph)
 
 
+@METRICS.register_module()
 class VLMSceneGraphMetric(RowMetric):
     """FailureRate, Recall, mRecall, AP@50 (and ordered R@K / mR@K) of VLM JSON scene graphs, in percent.
 
