@@ -128,6 +128,21 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
   return {subject_bits, object_bits};
 }
 
+// The score rows a kernel reads its predicates from: matrices[b] for image b, or (with `start`) one matrix that
+// holds every image's rows from start[b]; predicate columns [column, column + P). `kernel` names the caller.
+static void check_score_source(const std::vector<at::Tensor>& matrices, const std::optional<at::Tensor>& start,
+                               int64_t batch, int64_t column, int64_t num_predicates, const std::string& kernel) {
+  TORCH_CHECK(num_predicates > 0, kernel, ": no predicate columns");
+  check_matrices(matrices, column, num_predicates);
+  if (start.has_value()) {
+    check_cpu(*start, at::kLong, 1, (kernel + ": start must be int64 [B] on the CPU").c_str());
+    TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch, kernel,
+                ": with start, one matrix holds the rows of every image");
+  } else {
+    TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, kernel, ": one score matrix per image");
+  }
+}
+
 // The [B, G] int32 first-hit rank of every GT relation in a list of ranked entries [B, J] (pair index into the
 // image's pairs rel_pairs [B, R, 2], valid), NO_HIT where no entry hits it. The entries' predicates are given
 // (predicate [B, J]; outside [0, P) hits nothing) or, when `predicate` is None, each pair's first maximal
@@ -165,15 +180,7 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
   }
   const bool from_scores = !given && !ends_only;
   if (from_scores) {
-    TORCH_CHECK(num_predicates > 0, "first_hit_ranks: no predicate columns");
-    check_matrices(matrices, column, num_predicates);
-    if (start.has_value()) {
-      check_cpu(*start, at::kLong, 1, "first_hit_ranks: start must be int64 [B] on the CPU");
-      TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch,
-                  "first_hit_ranks: with start, one matrix holds the rows of every image");
-    } else {
-      TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, "first_hit_ranks: one score matrix per image");
-    }
+    check_score_source(matrices, start, batch, column, num_predicates, "first_hit_ranks");
   }
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
              gv = gt_valid.contiguous(), idx = index.contiguous(),
@@ -303,15 +310,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                   gt_predicates.size(0) == batch && count.size(0) == batch &&
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "relation_pair_flags: the batch fields do not have matching shapes");
-  TORCH_CHECK(num_predicates > 0, "relation_pair_flags: no predicate columns");
-  check_matrices(matrices, column, num_predicates);
-  if (start.has_value()) {
-    check_cpu(*start, at::kLong, 1, "relation_pair_flags: start must be int64 [B] on the CPU");
-    TORCH_CHECK(matrices.size() == 1 && start->size(0) == batch,
-                "relation_pair_flags: with start, one matrix holds the rows of every image");
-  } else {
-    TORCH_CHECK(static_cast<int64_t>(matrices.size()) == batch, "relation_pair_flags: one score matrix per image");
-  }
+  check_score_source(matrices, start, batch, column, num_predicates, "relation_pair_flags");
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
              gv = gt_valid.contiguous(), count_c = count.contiguous();
   at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
