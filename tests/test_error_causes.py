@@ -11,6 +11,7 @@ from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.dist_utils import padded_shard, run_distributed
 from tests.reference_error_causes import CAUSES, reference_causes, reference_stagewise
 from tests.reference_sgg import reference_metrics
+from mmsgg_eval.testing.random_samples import add_box_shaped_masks
 from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
@@ -258,14 +259,7 @@ def test_logged_line_names_the_causes():
 
 def test_mask_matching_gives_the_box_causes():
     samples, _ = random_dataset(9, 12, 'sgdet', int_boxes=True, max_objects=4)
-    for s in samples:
-        for field in ('gt_instances', 'pred_instances'):
-            boxes = s[field]['bboxes'].clamp(0, 99).round()
-            s[field]['bboxes'] = boxes
-            masks = torch.zeros((boxes.shape[0], 100, 100), dtype=torch.bool)
-            for i, (x1, y1, x2, y2) in enumerate(boxes.long().tolist()):
-                masks[i, y1:y2 + 1, x1:x2 + 1] = True
-            s[field]['masks'] = masks
+    add_box_shaped_masks(samples)
     box, _ = run(samples, classes=(SGRecall,), mode='sgdet', iou_plus_one=True, error_analysis=True)
     mask, _ = run(samples, classes=(SGRecall,), mode='sgdet', match='mask', error_analysis=True)
     for key, value in box.items():

@@ -9,6 +9,7 @@ from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.structures import collate_scene_graphs
 from tests.metric_tester import Case, check_metric, kernel_settings, kernels_as
 from tests.reference_sgg import reference_metrics
+from mmsgg_eval.testing.random_samples import add_box_shaped_masks
 from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
@@ -179,14 +180,7 @@ def test_zeroshot_derived_from_train_triplets():
 
 def test_mask_matching_equals_box_matching_for_box_shaped_masks():
     samples, refs = random_dataset(9, 12, 'sgdet', int_boxes=True, max_objects=4)
-    for s in samples:
-        for field in ('gt_instances', 'pred_instances'):
-            boxes = s[field]['bboxes'].clamp(0, 99).round()
-            s[field]['bboxes'] = boxes
-            masks = torch.zeros((boxes.shape[0], 100, 100), dtype=torch.bool)
-            for i, (x1, y1, x2, y2) in enumerate(boxes.long().tolist()):
-                masks[i, y1:y2 + 1, x1:x2 + 1] = True  # a box of the +1 convention as pixels
-            s[field]['masks'] = masks
+    add_box_shaped_masks(samples)
     box = run_metrics(samples, mode='sgdet', iou_plus_one=True)
     mask = run_metrics(samples, mode='sgdet', match='mask')
     for k in ('R@20', 'R@50', 'mR@50', 'ngR@50'):

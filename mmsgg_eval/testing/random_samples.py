@@ -188,6 +188,20 @@ def box_masks(rng: np.random.Generator, boxes: np.ndarray, size: int = MASK_SIZE
     return out & (rng.random(out.shape) < keep)
 
 
+
+def add_box_shaped_masks(samples: List[dict], size: int = 100) -> None:
+    """Give every GT and predicted object of ``samples`` (in place) a mask that is exactly its box as pixels of
+    the +1 convention (rows y1..y2, columns x1..x2), its box first clamped to [0, size - 1] and rounded: mask
+    matching then must equal +1 box matching."""
+    for sample in samples:
+        for field in ('gt_instances', 'pred_instances'):
+            boxes = sample[field]['bboxes'].clamp(0, size - 1).round()
+            sample[field]['bboxes'] = boxes
+            masks = torch.zeros((boxes.shape[0], size, size), dtype=torch.bool)
+            for i, (x1, y1, x2, y2) in enumerate(boxes.long().tolist()):
+                masks[i, y1:y2 + 1, x1:x2 + 1] = True
+            sample[field]['masks'] = masks
+
 # ---------------------------------------------------------------------------- VG150-like building blocks
 def long_tail_probs(n: int, alpha: float = 1.2) -> np.ndarray:
     p = 1.0 / np.arange(1, n + 1) ** alpha
