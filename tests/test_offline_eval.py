@@ -7,6 +7,7 @@ import pytest
 
 from mmsgg_eval.datasets import VG150Dataset
 from mmsgg_eval.testing import make_sample_data
+from mmsgg_eval.testing.predictions import vlm_answer_lines
 from mmsgg_eval.eval import evaluate_file, main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.io.vlm import gt_from_data_info
@@ -103,22 +104,8 @@ def test_bad_jsonl_line_is_named(sample, tmp_path):
 
 def test_vlm_answers(sample, tmp_path):
     dataset = sample['dataset']
-    classes, predicates = dataset.metainfo['classes'], dataset.metainfo['predicates']
-    lines = []
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        if i == 1:
-            lines.append({'sample_idx': i, 'output': 'I cannot see the image.'})  # a failure
-            continue
-        w, h = info['width'], info['height']
-        objs = [{'id': f'{classes[inst["bbox_label"]]}.{j}',
-                 'bbox': [round(inst['bbox'][0] / w * 1000), round(inst['bbox'][1] / h * 1000),
-                          round(inst['bbox'][2] / w * 1000), round(inst['bbox'][3] / h * 1000)]}
-                for j, inst in enumerate(info['instances'])]
-        rels = [{'subject': objs[s]['id'], 'predicate': predicates[p], 'object': objs[o]['id']}
-                for s, o, p in np.asarray(info['relations']).tolist()]
-        text = '```json\n' + json.dumps({'objects': objs, 'relationships': rels}) + '\n```'
-        lines.append({'sample_idx': i, 'output': text})
+    # the example answers (sample 1 a failure, the others their GT graph as JSON), identified by sample_idx alone
+    lines = [{k: v for k, v in line.items() if k != 'img_id'} for line in vlm_answer_lines(dataset)]
     path = tmp_path / 'vlm.jsonl'
     path.write_text('\n'.join(json.dumps(x) for x in lines))
     res = evaluate_file(CONFIG, str(path), fmt='vlm', work_dir=str(tmp_path / 'o'),
