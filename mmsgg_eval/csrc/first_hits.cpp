@@ -128,6 +128,16 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
   return {subject_bits, object_bits};
 }
 
+// The matching bit sets and GT relations a first-hit kernel reads (types and ranks; shapes are checked by the
+// caller with its own other fields). `kernel` names the caller in the errors.
+static void check_relation_bits(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                const at::Tensor& gt_predicates, const at::Tensor& gt_valid, const std::string& kernel) {
+  check_cpu(subject_bits, at::kLong, 3, (kernel + ": subject_bits must be int64 [B, N, W] on the CPU").c_str());
+  check_cpu(object_bits, at::kLong, 3, (kernel + ": object_bits must be int64 [B, N, W] on the CPU").c_str());
+  check_cpu(gt_predicates, at::kLong, 2, (kernel + ": gt_predicates must be int64 [B, G] on the CPU").c_str());
+  check_cpu(gt_valid, at::kBool, 2, (kernel + ": gt_valid must be bool [B, G] on the CPU").c_str());
+}
+
 // The score rows a kernel reads its predicates from: matrices[b] for image b, or (with `start`) one matrix that
 // holds every image's rows from start[b]; predicate columns [column, column + P). `kernel` names the caller.
 static void check_score_source(const std::vector<at::Tensor>& matrices, const std::optional<at::Tensor>& start,
@@ -156,10 +166,7 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
                            const std::optional<at::Tensor>& list_valid, const std::vector<at::Tensor>& matrices,
                            const std::optional<at::Tensor>& start, int64_t column, int64_t num_predicates,
                            bool ends_only) {
-  check_cpu(subject_bits, at::kLong, 3, "first_hit_ranks: subject_bits must be int64 [B, N, W] on the CPU");
-  check_cpu(object_bits, at::kLong, 3, "first_hit_ranks: object_bits must be int64 [B, N, W] on the CPU");
-  check_cpu(gt_predicates, at::kLong, 2, "first_hit_ranks: gt_predicates must be int64 [B, G] on the CPU");
-  check_cpu(gt_valid, at::kBool, 2, "first_hit_ranks: gt_valid must be bool [B, G] on the CPU");
+  check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "first_hit_ranks");
   check_cpu(index, at::kLong, 2, "first_hit_ranks: index must be int64 [B, J] on the CPU");
   check_cpu(valid, at::kBool, 2, "first_hit_ranks: valid must be bool [B, J] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
@@ -298,10 +305,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
                                                        int64_t num_predicates) {
-  check_cpu(subject_bits, at::kLong, 3, "relation_pair_flags: subject_bits must be int64 [B, N, W] on the CPU");
-  check_cpu(object_bits, at::kLong, 3, "relation_pair_flags: object_bits must be int64 [B, N, W] on the CPU");
-  check_cpu(gt_predicates, at::kLong, 2, "relation_pair_flags: gt_predicates must be int64 [B, G] on the CPU");
-  check_cpu(gt_valid, at::kBool, 2, "relation_pair_flags: gt_valid must be bool [B, G] on the CPU");
+  check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "relation_pair_flags");
   check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
   const int64_t num_rel = gt_predicates.size(1);
