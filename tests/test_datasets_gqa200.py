@@ -95,7 +95,7 @@ def test_boxes_labels_relations(tmp_path):
     assert 'predicate_counts' not in meta and 'train_triplets' not in meta
 
 
-def test_training_statistics_and_train_duplicates(tmp_path):
+def test_training_statistics_and_train_duplicates(tmp_path, monkeypatch):
     train = [entry('t0.jpg', classes=(1, 2), rels=((0, 1, 2), (0, 1, 3), (1, 0, 2))),
              entry('t1.jpg', classes=(3, 3), rels=((1, 0, 1),)),
              entry('t2.jpg', rels=())]
@@ -103,6 +103,11 @@ def test_training_statistics_and_train_duplicates(tmp_path):
     meta = GQA200Dataset(data_root=root, split='test', lazy_init=True).metainfo
     assert meta['predicate_counts'] == [1, 2, 1]
     assert meta['train_triplets'].tolist() == [[0, 1, 1], [0, 1, 2], [1, 0, 1], [2, 2, 0]]
+    said = []
+    monkeypatch.setattr('mmsgg_eval.datasets.base.print_log', lambda msg, **kw: said.append(msg))
+    none = GQA200Dataset(data_root=root, split='test', train_file='absent.json', lazy_init=True).metainfo
+    assert 'predicate_counts' not in none and 'train_triplets' not in none
+    assert len(said) == 1 and said[0].startswith('GQA200Dataset: training file') and 'absent.json' in said[0]
     tr = GQA200Dataset(data_root=root, split='train')
     assert len(tr) == 2
     assert tr.get_data_info(0)['relations'].tolist() == [[0, 1, 1], [1, 0, 1]]  # one relation per pair

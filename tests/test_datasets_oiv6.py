@@ -95,7 +95,7 @@ def test_duplicates_kept_at_test_one_per_pair_in_training(tmp_path):
     assert keep.get_data_info(0)['relations'].tolist() == [list(r) for r in rels]
 
 
-def test_metainfo_and_training_statistics(tmp_path):
+def test_metainfo_and_training_statistics(tmp_path, monkeypatch):
     train = [rec('t0', labels=(0, 1), rels=((0, 1, 2), (0, 1, 2), (0, 1, 1), (1, 0, 2))),
              rec('t1', labels=(3, 3), rels=((1, 0, 0),)),
              rec('t2', rels=()),  # dropped: counts nothing
@@ -107,8 +107,11 @@ def test_metainfo_and_training_statistics(tmp_path):
     # every training relation: duplicates included, no overlap filter (PySGG's OI statistics)
     assert meta['predicate_counts'] == [1, 1, 4]
     assert meta['train_triplets'].tolist() == [[0, 1, 1], [0, 1, 2], [1, 0, 2], [2, 0, 2], [3, 3, 0]]
+    said = []
+    monkeypatch.setattr('mmsgg_eval.datasets.base.print_log', lambda msg, **kw: said.append(msg))
     none = OIv6Dataset(data_root=root, split='test', train_file='annotations/absent.json', lazy_init=True).metainfo
     assert 'predicate_counts' not in none and 'train_triplets' not in none
+    assert len(said) == 1 and said[0].startswith('OIv6Dataset: training file') and 'absent.json' in said[0]
     assert OIv6Dataset(data_root=root, split='train').metainfo['predicate_counts'] == [1, 1, 4]
 
 

@@ -18,11 +18,13 @@ Conventions of every wrapper:
 """
 import gc
 import json
+import logging
 import os.path as osp
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mmengine.dataset import BaseDataset
+from mmengine.logging import print_log
 
 # How duplicate GT relations of one image are treated (the legacy behaviour differs per split and dataset).
 DUPLICATE_MODES = ('keep', 'drop_triplets', 'one_per_pair')
@@ -344,6 +346,20 @@ class SceneGraphDataset(AnnotationDataset):
     def duplicate_mode(self) -> str:
         return self.duplicate_rels or self.default_duplicate_mode()
 
+    def vocabulary_metainfo(self, vocab: Dict[str, Sequence[str]],
+                            parse_train: Callable[[str, int, int], Dict[str, np.ndarray]]) -> Dict[str, Any]:
+        """``classes`` / ``predicates`` of ``vocab`` plus ``predicate_counts`` / ``train_triplets`` counted on
+        ``self.train_file`` (read by ``parse_train(path, num_classes, num_predicates)``); a named training file
+        that does not exist is a warning and no statistics."""
+        meta: Dict[str, Any] = dict(classes=tuple(vocab['classes']), predicates=tuple(vocab['predicates']))
+        if self.train_file and osp.isfile(self.train_file):
+            train = parse_train(self.train_file, len(vocab['classes']), len(vocab['predicates']))
+            meta.update(graph_statistics(train, len(vocab['predicates'])))
+        elif self.train_file:
+            print_log(f'{type(self).__name__}: training file {self.train_file!r} not found; no predicate_counts / '
+                      f'train_triplets in metainfo', logger='current', level=logging.WARNING)
+        return meta
+
     @staticmethod
     def build_data_list(records: Sequence[dict], boxes: np.ndarray, labels: np.ndarray, obj_counts: np.ndarray,
                         image_of_rel: np.ndarray, relations: np.ndarray, mode: str) -> List[dict]:
@@ -396,7 +412,6 @@ class SceneGraphDataset(AnnotationDataset):
             if min(int(info['width']), int(info['height'])) >= min_size:
                 kept.append(info)
         if len(kept) < len(self.data_list):
-            from mmengine.logging import print_log
             print_log(f'{type(self).__name__} ({self.split}): filter_cfg={dict(self.filter_cfg)} dropped '
                       f'{len(self.data_list) - len(kept)} of {len(self.data_list)} images', logger='current')
         return kept

@@ -19,16 +19,14 @@ Checked while reading: every box row is 4 numbers with x2 >= x1 and y2 >= y1 (em
 relationship row 3 integers; anything else raises :class:`DatasetFormatError` naming the file, the image
 (file name and position), the field and the row.
 """
-import logging
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from mmengine.logging import print_log
 
 from ..registry import DATASETS
 from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, concat_image_graphs,
-                   graph_statistics, integer_labels, load_json, numeric_rows)
+                   integer_labels, load_json, numeric_rows)
 
 GQA_KEYS = ('filenames_all', 'img_info_all', 'gt_boxes_all', 'gt_classes_all', 'relationships_all')
 LEGACY_BAD_POSITION = 5579
@@ -136,15 +134,8 @@ class GQA200Dataset(SceneGraphDataset):
                                                                            self.data_root, clip=self.clip_boxes))
 
     def _file_metainfo(self) -> Dict[str, Any]:
-        vocab = load_gqa200_vocabulary(self.info_file, self.data_root)
-        meta: Dict[str, Any] = dict(classes=tuple(vocab['classes']), predicates=tuple(vocab['predicates']))
-        if self.train_file and osp.isfile(self.train_file):
-            train = self._parsed(self.train_file, 'train', len(vocab['classes']), len(vocab['predicates']))
-            meta.update(graph_statistics(train, len(vocab['predicates'])))
-        elif self.train_file:
-            print_log(f'GQA200Dataset: training file {self.train_file!r} not found; no predicate_counts / '
-                      f'train_triplets in metainfo', logger='current', level=logging.WARNING)
-        return meta
+        return self.vocabulary_metainfo(load_gqa200_vocabulary(self.info_file, self.data_root),
+                                        lambda path, *sizes: self._parsed(path, 'train', *sizes))
 
     def load_data_list(self) -> List[dict]:
         parsed = self._parsed(self.ann_file, self.split, len(self._metainfo['classes']),

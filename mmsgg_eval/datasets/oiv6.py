@@ -24,17 +24,15 @@ integers), ``bbox`` (rows of 4 finite numbers, x2 >= x1 and y2 >= y1), ``det_lab
 raises :class:`DatasetFormatError` naming the file, the record index (0-based position in the file's list) and
 the ``img_fn``.
 """
-import logging
 import os.path as osp
 from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from mmengine.logging import print_log
 
 from ..registry import DATASETS
 from .base import (DatasetFormatError, SceneGraphDataset, check_box_order, check_range, clip_boxes_legacy,
-                   concat_image_graphs, graph_statistics, integer_labels, load_json, numeric_rows)
+                   concat_image_graphs, integer_labels, load_json, numeric_rows)
 
 OIV6_RECORD_KEYS = ('img_fn', 'img_size', 'bbox', 'det_labels', 'rel')
 OIV6_ANN_FILE = 'annotations/vrd-{split}-anno.json'
@@ -267,15 +265,7 @@ class OIv6Dataset(SceneGraphDataset):
             path, num_classes, num_predicates, self.data_root, clip=self.clip_boxes))
 
     def _file_metainfo(self) -> Dict[str, Any]:
-        vocab = load_oiv6_vocabulary(self.cate_info_file, self.data_root)
-        meta: Dict[str, Any] = dict(classes=tuple(vocab['classes']), predicates=tuple(vocab['predicates']))
-        if self.train_file and osp.isfile(self.train_file):
-            train = self._parsed(self.train_file, len(vocab['classes']), len(vocab['predicates']))
-            meta.update(graph_statistics(train, len(vocab['predicates'])))
-        elif self.train_file:
-            print_log(f'OIv6Dataset: training file {self.train_file!r} not found; no predicate_counts / '
-                      f'train_triplets in metainfo', logger='current', level=logging.WARNING)
-        return meta
+        return self.vocabulary_metainfo(load_oiv6_vocabulary(self.cate_info_file, self.data_root), self._parsed)
 
     def load_data_list(self) -> List[dict]:
         parsed = self._parsed(self.ann_file, len(self._metainfo['classes']), len(self._metainfo['predicates']))
