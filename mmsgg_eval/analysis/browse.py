@@ -7,6 +7,7 @@ Input: the per-image records of a scene-graph metric (:mod:`mmsgg_eval.metrics.p
     images/<sample_idx>.html   one page per drawn image; images/<sample_idx>.jpg its picture
     predicates/<n>.html        one page per predicate
     per_predicate.png, confusion.png
+    changes.html, changes.md, changes.json   given another run (``--compare-to``): the GT relations gained and lost
 
 No server and no network: inline CSS and vanilla JavaScript, relative links, so ``index.html`` opens from
 disk. The numbers are computed from the records with the metric's own aggregation
