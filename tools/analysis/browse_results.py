@@ -21,8 +21,10 @@ import argparse
 import json
 import os
 import os.path as osp
+import shutil
 import sys
 import time
+from typing import Optional
 
 
 def is_per_image_file(path: str) -> bool:
@@ -111,7 +113,12 @@ def run(args: argparse.Namespace, k) -> dict:
             if (args.mode or m.get('mode')) != 'phrdet' and 'error_analysis' not in options:
                 m.setdefault('error_analysis', True)
 
-        def evaluate(predictions: str, work_dir: str, per_image_out: str = None, states: str = None) -> None:
+        def evaluate(predictions: str, work_dir: str, per_image_out: Optional[str] = None,
+                     states: Optional[str] = None) -> None:
+            """Evaluate a prediction file with the report's metrics (per-image records, states where asked: a
+            fresh folder, so that no state of an earlier report is merged in)."""
+            if states:
+                shutil.rmtree(states, ignore_errors=True)
             evaluate_file(args.config, predictions, args.format,
                           None if fmt == 'vlm' else sg or None,  # VLM answers: the VLM metric
                           args.mode, work_dir, cfg_options=args.cfg_options, progress=not args.no_progress,
