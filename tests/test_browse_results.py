@@ -205,3 +205,30 @@ def test_vlm_image_pages_show_the_raw_answer_its_failure_code_and_unknown_names(
 def test_scene_graph_image_pages_have_no_vlm_block():
     from mmsgg_eval.analysis.browse import vlm_answer_section
     assert vlm_answer_section({'sample_idx': 0, 'gt_relations': []}) == ''
+
+
+def _recall_lost_line(metrics, prefix, k):
+    """The logged line "R@K x | lost: cause y, ..." expected from a run's metrics.json (its miss@K keys)."""
+    from mmsgg_eval.functional.error_causes import CAUSES
+    lost = ', '.join(f'{c} {metrics[f"{prefix}/miss@{k}_{c}"]:.1f}' for c in CAUSES
+                     if f'{prefix}/miss@{k}_{c}' in metrics)
+    return f'R@{k} {metrics[f"{prefix}/R@{k}"]:.1f} | lost: {lost} (predicate_ng ' \
+           f'{metrics[f"{prefix}/miss@{k}_predicate_ng"]:.1f}: right predicate, not the top one)'
+
+
+def test_tools_test_and_the_offline_cli_log_where_recall_is_lost(run_dir, tmp_path):
+    """With error_analysis=True, tools/test.py (MMEngine Runner) and the offline CLI both log one line per K
+    "R@K x | lost: subject_loc y, ..., rank z", with the numbers of their metrics.json."""
+    tmp = run_dir['tmp']
+    work = tmp_path / 'test_py'
+    proc = run(['tools/test.py', CONFIG, str(tmp / 'freq.pth'), '--work-dir', str(work), '--cfg-options',
+                *run_dir['options'], 'test_evaluator.0.error_analysis=True'])
+    offline = tmp_path / 'offline'
+    proc_off = run(['-m', 'mmsgg_eval.eval', CONFIG, str(tmp / 'pred.pkl'), '--work-dir', str(offline),
+                    '--no-progress', '--metric-options', 'error_analysis=True', '--cfg-options', *run_dir['options']])
+    for printed, metrics_path in ((proc.stdout + proc.stderr, work / 'metrics.json'),
+                                  (proc_off.stdout + proc_off.stderr, offline / 'metrics.json')):
+        metrics = metrics_of(metrics_path)
+        lines = [line for line in printed.splitlines() if ' | lost: ' in line]
+        assert lines == [_recall_lost_line(metrics, 'predcls', k) for k in (20, 50, 100)], lines
+        assert 'pair' in lines[1] and 'rank' in lines[1]

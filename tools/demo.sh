@@ -2,7 +2,8 @@
 # The project's main job on the bundled sample: VG150-format sample data -> frequency baseline statistics
 # (training split) -> tools/test.py (MMEngine Runner, mmdet pipeline) -> R@K / mR@K report; then the SGDet path:
 # a small Faster R-CNN trained with tools/train.py (random start, a few dozen CPU iterations) -> FREQ on its
-# detections -> R@K / mR@K + detection mAP / AP@50.
+# detections -> R@K / mR@K + detection mAP / AP@50, where its recall is lost (error_analysis=True: the
+# "R@K | lost: ..." lines) and the HTML report of it (tools/analysis/browse_results.py).
 # Usage: bash tools/demo.sh [WORK_DIR]   (default work_dirs/demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,11 @@ python3 tools/test.py "$SGDET_CONFIG" "$WORK_DIR/detector/iter_10.pth" --work-di
     --out "$WORK_DIR/sgdet/predictions.pkl" 2>&1 | tee "$WORK_DIR/sgdet/test.log"
 echo "[demo]     where SGDet recall is lost (error_analysis=True; docs/metrics.md):"
 grep -E "^(R@[0-9]+ .*\| lost:|instances \(PySGG)" "$WORK_DIR/sgdet/test.log" | sed 's/^/[demo]       /' || true
+echo "[demo]     the same breakdown as bars, per predicate and per image (tools/analysis/browse_results.py): $WORK_DIR/sgdet/report/index.html"
+python3 tools/analysis/browse_results.py "$SGDET_CONFIG" "$WORK_DIR/sgdet/predictions.pkl" \
+    --out-dir "$WORK_DIR/sgdet/report" --no-progress > "$WORK_DIR/sgdet/report.log" 2>&1 \
+    || { tail -n 20 "$WORK_DIR/sgdet/report.log"; exit 1; }
+tail -n 1 "$WORK_DIR/sgdet/report.log"
 echo "[demo]     These SGDet numbers are near 0 on purpose: the detector trained for 10 iterations from a random start, and its"
 echo "[demo]     detections almost never match a GT box (AP@50 about 0.1), so almost every miss is a detection miss (subject_loc /"
 echo "[demo]     object_loc above); the point of this part is the path (train -> detect -> relate -> score)."
@@ -43,6 +49,8 @@ echo "[demo]     With a trained detector the same command gives real numbers. Th
 end=$(date +%s)
 echo "[demo] done in $(( end - start )) s (PredCls $(( predcls_done - start )) s, SGDet $(( end - predcls_done )) s):"
 echo "[demo]   PredCls metrics in $WORK_DIR/metrics.json, reports in $WORK_DIR/predcls.*, HTML report in $WORK_DIR/report/index.html"
-echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json (miss@K_* keys, sgdet/per_predicate_causes), reports in $WORK_DIR/sgdet/sgdet.*"
-echo "[demo] next: open $WORK_DIR/report/index.html (hits and misses per image and predicate), or evaluate your own"
+echo "[demo]   SGDet metrics in $WORK_DIR/sgdet/metrics.json (miss@K_* keys, sgdet/per_predicate_causes), reports in $WORK_DIR/sgdet/sgdet.*,"
+echo "[demo]   HTML report (where recall is lost) in $WORK_DIR/sgdet/report/index.html"
+echo "[demo] next: open $WORK_DIR/report/index.html (hits and misses per image and predicate) and"
+echo "[demo]       $WORK_DIR/sgdet/report/index.html#causes (where SGDet recall is lost), or evaluate your own"
 echo "[demo]       predictions offline: python -m mmsgg_eval.eval CONFIG PREDICTIONS (README, docs/formats.md)"

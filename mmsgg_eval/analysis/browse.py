@@ -7,6 +7,7 @@ Input: the per-image records of a scene-graph metric (:mod:`mmsgg_eval.metrics.p
     images/<sample_idx>.html   one page per drawn image; images/<sample_idx>.jpg its picture
     predicates/<n>.html        one page per predicate
     per_predicate.png, confusion.png
+    changes.html, changes.md, changes.json   given another run (``--compare-to``): the GT relations gained and lost
 
 No server and no network: inline CSS and vanilla JavaScript, relative links, so ``index.html`` opens from
 disk. The numbers are computed from the records with the metric's own aggregation
@@ -101,6 +102,13 @@ def record_ks(records: Sequence[Dict[str, Any]]) -> List[Any]:
         if ks:
             return ks
     return []
+
+
+def report_k(records: Sequence[Dict[str, Any]]) -> Any:
+    """The report's default K: 50 when the records have it (or have no K), else their largest K (``'all'`` for
+    the VLM's K-free records)."""
+    ks = record_ks(records)
+    return 50 if 50 in ks or not ks else ks[-1]
 
 
 def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[Any],
@@ -216,7 +224,8 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
                  average: Optional[str] = None, metrics: Optional[Dict[str, Any]] = None,
                  title: str = 'scene-graph results', image_root: Optional[str] = None, progress: bool = True,
                  split: str = '', mr_average: Optional[str] = None,
-                 predicate_counts: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+                 predicate_counts: Optional[Sequence[int]] = None,
+                 changes: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Write the report of ``records`` into ``out_dir`` (see the module docstring); returns its summary.
 
     ``k``: hits within K (default: 50 when the records have it, else their largest K, ``'all'`` for the VLM's
@@ -226,7 +235,10 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     per-predicate recalls are shown for the keys of the report (:func:`metric_values`), and all its keys as
     they are. ``image_root``: prefix of relative ``img_path``. ``predicate_counts``: training frequency of each
     predicate (``dataset_meta['predicate_counts']``): the per-predicate chart is sorted by it, else by the
-    number of GT relations in the records (the chart and the index page say which, ``summary['chart_order']``)."""
+    number of GT relations in the records (the chart and the index page say which, ``summary['chart_order']``).
+    ``changes``: the GT relations these records' run gains and loses against another run
+    (:func:`mmsgg_eval.analysis.relation_changes.run_changes`, this run being B): listed in ``changes.html``
+    (with ``changes.md`` / ``changes.json``), a section of the index and of each changed image's page."""
     import mmcv
 
     from ..visualization.drawing import draw_record, relation_items
@@ -238,7 +250,7 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     mr_average = mr_average or first.get('mr_average') or 'all'
     ks = record_ks(records)
     if k is None:
-        k = 50 if 50 in ks or not ks else ks[-1]
+        k = report_k(records)
     if k not in ks:
         ks = ([ALL] if ALL in ks or k == ALL else []) + sorted({x for x in ks if x != ALL} | ({k} - {ALL}))
     summary = summarize_records(records, predicates, ks, average, mr_average)
@@ -247,6 +259,7 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     summary['causes'] = cause_summary(records, predicates, [x for x in ks if x != ALL], average)  # error_analysis=True records only
     limit = len(records) if max_images is None else max(0, int(max_images))
     drawn = set()
+    changed = {image['sample_idx']: image for image in (changes or {}).get('images', ())}
     bar = None
     if progress and limit:
         from mmengine.utils import ProgressBar
@@ -257,7 +270,8 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
             path = osp.join(image_root, path)
         picture = draw_record(_read_image(path, r), r, _k_value(k), topk_drawn)  # 'all': any rank
         mmcv.imwrite(picture[..., ::-1], osp.join(out_dir, 'images', f'{r["sample_idx"]}.jpg'))
-        _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'), image_page(r, k, topk_drawn, relation_items))
+        _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'),
+               image_page(r, k, topk_drawn, relation_items, changes, changed.get(r['sample_idx'])))
         drawn.add(r['sample_idx'])
         if bar is not None:
             bar.update()
@@ -279,8 +293,11 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     except Exception:  # noqa: BLE001 - the chart is an extra; the tables hold the same numbers
         chart = None
     confusion_png(summary['confusion'], predicates, osp.join(out_dir, 'confusion.png'))
+    if changes is not None:
+        write_changes_files(changes, out_dir, drawn, title)
+        summary['changes'] = {key: changes[key] for key in ('metric', 'a', 'b', 'k', 'num_gained', 'num_lost')}
     _write(osp.join(out_dir, 'index.html'),
-           index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split))
+           index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split, changes))
     summary['drawn'] = sorted(drawn)
     with open(osp.join(out_dir, 'summary.json'), 'w') as f:
         json.dump({key: v for key, v in summary.items() if key not in ('confusion',)}, f)
@@ -310,7 +327,8 @@ def _missed(r: Dict[str, Any], k: Any) -> List[str]:
     return sorted({g['predicate'] for g in r['gt_relations'] if not found_within(g['rank_gc'], k)})
 
 
-def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split) -> str:
+def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, title, chart, split,
+               changes=None) -> str:
     m = summary['metrics']
     body = [f'<h1>{_e(title)}</h1>',
             f'<p id="counts">images: <span id="num-records">{summary["num_records"]}</span>, evaluated: '
@@ -330,7 +348,9 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
     body.append(f'<p id="conventions">recall averaged {how}; mR over {over}; {summary.get("values_read", 0)} '
                 f'values read from the evaluation (metrics.json), the others computed from the per-image records '
                 f'with the metric\'s functions; – = no GT relation to measure</p>')
-    body.append(cause_section(summary, k))
+    body.append(cause_section(summary, k, drawn))
+    if changes is not None:
+        body.append(changes_section(changes, drawn))
     if metrics:
         body.append('<details><summary>all keys of the evaluation (metrics.json)</summary><table>' + ''.join(
             f'<tr><td>{_e(key)}</td><td>{_fmt(v) if isinstance(v, (int, float)) else _e(v)}</td></tr>'
@@ -371,7 +391,8 @@ def index_page(records, summary, ks, k, predicates, pred_file, drawn, metrics, t
     return _page(title, ''.join(body), SORT_JS + FILTER_JS)
 
 
-def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> str:
+def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items,
+               changes: Optional[Dict[str, Any]] = None, changed: Optional[Dict[str, Any]] = None) -> str:
     idx = r['sample_idx']
     gt_items, pred_items = relation_items(r, _k_value(k), topk_drawn)  # 'all' (VLM Recall): any rank
     body = [f'<nav><a href="../index.html">index</a></nav><h1>image {_e(r.get("img_id", idx))} '
@@ -391,6 +412,8 @@ def image_page(r: Dict[str, Any], k: int, topk_drawn: int, relation_items) -> st
                     f'<td>{g["object"]}:{_e(g["object_label"])}</td><td>{_rank(g["rank_gc"])}</td>'
                     f'<td>{_rank(g["rank_ngc"])}</td><td class="s">{status}</td><td>{_e(instead or "")}</td></tr>')
     body.append('</tbody></table>' + cause_table(r, k))
+    if changes is not None:
+        body.append(image_changes(changes, changed))
     body.append(f'<h2>Top {len(pred_items)} predictions</h2><table id="pred"><thead><tr>'
                 '<th class="sortable">rank (0-based)</th><th>subject</th><th>predicate</th><th>object</th>'
                 '<th class="sortable">score</th><th>status</th></tr></thead><tbody>')
@@ -540,9 +563,10 @@ def stacked_bar(shares: Dict[str, float], label: str = '') -> str:
             f'<small>{_e(title)}</small></div>')
 
 
-def cause_section(summary: Dict[str, Any], k: int) -> str:
+def cause_section(summary: Dict[str, Any], k: int, drawn: Optional[set] = None) -> str:
     """The index block "where recall@K is lost": the whole set and each predicate as stacked bars, and the
-    images listed by cause (empty without an error analysis)."""
+    images listed by cause (empty without an error analysis), linked to their pages when drawn (``drawn``: the
+    drawn sample_idx; None: all)."""
     causes = summary.get('causes')
     if not causes or k not in causes['overall']:
         return ''
@@ -554,7 +578,8 @@ def cause_section(summary: Dict[str, Any], k: int) -> str:
     body.append('<h3>Images by cause</h3><table id="cause-images"><tr><th>cause</th><th>images</th></tr>')
     for cause, idxs in causes['images'][k].items():
         if idxs:
-            links = ' '.join(f'<a href="images/{i}.html">{i}</a>' for i in idxs[:200])
+            links = ' '.join(f'<a href="images/{i}.html">{i}</a>' if drawn is None or i in drawn else str(i)
+                             for i in idxs[:200])
             more = f' ... ({len(idxs)} images)' if len(idxs) > 200 else f' ({len(idxs)})'
             body.append(f'<tr data-cause="{_e(cause)}"><td>{_e(cause)}</td><td>{links}{more}</td></tr>')
     body.append('</table>')
@@ -579,3 +604,133 @@ def cause_table(r: Dict[str, Any], k: int) -> str:
                     f'<td>{evidence(ev.get("subject"))}</td><td>{evidence(ev.get("object"))}</td></tr>')
     body.append('</table>')
     return ''.join(body)
+
+
+# ------------------------------------------------------------------ against another run (browse_results.py --compare-to)
+def _change_rank(rank: Optional[int]) -> str:
+    return '–' if rank is None else str(rank)
+
+
+def change_rows(changes: Dict[str, Any], images: Sequence[Dict[str, Any]], drawn: set, prefix: str = '') -> str:
+    """Table rows of the changed GT relations of ``images`` (items of ``changes['images']``): lost first, then
+    gained; each with its image (linked to its page when drawn; ``prefix``: the path to the report's root), the
+    image's net change, the relation (# from 1, as the image page numbers it), both first-hit ranks (0-based,
+    ``–``: not found) and the cause of the miss on the losing side (``–``: that run has no error analysis)."""
+    out = []
+    for image in images:
+        idx = image['sample_idx']
+        name = _e(image['img_id'] if image.get('img_id') is not None else idx)
+        link = f'<a href="{prefix}images/{idx}.html">{name}</a>' if idx in drawn else name
+        for what in ('lost', 'gained'):
+            for g in image[what]:
+                cause = g['cause'] or '–'
+                out.append(f'<tr class="{what} {"miss" if what == "lost" else "hit"}" data-sample="{idx}" '
+                           f'data-change="{what}" data-cause="{_e(cause)}"><td>{idx}</td><td>{link}</td>'
+                           f'<td data-v="{image["net"]}">{image["net"]:+d}</td><td class="s">{what}</td>'
+                           f'<td>{g["index"] + 1}</td><td>{_e(g["subject_label"])} {_e(g["predicate"])} '
+                           f'{_e(g["object_label"])}</td><td data-v="{-1 if g["rank_a"] is None else g["rank_a"]}">'
+                           f'{_change_rank(g["rank_a"])}</td><td data-v="{-1 if g["rank_b"] is None else g["rank_b"]}">'
+                           f'{_change_rank(g["rank_b"])}</td><td>{_e(cause)}</td></tr>')
+    return ''.join(out)
+
+
+def _change_header(changes: Dict[str, Any]) -> str:
+    a, b = _e(changes['a']), _e(changes['b'])
+    return ('<thead><tr>' + ''.join(f'<th class="sortable">{h}</th>' for h in (
+        'sample_idx', 'image', 'net', 'change', '#', 'relation', f'rank {a}', f'rank {b}',
+        'cause of the miss (losing run)')) + '</tr></thead>')
+
+
+def _change_notes(changes: Dict[str, Any]) -> str:
+    """The caveats of a list of changes: a run without error analysis (its causes unknown), and the settings in
+    which the two runs differ."""
+    notes = [f'<p class="note">Run {_e(changes[side])} was evaluated without <code>error_analysis=True</code>: the '
+             f'causes of its misses are unknown (–).</p>' for side, known in changes['causes_known'].items()
+             if not known]
+    if changes.get('settings_differences'):
+        notes.append('<p class="note" id="settings-differences">The runs were evaluated with different settings: '
+                     + '; '.join(_e(d) for d in changes['settings_differences']) + '</p>')
+    return ''.join(notes)
+
+
+def _change_sentence(changes: Dict[str, Any]) -> str:
+    a, b = _e(changes['a']), _e(changes['b'])
+    return (f'<span id="num-gained">{changes["num_gained"]}</span> GT relations found at {changes["k"]} by {b} '
+            f'and not by {a} (gained), <span id="num-lost">{changes["num_lost"]}</span> found by {a} and not by '
+            f'{b} (lost), on <span id="num-changed">{len(changes["images"])}</span> images; cause: why the losing '
+            f'run misses the relation ({b}\'s cause for a loss, {a}\'s for a gain).')
+
+
+def changes_section(changes: Dict[str, Any], drawn: set) -> str:
+    """The index block "against A": the counts, the causes of the lost and gained relations, and the changed
+    images from the largest net loss to the largest net gain, linked to their pages and to ``changes.html``."""
+    a = _e(changes['a'])
+    body = [f'<h2 id="changes">Against {a}: GT relations gained and lost at {changes["k"]}</h2>'
+            f'<p>{_change_sentence(changes)} Every changed relation: <a href="changes.html">changes.html</a>.</p>',
+            _change_notes(changes)]
+    counts: Dict[str, List[int]] = {}
+    for image in changes['images']:
+        for j, what in enumerate(('lost', 'gained')):
+            for g in image[what]:
+                counts.setdefault(g['cause'] or '–', [0, 0])[j] += 1
+    if counts:
+        from ..functional.error_causes import CAUSES
+        order = [c for c in CAUSES if c in counts] + sorted(c for c in counts if c not in CAUSES)
+        body.append(f'<table id="change-causes"><tr><th>cause of the miss</th><th>lost ({_e(changes["b"])}\'s '
+                    f'cause)</th><th>gained ({a}\'s cause)</th></tr>' + ''.join(
+                        f'<tr data-cause="{_e(c)}"><td>{_e(c)}</td><td>{counts[c][0]}</td><td>{counts[c][1]}</td></tr>'
+                        for c in order) + '</table>')
+    body.append('<table id="changed-images"><thead><tr>' + ''.join(
+        f'<th class="sortable">{h}</th>' for h in ('sample_idx', 'image', 'net', 'gained', 'lost',
+                                                  'causes of the lost relations')) + '</tr></thead><tbody>')
+    for image in changes['images']:
+        idx = image['sample_idx']
+        name = _e(image['img_id'] if image.get('img_id') is not None else idx)
+        link = f'<a href="images/{idx}.html">{name}</a>' if idx in drawn else name
+        lost: Dict[str, int] = {}
+        for g in image['lost']:
+            lost[g['cause'] or '–'] = lost.get(g['cause'] or '–', 0) + 1
+        body.append(f'<tr data-sample="{idx}"><td>{idx}</td><td>{link}</td><td data-v="{image["net"]}">'
+                    f'{image["net"]:+d}</td><td>{len(image["gained"])}</td><td>{len(image["lost"])}</td><td>'
+                    + _e(', '.join(f'{c} {n}' for c, n in lost.items())) + '</td></tr>')
+    body.append('</tbody></table>')
+    return ''.join(body)
+
+
+def changes_page(changes: Dict[str, Any], drawn: set, title: str) -> str:
+    """``changes.html``: every GT relation gained or lost against the other run, by image (largest net loss
+    first), each with the cause of the miss on the losing side."""
+    body = [f'<nav><a href="index.html">index</a></nav><h1>{_e(changes["b"])} against {_e(changes["a"])}: GT '
+            f'relations gained and lost at {changes["k"]}</h1><p>{_e(title)} ({_e(changes.get("metric", ""))})</p>',
+            f'<p>{_change_sentence(changes)}</p>', _change_notes(changes)]
+    if not changes['images']:
+        body.append('<p id="no-changes">No GT relation changes.</p>')
+    body.append(f'<table id="changes">{_change_header(changes)}<tbody>'
+                + change_rows(changes, changes['images'], drawn) + '</tbody></table>')
+    return _page(f'{changes["b"]} against {changes["a"]}', ''.join(body), SORT_JS)
+
+
+def image_changes(changes: Dict[str, Any], image: Optional[Dict[str, Any]]) -> str:
+    """The image page's "against A" block: its GT relations gained and lost (empty table note when none)."""
+    head = (f'<h2>Against {_e(changes["a"])} at {changes["k"]}</h2>'
+            f'<p><a href="../changes.html">every change</a>; cause: why the losing run misses the relation</p>')
+    if image is None:
+        return head + '<p id="no-changes">No GT relation of this image is gained or lost.</p>'
+    return head + (f'<table id="changes">{_change_header(changes)}<tbody>'
+                   + change_rows(changes, [image], {image['sample_idx']}, '../') + '</tbody></table>')
+
+
+def write_changes_files(changes: Dict[str, Any], out_dir: str, drawn: set, title: str) -> None:
+    """``changes.html``, and ``changes.md`` / ``changes.json`` as ``python -m mmsgg_eval.compare --report`` writes
+    them (:func:`mmsgg_eval.analysis.relation_changes.changes_markdown`)."""
+    from ..reports import json_safe
+    from .relation_changes import changes_markdown
+    _write(osp.join(out_dir, 'changes.html'), changes_page(changes, drawn, title))
+    listed = [{key: v for key, v in changes.items() if key != 'settings_differences'}]
+    text = changes_markdown(listed)
+    if changes.get('settings_differences'):
+        text += '\nDifferent settings: ' + '; '.join(changes['settings_differences']) + '\n'
+    _write(osp.join(out_dir, 'changes.md'), text)
+    with open(osp.join(out_dir, 'changes.json'), 'w') as f:
+        json.dump(json_safe({'changes': listed, 'not_listed': [],
+                             'settings_differences': changes.get('settings_differences', [])}), f, indent=1)
