@@ -483,3 +483,31 @@ def test_output_arguments_are_never_taken_from_a_state(data, tmp_path, capsys):
         assert info.value.code == 1
         assert 'is not a plain name' in capsys.readouterr().err
     assert not (tmp_path / 'escape.metrics.json').exists()
+
+
+def test_a_state_without_a_column_the_metric_reads_is_refused_naming_it(data, tmp_path, capsys):
+    """A state written before a row column existed (here: the first-hit rank column removed, as an older version
+    would have written it) is refused with the file, the version that wrote it and the column; a column the
+    metric does not read is no obstacle."""
+    records = predictions_for(data['dataset'])
+    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    path = osp.join(states, 'sgdet.recall.state')
+    state = load_state(path)
+    table, column = next((t, c) for t, cols in state.tables.items() for c in cols if c != 'sample_idx')
+    old = load_state(path)
+    del old.tables[table][column], old.schema[table][column]
+    old.version = '0.0.1'
+    write_state(old, str(tmp_path / 'old' / 'sgdet.recall.state'))
+    with pytest.raises(SystemExit) as info:
+        main(['--from-state', str(tmp_path / 'old'), '--work-dir', str(tmp_path / 'w')])
+    assert info.value.code == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if 'written by mmsgg_eval' in line]
+    assert len(lines) == 1 and ': error: ' in lines[0], lines
+    assert 'written by mmsgg_eval 0.0.1' in lines[0] and f'no column {table}.{column}' in lines[0]
+    assert 'sgdet.recall.state' in lines[0]
+    extra = load_state(path)
+    extra.tables[table]['unused_column'] = torch.zeros_like(extra.tables[table]['sample_idx'])
+    extra.schema[table]['unused_column'] = ['int64', []]
+    write_state(extra, str(tmp_path / 'extra' / 'sgdet.recall.state'))
+    assert evaluate_states([str(tmp_path / 'extra')], work_dir=str(tmp_path / 'w1')) == \
+        evaluate_states([states], work_dir=str(tmp_path / 'w0'))

@@ -142,7 +142,32 @@ class EvaluationState:
         cfg.update(overrides)
         metric = METRICS.build(resolve_registered(METRICS, cfg))
         metric.dataset_meta = self.dataset_meta
+        self.check_rows_for(metric)
         return metric
+
+    def check_rows_for(self, metric: Any) -> None:
+        """Raise ``InputFileError`` naming the file, the version that wrote it and the columns, when the state's
+        rows lack a column ``metric`` summarises (a state of an older version, before that column existed) or
+        hold it with another dtype / shape. Columns the metric does not read are allowed."""
+        problems = []
+        for table, cols in metric.row_schema().items():
+            have = self.schema.get(table)
+            if have is None:
+                problems.append(f'no table {table!r}')
+                continue
+            for col, (dtype, shape) in cols.items():
+                want = [_dtype_name(dtype), list(shape)]
+                if col not in have or col not in self.tables.get(table, {}):
+                    problems.append(f'no column {table}.{col}')
+                elif list(have[col]) != want:
+                    problems.append(f'{table}.{col} is {have[col][0]}{list(have[col][1])}, needed {want[0]}{want[1]}')
+        if problems:
+            from ..io.errors import InputFileError
+            from ..version import __version__
+            raise InputFileError(self.where, f'{self.name}: the state (written by mmsgg_eval {self.version}) has not '
+                                             f'the rows this version ({__version__}) summarises: '
+                                             f'{"; ".join(problems)}; evaluate the predictions again to write a '
+                                             f'new state')
 
 
 class SummaryOnlyEncoder:
