@@ -14,7 +14,7 @@ from tests.tool_runs import run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 BROWSE = osp.join(ROOT, 'tools', 'analysis', 'browse_results.py')
 
@@ -175,7 +175,7 @@ def test_vlm_image_pages_show_the_raw_answer_its_failure_code_and_unknown_names(
     from mmsgg_eval.analysis.browse import write_report
     from mmsgg_eval.metrics import VLMSceneGraphMetric
     from mmsgg_eval.metrics.per_image import read_per_image
-    from tests.test_vlm import GT, HAT, HORSE, META as VLM_META, PERSON, RIDING, graph
+    from tests.metrics.test_vlm import GT, HAT, HORSE, META as VLM_META, PERSON, RIDING, graph
     unknown = graph([PERSON, HORSE, HAT, {'id': 'uni<corn>.9', 'bbox': [0, 0, 1000, 1000]}],
                     [{'subject': 'person.1', 'predicate': 'riding', 'object': 'uni<corn>.9'},
                      {'subject': 'person.1', 'predicate': 'gallops & <b>jumps</b>', 'object': 'horse.2'}, RIDING])

@@ -17,7 +17,7 @@ from mmsgg_eval.analysis import alignment_summary, rank_statistics, run_relation
 from mmsgg_eval.encoders import ENCODERS, ImagePreprocess, crop_regions
 from mmsgg_eval.metrics.relclip import decode_image
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 TEMPLATE = '{subject} {predicate} {object}'
 # four text vectors only: texts sharing one tie exactly, whatever the image
 LEVELS = torch.tensor([[1.0, 0.2, 0.1, 0.0], [0.2, 1.0, 0.3, 0.5], [0.1, 0.1, 1.0, 0.2], [0.5, 0.5, 0.5, 0.5]])

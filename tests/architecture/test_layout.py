@@ -7,7 +7,7 @@ from typing import Dict, List, Set
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 PACKAGE = osp.join(ROOT, 'mmsgg_eval')
 MAX_FUNCTION_LINES = 80
 

@@ -11,8 +11,8 @@ from mmsgg_eval.compare import main
 from mmsgg_eval.metrics import SGRecall
 from mmsgg_eval.metrics.per_image import read_per_image
 from tests.sgg_samples import random_dataset
-from tests.test_bootstrap import META
-from tests.test_compare import perturbed
+from tests.metrics.test_bootstrap import META
+from tests.compare.test_compare import perturbed
 
 NUM = 20
 

@@ -14,7 +14,7 @@ from mmsgg_eval.compare import CompareError, compare_runs, load_run, main
 from mmsgg_eval.functional.bootstrap import paired_p_value
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.sgg_samples import random_dataset
-from tests.test_bootstrap import GROUPED_META, drawn_rows, seed_batched_replicates, simulated_contributions, \
+from tests.metrics.test_bootstrap import GROUPED_META, drawn_rows, seed_batched_replicates, simulated_contributions, \
     simulated_population
 
 NUM = 24

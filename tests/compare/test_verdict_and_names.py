@@ -8,8 +8,8 @@ import pytest
 from mmsgg_eval.compare import main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.sgg_samples import random_dataset
-from tests.test_bootstrap import META
-from tests.test_compare import NUM, perturbed
+from tests.metrics.test_bootstrap import META
+from tests.compare.test_compare import NUM, perturbed
 
 #: training frequencies in the reverse of the predicate order: the reports list p4 first
 REVERSED = dict(META, predicate_counts=[10, 20, 30, 40, 50])

@@ -13,9 +13,9 @@ from PIL import Image
 from mmsgg_eval.datasets import (DatasetFormatError, GQA200Dataset, LoadSceneGraphAnnotations, PSGDataset,
                                  RSVGDDataset, VG150Dataset)
 from mmsgg_eval.testing import rsvgd_xml
-from tests.test_datasets_gqa200 import entry, write_gqa
-from tests.test_datasets_psg import RECORDS, write_psg
-from tests.test_datasets_vg150 import im, write_vg
+from tests.datasets.test_gqa200 import entry, write_gqa
+from tests.datasets.test_psg import RECORDS, write_psg
+from tests.datasets.test_vg150 import im, write_vg
 
 
 # ---------------------------------------------------------------------------- VG150 (h5)

@@ -14,7 +14,7 @@ from PIL import Image
 from mmsgg_eval.datasets import GQA200Dataset, LoadSceneGraphAnnotations, PSGDataset, RSVGDDataset, VG150Dataset
 from mmsgg_eval.testing import VG150_SAMPLE_NUM_VAL, make_sample_data
 
-REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
+REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 
 
 def digest(root):

@@ -8,7 +8,7 @@ import torch
 from mmsgg_eval.datasets import LoadSceneGraphAnnotations, PackSceneGraphInputs
 from mmsgg_eval.registry import DATASETS, TRANSFORMS
 
-REPO = osp.abspath(osp.join(osp.dirname(__file__), '..'))
+REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 
 
 def vg_info():

@@ -19,9 +19,9 @@ from PIL import Image
 
 from mmsgg_eval.encoders import images as encoder_images  # holds the once-per-process range warning flag
 from mmsgg_eval.encoders import ImagePreprocess, crop_regions, decode_image, to_rgb_float, to_rgb_uint8
-from tests.test_relclip import H, M, RIDING, S, ON, make_sample, run_metric
+from tests.metrics.test_relclip import H, M, RIDING, S, ON, make_sample, run_metric
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 HEIGHT, WIDTH = 24, 32
 PRE = ImagePreprocess('shortest', 8, (8, 8), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
 BOXES = torch.tensor([[0., 0., 32., 24.], [3., 2., 17., 20.], [10.5, 4.25, 30., 9.75], [20., 12., 21., 13.]])

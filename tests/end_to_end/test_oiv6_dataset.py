@@ -2,7 +2,7 @@
 tools/test.py on configs/oiv6 (FREQ, PredCls) gives the whole OIv6 table row, equal to SGMeanRecall and
 OIRelationMetric run directly on the saved predictions with the dataset's GT; the same run's pictures
 (--show-dir), per-image files (--per-image) and the HTML report (tools/analysis/browse_results.py). The offline
-CLI on the same dump: tests/test_oi_end_to_end.py."""
+CLI on the same dump: tests/end_to_end/test_oiv6_metric.py."""
 import json
 import os
 import os.path as osp
@@ -13,7 +13,7 @@ from tests.tool_runs import run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'oiv6', 'freq_predcls_oiv6.py')
 ROW = ('R@20', 'R@50', 'R@100', 'mR@50', 'mAP_rel', 'wmAP_rel', 'mAP_phr', 'wmAP_phr', 'final_score',
        'w_final_score')

@@ -1,6 +1,6 @@
 """OIv6 end to end (issue 41), the metric side: tools/test.py on the bundled OIv6 sample with the frequency
 baseline gives the whole OIv6 row (R@50, R@100, mR@50, wmAP_rel, wmAP_phr, w_final_score) with the per-predicate
-AP table, and the offline CLI on its prediction dump gives the same numbers (tests/test_oiv6_end_to_end.py
+AP table, and the offline CLI on its prediction dump gives the same numbers (tests/end_to_end/test_oiv6_dataset.py
 compares tools/test.py with the metrics run directly)."""
 import json
 import os.path as osp
@@ -12,7 +12,7 @@ from tests.tool_runs import run_tool
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv '
                                               '(tools/setup_env.sh installs it)')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'oiv6', 'freq_predcls_oiv6.py')
 ROW = ('R@50', 'R@100', 'mR@50', 'wmAP_rel', 'wmAP_phr', 'w_final_score')
 

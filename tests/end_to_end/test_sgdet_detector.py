@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip('mmdet.models', reason='the detector path needs mmdet with compiled mmcv ops')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 DET_CONFIG = osp.join(ROOT, 'configs', 'demo', 'faster-rcnn_r18_fpn_vg150_sample.py')
 CONFIGS = {mode: osp.join(ROOT, 'configs', 'demo', f'freq_{mode}_faster-rcnn_r18_fpn_vg150_sample.py')
            for mode in ('sgdet', 'sgcls')}

@@ -10,7 +10,7 @@ from tests.tool_runs import run_tool
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv '
                                               '(tools/setup_env.sh installs it)')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 
 

@@ -194,7 +194,7 @@ def test_bad_environment_setting_is_a_one_line_cli_error(value, monkeypatch, cap
     naming the variable before any work (no traceback); in Python the first use is a ValueError naming it."""
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
     env = dict(os.environ, MMSGG_EVAL_NUM_THREADS=value, OMP_NUM_THREADS='1',
                PYTHONPATH=root + os.pathsep + os.environ.get('PYTHONPATH', ''))
     for module, args in (('mmsgg_eval.eval', ['--from-state', 'nowhere.state']),

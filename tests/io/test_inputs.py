@@ -25,9 +25,9 @@ from mmsgg_eval.io.jsonl import iter_jsonl
 from mmsgg_eval.io.samples import MISSING_KEY, CoveredSamples, DatasetSamples
 from mmsgg_eval.io.stream import MARK, PredictionStream, StreamWriter, iter_records
 from mmsgg_eval.io.vlm import iter_vlm_answers, parse_vlm_output
-from tests.test_offline_eval import predictions_for, sample  # noqa: F401  (module fixture: the VG150 sample data)
+from tests.offline.test_eval_cli import predictions_for, sample  # noqa: F401  (module fixture: the VG150 sample data)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 IO_DIR = osp.join(ROOT, 'mmsgg_eval', 'io')
 IO_MODULES = sorted(f[:-3] if f.endswith('.py') else f for f in os.listdir(IO_DIR)  # modules and packages
@@ -579,7 +579,7 @@ def test_benchmark_cli_keeps_each_jobs_best_round():
     import json
     from pathlib import Path
     from tests.tool_runs import run_tool
-    tool = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
+    tool = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
     out = run_tool([str(tool), '--workload', 'triplets', '--images', '8', '--batch-size', '4', '--repeat', '1',
                     '--rounds', '2', '--no-peers', '--device', 'cpu', '--torch-path'], timeout=600)
     assert out.returncode == 0, out.stderr
@@ -603,7 +603,7 @@ def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location('benchmark_tool',
-                                                  Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py')
+                                                  Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py')
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     given = tool.run_sgbench('variable', 6, 1)

@@ -15,7 +15,7 @@ from mmsgg_eval.metrics.scene_graph import SceneGraphMetric
 from tests.dist_utils import comparable, padded_shard, run_distributed
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META, NUM_PREDICATES, feed_like_an_evaluator, run_metrics
+from tests.metrics.scene_graph.test_recall import META, NUM_PREDICATES, feed_like_an_evaluator, run_metrics
 
 
 def build_evaluator(*cfgs):
@@ -170,7 +170,7 @@ def test_metrics_return_scalars_and_tables_reach_metrics_json(tmp_path):
 
 
 def test_vlm_and_grounding_return_scalars():
-    from tests.test_vlm import GT, META as VLM_META, VALID
+    from tests.metrics.test_vlm import GT, META as VLM_META, VALID
     from mmsgg_eval.metrics import VLMSceneGraphMetric
     vlm = VLMSceneGraphMetric(topk=(1,), iou_plus_one=False)
     vlm.dataset_meta = VLM_META
@@ -366,9 +366,9 @@ def test_a_failed_write_loses_no_number_and_stops_no_other_metric(tmp_path):
 
 # ---------------------------------------------------------------------------- main rank only (defect 2)
 def _write_worker(rank, world_size, root):
-    from tests.test_vlm import GT, META as VLM_META, VALID
+    from tests.metrics.test_vlm import GT, META as VLM_META, VALID
     from mmsgg_eval.metrics import VLMSceneGraphMetric
-    from tests.test_grounding import to_data_sample
+    from tests.metrics.test_grounding import to_data_sample
     mine = os.path.join(root, f'rank{rank}')
     grounding = GroundingPr(outfile_prefix=os.path.join(mine, 'res'), report_dir=mine)
     cases = [{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 5, 10]]}, {'gt': [0, 0, 10, 10], 'pred': [[0, 0, 10, 10]]},

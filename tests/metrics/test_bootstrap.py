@@ -21,7 +21,7 @@ from mmsgg_eval.metrics.grounding import GroundingPr
 from mmsgg_eval.metrics.sgbench import SGBenchMetric
 from mmsgg_eval.metrics.vlm import VLMSceneGraphMetric
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META
+from tests.metrics.scene_graph.test_recall import META
 
 GROUPED_META = dict(META, predicate_counts=[50, 40, 30, 20, 10])
 
@@ -66,7 +66,7 @@ def sg_case(cls, mode, seed=3, meta=GROUPED_META, **kwargs):
 
 
 def vlm_case():
-    from tests.test_vlm import CORPUS, GT, META as VLM_META
+    from tests.metrics.test_vlm import CORPUS, GT, META as VLM_META
     metric = VLMSceneGraphMetric(topk=(1,), iou_plus_one=False)
     metric.dataset_meta = VLM_META
     texts = [text for _, text, _ in CORPUS[:12]]
@@ -74,7 +74,7 @@ def vlm_case():
 
 
 def grounding_case():
-    from tests.test_grounding import random_case, to_data_sample
+    from tests.metrics.test_grounding import random_case, to_data_sample
     rng = random.Random(5)
     metric = GroundingPr()
     return metric, reduced_tables(metric, [to_data_sample(random_case(rng), i, torch.float64) for i in range(40)])
@@ -83,7 +83,7 @@ def grounding_case():
 def relclip_case():
     """RelCLIPScore's summary reads only its rows: random tables of its schema (with the region breakdown)."""
     from mmsgg_eval.metrics.relclip import RelCLIPScore
-    from tests.test_relclip import META as RC_META, StubEncoder
+    from tests.metrics.test_relclip import META as RC_META, StubEncoder
     metric = RelCLIPScore(encoder=StubEncoder(), region_breakdown=True)
     metric.dataset_meta = RC_META
     g = torch.Generator().manual_seed(0)
@@ -372,7 +372,7 @@ def test_cli_bootstrap_flag_from_state_equals_a_direct_run(tmp_path):
 
 
 def test_grounding_intervals_in_its_tables(tmp_path):
-    from tests.test_grounding import random_case, to_data_sample
+    from tests.metrics.test_grounding import random_case, to_data_sample
     rng = random.Random(2)
     metric = GroundingPr(report_dir=str(tmp_path), bootstrap=dict(samples=100, level=0.9))
     metric.process(None, [to_data_sample(random_case(rng), i, torch.float64) for i in range(30)])

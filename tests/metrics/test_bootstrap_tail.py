@@ -16,7 +16,7 @@ from mmsgg_eval.functional.threads import compute_threads
 from mmsgg_eval.metrics import SGMeanRecall, extra_results_of
 from mmsgg_eval.metrics.bootstrap import (RARE_GT, Contributions, interval_warnings, per_predicate_block,
                                           predicate_mean, put, recall_block, support_note)
-from tests.test_bootstrap import drawn_rows, seed_batched_replicates
+from tests.metrics.test_bootstrap import drawn_rows, seed_batched_replicates
 
 NUM_PREDICATES = 56
 TAIL = list(range(2 * NUM_PREDICATES // 3, NUM_PREDICATES))  # the rarest third: the group key mR_tail
@@ -130,7 +130,7 @@ def test_every_key_averaging_over_predicates_is_marked_by_what_it_averages():
     """The rule follows what a key averages over, not its name: mR, ngmR, group and novel-predicate mean
     recalls and the F / AVG keys combining mR are marked when their predicates are rare; R, ngR, zR, A and
     the novel-subset recalls (means over relations) never are."""
-    from tests.test_bootstrap import GROUPED_META, sg_case
+    from tests.metrics.test_bootstrap import GROUPED_META, sg_case
     from mmsgg_eval.metrics.bootstrap import contributions_of
     metric, tables = sg_case(SGMeanRecall, 'predcls', zeroshot_triplets=[(0, 1, 2)], novel_predicates=['p1'],
                              predicate_groups={'head': ['p0', 'p1'], 'tail': ['p3', 'p4']})
@@ -170,7 +170,7 @@ def test_every_metric_records_what_its_mean_recalls_average_over(name):
     """Every mean over predicates of every metric (mR, ngmR, groups, novel predicates, sgbench's mR@inf, the
     VLM metric's mRecall) carries its predicates' GT counts, equal to the #GT of the metric's per-predicate
     table; F / AVG depend on mR; nothing else is judged."""
-    from tests.test_bootstrap import CASES, quiet_summary
+    from tests.metrics.test_bootstrap import CASES, quiet_summary
     from mmsgg_eval.metrics.bootstrap import contributions_of
     metric, tables = CASES[name]()
     keys = list(quiet_summary(metric, tables))
@@ -209,7 +209,7 @@ def thin_tail_samples(num=40, seed=7, rare=(3, 4)):
 def evaluate_thin(rank=0, world_size=1, report_dir=None, bootstrap=dict(samples=100, seed=1)):
     """SGMeanRecall on :func:`thin_tail_samples` (this rank's shard): (keys, extra results, last_report)."""
     from tests.dist_utils import padded_shard
-    from tests.test_bootstrap import GROUPED_META
+    from tests.metrics.test_bootstrap import GROUPED_META
     samples = thin_tail_samples()
     mine = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
     metric = SGMeanRecall(mode='predcls', bootstrap=bootstrap, report_dir=report_dir)
@@ -258,7 +258,7 @@ def test_compare_marks_the_deltas_of_keys_on_rare_predicates(tmp_path):
     """The paired interval of Δ mR is marked in compare.md / .csv / .json; Δ R is not."""
     import csv
     from mmsgg_eval.compare import main
-    from tests.test_compare import perturbed, write_run
+    from tests.compare.test_compare import perturbed, write_run
     samples = thin_tail_samples()
     write_run(str(tmp_path / 'a'), samples)
     write_run(str(tmp_path / 'b'), perturbed(samples, 3))
@@ -306,10 +306,10 @@ def paired_delta_study(exponent, n, studies, replicates, shift=0.10):
 
 
 def main(argv=None):
-    """``python -m tests.test_bootstrap_tail [--studies 400] [--replicates 1000]``: the coverage table of
+    """``python -m tests.metrics.test_bootstrap_tail [--studies 400] [--replicates 1000]``: the coverage table of
     docs/metrics.md (about 5 minutes on 2 cores)."""
     import argparse
-    parser = argparse.ArgumentParser(prog='python -m tests.test_bootstrap_tail')
+    parser = argparse.ArgumentParser(prog='python -m tests.metrics.test_bootstrap_tail')
     parser.add_argument('--studies', type=int, default=400)
     parser.add_argument('--replicates', type=int, default=1000)
     args = parser.parse_args(argv)

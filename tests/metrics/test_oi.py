@@ -378,7 +378,7 @@ def test_compare_per_predicate_ap_deltas_and_replicates(tmp_path):
     summary); each replicate's table equals the metric's own summary of the resampled images."""
     from mmsgg_eval.functional.bootstrap import resample_counts
     from mmsgg_eval.metrics.bootstrap import contributions_of
-    from tests.test_bootstrap import reduced_tables, resampled_tables
+    from tests.metrics.test_bootstrap import reduced_tables, resampled_tables
     samples, _ = random_dataset(21, 16, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     worse = []
     for s in samples:

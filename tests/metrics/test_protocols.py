@@ -412,7 +412,7 @@ def test_distributed_equals_single_process_for_every_preset(world_size):
 # ---------------------------------------------------------------------------------------------- offline CLI
 def test_offline_cli_protocol(tmp_path):
     from mmsgg_eval.eval import main
-    from tests.test_offline_eval import CONFIG, direct, predictions_for
+    from tests.offline.test_eval_cli import CONFIG, direct, predictions_for
     from mmsgg_eval.datasets import VG150Dataset
     from mmsgg_eval.testing import make_sample_data
     make_sample_data(str(tmp_path / 'data'), datasets=['vg150'])

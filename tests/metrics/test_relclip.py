@@ -351,7 +351,7 @@ def test_end_to_end_with_tiny_open_clip(tmp_path):
     from open_clip.transform import PreprocessCfg, image_transform_v2
 
     from mmsgg_eval.encoders import build_encoder
-    from tests.test_encoders import make_openclip_dir, smooth_image
+    from tests.encoders.test_clip_encoders import make_openclip_dir, smooth_image
     encoder = build_encoder(dict(type='OpenCLIPEncoder',
                                  model_name=f'local-dir:{make_openclip_dir(str(tmp_path / "oc"))}'))
     paths = []
@@ -491,7 +491,7 @@ def test_vlm_answers_offline_use_the_models_words(psg_sample, tmp_path):
     path = tmp_path / 'answers.jsonl'
     path.write_text('\n'.join(json.dumps(x) for x in vlm_answers(dataset)))
     config = tmp_path / 'vlm_config.py'
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    root = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
     config.write_text(
         f"_base_ = ['{root}/configs/relclip/relclip_vlm_psg.py']\n"
         "vlm_evaluator = [dict(type='RelCLIPScore', encoder=dict(type='WordStubEncoder'), vlm=dict(canvas=None),\n"
@@ -609,7 +609,7 @@ def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, con
 
     from mmsgg_eval.eval import evaluate_file
     from mmsgg_eval.registry import METRICS
-    from tests import test_encoders
+    from tests.encoders import test_clip_encoders as test_encoders
     if config == 'relclip_negclip_psg':
         pytest.importorskip('open_clip')
         model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
@@ -630,7 +630,7 @@ def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, con
     path = tmp_path / 'preds.jsonl'
     records = all_pair_predictions(dataset, len(dataset.metainfo['predicates']))
     path.write_text('\n'.join(json.dumps(r) for r in records))
-    cfg_path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs', 'relclip', f'{config}.py')
+    cfg_path = osp.join(osp.abspath(osp.join(osp.dirname(__file__), '..', '..')), 'configs', 'relclip', f'{config}.py')
     res = evaluate_file(cfg_path, str(path), work_dir=str(tmp_path / 'out'), cfg_options=options, progress=False)
     assert set(res) == {f'{prefix}/{k}' for k in keys}
     assert all(0.0 <= v <= 100.0 for v in res.values()) and res[f'{prefix}/{keys[1]}'] > 0
@@ -654,7 +654,7 @@ def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
     NegCLIP checkpoint replaced by a tiny local open_clip model."""
     pytest.importorskip('open_clip')
     from mmsgg_eval.eval import evaluate_file
-    from tests import test_encoders
+    from tests.encoders import test_clip_encoders as test_encoders
     model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
     dataset = psg_sample['dataset']
     answers = []
@@ -670,7 +670,7 @@ def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
         answers.append(line)
     path = tmp_path / 'answers.jsonl'
     path.write_text('\n'.join(json.dumps(x) for x in answers))
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    root = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
     res = evaluate_file(osp.join(root, 'configs', 'relclip', 'relclip_vlm_psg.py'), str(path), fmt='vlm',
                         work_dir=str(tmp_path / 'out'), progress=False,
                         cfg_options={'test_dataloader.dataset.data_root': psg_sample['root'],

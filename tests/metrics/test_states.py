@@ -16,10 +16,10 @@ from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.state import (StateMismatchError, load_state, merge_states, missing_samples,
                                       summarize_state, write_state)
 from tests.dist_utils import padded_shard, run_distributed
-from tests.test_offline_eval import predictions_for
-from tests.test_relclip import image_path  # noqa: F401  (fixture)
+from tests.offline.test_eval_cli import predictions_for
+from tests.metrics.test_relclip import image_path  # noqa: F401  (fixture)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 GROUNDING_CONFIG = osp.join(ROOT, 'configs', 'rsvgd', 'grounding_rsvgd.py')
 SG = ['SGRecall', 'SGMeanRecall']
@@ -336,7 +336,7 @@ def test_relclip_states_merge_without_the_encoder(image_path, tmp_path):
     """RelCLIPScore: the encoder is recorded by name and not needed to summarise (a rebuilt metric refuses to
     encode); two halves merge into the full run."""
     from mmsgg_eval.metrics import RelCLIPScore
-    from tests.test_relclip import META, StubEncoder, dataset as relclip_dataset
+    from tests.metrics.test_relclip import META, StubEncoder, dataset as relclip_dataset
     samples = relclip_dataset(image_path)
 
     def run(part, name):
@@ -347,7 +347,7 @@ def test_relclip_states_merge_without_the_encoder(image_path, tmp_path):
     full = run(samples, 'full')
     run(samples[:4], 'a'), run(samples[4:], 'b')
     merged = merge_states([load_state(str(tmp_path / f'{n}.state')) for n in 'ab'])
-    assert merged.settings['encoder'] == 'tests.test_relclip.StubEncoder' and merged.settings['topk'] == 3
+    assert merged.settings['encoder'] == 'tests.metrics.test_relclip.StubEncoder' and merged.settings['topk'] == 3
     keys, _ = summarize_state(merged)
     assert {f'{merged.prefix}/{k}': v for k, v in keys.items()} == full
     with pytest.raises(RuntimeError, match='rebuilt from an evaluation state'):
@@ -357,7 +357,7 @@ def test_relclip_states_merge_without_the_encoder(image_path, tmp_path):
 def test_tools_test_save_state_then_from_state(tmp_path):
     """``tools/test.py --save-state DIR`` (the model run) and ``--from-state DIR``: the same metrics.json."""
     pytest.importorskip('mmdet.datasets', reason='tools/test.py needs mmdet with compiled mmcv')
-    from tests.test_end_to_end import run
+    from tests.end_to_end.test_vg150_tools import run
     out = run(['tools/make_sample_data.py', '--out', str(tmp_path / 'data'), '--datasets', 'vg150'])
     assert out.returncode == 0, out.stderr
     root = str(tmp_path / 'data' / 'vg150') + '/'

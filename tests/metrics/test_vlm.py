@@ -547,7 +547,7 @@ def test_distributed_equals_single_process():
 def test_both_vlm_metrics_hold_one_answer_parser(tmp_path):
     from mmsgg_eval.io.vlm import VLMAnswerParser
     from mmsgg_eval.metrics import RelCLIPScore
-    from tests.test_relclip import StubEncoder
+    from tests.metrics.test_relclip import StubEncoder
     synonyms = tmp_path / 'syn.json'
     synonyms.write_text(json.dumps({'man': 'person'}))
     vlm = VLMSceneGraphMetric(canvas=None, synonyms=str(synonyms))

@@ -10,7 +10,7 @@ from mmsgg_eval.metrics import ComputeGroup, SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.scene_graph import SceneGraphMetric
 from mmsgg_eval.metrics.sgbench import SGBenchMetric
 from mmsgg_eval.metrics.state import NOT_IN_WORK_KEYS, key_value, rows_description, work_key
-from tests.test_scene_graph_metrics import META
+from tests.metrics.scene_graph.test_recall import META
 
 
 def with_meta(*metrics):

@@ -203,7 +203,7 @@ def legacy_get_vg_statistics(root, num_val_im, must_overlap):
 
 def legacy_statistics_files(tmp_path):
     """Hand-built VG150 files where the overlap filter matters: boxes (cx, cy, w, h at 1024) on 500 x 375 images."""
-    from tests.test_datasets_vg150 import im, write_vg
+    from tests.datasets.test_vg150 import im, write_vg
     a, touching, far = [100, 100, 40, 40], [130, 100, 20, 40], [600, 300, 40, 40]
     # `edge` starts at x = 1024 (500 px, past the last column 499); `right` (980..1040) overlaps it
     right, edge = [1010, 300, 60, 40], [1044, 300, 40, 40]
@@ -264,7 +264,7 @@ def test_models_package_has_no_import_cycle():
     (the statistics live in models/frequency_statistics.py, imported by the baseline and the head)."""
     import ast
     import os
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'mmsgg_eval', 'models')
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'mmsgg_eval', 'models')
     modules = {}  # dotted name below mmsgg_eval.models ('' = the package) -> (path, its package's parts)
     for folder, _, files in os.walk(root):
         for name in files:

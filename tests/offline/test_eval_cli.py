@@ -12,7 +12,7 @@ from mmsgg_eval.eval import evaluate_file, main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.io.vlm import gt_from_data_info
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 
 
@@ -120,7 +120,7 @@ def test_legacy_dump_through_the_cli(sample, tmp_path):
     """A legacy eval_results.pytorch (BoxList records) is re-scored with the dataset's vocabulary."""
     import torch
     from mmsgg_eval.io.legacy import convert_legacy_results
-    from tests.test_legacy import fake_maskrcnn_benchmark
+    from tests.io.test_legacy import fake_maskrcnn_benchmark
     with fake_maskrcnn_benchmark() as BoxList:
         gts, preds = [], []
         for i in range(3):

@@ -7,11 +7,11 @@ import os.path as osp
 import pytest
 
 from mmsgg_eval.eval import evaluate_file, main
-from tests.test_offline_eval import predictions_for, sample  # noqa: F401  (fixture)
+from tests.offline.test_eval_cli import predictions_for, sample  # noqa: F401  (fixture)
 
 pytest.importorskip('mmdet.evaluation', reason='the SGDet config holds DetectionAP (mmdet)')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 SGDET = osp.join(ROOT, 'configs', 'demo', 'freq_sgdet_faster-rcnn_r18_fpn_vg150_sample.py')
 
 

@@ -16,8 +16,8 @@ from mmsgg_eval.eval import evaluate_file, evaluate_grounding_predictions, main
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import open_predictions
 from mmsgg_eval.io.samples import DatasetSamples
-from tests.test_io import write_stream
-from tests.test_offline_eval import CONFIG, ROOT, predictions_for, sample  # noqa: F401  (module fixture)
+from tests.io.test_inputs import write_stream
+from tests.offline.test_eval_cli import CONFIG, ROOT, predictions_for, sample  # noqa: F401  (module fixture)
 
 
 def options(sample):

@@ -14,7 +14,7 @@ import torch
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.per_image import read_per_image
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META, NUM_PREDICATES
+from tests.metrics.scene_graph.test_recall import META, NUM_PREDICATES
 
 KS = (1, 3, 20)
 
@@ -196,7 +196,7 @@ def test_vlm_padding_never_reaches_an_output(tmp_path):
     -100000, and the per-image keys were named R@1000000000."""
     from mmsgg_eval.analysis.browse import write_report
     from mmsgg_eval.metrics import VLMSceneGraphMetric
-    from tests.test_vlm import GT, HAT, HORSE, META as VLM_META, PERSON, RIDING, VALID, graph
+    from tests.metrics.test_vlm import GT, HAT, HORSE, META as VLM_META, PERSON, RIDING, VALID, graph
     floating = {'subject': 'person.1', 'predicate': 'floating over', 'object': 'horse.2'}
     text = graph([PERSON, HORSE, HAT], [floating, RIDING])
     for rank in ('given', 'score'):
@@ -250,7 +250,7 @@ def test_browse_tool_on_a_partial_prediction_set(tmp_path):
     pytest.importorskip('mmdet.datasets')
     from mmsgg_eval.datasets import VG150Dataset
     from mmsgg_eval.testing import make_sample_data
-    from tests.test_offline_eval import CONFIG, predictions_for
+    from tests.offline.test_eval_cli import CONFIG, predictions_for
     from tests.tool_runs import run_tool
     make_sample_data(str(tmp_path / 'data'), datasets=['vg150'])
     root = str(tmp_path / 'data' / 'vg150') + '/'

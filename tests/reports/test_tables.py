@@ -18,8 +18,8 @@ from mmsgg_eval.metrics.sgbench import SGBenchMetric
 from mmsgg_eval.metrics.vlm import VLMSceneGraphMetric
 from mmsgg_eval.reports import (per_predicate_figure, scene_graph_tables, tables_latex, write_scene_graph_reports,
                                 write_tables)
-from tests.test_reports import parse_markdown_tables, synthetic_samples, vg150_meta
-from tests.test_vlm import CLASSES, GT, GT_BOXES, H, META, PREDICATES, VALID, W, graph
+from tests.reports.test_report_files import parse_markdown_tables, synthetic_samples, vg150_meta
+from tests.metrics.test_vlm import CLASSES, GT, GT_BOXES, H, META, PREDICATES, VALID, W, graph
 
 
 def parse(text, size=(W, H), **kwargs):
@@ -287,7 +287,7 @@ def test_vlm_metric_writes_every_report_file(tmp_path):
 
 def test_sgbench_metric_writes_tables_with_its_keys(tmp_path):
     from tests.sgg_samples import random_dataset
-    from tests.test_scene_graph_metrics import META as SG_META
+    from tests.metrics.scene_graph.test_recall import META as SG_META
     samples, _ = random_dataset(3, 8, 'sgdet')
     metric = SGBenchMetric(mode='sgdet', topk=(5, 10), report_dir=str(tmp_path))
     metric.dataset_meta = SG_META
@@ -326,7 +326,7 @@ def test_grounding_metric_writes_tables(tmp_path):
 
 def test_detection_ap_keys_join_the_sgdet_tables(tmp_path):
     from tests.sgg_samples import random_dataset
-    from tests.test_metric_base import build_evaluator, feed
+    from tests.metrics.test_base import build_evaluator, feed
     samples, _ = random_dataset(5, 9, 'sgdet')
     evaluator = build_evaluator(*[dict(type=t, mode='sgdet', report_dir=str(tmp_path))
                                   for t in ('SGRecall', 'SGMeanRecall')], dict(type='DetectionAP'))

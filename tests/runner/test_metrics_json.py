@@ -28,9 +28,9 @@ from mmsgg_eval.eval import evaluate_file, main, metric_cfgs
 from mmsgg_eval.runner import cli
 from mmsgg_eval.runner.launch import DistributedEvaluationError
 from mmsgg_eval.runner.results import file_fingerprint, git_state
-from tests.test_offline_eval import predictions_for
+from tests.offline.test_eval_cli import predictions_for
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 GROUNDING_CONFIG = osp.join(ROOT, 'configs', 'rsvgd', 'grounding_rsvgd.py')
 #: provenance fields that name the input of the run (a checkpoint online, a prediction file offline)

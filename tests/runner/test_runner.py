@@ -14,7 +14,7 @@ from mmsgg_eval.runner import (DEFAULT_TIMEOUT_S, DistributedEvaluationError, Ev
                                process_group_timeout, write_metrics_json)
 from tests.dist_utils import free_port
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 PACKAGE = osp.join(ROOT, 'mmsgg_eval')
 
 

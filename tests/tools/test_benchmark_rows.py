@@ -5,7 +5,7 @@ from pathlib import Path
 
 from mmsgg_eval.benchmarks import report, runners
 
-TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
 
 
 def _tool():

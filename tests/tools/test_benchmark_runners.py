@@ -15,7 +15,7 @@ from mmsgg_eval.benchmarks import load, report, runners
 from mmsgg_eval.benchmarks.timing import best_of
 from tests.tool_runs import run_tool
 
-TOOL = Path(__file__).resolve().parents[1] / 'tools' / 'benchmark.py'
+TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
 
 
 def _tool():
@@ -229,7 +229,7 @@ def test_baseline_job_runs_ours_of_another_checkout_through_its_own_protocol(mon
 
 def test_baseline_run_of_this_checkout_itself():
     """A real run with this checkout as its own baseline: both rows, the same R@50."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = run_tool([str(TOOL), '--workload', 'triplets', '--no-peers', '--rounds', '1', '--repeat', '1', '--images',
                     '40', '--device', 'cpu', '--baseline', str(root)], timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]

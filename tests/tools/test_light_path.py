@@ -69,7 +69,7 @@ CONFIGS = dict(vg150='configs/demo/freq_predcls_vg150_sample.py', gqa200='config
 def write_inputs(name, dataset, folder):
     """The offline inputs of one scene-graph dataset: stream, JSONL, legacy dump, VLM answers (PSG: OpenPSG)."""
     from mmsgg_eval.io.stream import StreamWriter
-    from tests.test_legacy import fake_maskrcnn_benchmark
+    from tests.io.test_legacy import fake_maskrcnn_benchmark
     records = sgdet_records(dataset)
     paths = {}
     paths['jsonl'] = osp.join(folder, f'{name}.jsonl')
@@ -105,7 +105,7 @@ def write_inputs(name, dataset, folder):
         paths['legacy'] = osp.join(folder, f'{name}_eval_results.pytorch')
         torch.save({'groundtruths': gts, 'predictions': preds}, paths['legacy'])
     if name == 'psg':
-        from tests.test_openpsg_results import write_openpsg_results
+        from tests.io.test_openpsg_results import write_openpsg_results
         paths['openpsg'] = osp.join(folder, 'psg_result.pkl')
         write_openpsg_results(dataset, paths['openpsg'], mode='sgdet', with_masks=True)
     return paths

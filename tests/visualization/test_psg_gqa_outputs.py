@@ -11,7 +11,7 @@ from tests.tool_runs import run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 BROWSE = osp.join(ROOT, 'tools', 'analysis', 'browse_results.py')
 
 

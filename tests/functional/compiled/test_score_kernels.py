@@ -11,7 +11,7 @@ import torch
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.recall import no_graph_constraint_list
 from mmsgg_eval.functional.scores import build_relation_scores
-from tests.test_functional import _reference_ng_list
+from tests.functional.test_topk_iou_pruning import _reference_ng_list
 
 needs_kernels = pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
 CPU = torch.device('cpu')

@@ -5,7 +5,7 @@ from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.metric_tester import Case, check_metric
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META, NUM_PREDICATES
+from tests.metrics.scene_graph.test_recall import META, NUM_PREDICATES
 
 LENGTH = 23  # not divisible by 2 or 3
 

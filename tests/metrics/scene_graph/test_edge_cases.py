@@ -10,7 +10,7 @@ import torch
 
 from mmsgg_eval.metrics import DetectionAP, GroundingPr, SGBenchMetric, SGMeanRecall, SGRecall
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META, NUM_CLASSES, NUM_PREDICATES, run_metrics
+from tests.metrics.scene_graph.test_recall import META, NUM_CLASSES, NUM_PREDICATES, run_metrics
 
 
 def two_relation_image(idx, hit_both=False, predicate=2, width=NUM_PREDICATES + 1, background='first'):

@@ -361,7 +361,7 @@ def test_per_image_records_and_html_summary_give_the_metric_numbers(tmp_path):
 
 def test_benchmark_job_list_adds_the_error_analysis_job():
     from mmsgg_eval.benchmarks import report, runners
-    from tests.test_benchmark_runners import _tool
+    from tests.tools.test_benchmark_runners import _tool
     tool = _tool()
     args = tool.build_parser().parse_args(['--workload', 'sgdet-variable', '--error-analysis', '--no-peers'])
     assert tool.job_list(args, ['cpu']) == [('ours', 'sgdet-variable', 'cpu'), ('ours+errors', 'sgdet-variable', 'cpu')]
@@ -397,7 +397,7 @@ def test_compare_gives_the_change_of_each_cause_with_paired_intervals(tmp_path):
     """States saved with error_analysis=True: python -m mmsgg_eval.compare reports every miss@K_{cause} and R@rel
     change, and the changes of R@K and of the causes sum to 0 (the identity holds in both runs)."""
     from mmsgg_eval.compare import compare_runs, load_run
-    from tests.test_compare import perturbed
+    from tests.compare.test_compare import perturbed
     samples, _ = random_dataset(8, 24, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     for name, run_samples in (('a', samples), ('b', perturbed(samples, 1))):
         for cls in (SGRecall, SGMeanRecall):

@@ -10,7 +10,7 @@ import torch
 from mmsgg_eval.metrics import SGRecall
 from mmsgg_eval.structures.reader import collate_scene_graphs, read_scene_graph as READ_SCENE_GRAPH
 from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
-from tests.test_scene_graph_metrics import META
+from tests.metrics.scene_graph.test_recall import META
 
 
 def good_sample():
@@ -115,7 +115,7 @@ def test_import_without_compiled_mmcv_ops():
             'assert "mmdet.models" not in sys.modules and "mmcv.ops" not in sys.modules, sorted(sys.modules)\n'
             'print("ok")')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+                         cwd=os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..')))
     assert out.returncode == 0 and 'ok' in out.stdout, out.stderr
 
 

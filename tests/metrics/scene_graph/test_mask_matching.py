@@ -7,7 +7,7 @@ from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.metric_tester import Case, check_metric
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import GROUP_IDX, GROUPS, META, NUM_CLASSES, NUM_PREDICATES
+from tests.metrics.scene_graph.test_recall import GROUP_IDX, GROUPS, META, NUM_CLASSES, NUM_PREDICATES
 
 KS = (1, 5, 20)
 

@@ -14,7 +14,7 @@ from mmsgg_eval.open_vocab import (SPLITS, VG150_NOVEL_OBJECT_PARENTS, VG150_NOV
 from tests.dist_utils import padded_shard, run_distributed
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import META, NUM_CLASSES, NUM_PREDICATES, run_metrics
+from tests.metrics.scene_graph.test_recall import META, NUM_CLASSES, NUM_PREDICATES, run_metrics
 
 NOVEL_OBJECTS, NOVEL_PREDICATES = ['c1', 'c3'], ['p0', 'p4']
 KS = (1, 3, 20)
@@ -220,7 +220,7 @@ def test_ovdr_end_to_end_through_tools_test_and_the_offline_cli(tmp_path):
     """FREQ counted on the base-only training split of the VG150 sample, evaluated on the test split with the
     novel keys by tools/test.py, and the same keys from its saved predictions by the offline CLI."""
     pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
-    from tests.test_end_to_end import ROOT, read_metrics, run
+    from tests.end_to_end.test_vg150_tools import ROOT, read_metrics, run
     config = os.path.join(ROOT, 'configs', 'vg150', 'freq_predcls_vg150_ovdr.py')
     root = _vg150_sample(tmp_path) + '/'
     options = [f'test_dataloader.dataset.data_root={root}', 'test_dataloader.dataset.num_val_images=8',
@@ -251,7 +251,7 @@ def test_vlm_answers_get_the_novel_subsets_on_their_mapped_words():
     """The model's words ('guy riding horse' with synonyms) are mapped to dataset names, then the novel keys of
     the scene-graph rows apply: the hit 'riding' relation is in the novel-predicate subset."""
     from mmsgg_eval.metrics.vlm import VLMSceneGraphMetric
-    from tests.test_vlm import GT, META as VLM_META, VALID
+    from tests.metrics.test_vlm import GT, META as VLM_META, VALID
     metric = VLMSceneGraphMetric(iou_plus_one=False, topk=(20,), novel_predicates=['riding'])
     metric.dataset_meta = VLM_META
     metric.process(None, [dict(GT, sample_idx=0, pred_text=VALID), dict(GT, sample_idx=1, pred_text='oops')])

@@ -8,7 +8,7 @@ from mmsgg_eval.functional.limits import NO_HIT
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.per_image import image_record, read_per_image
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import feed_like_an_evaluator
+from tests.metrics.scene_graph.test_recall import feed_like_an_evaluator
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
@@ -155,7 +155,7 @@ def test_sgbench_refuses_per_image_out(tmp_path):
 
 def test_vlm_per_image_lines(tmp_path):
     from mmsgg_eval.metrics import VLMSceneGraphMetric
-    from tests.test_vlm import GT, META as VLM_META, VALID
+    from tests.metrics.test_vlm import GT, META as VLM_META, VALID
     path = tmp_path / 'vlm.jsonl'
     metric = VLMSceneGraphMetric(iou_plus_one=False, per_image_out=str(path))
     metric.dataset_meta = VLM_META
@@ -173,7 +173,7 @@ def test_vlm_per_image_lines(tmp_path):
 
 def test_grounding_per_image_lines(tmp_path):
     from mmsgg_eval.metrics import GroundingPr
-    from tests.test_grounding import to_data_sample
+    from tests.metrics.test_grounding import to_data_sample
     cases = [dict(gt=[0, 0, 10, 10], pred=[[0, 0, 10, 10]]), dict(gt=[0, 0, 10, 10], pred=[[0, 0, 5, 10]]),
              dict(gt=[0, 0, 10, 10], pred=[])]
     metric = GroundingPr(per_image_out=str(tmp_path / 'g.jsonl'))

@@ -13,7 +13,7 @@ from mmsgg_eval.io.legacy import LegacyBoxList, convert_legacy_results
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.reference_sgg import iou, reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.test_scene_graph_metrics import GROUP_IDX, GROUPS, META, NUM_CLASSES, NUM_PREDICATES, assert_same
+from tests.metrics.scene_graph.test_recall import GROUP_IDX, GROUPS, META, NUM_CLASSES, NUM_PREDICATES, assert_same
 
 
 def legacy_resize(boxes: torch.Tensor, old_size, new_size) -> torch.Tensor:
