@@ -1,9 +1,14 @@
-"""Frequency baseline (MOTIFS FREQ / FREQ+OVERLAP): statistics and predictions, checked by hand."""
+"""Frequency baseline (MOTIFS FREQ / FREQ+OVERLAP): statistics and predictions, checked by hand; statistics counted
+on 0 images or 0 relations are refused (function, relation head and tools/build_freq_baseline.py)."""
+import importlib.util
+import os.path as osp
+
 import numpy as np
 import pytest
 import torch
 
 from mmsgg_eval.models import FrequencyBaseline, count_frequency_statistics
+from tests.tool_runs import ROOT
 
 
 class TinyDataset:
@@ -296,3 +301,104 @@ def test_models_package_has_no_import_cycle():
         return seen
     assert graph['frequency_baseline'] >= {'frequency_statistics'}
     assert [m for m in graph if m in reachable(m)] == []
+
+
+class Records:
+    """mmdet-style data infos with the attributes the messages name."""
+
+    def __init__(self, infos, data_root='/data/nowhere/', ann_file='/data/nowhere/train.json', **kwargs):
+        self.infos, self.data_root, self.ann_file = infos, data_root, ann_file
+        self.metainfo = dict(classes=('a', 'b'), predicates=('p', 'q', 'r'))
+
+    def __len__(self):
+        return len(self.infos)
+
+    def get_data_info(self, i):
+        return self.infos[i]
+
+
+RELATION_FREE = [dict(instances=[dict(bbox=[0, 0, 10, 10], bbox_label=0), dict(bbox=[5, 5, 15, 15], bbox_label=1)],
+                      relations=np.zeros((0, 3), np.int64)),
+                 dict(instances=[dict(bbox=[0, 0, 10, 10], bbox_label=1)])]
+
+
+def test_statistics_of_nothing_are_refused():
+    from mmsgg_eval.models import count_frequency_statistics
+    with pytest.raises(ValueError, match=r"Records\(data_root='/data/nowhere/'.*: 0 images"):
+        count_frequency_statistics(Records([]), 2, 3, progress=False)
+    for background in ('motifs', 'unlabelled'):
+        with pytest.raises(ValueError, match=r"data_root='/data/nowhere/'.*0 relations counted on its 2 images"):
+            count_frequency_statistics(Records(RELATION_FREE), 2, 3, progress=False, background=background)
+    with pytest.raises(ValueError, match='^the source: 0 images'):
+        count_frequency_statistics(Records([]), 2, 3, progress=False, source='the source')
+    # one relation is enough
+    infos = RELATION_FREE + [dict(instances=RELATION_FREE[0]['instances'], relations=np.array([[0, 1, 2]]))]
+    assert count_frequency_statistics(Records(infos), 2, 3, progress=False)[0, 1, 3] == 1
+
+
+def _vg150_root(tmp_path) -> str:
+    from mmsgg_eval.testing import write_vg150_sample
+    return write_vg150_sample(str(tmp_path / 'data'), with_images=False)['root'] + '/'
+
+
+def test_relation_head_refuses_an_empty_statistics_dataset(tmp_path):
+    from mmsgg_eval.models.relation_heads import FrequencyRelationHead
+    root = _vg150_root(tmp_path)
+    dataset = dict(type='VG150Dataset', data_root=root, split='train', num_val_images=10 ** 6)
+    with pytest.raises(ValueError, match=r'FrequencyRelationHead.statistics_dataset VG150Dataset\(data_root='
+                                         rf"'{root}'.*: 0 images"):
+        FrequencyRelationHead(150, 50, statistics_dataset=dataset)
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location('build_freq_baseline', osp.join(ROOT, 'tools',
+                                                                                  'build_freq_baseline.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_refuses_zero_training_images(tmp_path, capsys):
+    root = _vg150_root(tmp_path)
+    config = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
+    out = tmp_path / 'freq.pth'
+    # the val split swallows every split-0 image (num_val_images > their number): 0 training images
+    argv = [config, '--out', str(out), '--cfg-options', f'freq_train_dataset.data_root={root}',
+            'freq_train_dataset.num_val_images=100000']
+    with pytest.raises(SystemExit) as exit_info:
+        _tool().main(argv)
+    assert exit_info.value.code == 1 and not out.exists()
+    err = capsys.readouterr().err
+    assert 'Traceback' not in err
+    line = err.strip().splitlines()[0]
+    assert line.startswith('tools/build_freq_baseline.py: error: ')
+    assert 'freq_train_dataset' in line and f"data_root='{root}'" in line and '0 images' in line
+    # the same config on the right split builds (the control)
+    _tool().main(argv[:-1] + ['freq_train_dataset.num_val_images=8'])
+    assert out.exists()
+
+
+def test_cli_refuses_zero_relations(tmp_path, capsys):
+    from mmsgg_eval.registry import DATASETS
+
+    class RelationFreeDataset(Records):
+        def __init__(self, **kwargs):
+            super().__init__(RELATION_FREE, data_root=kwargs.get('data_root'), ann_file=kwargs.get('ann_file'))
+
+    DATASETS.register_module(name='Issue26RelationFreeDataset', module=RelationFreeDataset, force=True)
+    config = tmp_path / 'freq_cfg.py'
+    config.write_text("default_scope = 'mmdet'\n"
+                      "model = dict(type='FrequencyBaseline', num_classes=2, num_predicates=3, mode='predcls')\n"
+                      "train_dataloader = dict(dataset=dict(type='Issue26RelationFreeDataset', "
+                      "data_root='/data/coco/', ann_file='instances_train.json'))\n")
+    out = tmp_path / 'freq.pth'
+    with pytest.raises(SystemExit) as exit_info:
+        _tool().main([str(config), '--out', str(out)])
+    assert exit_info.value.code == 1 and not out.exists()
+    err = capsys.readouterr().err
+    assert 'Traceback' not in err
+    line = err.strip().splitlines()[0]
+    assert line.startswith('tools/build_freq_baseline.py: error: ') and 'train_dataloader.dataset' in line
+    assert "data_root='/data/coco/'" in line and '0 relations counted on its 2 images' in line
+    with pytest.raises(ValueError, match='0 relations'):  # --debug: the exception itself
+        _tool().main([str(config), '--out', str(out), '--debug'])
