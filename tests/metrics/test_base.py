@@ -9,13 +9,14 @@ import warnings
 import pytest
 import torch
 
-from mmsgg_eval.metrics import ComputeGroup, GroundingPr, SGMeanRecall, SGRecall, extra_results_of
+from mmsgg_eval.metrics import ComputeGroup, DetectionAP, GroundingPr, SGMeanRecall, SGRecall, extra_results_of
 from mmsgg_eval.metrics.accumulator import RowAccumulator
 from mmsgg_eval.metrics.scene_graph import SceneGraphMetric
 from tests.dist_utils import comparable, padded_shard, run_distributed
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
-from tests.metrics.scene_graph.test_recall import META, NUM_PREDICATES, feed_like_an_evaluator, run_metrics
+from tests.metrics.scene_graph.test_edge_cases import evaluate, two_relation_image
+from tests.metrics.scene_graph.test_recall import META, NUM_CLASSES, NUM_PREDICATES, feed_like_an_evaluator, run_metrics
 
 
 def build_evaluator(*cfgs):
@@ -426,3 +427,71 @@ def test_every_metric_is_registered_by_its_class_name_and_nothing_else():
     assert all(inspect.isclass(obj) for obj in ours.values()), sorted(ours)
     machinery = {'RowAccumulator', 'RowMetric', 'ComputeGroup', 'extra_results_of', 'SceneGraphMetric'}
     assert set(metrics.__all__) - machinery <= set(ours), sorted(set(metrics.__all__) - machinery - set(ours))
+
+
+def _detection_sample(idx, good):
+    box = torch.tensor([[0., 0, 10, 10]])
+    pred = box if good else torch.tensor([[50., 50, 60, 60]])
+    return dict(sample_idx=idx, gt_instances=dict(bboxes=box, labels=torch.tensor([0])),
+                pred_instances=dict(bboxes=pred, labels=torch.tensor([0]), scores=torch.tensor([0.9])))
+
+
+def _grounding_sample(idx, good):
+    box = torch.tensor([[0., 0, 10, 10]])
+    return dict(sample_idx=idx, ori_shape=(100, 100), gt_instances=dict(bboxes=box),
+                pred_instances=dict(bboxes=box if good else torch.tensor([[50., 50, 60, 60]]),
+                                    scores=torch.tensor([1.0])))
+
+
+@pytest.mark.parametrize('build,make,key', [
+    (lambda: DetectionAP(), _detection_sample, 'sgdet/AP@50'),
+    (lambda: GroundingPr(), _grounding_sample, 'grounding/Pr@0.5'),
+    (lambda: SGRecall(mode='sgdet'), None, 'sgdet/R@50'),
+])
+def test_repeated_sample_idx_counts_its_first_occurrence_within_and_across_pools(build, make, key):
+    """Regression: inside ONE pool DetectionAP kept both copies (AP@50 50.5 instead of 100) and GroundingPr
+    counted both (50 in one process() call, 100 over two)."""
+    if make is None:
+        good = two_relation_image(0, hit_both=True)
+        bad = two_relation_image(0, hit_both=False)
+        for s in (good, bad):
+            s['pred_instances'] = dict(bboxes=s['gt_instances']['bboxes'], labels=s['gt_instances']['labels'],
+                                       scores=torch.ones(2))
+        first, second = good, bad
+    else:
+        first, second = make(5, True), make(5, False)  # (not 0: DetectionAP's legacy quirk on sample 0)
+    one_call = evaluate(build(), [[first, second]], size=1)
+    two_calls = evaluate(build(), [[first], [second]], size=1)
+    alone = evaluate(build(), [[first]], size=1)
+    assert one_call[key] == two_calls[key] == alone[key] == pytest.approx(100.0)
+
+
+def test_metrics_with_other_settings_do_not_overwrite_each_others_files(tmp_path):
+    """Regression: two SGRecall with IoU 0.5 and 0.9, same prefix and report_dir: the second overwrote the
+    first's report files (and its outfile_prefix file)."""
+    samples, _ = random_dataset(7, 20, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    report, out = str(tmp_path / 'reports'), str(tmp_path / 'out' / 'run')
+    metrics = [SGRecall(mode='sgdet', iou_thr=thr, report_dir=report, outfile_prefix=out) for thr in (0.5, 0.9)]
+    results = []
+    for metric in metrics:
+        metric.dataset_meta = META
+    for start in range(0, 20, 5):
+        for metric in metrics:
+            metric.process({}, samples[start:start + 5])
+    for metric in metrics:
+        results.append(metric.evaluate(20))
+    assert results[0]['sgdet/R@100'] > results[1]['sgdet/R@100']
+    names = sorted(os.listdir(report))
+    json_files = [n for n in names if n.endswith('.metrics.json')]
+    assert len(json_files) == 2, names
+    thresholds = sorted(json.load(open(os.path.join(report, n)))['conventions']['iou_threshold'] for n in json_files)
+    assert thresholds == ['>= 0.5', '>= 0.9']
+    outs = sorted(os.listdir(os.path.dirname(out)))
+    assert len(outs) == 2, outs
+    # evaluated again (the next validation epoch): each metric overwrites its own files, no third name
+    for start in range(0, 20, 5):
+        for metric in metrics:
+            metric.process({}, samples[start:start + 5])
+    for metric in metrics:
+        metric.evaluate(20)
+    assert sorted(os.listdir(report)) == names and sorted(os.listdir(os.path.dirname(out))) == outs

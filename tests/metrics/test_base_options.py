@@ -1,11 +1,13 @@
 """The keywords every row metric's constructor takes without declaring them (``save_state``, ``bootstrap``:
-``mmsgg_eval.metrics.options.BASE_OPTIONS``) and the recorded constructor arguments, through one wrapper."""
+``mmsgg_eval.metrics.options.BASE_OPTIONS``) and the recorded constructor arguments, through one wrapper; the
+checks of the shared options (scalars accepted, a bad value names the option)."""
 import pytest
 
-from mmsgg_eval.metrics import SGMeanRecall, SGRecall, SGBenchMetric
+from mmsgg_eval.metrics import DetectionAP, GroundingPr, SGMeanRecall, SGRecall, SGBenchMetric
 from mmsgg_eval.metrics.base import RowMetric
 from mmsgg_eval.metrics.options import BASE_OPTIONS, recorded_arguments
 from mmsgg_eval.metrics.state import metric_settings
+from tests.metrics.scene_graph.test_edge_cases import evaluate, two_relation_image
 
 
 class _Outer(SGRecall):
@@ -62,3 +64,37 @@ def test_every_row_metric_constructor_is_wrapped():
     for cls in classes:
         if '__init__' in cls.__dict__:
             assert hasattr(cls.__init__, '__wrapped__'), cls.__name__
+
+
+def test_scalar_topk_and_thresholds_are_accepted():
+    assert SGRecall(topk=50).topk == (50,)
+    assert SGMeanRecall(topk=[20, 50]).topk == (20, 50)
+    assert GroundingPr(thresholds=0.5).thresholds == (0.5,)
+    res = evaluate(SGRecall(mode='predcls', topk=1), [[two_relation_image(0)]])
+    assert res['predcls/R@1'] == 50.0
+
+
+@pytest.mark.parametrize('build,match', [
+    (lambda: SGRecall(topk=0), 'SGRecall: topk must be positive integers'),
+    (lambda: SGRecall(topk=True), 'SGRecall: topk'),
+    (lambda: SGRecall(topk=2.5), 'SGRecall: topk'),
+    (lambda: SGRecall(topk=(20, 20)), 'topk repeats'),
+    (lambda: SGRecall(topk='50'), 'SGRecall: topk'),
+    (lambda: SGRecall(topk=None), 'SGRecall: topk'),
+    (lambda: SGRecall(iou_thr=0), r'iou_thr must be a number in \(0, 1\]'),
+    (lambda: SGRecall(iou_thr=1.5), 'iou_thr'),
+    (lambda: SGRecall(iou_thr=-0.1), 'iou_thr'),
+    (lambda: SGRecall(iou_thr='0.5'), 'iou_thr'),
+    (lambda: SGRecall(ng_topk=0), 'ng_topk must be an integer >= 1'),
+    (lambda: SGRecall(pool_samples=0), 'pool_samples must be an integer >= 1'),
+    (lambda: SGMeanRecall(score_layout='last'), 'score_layout must be one of'),
+    (lambda: SGRecall(mode='det'), 'mode must be one of'),
+    (lambda: GroundingPr(thresholds='abc'), 'GroundingPr: thresholds must be numbers'),
+    (lambda: GroundingPr(thresholds=True), 'GroundingPr: thresholds'),
+    (lambda: GroundingPr(thresholds=float('nan')), 'GroundingPr: thresholds'),
+    (lambda: GroundingPr(thresholds=None), 'thresholds'),
+    (lambda: DetectionAP(max_dets=0), 'DetectionAP: max_dets must be an integer >= 1'),
+])
+def test_bad_options_name_the_option(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
