@@ -2,6 +2,8 @@
 presets give different numbers, the sgbench instance-matching rule against its loop reference, and
 distributed equality for every preset."""
 import json
+import os.path as osp
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from tests.dist_utils import padded_shard, run_distributed
 from tests.reference_protocols import sgbench_reference
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
+from tests.tool_runs import ROOT
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
@@ -477,3 +480,39 @@ def test_sgbench_missing_predictions_are_never_skipped_and_have_no_detection():
     assert res == expected and res['InstR'] > 0
     assert flagged.last_report['num_missing_predictions'] == len(missing)
     assert res != evaluate(SGBenchMetric(mode='sgdet', skip_empty_predictions=True), empty)  # those are skipped
+
+
+def test_protocols_doc_cites_existing_files_and_the_vlm_protocols():
+    text = open(osp.join(ROOT, 'docs', 'protocols.md')).read()
+    cited = set(re.findall(r'`(mmsgg_eval/[\w/]+\.py)`', text))
+    assert cited and [c for c in cited if not osp.isfile(osp.join(ROOT, c))] == []
+    assert 'applies to SGRecall, SGMeanRecall and\nVLMSceneGraphMetric' not in text
+    assert '`VLMSceneGraphMetric` | `sgb`, `r1sgg`' in text
+
+
+def test_openpsg_zero_shot_note_says_what_is_reported():
+    """Before: the note said zR appears only with a given zero-shot set; it is derived from train_triplets."""
+    import torch
+    from mmsgg_eval.metrics import SGRecall
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(3, 12, 'predcls')
+    metric = SGRecall(mode='predcls', protocol='openpsg', match='box')
+    metric.dataset_meta = dict(classes=[f'c{i}' for i in range(4)], predicates=[f'p{i}' for i in range(5)],
+                               dataset_name='toy', train_triplets=torch.tensor([[0, 1, 2]]))
+    metric.process({}, samples)
+    keys = metric.evaluate(len(samples))
+    assert 'predcls/zR@20' in keys  # no zero-shot set given, zR reported
+    notes = ' '.join(metric.last_report['conventions']['notes'])
+    assert 'train_triplets' in notes and 'only when a zero-shot set is given' not in notes
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
+def test_openpsg_on_box_only_data_says_to_use_match_box(mode):
+    from mmsgg_eval.metrics import SGRecall
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(1, 4, mode, max_objects=4)
+    metric = SGRecall(mode=mode, protocol='openpsg')
+    metric.dataset_meta = dict(classes=[f'c{i}' for i in range(4)], predicates=[f'p{i}' for i in range(5)])
+    with pytest.raises(ValueError, match=r"missing field `gt_instances.masks`.*match='box'"):
+        metric.process({}, samples)
+        metric.evaluate(len(samples))

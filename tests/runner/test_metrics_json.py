@@ -1,20 +1,17 @@
-"""Issue 26, items 16, 17, 18 (report_dir) and 19: reports that agree with each other and with the docs.
+"""``metrics.json`` of the command lines (tools/test.py and the offline CLI) and the options that reach the metrics.
 
-* 16: ``tools/test.py`` and the offline CLI write ``metrics.json`` with one writer: the same keys for the same
+* ``tools/test.py`` and the offline CLI write ``metrics.json`` with one writer: the same keys for the same
   predictions (per-predicate table and missing-sample count included), one name for the missing count.
-* 17: every ``metrics.json`` records its provenance (versions, git commit, config, checkpoint / predictions
+* every ``metrics.json`` records its provenance (versions, git commit, config, checkpoint / predictions
   with size and SHA-256, dataset, protocols and conventions, UTC date).
-* 18: the offline CLI gives every metric with a ``report_dir`` the work dir.
-* 19: docs/protocols.md cites existing files; ``--protocol`` lists every preset and names itself when a metric
-  does not accept it; ``--mode`` reaches SGBenchMetric; openpsg on box-only data says ``match='box'``;
-  ``tools/test.py`` reports user errors in one line (``--debug``: the traceback).
+* the offline CLI gives every metric with a ``report_dir`` the work dir; ``--mode`` reaches SGBenchMetric;
+  ``--protocol`` lists every preset and names itself when a metric does not accept it.
 """
 import datetime
 import hashlib
 import json
 import os
 import os.path as osp
-import re
 import runpy
 import shutil
 import subprocess
@@ -25,8 +22,6 @@ from tests.tool_runs import run_tool
 
 from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.eval import evaluate_file, main, metric_cfgs
-from mmsgg_eval.runner import cli
-from mmsgg_eval.runner.launch import DistributedEvaluationError
 from mmsgg_eval.runner.results import file_fingerprint, git_state
 from tests.offline.test_eval_cli import predictions_for
 
@@ -74,7 +69,7 @@ def online_offline(vg150):
                 ckpt=str(ckpt), pred=str(pred))
 
 
-# ------------------------------------------------------------------------------------------------ item 16
+# ------------------------------------------------------------------------------------------------ one writer
 
 def test_online_and_offline_metrics_json_of_the_same_predictions_have_the_same_keys(online_offline):
     """Before: the offline file had no `predcls/per_predicate_recall` and no `predcls/num_missing_predictions`."""
@@ -102,7 +97,7 @@ def test_missing_sample_count_has_one_name(vg150, tmp_path):
     assert [k for k in saved if 'missing' in k] == ['sgdet/num_missing_predictions']
 
 
-# ------------------------------------------------------------------------------------------------ item 17
+# ------------------------------------------------------------------------------------------------ provenance
 
 def test_metrics_json_records_its_provenance(online_offline, vg150):
     ckpt, pred = online_offline['ckpt'], online_offline['pred']
@@ -174,7 +169,7 @@ def test_offline_provenance_of_a_grounding_run(tmp_path):
     assert (tmp_path / 'o' / 'grounding.metrics.json').is_file()
 
 
-# ------------------------------------------------------------------------------------------------ item 18 / 19
+# ------------------------------------------------------------------------------------------------ options reaching the metrics
 
 def _vlm_answers(dataset, path):
     path.write_text('\n'.join(json.dumps({'sample_idx': i, 'output': '{"objects": [], "relationships": []}'})
@@ -232,70 +227,3 @@ def test_protocol_a_metric_does_not_accept_names_the_option(vg150, tmp_path, cap
                                          r'\(GroundingPr\)'):
         evaluate_file(CONFIG, str(path), fmt='vlm', metrics=['GroundingPr'], protocol='sgb',
                       work_dir=str(tmp_path / 'o'), cfg_options=vg150['options'], progress=False)
-
-
-def test_protocols_doc_cites_existing_files_and_the_vlm_protocols():
-    text = open(osp.join(ROOT, 'docs', 'protocols.md')).read()
-    cited = set(re.findall(r'`(mmsgg_eval/[\w/]+\.py)`', text))
-    assert cited and [c for c in cited if not osp.isfile(osp.join(ROOT, c))] == []
-    assert 'applies to SGRecall, SGMeanRecall and\nVLMSceneGraphMetric' not in text
-    assert '`VLMSceneGraphMetric` | `sgb`, `r1sgg`' in text
-
-
-def test_openpsg_zero_shot_note_says_what_is_reported():
-    """Before: the note said zR appears only with a given zero-shot set; it is derived from train_triplets."""
-    import torch
-    from mmsgg_eval.metrics import SGRecall
-    from tests.sgg_samples import random_dataset
-    samples, _ = random_dataset(3, 12, 'predcls')
-    metric = SGRecall(mode='predcls', protocol='openpsg', match='box')
-    metric.dataset_meta = dict(classes=[f'c{i}' for i in range(4)], predicates=[f'p{i}' for i in range(5)],
-                               dataset_name='toy', train_triplets=torch.tensor([[0, 1, 2]]))
-    metric.process({}, samples)
-    keys = metric.evaluate(len(samples))
-    assert 'predcls/zR@20' in keys  # no zero-shot set given, zR reported
-    notes = ' '.join(metric.last_report['conventions']['notes'])
-    assert 'train_triplets' in notes and 'only when a zero-shot set is given' not in notes
-
-
-@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
-def test_openpsg_on_box_only_data_says_to_use_match_box(mode):
-    from mmsgg_eval.metrics import SGRecall
-    from tests.sgg_samples import random_dataset
-    samples, _ = random_dataset(1, 4, mode, max_objects=4)
-    metric = SGRecall(mode=mode, protocol='openpsg')
-    metric.dataset_meta = dict(classes=[f'c{i}' for i in range(4)], predicates=[f'p{i}' for i in range(5)])
-    with pytest.raises(ValueError, match=r"missing field `gt_instances.masks`.*match='box'"):
-        metric.process({}, samples)
-        metric.evaluate(len(samples))
-
-
-# ------------------------------------------------------------------------------------------------ tools/test.py errors
-
-def test_tools_test_user_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
-    """Before: a SystemExit message without the tool's name or --debug (and tracebacks for metric errors)."""
-    out = run(['tools/test.py', CONFIG, str(tmp_path / 'missing.pth')])
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 1 and 'Traceback' not in out.stderr, out.stderr
-    assert lines[-2].startswith('tools/test.py: error: checkpoint not found: ') and 'build_freq_baseline' in lines[-2]
-    assert lines[-1] == '(rerun with --debug for the traceback)'
-
-
-@pytest.mark.parametrize('error, shown', [
-    (ValueError('sample 3 (img_id 7): `pred_relations.scores` has shape [2]'), 'sample 3 (img_id 7)'),
-    (DistributedEvaluationError('rank 1 of 3: a collective across ranks failed'),
-     'DistributedEvaluationError: rank 1 of 3'),
-    (FileNotFoundError('class `VG150Dataset` in mmdet/dataset: file not found: /x/nowhere/VG-SGG.h5'), 'nowhere'),
-])
-def test_tools_test_errors_from_the_run_are_one_line(monkeypatch, capsys, error, shown):
-    def fail(args):
-        raise error
-    monkeypatch.setattr(cli, '_run', fail)
-    with pytest.raises(SystemExit) as info:
-        cli.main([CONFIG, 'ckpt.pth'])
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert info.value.code == 1 and len(lines) == 2 and lines[1] == '(rerun with --debug for the traceback)'
-    assert lines[0].startswith('tools/test.py: error: ') and shown in lines[0]
-    with pytest.raises(type(error)):  # --debug: the exception itself, with its traceback
-        cli.main([CONFIG, 'ckpt.pth', '--debug'])

@@ -1,4 +1,5 @@
-"""The runner layer: process-group timeout and failure handling, output checks, registration, import cost."""
+"""The runner layer: process-group timeout and failure handling, output checks, registration, import cost, and the
+one-line errors of tools/test.py."""
 import ast
 import datetime
 import json
@@ -12,10 +13,13 @@ import pytest
 from mmsgg_eval.runner import (DEFAULT_TIMEOUT_S, DistributedEvaluationError, EvalOnlyModelWrapper,
                                OutputNotWritableError, check_writable, explain_collective_failures,
                                process_group_timeout, write_metrics_json)
+from mmsgg_eval.runner import cli
 from tests.dist_utils import free_port
+from tests.tool_runs import run_tool
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 PACKAGE = osp.join(ROOT, 'mmsgg_eval')
+CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 
 
 def python(code_or_args, timeout=300, **kwargs):
@@ -225,3 +229,33 @@ def test_offline_cli_help_does_not_load_heavy_modules():
 def test_tools_do_not_edit_sys_path():
     for tool in ('test.py', 'benchmark.py'):
         assert 'sys.path' not in open(osp.join(ROOT, 'tools', tool)).read(), tool
+
+
+# ------------------------------------------------------------------------------------------------ tools/test.py errors
+def test_tools_test_user_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    """Before: a SystemExit message without the tool's name or --debug (and tracebacks for metric errors)."""
+    out = run_tool(['tools/test.py', CONFIG, str(tmp_path / 'missing.pth')])
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and 'Traceback' not in out.stderr, out.stderr
+    assert lines[-2].startswith('tools/test.py: error: checkpoint not found: ') and 'build_freq_baseline' in lines[-2]
+    assert lines[-1] == '(rerun with --debug for the traceback)'
+
+
+@pytest.mark.parametrize('error, shown', [
+    (ValueError('sample 3 (img_id 7): `pred_relations.scores` has shape [2]'), 'sample 3 (img_id 7)'),
+    (DistributedEvaluationError('rank 1 of 3: a collective across ranks failed'),
+     'DistributedEvaluationError: rank 1 of 3'),
+    (FileNotFoundError('class `VG150Dataset` in mmdet/dataset: file not found: /x/nowhere/VG-SGG.h5'), 'nowhere'),
+])
+def test_tools_test_errors_from_the_run_are_one_line(monkeypatch, capsys, error, shown):
+    def fail(args):
+        raise error
+    monkeypatch.setattr(cli, '_run', fail)
+    with pytest.raises(SystemExit) as info:
+        cli.main([CONFIG, 'ckpt.pth'])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert info.value.code == 1 and len(lines) == 2 and lines[1] == '(rerun with --debug for the traceback)'
+    assert lines[0].startswith('tools/test.py: error: ') and shown in lines[0]
+    with pytest.raises(type(error)):  # --debug: the exception itself, with its traceback
+        cli.main([CONFIG, 'ckpt.pth', '--debug'])
