@@ -1,12 +1,11 @@
-"""Issue 26, items 7, 8, 9 and 20: the identity of offline records against the dataset, the numbers of the
-offline command lines, and the start-up of the offline CLI."""
-import importlib.util
+"""Offline records against the dataset: the identity of each record (image ids of another split, swapped
+sample_idx, contradicting ids), the batch size of the offline command line and API, and the start-up imports
+of the offline CLI."""
 import json
 import os
 import os.path as osp
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +43,7 @@ def write_jsonl(path, records):
     return path
 
 
-# ---------------------------------------------------------------------------------------------- item 7
+# ------------------------------------------------------------------------------- identity of the dump records
 def test_stream_of_another_split_with_the_same_length_is_refused(sample, tmp_path, capsys):
     """A stream written for another split (same number of samples: the header's length check passes) is an
     error naming the first record, its img_id and the dataset's img_id at that sample_idx."""
@@ -78,7 +77,7 @@ def test_stream_header_config_is_named_in_the_hint(sample, tmp_path):
         list(open_predictions('dump', str(path), dataset))
 
 
-# ---------------------------------------------------------------------------------------------- item 8
+# ------------------------------------------------------------------- identity of JSONL, VLM and grounding records
 def test_jsonl_with_swapped_sample_idx_is_an_error_naming_both_ids(sample, tmp_path):
     dataset = sample['dataset']
     ids = [dataset.get_data_info(i)['img_id'] for i in range(len(dataset))]
@@ -159,7 +158,7 @@ def test_check_identity_is_one_data_info_per_record():
     assert calls == [0, 1, 2]
 
 
-# ---------------------------------------------------------------------------------------------- item 9
+# ---------------------------------------------------------------------------------------------- batch sizes
 @pytest.mark.parametrize('value', ['0', '-3', 'two', '1.5'])
 def test_cli_batch_size_must_be_positive(value, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -176,40 +175,7 @@ def test_python_api_batch_size_must_be_positive(value, tmp_path):
         evaluate_grounding_predictions([], TinyGroundingDataset(), batch_size=value)
 
 
-def load_benchmark_tool():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', Path(ROOT) / 'tools' / 'benchmark.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
-@pytest.mark.parametrize('option', ['--images', '--batch-size', '--repeat', '--rounds', '--offline-images'])
-def test_benchmark_numbers_must_be_positive(option, capsys):
-    tool = load_benchmark_tool()
-    for value in ('0', '-2', 'x'):
-        with pytest.raises(SystemExit) as exit_:
-            tool.main([option, value])
-        assert exit_.value.code == 2
-        assert f'argument {option}: must be a positive integer' in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_:
-        tool.main(['--offline', '--offline-images', '1'])
-    assert exit_.value.code == 2 and 'must be at least 2 with --offline' in capsys.readouterr().err
-
-
-# ---------------------------------------------------------------------------------------------- item 20
-def test_registered_types_resolve_to_classes_without_the_registry_import():
-    from mmsgg_eval.datasets import VG150Dataset
-    from mmsgg_eval.metrics import SGRecall
-    from mmsgg_eval.registry import DATASETS, METRICS, resolve_registered
-    assert resolve_registered(DATASETS, {'type': 'VG150Dataset', 'split': 'val'}) == \
-        {'type': VG150Dataset, 'split': 'val'}
-    assert resolve_registered(DATASETS, {'type': f'{DATASETS.scope}.VG150Dataset'})['type'] is VG150Dataset
-    assert resolve_registered(METRICS, {'type': 'SGRecall'})['type'] is SGRecall
-    assert resolve_registered(DATASETS, {'type': 'NoSuchDataset'}) == {'type': 'NoSuchDataset'}  # left as it is
-    assert resolve_registered(DATASETS, {'type': 'other_scope.VG150Dataset'})['type'] == 'other_scope.VG150Dataset'
-    cfg = {'type': 'VG150Dataset'}
-    resolve_registered(DATASETS, cfg)
-    assert cfg == {'type': 'VG150Dataset'}  # a copy
+# ---------------------------------------------------------------------------------------------- start-up imports
 
 
 #: Run in a fresh interpreter: the offline CLI on the VG150 sample, printing the heavy modules loaded when the
@@ -253,20 +219,3 @@ def test_dataset_modules_do_not_import_h5py():
     code = 'import sys, mmsgg_eval; print("h5py" in sys.modules)'
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == 'False', out.stderr[-2000:]
-
-
-def test_workload_dataset_and_timed_cli_helpers(tmp_path):
-    """The pieces of tools/benchmark.py --offline's CLI timing: the workload dataset's identity matches the
-    stream writer's records, and its config builds the dataset and metrics."""
-    from mmengine.config import Config
-
-    from mmsgg_eval.benchmarks.offline import WorkloadDataset, write_stream, write_workload_config
-    from mmsgg_eval.eval import build_dataset
-    config = tmp_path / 'workload.py'
-    write_workload_config(str(config), 5, 'sgdet')
-    dataset = build_dataset(Config.fromfile(str(config)))
-    assert isinstance(dataset, WorkloadDataset) and len(dataset) == 5
-    stream = tmp_path / 'w.pkl'
-    write_stream('triplets', 5, str(stream))
-    res = evaluate_file(str(config), str(stream), work_dir=str(tmp_path / 'o'), progress=False)
-    assert 0 <= res['sgdet/R@50'] <= 100

@@ -231,7 +231,22 @@ def test_tools_do_not_edit_sys_path():
         assert 'sys.path' not in open(osp.join(ROOT, 'tools', tool)).read(), tool
 
 
-# ------------------------------------------------------------------------------------------------ tools/test.py errors
+def test_registered_types_resolve_to_classes_without_the_registry_import():
+    from mmsgg_eval.datasets import VG150Dataset
+    from mmsgg_eval.metrics import SGRecall
+    from mmsgg_eval.registry import DATASETS, METRICS, resolve_registered
+    assert resolve_registered(DATASETS, {'type': 'VG150Dataset', 'split': 'val'}) == \
+        {'type': VG150Dataset, 'split': 'val'}
+    assert resolve_registered(DATASETS, {'type': f'{DATASETS.scope}.VG150Dataset'})['type'] is VG150Dataset
+    assert resolve_registered(METRICS, {'type': 'SGRecall'})['type'] is SGRecall
+    assert resolve_registered(DATASETS, {'type': 'NoSuchDataset'}) == {'type': 'NoSuchDataset'}  # left as it is
+    assert resolve_registered(DATASETS, {'type': 'other_scope.VG150Dataset'})['type'] == 'other_scope.VG150Dataset'
+    cfg = {'type': 'VG150Dataset'}
+    resolve_registered(DATASETS, cfg)
+    assert cfg == {'type': 'VG150Dataset'}  # a copy
+
+
+# --- one-line errors of tools/test.py ---------------------------------------------------------------------
 def test_tools_test_user_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
     """Before: a SystemExit message without the tool's name or --debug (and tracebacks for metric errors)."""
     out = run_tool(['tools/test.py', CONFIG, str(tmp_path / 'missing.pth')])

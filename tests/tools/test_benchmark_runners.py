@@ -13,6 +13,7 @@ import pytest
 
 from mmsgg_eval.benchmarks import load, report, runners
 from mmsgg_eval.benchmarks.timing import best_of
+from mmsgg_eval.eval import evaluate_file
 from tests.tool_runs import run_tool
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
@@ -237,3 +238,34 @@ def test_baseline_run_of_this_checkout_itself():
             if line.startswith(('ours ', 'baseline '))}
     assert set(rows) == {'ours', 'baseline'} and rows['ours'][-2:] == rows['baseline'][-2:]
     assert 'ours_vs_baseline_triplets_cpu' in out.stdout
+
+
+
+@pytest.mark.parametrize('option', ['--images', '--batch-size', '--repeat', '--rounds', '--offline-images'])
+def test_benchmark_numbers_must_be_positive(option, capsys):
+    tool = _tool()
+    for value in ('0', '-2', 'x'):
+        with pytest.raises(SystemExit) as exit_:
+            tool.main([option, value])
+        assert exit_.value.code == 2
+        assert f'argument {option}: must be a positive integer' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        tool.main(['--offline', '--offline-images', '1'])
+    assert exit_.value.code == 2 and 'must be at least 2 with --offline' in capsys.readouterr().err
+
+
+def test_workload_dataset_and_timed_cli_helpers(tmp_path):
+    """The pieces of tools/benchmark.py --offline's CLI timing: the workload dataset's identity matches the
+    stream writer's records, and its config builds the dataset and metrics."""
+    from mmengine.config import Config
+
+    from mmsgg_eval.benchmarks.offline import WorkloadDataset, write_stream, write_workload_config
+    from mmsgg_eval.eval import build_dataset
+    config = tmp_path / 'workload.py'
+    write_workload_config(str(config), 5, 'sgdet')
+    dataset = build_dataset(Config.fromfile(str(config)))
+    assert isinstance(dataset, WorkloadDataset) and len(dataset) == 5
+    stream = tmp_path / 'w.pkl'
+    write_stream('triplets', 5, str(stream))
+    res = evaluate_file(str(config), str(stream), work_dir=str(tmp_path / 'o'), progress=False)
+    assert 0 <= res['sgdet/R@50'] <= 100
