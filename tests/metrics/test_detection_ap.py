@@ -8,7 +8,7 @@ import torch
 
 from mmsgg_eval.functional.detection import coco_box_iou, coco_match_detections, coco_precision, coco_summary
 from mmsgg_eval.metrics.detection import DetectionAP
-from tests.dist_utils import padded_shard, run_distributed
+from tests.metric_tester import Case, check_metric
 
 pytest.importorskip('pycocotools')
 
@@ -165,18 +165,15 @@ def test_padding_duplicates_and_pool_sizes_do_not_change_results():
     assert run_metric(samples[::-1], pool_samples=5) == once  # order of processing: irrelevant (sample_idx)
 
 
-def shard_worker(rank, world_size, length):
-    samples = random_samples(3, length)
-    mine = [samples[i] for i in padded_shard(length, world_size, rank)]
-    return run_metric(mine, batch_size=2, pool_samples=3)
-
-
-def test_three_gloo_ranks_equal_single_process():
-    length = 13
-    single = shard_worker(0, 1, length)
-    assert single['sgdet/AP@50'] > 0
-    for result in run_distributed(shard_worker, 3, length):
-        assert result == single
+def test_world_sizes_and_pools_equal_single_process_and_cocoeval():
+    """1, 2 and 3 gloo ranks (uneven shards of 13 images) and pool sizes 1 / 3 give the same keys, which are
+    pycocotools' numbers (the defaults: no +1, the legacy quirks)."""
+    samples = random_samples(3, 13)
+    ev = cocoeval_reference(samples, False, True)
+    case = Case((DetectionAP,), {}, samples, META, {'mAP': 100.0 * ev.stats[0], 'AP@50': 100.0 * ev.stats[1]},
+                name='DetectionAP seed 3', batch_size=2)
+    single = check_metric([case], world_sizes=(1, 2, 3), pool_samples=(3, 1), kernels=('torch',))[0]
+    assert single['AP@50'] > 0
 
 
 def test_bad_inputs_name_the_sample_and_field():
