@@ -35,6 +35,8 @@ class Case:
     name: str = ''
     batch_size: int = 3
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: entries of each metric's ``last_report`` compared across the settings too (as ``report:Class.field``)
+    report_fields: Tuple[str, ...] = ()
 
 
 def kernel_settings(kernels: Sequence[str]) -> List[str]:
@@ -73,6 +75,8 @@ def evaluate_case(case: Case, pool_samples: Optional[int], rank: int = 0, world_
     for metric in metrics:
         prefix = metric.prefix + '/'
         out.update({k[len(prefix):]: v for k, v in metric.evaluate(length).items()})
+        for name in case.report_fields:
+            out[f'report:{type(metric).__name__}.{name}'] = metric.last_report[name]
     return out
 
 
