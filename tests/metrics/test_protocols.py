@@ -13,7 +13,7 @@ from mmsgg_eval.functional.instance_matching import (assign_detections, deduplic
                                                      predicate_ranks, remapped_first_hits)
 from mmsgg_eval.metrics import SGBenchMetric, SGMeanRecall, SGRecall, VLMSceneGraphMetric
 from mmsgg_eval.metrics.protocols import PROTOCOLS, UNSET, resolve_protocol
-from tests.dist_utils import padded_shard, run_distributed
+from tests.metric_tester import Case, check_metric
 from tests.reference_protocols import sgbench_reference
 from tests.reference_sgg import reference_metrics
 from tests.sgg_samples import random_dataset
@@ -357,19 +357,6 @@ def _masked(samples):
     return samples
 
 
-def _preset_shard(rank, world_size, preset, mode):
-    samples, _ = random_dataset(99, LENGTH, mode, empty_pred_prob=0.3)
-    if preset == 'openpsg':
-        samples = _masked(samples)
-    mine = [samples[i] for i in padded_shard(LENGTH, world_size, rank)]
-    classes = (SGBenchMetric,) if preset == 'sgbench' else (SGRecall, SGMeanRecall)
-    out = {}
-    for cls in classes:
-        metric = cls(mode=mode, protocol=preset, pool_samples=3)
-        out.update(evaluate(metric, mine, batch_size=2))
-    return out
-
-
 PRESET_CASES = [('sgb', 'sgdet'), ('openpsg', 'sgdet'), ('openpsg', 'predcls'), ('r1sgg', 'predcls'),
                 ('r1sgg', 'sgdet'), ('sgbench', 'sgdet'), ('sgbench', 'sgcls')]
 VLM_TEXTS = []
@@ -381,35 +368,35 @@ for _i in range(11):
                     {'id': 'c1.2', 'bbox': [500, 500, 900, 900]}], 'relationships': _rels}))
 
 
-def _vlm_shard(rank, world_size, texts):
+def _preset_case(preset, mode):
+    """The preset's metrics on uneven shards (23 samples); sgbench against its loop reference."""
+    samples, refs = random_dataset(99, LENGTH, mode, empty_pred_prob=0.3)
+    if preset == 'openpsg':
+        samples = _masked(samples)
+    classes = (SGBenchMetric,) if preset == 'sgbench' else (SGRecall, SGMeanRecall)
+    reference = sgbench_reference(refs, NUM_PREDICATES, mode) if preset == 'sgbench' else {}
+    return Case(classes, dict(mode=mode, protocol=preset), samples, META, reference, name=f'{preset}/{mode}',
+                batch_size=2)
+
+
+def _vlm_case(texts):
     gt = dict(bboxes=torch.tensor([[100., 100, 300, 300], [500, 500, 900, 900]]), labels=torch.tensor([0, 1]))
     samples = [dict(sample_idx=i, ori_shape=(H, W), pred_text=t, gt_instances=gt,
                     gt_relations=dict(pair_idxs=torch.tensor([[0, 1], [1, 0]]), labels=torch.tensor([i % 3, 1])))
-               for i, t in enumerate(texts)]
-    mine = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
-    return evaluate(VLMSceneGraphMetric(protocol='r1sgg'), mine, batch_size=2)
-
-
-def _every_preset_shard(rank, world_size):
-    """One process group for all presets (uneven shards: 23 and 11 samples on 2 or 3 ranks)."""
-    out = {f'{preset}/{mode}': _preset_shard(rank, world_size, preset, mode) for preset, mode in PRESET_CASES}
-    out['r1sgg/vlm'] = _vlm_shard(rank, world_size, VLM_TEXTS)
-    return out
-
-
-def _same(a, b):
-    return a.keys() == b.keys() and all(x == y or (np.isnan(x) and np.isnan(y)) for x, y in
-                                        zip(a.values(), [b[k] for k in a]))
+               for i, t in enumerate(texts)]  # 11 samples
+    return Case((VLMSceneGraphMetric,), dict(protocol='r1sgg'), samples, META, {}, name='r1sgg/vlm', batch_size=2)
 
 
 @pytest.mark.parametrize('world_size', [2, 3])
 def test_distributed_equals_single_process_for_every_preset(world_size):
-    single = _every_preset_shard(0, 1)
-    for res in run_distributed(_every_preset_shard, world_size):
-        for case, values in single.items():
-            assert _same(res[case], values), case
-    for case, values in single.items():
-        assert any(v > 0 for k, v in values.items() if k.startswith(('R@', 'Recall'))), case
+    """Every preset on 1 and 2 or 3 ranks (uneven shards), pool_samples 3 / 1 and the score kernels on / off: the
+    same keys bit for bit (sgbench: its loop reference's)."""
+    cases = [_preset_case(preset, mode) for preset, mode in PRESET_CASES]
+    singles = check_metric(cases, world_sizes=(1, world_size), pool_samples=(3, 1), abs_tol=1e-9)
+    singles += check_metric([_vlm_case(VLM_TEXTS)], world_sizes=(1, world_size), pool_samples=(None,),
+                            kernels=('torch',))
+    for case, values in zip(cases + [_vlm_case(VLM_TEXTS)], singles):
+        assert any(v > 0 for k, v in values.items() if k.startswith(('R@', 'Recall'))), case.name
 
 
 # ---------------------------------------------------------------------------------------------- offline CLI
