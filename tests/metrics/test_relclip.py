@@ -13,7 +13,7 @@ from PIL import Image
 from mmsgg_eval.encoders import ImagePreprocess
 from mmsgg_eval.metrics import RelCLIPScore
 from mmsgg_eval.metrics.relclip import penalty_divisor
-from tests.dist_utils import padded_shard, run_distributed
+from tests.metric_tester import Case, check_metric
 
 CLASSES = ['man', 'horse', 'street', 'dog', 'car', 'wheel']
 PREDICATES = ['riding', 'on', 'near', 'has']
@@ -331,18 +331,12 @@ def dataset(image_path: str) -> List[dict]:
     return out
 
 
-def _dist_worker(rank: int, world_size: int, image_path: str) -> Dict[str, float]:
-    samples = dataset(image_path)
-    shard = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
-    return run_metric(shard, batch=2)
-
-
 def test_distributed_equals_single_process(image_path):
-    """2 gloo ranks, 7 samples: the sampler pads sample 0 a second time (on rank 1); results are bit-identical."""
-    single = run_metric(dataset(image_path), batch=3)
-    results = run_distributed(_dist_worker, 2, image_path)
-    for result in results:
-        assert result == single
+    """1 and 2 gloo ranks, 7 samples: the sampler pads sample 0 a second time (on rank 1); results are
+    bit-identical."""
+    case = Case((RelCLIPScore,), dict(encoder=StubEncoder()), dataset(image_path), META, {}, name='relclip',
+                batch_size=2)
+    check_metric([case], world_sizes=(1, 2), pool_samples=(None,), kernels=('torch',))
 
 
 # ------------------------------------------------------------------------------------------------ real model
@@ -680,12 +674,6 @@ def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
     assert {'negclip/Precision', 'negclip/CLIPScore@low_ratio', 'negclip/RefRelCLIPScore@far'} <= set(res)
 
 
-def _dist_worker_words(rank: int, world_size: int, image_path: str) -> Dict[str, float]:
-    samples = words_dataset(image_path)
-    shard = [samples[i] for i in padded_shard(len(samples), world_size, rank)]
-    return run_metric(shard, batch=2, region_breakdown=True)
-
-
 def words_dataset(image_path: str) -> List[dict]:
     """The distributed dataset, half of it in the texts contract (model words), varied box geometry."""
     out = []
@@ -698,12 +686,11 @@ def words_dataset(image_path: str) -> List[dict]:
 
 
 def test_distributed_equals_single_process_with_words_and_regions(image_path):
-    """3 gloo ranks, 7 samples (uneven shards, padding duplicates), words + region rows: identical results."""
-    single = run_metric(words_dataset(image_path), batch=3, region_breakdown=True)
+    """1 and 3 gloo ranks, 7 samples (uneven shards, padding duplicates), words + region rows: identical results."""
+    case = Case((RelCLIPScore,), dict(encoder=StubEncoder(), region_breakdown=True), words_dataset(image_path), META,
+                {}, name='relclip words + regions', batch_size=2)
+    single = check_metric([case], world_sizes=(1, 3), pool_samples=(None,), kernels=('torch',))[0]
     assert single['Precision'] == single['Precision']  # not NaN: some relations carry a GT relation
-    for result in run_distributed(_dist_worker_words, 3, image_path):
-        assert result.keys() == single.keys()
-        assert all(result[k] == single[k] or (math.isnan(result[k]) and math.isnan(single[k])) for k in single)
 
 
 # ------------------------------------------------------------------------------- functional parts (clip_score)
