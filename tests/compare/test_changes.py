@@ -10,9 +10,8 @@ from mmsgg_eval.analysis.relation_changes import relation_changes
 from mmsgg_eval.compare import main
 from mmsgg_eval.metrics import SGRecall
 from mmsgg_eval.metrics.per_image import read_per_image
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import perturbed, random_dataset
 from tests.metrics.test_bootstrap import META
-from tests.compare.test_compare import perturbed
 
 NUM = 20
 

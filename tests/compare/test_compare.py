@@ -1,33 +1,21 @@
 """``python -m mmsgg_eval.compare``: paired comparison of runs from their evaluation states (outputs, refusals,
 the same run against itself) and the statistics of the paired test on simulated runs (level under the null,
 power against a planted improvement of the tail predicates)."""
-import copy
 import csv
 import json
 import os.path as osp
 
 import numpy as np
 import pytest
-import torch
 
 from mmsgg_eval.compare import CompareError, compare_runs, load_run, main
 from mmsgg_eval.functional.bootstrap import paired_p_value
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import perturbed, random_dataset
 from tests.metrics.test_bootstrap import GROUPED_META, drawn_rows, seed_batched_replicates, simulated_contributions, \
     simulated_population
 
 NUM = 24
-
-
-def perturbed(samples, seed):
-    """The same GT with other predictions: each image's relation scores permuted over its pairs."""
-    g = torch.Generator().manual_seed(seed)
-    out = copy.deepcopy(samples)
-    for s in out:
-        scores = s['pred_relations']['scores']
-        s['pred_relations']['scores'] = scores[torch.randperm(scores.shape[0], generator=g)]
-    return out
 
 
 def write_run(directory, samples, indices=None, **kwargs):

@@ -7,9 +7,9 @@ import pytest
 
 from mmsgg_eval.compare import main
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import perturbed, random_dataset
 from tests.metrics.test_bootstrap import META
-from tests.compare.test_compare import NUM, perturbed
+from tests.compare.test_compare import NUM
 
 #: training frequencies in the reverse of the predicate order: the reports list p4 first
 REVERSED = dict(META, predicate_counts=[10, 20, 30, 40, 50])

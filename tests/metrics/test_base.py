@@ -369,13 +369,13 @@ def test_a_failed_write_loses_no_number_and_stops_no_other_metric(tmp_path):
 def _write_worker(rank, world_size, root):
     from tests.metrics.test_vlm import GT, META as VLM_META, VALID
     from mmsgg_eval.metrics import VLMSceneGraphMetric
-    from tests.metrics.test_grounding import to_data_sample
+    from tests.sgg_samples import grounding_sample
     mine = os.path.join(root, f'rank{rank}')
     grounding = GroundingPr(outfile_prefix=os.path.join(mine, 'res'), report_dir=mine)
     cases = [{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 5, 10]]}, {'gt': [0, 0, 10, 10], 'pred': [[0, 0, 10, 10]]},
              {'gt': [0, 0, 10, 10], 'pred': []}]
     shard = padded_shard(len(cases), world_size, rank)
-    grounding.process(None, [to_data_sample(cases[i], i) for i in shard])
+    grounding.process(None, [grounding_sample(cases[i], i) for i in shard])
     vlm = VLMSceneGraphMetric(report_dir=mine, outfile_prefix=os.path.join(mine, 'res'), iou_plus_one=False)
     vlm.dataset_meta = VLM_META
     vlm.process(None, [dict(GT, sample_idx=i, pred_text=VALID if i else 'garbage') for i in shard])

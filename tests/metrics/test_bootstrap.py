@@ -74,10 +74,11 @@ def vlm_case():
 
 
 def grounding_case():
-    from tests.metrics.test_grounding import random_case, to_data_sample
+    from tests.sgg_samples import grounding_sample, random_grounding_case
     rng = random.Random(5)
     metric = GroundingPr()
-    return metric, reduced_tables(metric, [to_data_sample(random_case(rng), i, torch.float64) for i in range(40)])
+    samples = [grounding_sample(random_grounding_case(rng), i, torch.float64) for i in range(40)]
+    return metric, reduced_tables(metric, samples)
 
 
 def relclip_case():
@@ -372,10 +373,10 @@ def test_cli_bootstrap_flag_from_state_equals_a_direct_run(tmp_path):
 
 
 def test_grounding_intervals_in_its_tables(tmp_path):
-    from tests.metrics.test_grounding import random_case, to_data_sample
+    from tests.sgg_samples import grounding_sample, random_grounding_case
     rng = random.Random(2)
     metric = GroundingPr(report_dir=str(tmp_path), bootstrap=dict(samples=100, level=0.9))
-    metric.process(None, [to_data_sample(random_case(rng), i, torch.float64) for i in range(30)])
+    metric.process(None, [grounding_sample(random_grounding_case(rng), i, torch.float64) for i in range(30)])
     keys = metric.evaluate(30)
     summary = metric.last_report
     low, high = summary['intervals']['meanIoU']

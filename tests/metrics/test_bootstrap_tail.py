@@ -258,7 +258,8 @@ def test_compare_marks_the_deltas_of_keys_on_rare_predicates(tmp_path):
     """The paired interval of Δ mR is marked in compare.md / .csv / .json; Δ R is not."""
     import csv
     from mmsgg_eval.compare import main
-    from tests.compare.test_compare import perturbed, write_run
+    from tests.compare.test_compare import write_run
+    from tests.sgg_samples import perturbed
     samples = thin_tail_samples()
     write_run(str(tmp_path / 'a'), samples)
     write_run(str(tmp_path / 'b'), perturbed(samples, 3))

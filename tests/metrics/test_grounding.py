@@ -16,88 +16,17 @@ from mmsgg_eval.metrics import GroundingPr
 from mmsgg_eval.metrics.grounding import grounding_statistics
 from mmsgg_eval.registry import METRICS
 from tests.metric_tester import Case, check_metric
+from tests.sgg_samples import GROUNDING_THRESHOLDS as THRESHOLDS
+from tests.sgg_samples import boxes_at_iou_ratio, grounding_sample, random_grounding_case
 from tests.reference_grounding import reference_grounding
 
-THRESHOLDS = ('0.5', '0.6', '0.7', '0.8', '0.9')
 KEYS = [f'Pr@{t}' for t in THRESHOLDS] + ['meanIoU', 'cumIoU']
-
-
-# ---------------------------------------------------------------------------- sample generation
-def _at_ratio(p: int, q: int, rng: random.Random) -> List[List[float]]:
-    """(gt, pred) integer boxes with IoU exactly p/q, in one of several geometric configurations."""
-    m = 2 * rng.randint(1, 20)
-    x0, y0, h = rng.randint(0, 300), rng.randint(0, 300), rng.randint(1, 50)
-    kind = rng.randrange(3)
-    if kind == 0:    # pred inside GT, same height: IoU = w / W
-        gt, pred = [x0, y0, x0 + q * m, y0 + h], [x0, y0, x0 + p * m, y0 + h]
-    elif kind == 1:  # GT inside pred
-        pred, gt = [x0, y0, x0 + q * m, y0 + h], [x0 + m, y0, x0 + m + p * m, y0 + h]
-    else:            # shifted copies: IoU = (a - s) / (a + s)
-        a, s = (p + q) * m // 2, (q - p) * m // 2
-        gt, pred = [x0, y0, x0 + a, y0 + h], [x0 + s, y0, x0 + s + a, y0 + h]
-    if rng.random() < 0.5:  # transpose x and y
-        gt, pred = [gt[1], gt[0], gt[3], gt[2]], [pred[1], pred[0], pred[3], pred[2]]
-    return [[float(v) for v in gt], [float(v) for v in pred]]
-
-
-def random_case(rng: random.Random) -> Dict[str, Any]:
-    """One sample: integer boxes on or next to a threshold, disjoint, degenerate, float, no prediction."""
-    kind = rng.randrange(9)
-    scores: Optional[List[float]] = None
-    if kind <= 2:
-        t = Fraction(rng.choice(THRESHOLDS))
-        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
-        if kind == 2:  # one pixel off the threshold, either way
-            pred[2] += rng.choice((-1.0, 1.0)) if pred[2] - 1 > pred[0] else 1.0
-    elif kind == 3:  # disjoint or touching
-        gt = [10.0, 10.0, 50.0, 40.0]
-        dx = rng.choice((40.0, 41.0, 100.0))
-        pred = [gt[0] + dx, gt[1], gt[2] + dx, gt[3]]
-    elif kind == 4:  # degenerate (zero-area) boxes
-        gt = rng.choice(([5.0, 5.0, 5.0, 20.0], [5.0, 5.0, 30.0, 30.0], [7.0, 7.0, 7.0, 7.0]))
-        pred = rng.choice(([5.0, 5.0, 5.0, 20.0], [10.0, 10.0, 10.0, 25.0], [7.0, 7.0, 7.0, 7.0],
-                           [5.0, 5.0, 30.0, 30.0]))
-    elif kind == 5:  # float boxes, arbitrary
-        x, y = rng.uniform(0, 700), rng.uniform(0, 700)
-        gt = [x, y, x + rng.uniform(0, 100), y + rng.uniform(0, 100)]
-        x, y = x + rng.uniform(-30, 30), y + rng.uniform(-30, 30)
-        pred = [x, y, x + rng.uniform(0, 100), y + rng.uniform(0, 100)]
-    elif kind == 6:  # dyadic float boxes exactly on a threshold, and decimal offsets next to it
-        t = Fraction(rng.choice(THRESHOLDS))
-        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
-        off = rng.choice((0.25, 0.5, 0.1, 0.3))
-        gt = [v + off for v in gt]
-        pred = [v + off for v in pred]
-    elif kind == 7:
-        gt = [0.0, 0.0, 10.0, 10.0]
-        pred = []
-    else:  # several predictions with scores (ties included) or without scores
-        gt = [100.0, 100.0, 200.0, 180.0]
-        preds = [[100.0 + rng.randint(-40, 40), 100.0 + rng.randint(-40, 40), 0, 0] for _ in range(rng.randint(1, 5))]
-        for b in preds:
-            b[2], b[3] = b[0] + rng.randint(0, 120), b[1] + rng.randint(0, 120)
-        if rng.random() < 0.7:
-            scores = [float(rng.choice((0.1, 0.5, 0.9))) for _ in preds]
-        return {'gt': gt, 'pred': preds, 'scores': scores}
-    return {'gt': gt, 'pred': [pred] if pred else [], 'scores': scores}
-
-
-def to_data_sample(case: Dict[str, Any], idx: Optional[int], dtype=torch.float32,
-                   shape=(800, 800)) -> Dict[str, Any]:
-    sample = {'img_id': f'img{idx}', 'ori_shape': shape,
-              'gt_instances': {'bboxes': torch.tensor([case['gt']], dtype=dtype)},
-              'pred_instances': {'bboxes': torch.tensor(case['pred'], dtype=dtype).reshape(-1, 4)}}
-    if idx is not None:
-        sample['sample_idx'] = idx
-    if case.get('scores') is not None:
-        sample['pred_instances']['scores'] = torch.tensor(case['scores'])
-    return sample
 
 
 def run_metric(cases: List[Dict[str, Any]], batch: int = 7, dtype=torch.float64,
                **kwargs) -> Dict[str, float]:
     metric = GroundingPr(**kwargs)
-    samples = [to_data_sample(c, i, dtype) for i, c in enumerate(cases)]
+    samples = [grounding_sample(c, i, dtype) for i, c in enumerate(cases)]
     for start in range(0, len(samples), batch):
         metric.process(None, samples[start:start + batch])
     out = metric.evaluate(len(samples))
@@ -117,12 +46,12 @@ def assert_matches_reference(got: Dict[str, float], ref: Dict[str, Any]) -> None
 def test_random_against_reference(strict):
     rng = random.Random(1234 + strict)
     for trial in range(6):
-        cases = [random_case(rng) for _ in range(rng.randint(1, 120))]
+        cases = [random_grounding_case(rng) for _ in range(rng.randint(1, 120))]
         ref = reference_grounding(cases, THRESHOLDS, strict=strict)
         # float64 boxes give the exact values of every case; integer and dyadic ones also survive float32
         got = run_metric(cases, batch=rng.randint(1, 16), strict=strict)
         assert_matches_reference(got, ref)
-    exact_cases = [c for c in (random_case(rng) for _ in range(300))
+    exact_cases = [c for c in (random_grounding_case(rng) for _ in range(300))
                    if all(float(v).is_integer() for b in [c['gt']] + c['pred'] for v in b)]
     got32 = run_metric(exact_cases, dtype=torch.float32, strict=strict)
     assert_matches_reference(got32, reference_grounding(exact_cases, THRESHOLDS, strict=strict))
@@ -166,7 +95,7 @@ def test_near_tie_float_boxes_are_decided_exactly():
     cases = []
     for _ in range(200):
         t = Fraction(rng.choice(THRESHOLDS))
-        gt, pred = _at_ratio(t.numerator, t.denominator, rng)
+        gt, pred = boxes_at_iou_ratio(t.numerator, t.denominator, rng)
         off = rng.choice((0.1, 0.2, 0.3, 1e-9, 123.456))
         cases.append({'gt': [v + off for v in gt], 'pred': [[v + off for v in pred]]})
     for strict in (False, True):
@@ -206,7 +135,7 @@ def test_registry_prefix_log_and_outfile(tmp_path):
     metric = METRICS.build(dict(type='GroundingPr', prefix='rsvgd', outfile_prefix=str(tmp_path / 'res')))
     metric.dataset_meta = {'dataset_name': 'DIOR-RSVG'}
     cases = [{'gt': [0, 0, 10, 10], 'pred': [[0, 0, 5, 10]]}, {'gt': [0, 0, 10, 10], 'pred': [[0, 0, 10, 10]]}]
-    metric.process(None, [to_data_sample(c, i) for i, c in enumerate(cases)])
+    metric.process(None, [grounding_sample(c, i) for i, c in enumerate(cases)])
     out = metric.evaluate(2)
     assert set(out) == {f'rsvgd/{k}' for k in KEYS}
     assert out['rsvgd/Pr@0.5'] == 100.0 and out['rsvgd/Pr@0.9'] == 50.0 and out['rsvgd/meanIoU'] == 0.75
@@ -215,14 +144,14 @@ def test_registry_prefix_log_and_outfile(tmp_path):
     dumped = json.load(open(tmp_path / 'res.rsvgd.json'))
     assert dumped['per_sample']['iou'] == [0.5, 1.0] and dumped['keys']['Pr@0.9'] == 50.0
     # a second epoch starts from scratch
-    metric.process(None, [to_data_sample(cases[0], 0)])
+    metric.process(None, [grounding_sample(cases[0], 0)])
     assert metric.evaluate(1)['rsvgd/Pr@0.9'] == 0.0
 
 
 def test_mmengine_data_elements_and_sampler_padding_single_process():
     from mmengine.structures import BaseDataElement, InstanceData
     rng = random.Random(7)
-    cases = [random_case(rng) for _ in range(9)]
+    cases = [random_grounding_case(rng) for _ in range(9)]
 
     def element(i):
         c = cases[i]
@@ -308,8 +237,8 @@ def test_distributed_equals_single_process(world):
     """1 and ``world`` ranks (31 samples: uneven shards) give the same keys bit for bit on every rank, the
     reference's values (strict and not)."""
     rng = random.Random(99)
-    cases = [random_case(rng) for _ in range(31)]  # 31 is divisible by neither 2 nor 3
-    samples = [to_data_sample(case, i, torch.float64) for i, case in enumerate(cases)]
+    cases = [random_grounding_case(rng) for _ in range(31)]  # 31 is divisible by neither 2 nor 3
+    samples = [grounding_sample(case, i, torch.float64) for i, case in enumerate(cases)]
     refs = [reference_grounding(cases, THRESHOLDS, strict=strict) for strict in (False, True)]
     runs = [Case((GroundingPr,), dict(strict=strict), samples, {}, {k: ref[k] for k in KEYS}, name=f'strict={strict}')
             for strict, ref in zip((False, True), refs)]
@@ -335,7 +264,7 @@ class ToyDataset:
 
 def test_offline_predictions_file(tmp_path):
     rng = random.Random(11)
-    cases = [random_case(rng) for _ in range(40)]
+    cases = [random_grounding_case(rng) for _ in range(40)]
     dataset = ToyDataset(cases)
     entries = []
     for i, c in enumerate(cases):

@@ -397,7 +397,7 @@ def test_compare_gives_the_change_of_each_cause_with_paired_intervals(tmp_path):
     """States saved with error_analysis=True: python -m mmsgg_eval.compare reports every miss@K_{cause} and R@rel
     change, and the changes of R@K and of the causes sum to 0 (the identity holds in both runs)."""
     from mmsgg_eval.compare import compare_runs, load_run
-    from tests.compare.test_compare import perturbed
+    from tests.sgg_samples import perturbed
     samples, _ = random_dataset(8, 24, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     for name, run_samples in (('a', samples), ('b', perturbed(samples, 1))):
         for cls in (SGRecall, SGMeanRecall):

@@ -173,11 +173,11 @@ def test_vlm_per_image_lines(tmp_path):
 
 def test_grounding_per_image_lines(tmp_path):
     from mmsgg_eval.metrics import GroundingPr
-    from tests.metrics.test_grounding import to_data_sample
+    from tests.sgg_samples import grounding_sample
     cases = [dict(gt=[0, 0, 10, 10], pred=[[0, 0, 10, 10]]), dict(gt=[0, 0, 10, 10], pred=[[0, 0, 5, 10]]),
              dict(gt=[0, 0, 10, 10], pred=[])]
     metric = GroundingPr(per_image_out=str(tmp_path / 'g.jsonl'))
-    metric.process(None, [to_data_sample(c, i) for i, c in enumerate(cases)])
+    metric.process(None, [grounding_sample(c, i) for i, c in enumerate(cases)])
     out = metric.evaluate(3)
     lines = read_per_image(str(tmp_path / 'g.jsonl'))
     assert [r['iou'] for r in lines] == pytest.approx([1.0, 0.5, 0.0])
