@@ -1,4 +1,4 @@
-"""Issue 44: the index page's per-predicate chart is sorted by training frequency when known, else by the GT
+"""The index page's per-predicate chart is sorted by training frequency when known, else by the GT
 count of the report's images, and says which."""
 from mmsgg_eval.analysis.browse import chart_order
 

@@ -1,4 +1,4 @@
-"""Issue 44: the HTML report, the pictures' legends and per_image.jsonl show first-hit ranks in one base (0-based,
+"""The HTML report, the pictures' legends and per_image.jsonl show first-hit ranks in one base (0-based,
 as the per-image records hold them: a relation is found at K when its rank is below K)."""
 import re
 
