@@ -17,7 +17,7 @@ def fixtures_dir():
 @pytest.fixture(params=['compiled', 'torch'])
 def score_kernels(request):
     """Runs a test once with the compiled CPU score kernels (skipped where they are not built; CI requires them,
-    see tests/test_compiled_kernels.py) and once with the torch implementation; yields the name."""
+    see tests/functional/compiled/test_score_kernels.py) and once with the torch implementation; yields the name."""
     from mmsgg_eval.functional import compiled
     if request.param == 'compiled':
         if not compiled.built():

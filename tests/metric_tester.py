@@ -35,6 +35,8 @@ class Case:
     name: str = ''
     batch_size: int = 3
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: entries of each metric's ``last_report`` compared across the settings too (as ``report:Class.field``)
+    report_fields: Tuple[str, ...] = ()
 
 
 def kernel_settings(kernels: Sequence[str]) -> List[str]:
@@ -53,14 +55,16 @@ def kernels_as(name: str):
         yield
 
 
-def evaluate_case(case: Case, pool_samples: int, rank: int = 0, world_size: int = 1) -> Dict[str, float]:
+def evaluate_case(case: Case, pool_samples: Optional[int], rank: int = 0, world_size: int = 1) -> Dict[str, float]:
     """The unprefixed keys of ``case.metrics`` fed ``rank``'s shard in batches of ``case.batch_size`` (every
-    metric the same batch objects, as mmengine's ``Evaluator``)."""
+    metric the same batch objects, as mmengine's ``Evaluator``); ``pool_samples=None``: the metrics take no
+    ``pool_samples`` (they keep no pool: GroundingPr, the VLM metric, RelCLIPScore)."""
     length = len(case.samples)
     mine = [case.samples[i] for i in padded_shard(length, world_size, rank)]
     metrics = []
     for cls in case.metrics:
-        metric = cls(**{**case.kwargs, 'pool_samples': pool_samples})
+        pool = {} if pool_samples is None else {'pool_samples': pool_samples}
+        metric = cls(**{**case.kwargs, **pool})
         metric.dataset_meta = case.meta
         metrics.append(metric)
     for start in range(0, len(mine), case.batch_size):
@@ -71,10 +75,12 @@ def evaluate_case(case: Case, pool_samples: int, rank: int = 0, world_size: int 
     for metric in metrics:
         prefix = metric.prefix + '/'
         out.update({k[len(prefix):]: v for k, v in metric.evaluate(length).items()})
+        for name in case.report_fields:
+            out[f'report:{type(metric).__name__}.{name}'] = metric.last_report[name]
     return out
 
 
-def _all_settings(cases: Sequence[Case], pools: Sequence[int], kernels: Sequence[str], rank: int,
+def _all_settings(cases: Sequence[Case], pools: Sequence[Optional[int]], kernels: Sequence[str], rank: int,
                   world_size: int) -> Dict[Tuple[int, str, int], Dict[str, float]]:
     out = {}
     for kernel in kernels:
@@ -89,10 +95,13 @@ def _rank_worker(rank: int, world_size: int, cases, pools, kernels):
     return _all_settings(cases, pools, kernels, rank, world_size)
 
 
-def check_metric(cases: Sequence[Case], world_sizes: Sequence[int] = (1, 2, 3), pool_samples: Sequence[int] = (1, 4),
+def check_metric(cases: Sequence[Case], world_sizes: Sequence[int] = (1, 2, 3),
+                 pool_samples: Sequence[Optional[int]] = (1, 4),
                  kernels: Sequence[str] = ('compiled', 'torch'), abs_tol: float = 1e-6) -> List[Dict[str, float]]:
     """Run every case x world size x ``pool_samples`` x kernels; assert equality across them and with the
-    references (see the module docs). Returns the keys of each case (one process)."""
+    references (see the module docs). ``pool_samples=(None,)`` for metrics without the option; ``kernels=('torch',)``
+    for metrics that read no relation scores (one setting instead of two identical ones). Returns the keys of each
+    case (one process)."""
     kernels = kernel_settings(kernels)
     assert kernels, 'no kernel setting to run'
     runs: Dict[int, List[Dict[Tuple[int, str, int], Dict[str, float]]]] = {}

@@ -35,7 +35,7 @@ elif [[ $status -ne 0 ]]; then
 fi
 "$PY" -c 'import torch; print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)'
 echo "== 1. CUDA tests"
-"$PY" -m pytest -q -rs tests/test_scene_graph_metrics.py -k cuda_equals_reference
+"$PY" -m pytest -q -rs tests/metrics/scene_graph/test_recall.py -k cuda_equals_reference
 echo "== 2. CPU vs GPU bit-equality"
 "$PY" -m mmsgg_eval.benchmarks.device_parity --workload variable sgdet-variable sgdet-full --images 128
 echo "== 3. throughput (GPU beside CPU)"

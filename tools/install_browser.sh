@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Opt-in: installs a headless browser for the real-browser test of the HTML report
-# (tests/test_browse_results.py; skipped without one): Debian's chromium + chromium-driver, and selenium
+# (tests/analysis/test_browse_results.py; skipped without one): Debian's chromium + chromium-driver, and selenium
 # from PyPI. Needs root (apt-get); nothing else of the project needs a browser.
 #   bash tools/install_browser.sh        (or: bash tools/setup_env.sh --with-browser)
 set -euo pipefail

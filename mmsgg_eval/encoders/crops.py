@@ -23,7 +23,7 @@ def crop_regions(images: Sequence[Tensor], image_index: Tensor, boxes: Tensor,
     source pixel, i.e. an anti-aliased box-filter downscale; upscaling is bilinear where the model's own
     transform is bicubic). Against ``PIL.Image.crop`` + the model's own transform (open_clip / transformers,
     integer boxes) the crops differ by about 0.002 mean and 0.03 max absolute error in [0, 1] units at 224 px
-    (tests/test_encoders.py asserts mean <= 0.01, max <= 0.06). Images are padded to a common size by edge
+    (tests/encoders/test_clip_encoders.py asserts mean <= 0.01, max <= 0.06). Images are padded to a common size by edge
     replication, which reproduces roi_align's border clamping exactly. Returns [R, 3, *preprocess.output_size]
     float32 in [0, 1] (not normalised).
     """

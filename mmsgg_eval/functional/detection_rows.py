@@ -23,7 +23,7 @@ def coco_ap50(gt_rows: Dict[str, np.ndarray], pred_rows: Dict[str, np.ndarray], 
     evaluated. Within an image the rows keep their order (ties in score: the earlier row first). ``plus_one``:
     widths / heights are ``x2 - x1 + 1`` (legacy VG150 convention). ``max_dets``: detections kept per image and
     class; below 10 it acts as 10 (COCOeval sorts its ``maxDets`` ``[1, 10, max_dets]`` and uses the largest).
-    Float64 throughout; the same value as ``COCOeval`` bit for bit (tests/test_vlm.py).
+    Float64 throughout; the same value as ``COCOeval`` bit for bit (tests/metrics/test_vlm.py).
     """
     gt = {k: torch.as_tensor(np.asarray(v)) for k, v in gt_rows.items()}
     pred = {k: torch.as_tensor(np.asarray(v)) for k, v in pred_rows.items()}

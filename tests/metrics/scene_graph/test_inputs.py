@@ -1,0 +1,409 @@
+"""Bad input gives a ValueError naming the sample and the field; zero-shot file; import hygiene."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from mmsgg_eval.metrics import SGRecall
+from mmsgg_eval.structures.reader import collate_scene_graphs, read_scene_graph as READ_SCENE_GRAPH
+from mmsgg_eval.zeroshot import as_zeroshot_triplets, derive_zeroshot
+from tests.metrics.scene_graph.test_recall import META
+
+
+def good_sample():
+    return dict(sample_idx=7, img_id='2343',
+                gt_instances=dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29]]), labels=torch.tensor([0, 1])),
+                gt_relations=dict(pair_idxs=torch.tensor([[0, 1]]), labels=torch.tensor([2])),
+                pred_instances=dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29]]),
+                                    labels=torch.tensor([0, 1]), scores=torch.tensor([0.9, 0.8])),
+                pred_relations=dict(pair_idxs=torch.tensor([[0, 1]]), scores=torch.rand(1, 6)))
+
+
+def check_error(mutate, field, mode='sgdet', **options):
+    sample = good_sample()
+    mutate(sample)
+    metric = SGRecall(mode=mode, **options)
+    metric.dataset_meta = META
+    with pytest.raises(ValueError) as info:
+        metric.process({}, [sample])
+        metric.flush()  # samples are pooled; the pool is ranked (and checked) at the latest in evaluate()
+    message = str(info.value)
+    assert 'sample_idx=7' in message and 'img_id=2343' in message, message
+    assert field in message, message
+
+
+def test_good_sample_passes():
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    metric.process({}, [good_sample()])
+    assert metric.evaluate(1)['sgdet/R@20'] in (0.0, 100.0)
+
+
+@pytest.mark.parametrize('mutate,field', [
+    (lambda s: s.pop('pred_relations'), 'pred_relations'),
+    (lambda s: s['pred_relations'].pop('pair_idxs'), 'pred_relations.pair_idxs'),
+    (lambda s: s['pred_relations'].update(pair_idxs=torch.tensor([[0, 5]])), 'pred_relations.pair_idxs'),
+    (lambda s: s['pred_relations'].update(pair_idxs=torch.tensor([[-1, 0]])), 'pred_relations.pair_idxs'),
+    (lambda s: s['pred_relations'].update(scores=torch.rand(1, 4)), 'pred_relations.scores'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('nan'), 0, 0, 0, 0]])),
+     'pred_relations.scores'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('inf'), 0, 0, 0, 0]])),
+     'pred_relations.scores'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([0.5])), 'pred_relations.labels'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([0.5]), labels=torch.tensor([9])),
+     'pred_relations.labels'),
+    (lambda s: s['pred_instances'].update(labels=torch.tensor([0, 4])), 'pred_instances.labels'),
+    (lambda s: s['pred_instances'].update(scores=torch.tensor([0.9, float('nan')])), 'pred_instances.scores'),
+    (lambda s: s['pred_instances'].update(bboxes=torch.tensor([[5., 0, 4, 9], [0, 0, 1, 1]])),
+     'pred_instances.bboxes'),
+    (lambda s: s['gt_instances'].update(bboxes=torch.tensor([[0., 9, 9, 0], [0, 0, 1, 1]])), 'gt_instances.bboxes'),
+    (lambda s: s['gt_instances'].update(labels=torch.tensor([0, 10])), 'gt_instances.labels'),
+    (lambda s: s['gt_relations'].update(pair_idxs=torch.tensor([[0, 2]])), 'gt_relations.pair_idxs'),
+    (lambda s: s['gt_relations'].update(labels=torch.tensor([5])), 'gt_relations.labels'),
+    (lambda s: s.pop('gt_relations'), 'gt_relations'),
+    (lambda s: s.pop('pred_instances'), 'pred_instances'),
+])
+def test_bad_input_names_sample_and_field(mutate, field):
+    check_error(mutate, field)
+
+
+def test_predcls_with_wrong_object_count():
+    def mutate(s):
+        s['pred_instances']['bboxes'] = torch.zeros(3, 4)
+    check_error(mutate, 'pred_instances.bboxes', mode='predcls', strict_counts=True)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match='mode'):
+        SGRecall(mode='detection')
+    with pytest.raises(ValueError, match='mr_average'):
+        SGRecall(mr_average='none')
+    metric = SGRecall()
+    with pytest.raises(ValueError, match='classes'):
+        metric.process({}, [good_sample()])
+
+
+def test_real_vg150_zeroshot_file(fixtures_dir):
+    path = os.path.join(fixtures_dir, 'vg150', 'zeroshot_triplet.pytorch')
+    if not os.path.exists(path):
+        pytest.skip('zero-shot fixture absent')
+    triplets = as_zeroshot_triplets(path)
+    assert triplets.shape == (5971, 3) and triplets.dtype == torch.int64
+    assert triplets.min() == 0
+    assert int(triplets[:, 0].max()) <= 149 and int(triplets[:, 1].max()) <= 149 and int(triplets[:, 2].max()) <= 49
+    raw = torch.load(path, weights_only=True)
+    assert torch.equal(torch.as_tensor(raw).long() - 1, triplets)  # 1-based file, 0-based here
+    assert len({tuple(t) for t in triplets.tolist()}) == 5971
+
+
+def test_derive_zeroshot():
+    ev = torch.tensor([[0, 1, 2], [0, 1, 2], [1, 1, 1], [2, 2, 2]])
+    tr = torch.tensor([[1, 1, 1], [3, 3, 3]])
+    assert derive_zeroshot(ev, tr).tolist() == [[0, 1, 2], [2, 2, 2]]
+
+
+def test_import_without_compiled_mmcv_ops():
+    code = ('import sys; sys.modules["mmcv._ext"] = None\n'
+            'import mmsgg_eval, mmsgg_eval.metrics\n'
+            'from mmsgg_eval.metrics import SGRecall, SGMeanRecall\n'
+            'import importlib.util\n'
+            'for name in ("mmsgg_eval.datasets",):\n'
+            '    if importlib.util.find_spec(name): importlib.import_module(name)\n'
+            'assert "mmdet.models" not in sys.modules and "mmcv.ops" not in sys.modules, sorted(sys.modules)\n'
+            'print("ok")')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         cwd=os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..')))
+    assert out.returncode == 0 and 'ok' in out.stdout, out.stderr
+
+
+def test_metric_mode_the_model_does_not_produce():
+    sample = good_sample()
+    sample['pred_mode'] = 'predcls'
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match="produced predcls predictions.*'sgdet'"):
+        metric.process({}, [sample])
+        metric.flush()
+    metric = SGRecall(mode='predcls')
+    metric.dataset_meta = META
+    metric.process({}, [sample])
+    metric.flush()  # a stronger metric mode than produced is fine the other way round
+
+
+BATCH_FIELDS = ('sample_idx', 'pred_boxes', 'pred_labels', 'pred_scores', 'gt_boxes', 'gt_labels', 'gt_pairs',
+                'gt_predicates', 'gt_valid', 'rel_pairs', 'rel_valid', 'num_rel_preds', 'gc_prob')
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgcls', 'sgdet'])
+@pytest.mark.parametrize('fixed_pairs', [None, 9])
+def test_fieldwise_reader_equals_per_sample_reader(monkeypatch, mode, fixed_pairs):
+    """Dict samples are read field by field (no per-sample reader); the batch equals the per-sample one."""
+    from mmsgg_eval.structures import reader as structures
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(3, 12, mode, fixed_pairs=fixed_pairs, num_classes=4, num_predicates=5)
+    if mode == 'predcls':  # a PredCls model echoing the GT boxes (or none) stays on the field-wise reader
+        for i, s in enumerate(samples):
+            boxes = s['gt_instances']['bboxes'] if i % 2 else torch.zeros(0, 4)
+            s['pred_instances'] = dict(bboxes=boxes, labels=s['gt_instances']['labels'],
+                                       scores=torch.ones(len(boxes)))
+    fast = structures.collate_scene_graphs(samples, mode, 4, 5)
+    from mmsgg_eval.functional import compiled
+    with compiled.disabled():  # the torch layouts: stacked for fixed sizes
+        assert (structures.collate_scene_graphs(samples, mode, 4, 5).scores.dense is not None) == \
+            (fixed_pairs is not None)
+    assert fast.scores.layout == ('compiled' if compiled.kernels() is not None else
+                                  'stacked' if fixed_pairs is not None else 'concatenated')
+
+    def refuse(*args, **kwargs):
+        raise structures._NotFast
+
+    calls = []
+    monkeypatch.setattr(structures, 'read_scene_graph',
+                        lambda *a, **k: calls.append(1) or READ_SCENE_GRAPH(*a, **k))
+    structures.collate_scene_graphs(samples, mode, 4, 5)
+    assert not calls  # the field-wise reader took the whole batch
+    monkeypatch.setattr(structures, '_fast_padded', refuse)
+    slow = structures.collate_scene_graphs(samples, mode, 4, 5)
+    assert calls
+    for name in BATCH_FIELDS:
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+def test_fieldwise_reader_takes_mmdet_boxes_and_falls_back_on_other_containers():
+    from mmengine.structures import InstanceData
+    from mmsgg_eval.structures import collate_scene_graphs
+    boxes_cls = pytest.importorskip('mmdet.structures.bbox').HorizontalBoxes
+    plain = good_sample()
+    boxed = good_sample()
+    boxed['gt_instances']['bboxes'] = boxes_cls(boxed['gt_instances']['bboxes'])
+    as_elements = good_sample()
+    as_elements['pred_instances'] = InstanceData(**as_elements['pred_instances'])
+    for other in (boxed, as_elements):
+        other['pred_relations']['scores'] = plain['pred_relations']['scores']
+    ref = collate_scene_graphs([plain], 'sgdet', 4, 5)
+    for other in (boxed, as_elements):
+        batch = collate_scene_graphs([other], 'sgdet', 4, 5)
+        for name in BATCH_FIELDS:
+            assert torch.equal(getattr(batch, name), getattr(ref, name)), name
+
+
+def test_bad_value_in_a_large_fixed_size_batch_names_its_sample():
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(0, 20, 'sgdet', fixed_pairs=6, num_classes=4, num_predicates=5)
+    samples[13]['pred_relations']['scores'][2, 3] = float('nan')
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match=r'sample_idx=13.*pred_relations\.scores'):
+        metric.process({}, samples)
+        metric.flush()
+    samples, _ = random_dataset(0, 20, 'sgdet', fixed_pairs=6, num_classes=4, num_predicates=5)
+    samples[7]['pred_relations']['pair_idxs'][0, 1] = 14  # 14 detections: indices 0..13
+    with pytest.raises(ValueError, match=r'sample_idx=7.*pred_relations\.pair_idxs'):
+        metric.process({}, samples)
+        metric.flush()
+
+
+def test_pooled_samples_raise_when_their_pool_is_processed():
+    bad = good_sample()
+    bad['gt_instances']['labels'] = torch.tensor([0, 10])
+    metric = SGRecall(mode='sgdet', pool_samples=3)
+    metric.dataset_meta = META
+    metric.process({}, [good_sample()])
+    metric.process({}, [dict(good_sample(), sample_idx=8)])
+    with pytest.raises(ValueError, match=r'sample_idx=9.*gt_instances\.labels'):
+        metric.process({}, [dict(bad, sample_idx=9)])  # the third sample completes the pool
+    immediate = SGRecall(mode='sgdet', pool_samples=1)
+    immediate.dataset_meta = META
+    with pytest.raises(ValueError, match=r'gt_instances\.labels'):
+        immediate.process({}, [bad])
+    with pytest.raises(ValueError, match='pool_samples'):
+        SGRecall(pool_samples=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Value rules: the same on every reader path (field-wise dict reader, per-sample reader) and every batch size.
+def _as_elements(sample):
+    """The same sample with data elements instead of dicts (the per-sample reader's path)."""
+    from mmengine.structures import InstanceData
+    out = dict(sample)
+    for key in ('gt_instances', 'pred_instances'):
+        if key in out:
+            out[key] = InstanceData(**out[key])
+    return out
+
+
+def _batch_of(sample, count=6):
+    """``sample`` among other good samples of other lengths (a pooled batch)."""
+    others = []
+    for i in range(count):
+        other = good_sample()
+        other['sample_idx'] = 100 + i
+        if i % 2:  # three GT objects and two relations: other lengths than ``sample``
+            other['gt_instances'] = dict(bboxes=torch.tensor([[0., 0, 9, 9], [20, 20, 29, 29], [5, 5, 30, 30]]),
+                                         labels=torch.tensor([0, 1, 2]))
+            other['gt_relations'] = dict(pair_idxs=torch.tensor([[0, 1], [2, 0]]), labels=torch.tensor([2, 1]))
+        others.append(other)
+    return others[:3] + [sample] + others[3:]
+
+
+BAD_VALUES = [
+    (lambda s: s['gt_instances'].update(labels=torch.tensor([0., 1.5])), 'gt_instances.labels', 'integers'),
+    (lambda s: s['pred_instances'].update(labels=torch.tensor([0.5, 1.])), 'pred_instances.labels', 'integers'),
+    (lambda s: s['pred_relations'].update(pair_idxs=torch.tensor([[0.9, 1.9]])), 'pred_relations.pair_idxs',
+     'integers'),
+    (lambda s: s['gt_relations'].update(pair_idxs=torch.tensor([[0., 1.2]])), 'gt_relations.pair_idxs', 'integers'),
+    (lambda s: s['gt_relations'].update(labels=torch.tensor([float('nan')])), 'gt_relations.labels', 'integers'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('-inf'), 0, 0, 0, 0]])),
+     'pred_relations.scores', 'NaN or inf'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, float('nan'), 0, 0, 0, 0]])),
+     'pred_relations.scores', 'NaN or inf'),
+    (lambda s: s['pred_relations'].update(scores=torch.tensor([[0.1, 0.2, -0.3, 0, 0, 0]])),
+     'pred_relations.scores', 'negative'),
+    (lambda s: s['pred_instances'].update(scores=torch.tensor([0.9, -0.1])), 'pred_instances.scores', 'negative'),
+    (lambda s: s['pred_instances'].update(scores=torch.tensor([0.9, float('-inf')])), 'pred_instances.scores',
+     'NaN or inf'),
+]
+
+
+@pytest.mark.parametrize('mutate,field,reason', BAD_VALUES)
+@pytest.mark.parametrize('large', [False, True])
+@pytest.mark.parametrize('elements', [False, True])
+def test_value_rules_do_not_depend_on_reader_or_batch_size(monkeypatch, mutate, field, reason, large, elements):
+    from mmsgg_eval.functional import scores as layouts
+    from mmsgg_eval.structures import reader
+    if large:
+        monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)  # per-image score views
+    bad = good_sample()
+    mutate(bad)
+    for mode in ('predcls', 'sgcls', 'sgdet') if 'pred_instances' not in field else ('sgcls', 'sgdet'):
+        for samples in ([bad], _batch_of(bad)):
+            if elements:
+                samples = [_as_elements(s) for s in samples]
+            with pytest.raises(ValueError, match=rf'sample_idx=7, img_id=2343.*`{field}`.*{reason}'):
+                reader.collate_scene_graphs(samples, mode, 4, 5)
+
+
+def test_fractional_gt_labels_in_a_pooled_batch_of_other_lengths():
+    """The pooled batch used to pad a float field into an integer tensor (fractions truncated)."""
+    bad = good_sample()
+    bad['gt_instances']['labels'] = torch.tensor([0., 1.5])
+    metric = SGRecall(mode='sgdet', pool_samples=7)
+    metric.dataset_meta = META
+    with pytest.raises(ValueError, match=r'sample_idx=7.*gt_instances\.labels.*integers'):
+        for sample in _batch_of(bad):
+            metric.process({}, [sample])
+        metric.flush()
+
+
+def test_integer_valued_floats_and_large_scores_are_accepted():
+    """3.0 is an index; scores above 1 rank as their products say (any non-negative scale)."""
+    from mmsgg_eval.structures import collate_scene_graphs
+    sample = good_sample()
+    floats = good_sample()
+    floats['gt_instances']['labels'] = torch.tensor([0., 1.])
+    floats['pred_relations']['pair_idxs'] = torch.tensor([[0., 1.]])
+    floats['pred_relations']['scores'] = sample['pred_relations']['scores']
+    a, b = collate_scene_graphs([sample], 'sgdet', 4, 5), collate_scene_graphs([floats], 'sgdet', 4, 5)
+    assert torch.equal(a.gt_labels, b.gt_labels) and torch.equal(a.rel_pairs, b.rel_pairs)
+    assert b.gt_labels.dtype == torch.long
+    scaled = good_sample()
+    scaled['pred_relations']['scores'] = sample['pred_relations']['scores'] * 100
+    scaled['pred_instances']['scores'] = sample['pred_instances']['scores'] * 100
+    collate_scene_graphs([scaled], 'sgdet', 4, 5)
+
+
+def test_self_pairs_are_evaluated_as_the_legacy_evaluator_does():
+    """Self-pairs (s == o) in GT and predictions are neither refused nor filtered: the legacy evaluator
+    matches them like any other pair."""
+    from tests.reference_sgg import reference_metrics
+    sample = good_sample()
+    sample['gt_relations'] = dict(pair_idxs=torch.tensor([[0, 0], [0, 1]]), labels=torch.tensor([2, 2]))
+    sample['pred_relations'] = dict(pair_idxs=torch.tensor([[0, 0], [1, 1]]),
+                                    scores=torch.tensor([[0.1, 0, 0, 0.8, 0, 0], [0.1, 0, 0, 0.9, 0, 0]]))
+    ref = dict(gt_boxes=sample['gt_instances']['bboxes'].tolist(), gt_labels=[0, 1], gt_rels=[(0, 0, 2), (0, 1, 2)],
+               pred_boxes=sample['pred_instances']['bboxes'].tolist(), pred_labels=[0, 1], pred_scores=[0.9, 0.8],
+               rel_pairs=[(0, 0), (1, 1)], rel_scores=sample['pred_relations']['scores'].tolist(), rel_labels=None)
+    expected = reference_metrics([ref], 5, 'sgdet', ks=(1, 2))
+    assert expected['R@2'] == 50.0
+    metric = SGRecall(mode='sgdet', topk=(1, 2))
+    metric.dataset_meta = META
+    metric.process({}, [sample])
+    got = metric.evaluate(1)
+    assert got['sgdet/R@1'] == expected['R@1'] and got['sgdet/R@2'] == expected['R@2']
+
+
+@pytest.mark.parametrize('idx,accepted', [(3, True), (np.int64(3), True), (torch.tensor(3), True),
+                                          (3.0, False), ('3', False), (-1, False), (True, False),
+                                          (np.float32(2), False)])
+def test_sample_idx_must_be_a_non_negative_integer(idx, accepted):
+    from mmsgg_eval.structures import collate_scene_graphs, sample_index
+    sample = good_sample()
+    sample['sample_idx'] = idx
+    for candidate in (sample, _as_elements(sample)):
+        if accepted:
+            assert sample_index(candidate) == 3
+            assert collate_scene_graphs([candidate], 'sgdet', 4, 5).sample_idx.tolist() == [3]
+        else:
+            with pytest.raises(ValueError, match=r'`sample_idx` must be a non-negative integer'):
+                collate_scene_graphs([candidate], 'sgdet', 4, 5)
+
+
+def test_sample_idx_repeated_within_one_batch():
+    """The reader refuses a repeat within one batch; the metrics first keep the first occurrence of a
+    ``sample_idx`` (sampler padding), so they never hand it one."""
+    from mmsgg_eval.structures import collate_scene_graphs
+    with pytest.raises(ValueError, match=r'sample_idx=7.*appears twice'):
+        collate_scene_graphs([good_sample(), good_sample()], 'sgdet', 4, 5)
+    metric = SGRecall(mode='sgdet')
+    metric.dataset_meta = META
+    metric.process({}, [good_sample(), good_sample()])
+    assert metric.evaluate(1)['sgdet/R@20'] in (0.0, 100.0)
+
+
+@pytest.mark.parametrize('field,mutate', [
+    ('gt_instances.labels', lambda s: s['gt_instances'].update(labels=torch.tensor([0]))),
+    ('gt_relations.labels', lambda s: s['gt_relations'].update(labels=torch.tensor([2, 1]))),
+    ('pred_instances.labels', lambda s: s['pred_instances'].update(labels=torch.tensor([0]))),
+])
+def test_count_mismatch_shared_by_every_sample_of_a_batch_is_named(field, mutate):
+    """A batch whose samples all have the same wrong count (no padding to tell them apart) is refused with the
+    first sample and the field named, like a single sample."""
+    samples = []
+    for i in range(4):
+        s = good_sample()
+        s['sample_idx'] = 7 + i
+        mutate(s)
+        samples.append(s)
+    with pytest.raises(ValueError, match=rf'sample_idx=7\b.*`{field}`'):
+        collate_scene_graphs(samples, 'sgdet', 4, 5)
+
+
+@pytest.mark.parametrize('mode,fixed_pairs', [('sgdet', None), ('sgdet', 10), ('predcls', 10)])
+def test_gradient_tracking_outputs_read_detached(mode, fixed_pairs, score_kernels):
+    """Model outputs that still require grad (evaluated outside no_grad) give the numbers of the same values
+    without a gradient, through either reader and with the compiled kernels on or off (the stacked copy of
+    the torch path used to raise 'cat(): functions with out=... don't support automatic differentiation')."""
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(5, 12, mode, fixed_pairs=fixed_pairs)
+
+    def tracking(sample):
+        out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in sample.items()}
+        for container in ('pred_relations', 'pred_instances', 'gt_instances'):
+            for key, value in list(out.get(container, {}).items()):
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    out[container][key] = value.clone().requires_grad_(True) * 1  # a non-leaf, as model outputs
+        return out
+
+    results = []
+    for batch in (samples, [tracking(s) for s in samples]):
+        metric = SGRecall(mode=mode, pool_samples=6)
+        metric.dataset_meta = META
+        for start in range(0, len(batch), 6):
+            metric.process({}, batch[start:start + 6])
+        results.append(metric.evaluate(len(batch)))
+    assert results[1] == results[0]
+    assert any(v > 0 for k, v in results[0].items() if '@' in k)
