@@ -192,7 +192,7 @@ def test_no_change_says_so(runs, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the command line
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
 BROWSE = osp.join(ROOT, 'tools', 'analysis', 'browse_results.py')
 
