@@ -2,7 +2,7 @@
 
 Each run is given as evaluation states (``*.state`` files, a directory of them, or a glob; shards of one metric
 are merged, :mod:`mmsgg_eval.metrics.state`) or as prediction files evaluated first with ``--config`` (the
-offline CLI's formats, :func:`mmsgg_eval.eval.evaluate_file`). Every later run is compared with the first.
+offline CLI's formats, :func:`mmsgg_eval.offline.evaluate_file`). Every later run is compared with the first.
 
 For each metric present in both runs, every key it reports is shown with A, B, the difference Δ = B − A, the
 paired-bootstrap interval of Δ and a two-sided p-value. Paired: each replicate resamples the IMAGES with
@@ -62,12 +62,12 @@ def load_run(item: str, config: Optional[str] = None, work_dir: Optional[str] = 
              allow_missing: bool = False, cfg_options: Optional[dict] = None) -> List[Any]:
     """The merged evaluation states of one run (in the order of the original evaluator): states as given, or
     the states of evaluating the prediction file(s) ``item`` (comma-separated shards) with ``config``."""
-    from .eval import state_paths
+    from .offline import state_paths
     from .metrics.state import evaluation_order, load_state, merge_states
     if not is_state_input(item):
         if not config:
             raise CompareError(f'{item}: not an evaluation state; give --config to evaluate prediction files')
-        from .eval import evaluate_file
+        from .offline import evaluate_file
         work_dir = work_dir or tempfile.mkdtemp(prefix='mmsgg_compare_')
         states_dir = osp.join(work_dir, 'states')
         with quiet_evaluation():  # its full report goes to work_dir, not before the comparison

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.eval import evaluate_file, evaluate_grounding_predictions, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file, evaluate_grounding_predictions
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import open_predictions
 from mmsgg_eval.io.samples import DatasetSamples
@@ -261,7 +262,7 @@ def test_workload_dataset_and_timed_cli_helpers(tmp_path):
     from mmengine.config import Config
 
     from mmsgg_eval.benchmarks.offline import WorkloadDataset, write_stream, write_workload_config
-    from mmsgg_eval.eval import build_dataset
+    from mmsgg_eval.offline import build_dataset
     config = tmp_path / 'workload.py'
     write_workload_config(str(config), 5, 'sgdet')
     dataset = build_dataset(Config.fromfile(str(config)))

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, k) -> dict:
     start = time.perf_counter()
     import mmsgg_eval  # noqa: F401
     from mmsgg_eval.analysis.browse import dataset_facts, write_report
-    from mmsgg_eval.eval import build_dataset, evaluate_file, load_run_config
+    from mmsgg_eval.offline import build_dataset, evaluate_file, load_run_config
     from mmsgg_eval.io.formats import guess_format
     from mmsgg_eval.metrics.per_image import read_per_image
     cfg = load_run_config(args.config, args.cfg_options)
