@@ -521,9 +521,9 @@ def evaluation_order(states: Sequence[EvaluationState]) -> List[EvaluationState]
 
 def shared_objects(states: Sequence[EvaluationState]) -> List[EvaluationState]:
     """``states`` whose equal ``dataset_meta`` are one object, as an evaluator gives its metrics one (so the
-    metrics of one run claim distinct report file names: :class:`~mmsgg_eval.metrics.base.FileClaims`), and
+    metrics of one run claim distinct report file names: :class:`~mmsgg_eval.metrics.file_claims.FileClaims`), and
     whose equal row tables are one object (so metrics of one compute group share their reduce, summary and
-    report files as in the original run: :class:`~mmsgg_eval.metrics.base.ComputeGroup`)."""
+    report files as in the original run: :class:`~mmsgg_eval.metrics.compute_group.ComputeGroup`)."""
     out: List[EvaluationState] = []
     for state in states:
         meta = next((o.dataset_meta for o in out if _json(o.dataset_meta) == _json(state.dataset_meta)), None)
