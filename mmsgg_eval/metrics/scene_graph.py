@@ -22,7 +22,8 @@ from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, descr
                                       head_predicate_flags, label_checked_images, label_offset_counts,
                                       label_shift_warnings,
                                       score_column_warnings)
-from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
+from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall
+from ..functional.triplets import triplet_parts
 from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
