@@ -141,7 +141,7 @@ class RowMetric(BaseMetric):
     shares_work = False
     #: constructor arguments that only the summary reads (never the rows): left out of :meth:`compute_key`, part
     #: of :meth:`summary_key`. Every other argument is part of both unless it is output-only
-    #: (:data:`~mmsgg_eval.metrics.state.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
+    #: (:data:`~mmsgg_eval.metrics.settings.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
     #: wrong summary.
     summary_arguments: Tuple[str, ...] = ()
 
@@ -211,12 +211,12 @@ class RowMetric(BaseMetric):
 
     def compute_key(self) -> Optional[Hashable]:
         """Exact key of everything :meth:`compute_rows` depends on, to share rows with equal metrics (see
-        :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.state.work_key`:
+        :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.settings.work_key`:
         the constructor arguments but the output-only and :attr:`summary_arguments` ones, the row schema and
         :meth:`row_facts`); None (default) = share nothing."""
         if not self.shares_work:
             return None
-        from .state import work_key
+        from .settings import work_key
         return work_key(self, 'rows')
 
     def summary_key(self) -> Optional[Hashable]:
@@ -225,7 +225,7 @@ class RowMetric(BaseMetric):
         reuse another member's summary."""
         if not self.shares_work:
             return None
-        from .state import work_key
+        from .settings import work_key
         return work_key(self, 'summary')
 
     def row_facts(self) -> Tuple[Tuple[str, Any], ...]:

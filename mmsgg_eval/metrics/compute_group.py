@@ -4,7 +4,7 @@
 metric whose :meth:`~mmsgg_eval.metrics.base.RowMetric.compute_key` is not None joins the group of metrics with
 an EQUAL key (every setting the rows depend on, compared exactly: zero-shot codes by their full contents). The
 keys are derived, never hand-listed (:attr:`~mmsgg_eval.metrics.base.RowMetric.shares_work`,
-:func:`~mmsgg_eval.metrics.state.work_key`): every recorded constructor argument but the output-only ones, with
+:func:`~mmsgg_eval.metrics.settings.work_key`): every recorded constructor argument but the output-only ones, with
 the arguments only the summary reads declared in ``RowMetric.summary_arguments``, plus the row schema and the
 dataset facts of ``RowMetric.row_facts()``; a new argument is part of both keys unless declared. Within a group,
 a pool's rows are computed once and reused by a member whose pool holds the very same sample objects in the same

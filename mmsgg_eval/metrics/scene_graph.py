@@ -398,9 +398,9 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
         return self._zs_cache[where]
 
     def _zeroshot_key(self) -> Optional[tuple]:
-        """The exact key (:func:`~mmsgg_eval.metrics.state.key_value`) of the zero-shot codes, kept with them:
+        """The exact key (:func:`~mmsgg_eval.metrics.settings.key_value`) of the zero-shot codes, kept with them:
         :meth:`compute_key` is asked at every ``process()``."""
-        from .state import key_value
+        from .settings import key_value
         codes = self._zeroshot_codes(torch.device('cpu'))
         if self._zs_key is None or self._zs_key[0] is not codes:
             self._zs_key = (codes, key_value(codes))
