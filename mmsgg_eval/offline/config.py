@@ -11,8 +11,6 @@ from mmsgg_eval.io.formats import open_predictions
 
 #: Scene-graph metrics: ``--mode`` sets their ``mode``.
 SG_METRICS = ('SGRecall', 'SGMeanRecall', 'SGBenchMetric', 'OIRelationMetric')
-
-
 #: Metrics ``--protocol`` applies to, with the :func:`~mmsgg_eval.metrics.protocols.resolve_protocol` target
 #: that says which protocols each accepts (GroundingPr's own ``protocol`` is set with ``--metric-options``).
 PROTOCOL_TARGETS = {'SGRecall': 'scene_graph', 'SGMeanRecall': 'scene_graph', 'SGBenchMetric': 'sgbench',
