@@ -13,8 +13,9 @@ from .options import recorded_arguments
 
 #: Constructor arguments that only say where a metric writes (or how it pools work): not part of a state's
 #: settings, so two shards writing to different places still merge.
-#: A state is untrusted input: these are never taken from one (:meth:`~mmsgg_eval.metrics.state.EvaluationState.build_metric` drops them
-#: with a warning), so a state cannot say where files go.
+#: A state is untrusted input: these are never taken from one
+#: (:meth:`~mmsgg_eval.metrics.state.EvaluationState.build_metric` drops them with a warning), so a state cannot
+#: say where files go.
 OUTPUT_ARGUMENTS = ('outfile_prefix', 'report_dir', 'save_state', 'per_image_out', 'out_file_path',
                     'collect_device', 'pool_samples')
 #: Constructor arguments replaced by a placeholder when a metric is rebuilt from a state (the summary never
@@ -30,9 +31,9 @@ NOT_IN_WORK_KEYS = tuple(a for a in OUTPUT_ARGUMENTS if a != 'pool_samples') + (
 
 
 def metric_settings(metric: Any) -> Dict[str, Any]:
-    """The JSON settings of a metric (see :class:`~mmsgg_eval.metrics.state.EvaluationState`): given arguments must be plain JSON values
-    (or a :data:`SUMMARY_ONLY_ARGUMENTS` entry, recorded by its description); defaults that are not (e.g. the
-    protocol's 'unset' marker) are left out, so the rebuilt metric takes the same default."""
+    """The JSON settings of a metric (see :class:`~mmsgg_eval.metrics.state.EvaluationState`): given arguments
+    must be plain JSON values (or a :data:`SUMMARY_ONLY_ARGUMENTS` entry, recorded by its description); defaults
+    that are not (e.g. the protocol's 'unset' marker) are left out, so the rebuilt metric takes the same default."""
     recorded = recorded_arguments(metric)
     if recorded is None:
         raise TypeError(f'{type(metric).__name__}: no recorded constructor arguments (not a RowMetric?)')
