@@ -354,7 +354,7 @@ def run_from_config(config: str, encoder: Optional[dict] = None, template: Optio
     from mmengine.registry import init_default_scope
 
     import mmsgg_eval  # noqa: F401  (registration)
-    from mmsgg_eval.eval import build_dataset
+    from mmsgg_eval.offline import build_dataset
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)

@@ -20,7 +20,8 @@ from torch import Tensor
 
 from ..functional.limits import NO_HIT
 from ..functional.error_causes import CAUSES, outcome_codes
-from ..functional.recall import hit_within, triplet_parts
+from ..functional.recall import hit_within
+from ..functional.triplets import triplet_parts
 
 
 def _relation_order(rels: Dict[str, Tensor]) -> Tensor:

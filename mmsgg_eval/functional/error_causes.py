@@ -29,7 +29,8 @@ from .limits import NO_HIT
 from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predicate_bits,
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
-from .recall import hit_within, object_iou_matrix
+from .matching import object_iou_matrix
+from .recall import hit_within
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
@@ -186,9 +187,9 @@ def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:
 def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, Tensor], gc_order: Tensor,
                         gc_valid: Tensor, gc_predicate: Optional[Tensor], gc_ends: Optional[Tensor], iou_thr: float,
                         plus_one: bool, use_masks: bool, evidence: bool = True) -> Dict[str, Tensor]:
-    """The error-analysis outputs of :func:`~.recall.scene_graph_ranks` for one padded batch, built on the
+    """The error-analysis outputs of :func:`~.first_hits.scene_graph_ranks` for one padded batch, built on the
     metric's own matching: ``first_hits`` / ``pair_ranks`` / ``end_bits`` are its first-hit ranker's
-    (:func:`~.recall._first_hit_ranker`: compiled or torch, boxes or masks), ``gc_*`` its graph-constrained list
+    (:func:`~.first_hits._first_hit_ranker`: compiled or torch, boxes or masks), ``gc_*`` its graph-constrained list
     (``gc_predicate`` / ``gc_ends`` [B, J, 2] when known).
 
     Returns, per GT relation [B, G]: ``'cause'`` int8 (:func:`miss_causes`), the stage-wise first-hit ranks in the

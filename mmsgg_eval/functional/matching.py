@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
-from .boxes import box_iou, box_iou_unchecked, paired_box_iou, union_boxes
+from .boxes import box_iou, box_iou_unchecked, mask_iou, paired_box_iou, union_boxes
 
 from .limits import NO_HIT  # rank of a GT relation that no prediction hits
 from .ranking import positions_in_groups, stable_topk
@@ -157,6 +157,39 @@ def box_object_matches(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor
 
 
 BITS_PER_WORD = 64  # GT relations per int64 word of a bit set
+
+
+def object_iou_matrix(batch, plus_one: bool, use_masks: bool) -> Tensor:
+    """IoU between predicted and GT objects of every image: [B, N, M] (boxes, or masks when asked)."""
+    if not use_masks:
+        return box_iou(batch.pred_boxes, batch.gt_boxes, plus_one)
+    num_pred, num_gt = batch.pred_boxes.shape[1], batch.gt_boxes.shape[1]
+    out = batch.pred_boxes.new_zeros((len(batch.pred_masks), num_pred, num_gt))
+    for i, (pm, gm) in enumerate(zip(batch.pred_masks, batch.gt_masks)):
+        if pm.shape[-2:] != gm.shape[-2:]:
+            raise ValueError(f'sample_idx={int(batch.sample_idx[i])}: predicted masks {list(pm.shape[-2:])} and '
+                             f'GT masks {list(gm.shape[-2:])} differ in size (masks must be in the original frame)')
+        out[i, :pm.shape[0], :gm.shape[0]] = mask_iou(pm, gm)
+    return out
+
+
+def object_match_list(batch, iou_thr: float, plus_one: bool, use_masks: bool) -> ObjectMatches:
+    """The (predicted object, GT object) pairs of every image that match (same class, box or mask IoU >=
+    ``iou_thr``)."""
+    if not use_masks:
+        return box_object_match_list(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, iou_thr,
+                                     plus_one)
+    return ObjectMatches.from_matrix(object_match_matrix(batch, iou_thr, plus_one, use_masks))
+
+
+def object_match_matrix(batch, iou_thr: float, plus_one: bool, use_masks: bool) -> Tensor:
+    """[B, N, M] bool: predicted object n matches GT object m (same class, box or mask IoU >= ``iou_thr``)."""
+    if not use_masks:
+        return box_object_matches(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, iou_thr,
+                                  plus_one)
+    return same_class_matrix(batch.pred_labels, batch.gt_labels) & \
+        (object_iou_matrix(batch, plus_one, use_masks=True) >= iou_thr)
+
 
 
 def relation_bits(rows: Tensor, valid: Tensor, num_rows: int) -> Tensor:

@@ -1,7 +1,8 @@
 """MMEngine metrics registered in mmdet's ``METRICS`` registry; the evaluation metrics are built on
 :class:`RowMetric` (``DumpSceneGraphPredictions`` only writes the prediction stream)."""
 from .accumulator import RowAccumulator
-from .base import ComputeGroup, RowMetric, extra_results_of
+from .base import RowMetric, extra_results_of
+from .compute_group import ComputeGroup
 from .detection import DetectionAP
 from .dump import DumpSceneGraphPredictions
 from .grounding import GroundingPr

@@ -26,6 +26,10 @@ from torch import Tensor
 
 from ..functional.limits import AUTO_SAMPLE_ID_BASE
 
+#: The row tables of a metric (``{table: {column: (dtype, trailing shape)}}``) and their values.
+Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
+Tables = Dict[str, Dict[str, Tensor]]
+
 Columns = Dict[str, Tensor]
 
 

@@ -33,27 +33,14 @@ every rank (so every rank computes the same keys and no broadcast is needed); ``
 as its input. ``collect_device`` is accepted for config compatibility; the rows travel on the device of the
 samples. Definitions and conventions of the keys: ``docs/metrics.md``.
 
-Sharing work (:class:`ComputeGroup`). ``SGRecall`` and ``SGMeanRecall`` of one evaluator rank and match the
-same samples with the same settings. A metric whose :meth:`~RowMetric.compute_key` is not None joins the
-group of metrics with an EQUAL key (every setting the rows depend on, compared exactly: zero-shot codes by
-their full contents). The keys are derived, never hand-listed (:attr:`RowMetric.shares_work`,
-:func:`~mmsgg_eval.metrics.state.work_key`): every recorded constructor argument but the output-only ones, with
-the arguments only the summary reads declared in :attr:`RowMetric.summary_arguments`, plus the row schema and
-the dataset facts of :meth:`RowMetric.row_facts`; a new argument is part of both keys unless declared. Within a group, a pool's rows are computed once and reused by a member whose pool
-holds the very same sample objects in the same order (mmengine's ``Evaluator`` passes one list to all its
-metrics), and the reduced tables are reused by a member whose accumulator holds the very same row objects:
-the second metric adds no ranking and sends no byte across ranks. A val and a test evaluator never share
-(their samples are different objects); two metrics with different settings never share (different keys).
-Both decisions depend only on what the rank itself was fed, identically for every member on every rank,
-so no rank skips a collective that another rank enters.
+Sharing work between metrics of equal settings: :class:`~mmsgg_eval.metrics.compute_group.ComputeGroup`.
+Output file names (no metric of a run overwrites another's files): :class:`~mmsgg_eval.metrics.file_claims.FileClaims`.
 """
-import itertools
 import logging
 import os
 import warnings
-import weakref
 from abc import abstractmethod
-from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.evaluator import BaseMetric
@@ -62,14 +49,13 @@ from torch import Tensor
 from ..functional.threads import compute_threads
 from ..reports import check_writable
 from ..structures import get_field, sample_index
-from ..user_messages import warn_user  # noqa: F401  (re-exported: the metrics warn through it)
-from .accumulator import RankFingerprint, RowAccumulator, same_objects
+from ..user_messages import warn_user
+from .accumulator import RankFingerprint, RowAccumulator, Schema, Tables
+from .compute_group import ComputeGroup
+from .file_claims import FileClaims, file_stem_candidates, split_ending
 from .options import with_base_options
 from .state import save_state
 from .bootstrap import add_intervals, format_intervals
-
-Schema = Dict[str, Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]
-Tables = Dict[str, Dict[str, Tensor]]
 
 
 def prediction_missing(sample: Any) -> bool:
@@ -100,169 +86,6 @@ def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
     """Create ``path`` if needed and check that files can be written in it; raise ``OSError`` naming the
     metric, the argument and the path otherwise (:func:`mmsgg_eval.reports.check_writable`)."""
     check_writable(path, f'{owner}: {argument} directory')
-
-
-class FileClaims:
-    """Which live metric writes which output name, so that no metric of a run overwrites another's files.
-
-    Every file a metric writes is named through here: report files (``report_dir``), the ``outfile_prefix``
-    file, per-image records (``per_image_out``) and states (``save_state``); the charts are report files. A
-    name is ``(kind, directory or outfile prefix, stem)``. A metric takes the first candidate stem that no
-    OTHER live metric fed the same ``dataset_meta`` object (mmengine's ``Evaluator`` gives its metrics one) has
-    taken, unless both claim it for equal, not-None ``content`` (the very same lines: e.g. the per-image file
-    of SGRecall and SGMeanRecall with equal settings, written once); a metric evaluated again (the next
-    validation epoch) keeps its names and overwrites its own files. Members of a compute group with equal
-    summaries share their report files before claiming anything (:meth:`ComputeGroup.written_reports`).
-    """
-
-    _owners: Dict[Tuple[str, str, str], Tuple['weakref.ref', int, Optional[Hashable]]] = {}
-
-    @classmethod
-    def claim(cls, kind: str, place: str, candidates: Iterable[str], metric: Any,
-              content: Optional[Hashable] = None) -> str:
-        meta = id(metric.dataset_meta) if metric.dataset_meta is not None else 0
-        for stem in candidates:
-            key = (kind, place, stem)
-            owner = cls._owners.get(key)
-            holder = None if owner is None else owner[0]()
-            if holder is None or holder is metric or owner[1] != meta:
-                cls._owners[key] = (weakref.ref(metric), meta, content)
-                return stem
-            if content is not None and owner[2] == content:
-                return stem  # the same lines: one file
-        raise RuntimeError('no free file name')  # pragma: no cover - the candidates never end
-
-
-#: File name endings kept at the end when a claimed file path is renamed (longest first).
-_ENDINGS = ('.metrics.json', '.jsonl', '.json', '.state', '.csv', '.txt')
-
-
-def split_ending(name: str) -> Tuple[str, str]:
-    """``('per_image', '.jsonl')`` of ``per_image.jsonl``: the known ending (else ``os.path.splitext``)."""
-    for ending in _ENDINGS:
-        if name.endswith(ending) and len(name) > len(ending):
-            return name[:-len(ending)], ending
-    return os.path.splitext(name)
-
-
-def file_stem_candidates(base: str, tagged: str) -> Iterator[str]:
-    """Stems tried in turn for a metric's files: ``base``, ``tagged`` (``{prefix}.{file_tag}``), then
-    ``tagged.2``, ``tagged.3``, ... (generated lazily: the first free one ends the search)."""
-    yield base
-    if tagged != base:
-        yield tagged
-    yield from (f'{tagged}.{n}' for n in itertools.count(2))
-
-
-class ComputeGroup:
-    """Work shared by the live metrics whose :meth:`RowMetric.compute_key` are equal (see the module docs).
-
-    A group holds the rows of its last computed pool (with the pooled sample objects, so their identity is
-    safe to compare), its last reduced tables (with the row objects they were reduced from), its last
-    summaries and the report files written from them. Groups are found through a registry of weak
-    references: a group lives as long as one of its members.
-
-    Epochs: :attr:`epoch` counts the reductions computed by the group. A member records it when its own
-    epoch starts (first ``process()``), and pool rows are reused only between members of the same epoch, so
-    samples modified in place and fed again after an ``evaluate()`` are always ranked afresh.
-    """
-
-    _registry: 'weakref.WeakValueDictionary[Hashable, ComputeGroup]' = weakref.WeakValueDictionary()
-    #: every field of a group (nothing else can be set on one, from inside or outside)
-    __slots__ = ('key', 'epoch', '_pool', '_weighed', '_reduced', '_summaries', '_written', '_bootstrap', '_per_image',
-                 '__weakref__')
-
-    def __init__(self, key: Hashable) -> None:
-        self.key = key  # the members' compute key
-        self.epoch = 0  # reductions computed so far
-        self._pool: Optional[Tuple[int, List[Any], Dict[str, Any]]] = None  # (epoch, samples, rows) of the last pool
-        self._weighed: Optional[Tuple[List[Any], int]] = None  # the last samples weighed and their weight
-        self._reduced: Optional[Tuple[List[object], Optional[int], Tables]] = None  # (row objects, size, tables)
-        self._summaries: List[Tuple[Hashable, Any, Dict[str, Any]]] = []  # (summary key, dataset_meta, summary)
-        self._written: Dict[Tuple[str, ...], Tuple[Dict[str, Any], Dict[str, str]]] = {}  # report files
-        self._bootstrap: Optional[Tuple[Hashable, Tables, Dict[str, Any]]] = None  # (key, tables, intervals)
-        self._per_image: Optional[Tuple[Any, ...]] = None  # (path, tables id, content) of the per-image file
-
-    @classmethod
-    def join(cls, key: Hashable) -> 'ComputeGroup':
-        group = cls._registry.get(key)
-        if group is None:
-            group = cls(key)
-            cls._registry[key] = group
-        return group
-
-    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Dict[str, Any]],
-             epoch: Optional[int]) -> Dict[str, Any]:
-        """The rows of ``samples``: reused when the last pool of the same epoch held the very same objects in
-        the same order, else computed."""
-        if self._pool is not None and self._pool[0] == epoch and same_objects(self._pool[1], samples):
-            return self._pool[2]
-        rows = compute(samples)
-        self._pool = (epoch, samples, rows)
-        return rows
-
-    def weight(self, samples: Sequence[Any], weigh: Callable[[Sequence[Any]], int]) -> int:
-        """``weigh(samples)``, reused when the last samples weighed were the very same objects in the same order
-        (an evaluator hands the same samples to each of its metrics: the members weigh them once)."""
-        last = self._weighed
-        if last is not None and same_objects(last[0], samples):
-            return last[1]
-        weight = weigh(samples)
-        self._weighed = (list(samples), weight)
-        return weight
-
-    def reduce(self, accumulator: RowAccumulator, size: Optional[int], owner: str,
-               fingerprint: Optional[Callable[[], RankFingerprint]] = None) -> Tables:
-        """Reduced tables of ``accumulator`` (resetting it): reused when the last reduction was of the very
-        same row objects, else one collective (checking ``fingerprint()`` across ranks)."""
-        sources = accumulator.sources
-        last = self._reduced
-        if last is not None and last[0] and last[1] == size and accumulator.holds_same_rows(last[0]):
-            accumulator.reset()
-            return last[2]
-        tables = accumulator.reduce_to_cpu(size, owner, None if fingerprint is None else fingerprint())
-        self._reduced = (sources, size, tables)
-        self._summaries, self._written, self._bootstrap, self._per_image = [], {}, None, None
-        self.epoch += 1
-        return tables
-
-    def summary(self, tables: Tables, settings: Hashable, meta: Any,
-                compute: Callable[[Tables], Dict[str, Any]]) -> Dict[str, Any]:
-        """``compute(tables)``, reused for the same reduced tables, equal summary settings and the same
-        ``dataset_meta`` object (a copy of the summary dict is returned)."""
-        if self._reduced is not None and tables is self._reduced[2]:
-            for key, cached_meta, summary in self._summaries:
-                if key == settings and cached_meta is meta:
-                    return dict(summary)
-            summary = compute(tables)
-            self._summaries.append((settings, meta, dict(summary)))
-            return summary
-        return compute(tables)
-
-    def written_reports(self, target: Tuple[str, ...], summary: Dict[str, Any]) -> Optional[Dict[str, str]]:
-        """Paths of report files already written to ``target`` from an equal summary, or None."""
-        done = self._written.get(target)
-        if done is not None and done[0] == summary:
-            return done[1]
-        return None
-
-    def record_reports(self, target: Tuple[str, ...], summary: Dict[str, Any], paths: Dict[str, str]) -> None:
-        self._written.setdefault(target, (summary, paths))
-
-    def bootstrap_result(self, key: Hashable, tables: Tables) -> Optional[Dict[str, Any]]:
-        """The intervals a member computed from these very ``tables`` with an equal ``key``, or None."""
-        done = self._bootstrap
-        return done[2] if done is not None and done[0] == key and done[1] is tables else None
-
-    def record_bootstrap(self, key: Hashable, tables: Tables, result: Dict[str, Any]) -> None:
-        self._bootstrap = (key, tables, result)
-
-    def per_image_written(self, done: Tuple[Any, ...]) -> bool:
-        """Whether a member wrote the per-image file ``done`` = (path, id of the tables, content) already."""
-        return self._per_image == done
-
-    def record_per_image(self, done: Tuple[Any, ...]) -> None:
-        self._per_image = done
 
 
 class RelationVocabulary:
@@ -318,7 +141,7 @@ class RowMetric(BaseMetric):
     shares_work = False
     #: constructor arguments that only the summary reads (never the rows): left out of :meth:`compute_key`, part
     #: of :meth:`summary_key`. Every other argument is part of both unless it is output-only
-    #: (:data:`~mmsgg_eval.metrics.state.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
+    #: (:data:`~mmsgg_eval.metrics.settings.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
     #: wrong summary.
     summary_arguments: Tuple[str, ...] = ()
 
@@ -388,12 +211,12 @@ class RowMetric(BaseMetric):
 
     def compute_key(self) -> Optional[Hashable]:
         """Exact key of everything :meth:`compute_rows` depends on, to share rows with equal metrics (see
-        :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.state.work_key`:
+        :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.settings.work_key`:
         the constructor arguments but the output-only and :attr:`summary_arguments` ones, the row schema and
         :meth:`row_facts`); None (default) = share nothing."""
         if not self.shares_work:
             return None
-        from .state import work_key
+        from .settings import work_key
         return work_key(self, 'rows')
 
     def summary_key(self) -> Optional[Hashable]:
@@ -402,7 +225,7 @@ class RowMetric(BaseMetric):
         reuse another member's summary."""
         if not self.shares_work:
             return None
-        from .state import work_key
+        from .settings import work_key
         return work_key(self, 'summary')
 
     def row_facts(self) -> Tuple[Tuple[str, Any], ...]:

@@ -34,7 +34,8 @@ from torch import Tensor
 
 from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
 from ..functional.limits import K_ALL
-from ..functional.recall import NO_VALUE, hits_per_k, triplet_parts
+from ..functional.recall import NO_VALUE, hits_per_k
+from ..functional.triplets import triplet_parts
 from .options import bootstrap_options
 
 Tables = Dict[str, Dict[str, Tensor]]

@@ -22,7 +22,8 @@ from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, 
 from ..functional.diagnostics import label_offset_counts, label_shift_warnings
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
-from .base import RowMetric, Schema, Tables, warn_user
+from ..user_messages import warn_user
+from .base import RowMetric, Schema, Tables
 from .options import positive_int
 
 _COUNTS = ('num_images', 'num_detections', 'num_gt_boxes')

@@ -48,7 +48,8 @@ from ..functional.grounding import MGVLF_IMAGE_SIZE, mgvlf_clamp_predictions, mg
 from ..registry import METRICS
 from ..reports import dump_metric_json, write_grounding_reports
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
-from .base import RowMetric, Schema, Tables, missing_flags, warn_user
+from ..user_messages import warn_user
+from .base import RowMetric, Schema, Tables, missing_flags
 from .options import number_sequence
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)

@@ -79,7 +79,8 @@ from ..functional.clip_score import (CLIP_SCORE_MODES, REGION_GROUPS, counted_re
 from ..registry import METRICS
 from ..structures import SceneGraphBatch, collate_scene_graphs, get_field, sample_name, to_tensor
 from ..io.vlm import VLMAnswerParser, normalize_name, to_data_sample
-from .base import RowMetric, Schema, Tables, warn_user
+from ..user_messages import warn_user
+from .base import RowMetric, Schema, Tables
 from .options import iou_threshold, positive_int
 
 RELCLIP_MODES = CLIP_SCORE_MODES

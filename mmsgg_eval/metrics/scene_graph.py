@@ -22,7 +22,8 @@ from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, descr
                                       head_predicate_flags, label_checked_images, label_offset_counts,
                                       label_shift_warnings,
                                       score_column_warnings)
-from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall, triplet_parts
+from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall
+from ..functional.triplets import triplet_parts
 from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
@@ -397,9 +398,9 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
         return self._zs_cache[where]
 
     def _zeroshot_key(self) -> Optional[tuple]:
-        """The exact key (:func:`~mmsgg_eval.metrics.state.key_value`) of the zero-shot codes, kept with them:
+        """The exact key (:func:`~mmsgg_eval.metrics.settings.key_value`) of the zero-shot codes, kept with them:
         :meth:`compute_key` is asked at every ``process()``."""
-        from .state import key_value
+        from .settings import key_value
         codes = self._zeroshot_codes(torch.device('cpu'))
         if self._zs_key is None or self._zs_key[0] is not codes:
             self._zs_key = (codes, key_value(codes))

@@ -36,7 +36,9 @@ from ..functional.instance_matching import (assign_detections, deduplicate_gt_tr
 from ..functional.diagnostics import HEAD_ENTRIES
 from ..functional.limits import K_ALL, NO_HIT
 from ..functional.ranking import graph_constrained_list, pair_end_scores
-from ..functional.recall import evaluated_image_rows, mean_recall, no_graph_constraint_list, object_iou_matrix
+from ..functional.matching import object_iou_matrix
+from ..functional.no_graph_constraint import no_graph_constraint_list
+from ..functional.recall import evaluated_image_rows, mean_recall
 from ..registry import METRICS
 from ..reports import write_scene_graph_reports
 from .base import Schema, Tables

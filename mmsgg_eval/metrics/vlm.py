@@ -38,11 +38,12 @@ from ..registry import METRICS
 from ..functional.detection_rows import coco_ap50  # AP@50 of the object rows (kept importable from here)
 from ..io.vlm import FAILURE_CODES, ParseResult, VLMAnswerParser, to_data_sample
 from ..structures import get_field
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing, warn_user
+from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import positive_int, positive_ints
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
 from .scene_graph import SceneGraphMetric, warn_no_value
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
+from ..user_messages import warn_user
 
 _SAMPLE_DTYPES = {'missing': torch.bool, 'pixel_like': torch.int8}
 #: Pixel-box warning: at least this many answers look like pixels ...

@@ -97,8 +97,7 @@ class HostSyncCounter(TorchDispatchMode):
     """Records every operation that would synchronise host and device on CUDA (see the module docstring).
 
     Use as a context manager: ``with HostSyncCounter() as syncs: ...``; then ``syncs.total``, ``syncs.kinds``
-    (a Counter by kind) and ``syncs.sites`` (a Counter by (kind, ``path:line``)). Counting can be paused with
-    :meth:`paused` (work that a test does not attribute to the code under test). Works on any device: on CUDA it
+    (a Counter by kind) and ``syncs.sites`` (a Counter by (kind, ``path:line``)). Works on any device: on CUDA it
     counts what ``torch.cuda.set_sync_debug_mode('warn')`` would warn about, and a little more (host reads of
     CPU tensors cannot be told apart from device reads, so ``.tolist()`` of a CPU tensor counts too).
     """
@@ -109,7 +108,6 @@ class HostSyncCounter(TorchDispatchMode):
         super().__init__()
         self.kinds: Counter = Counter()
         self.sites: Counter = Counter()
-        self._active = True
         self._assigning = False  # inside Tensor.__setitem__
         self._saved: Dict[str, Callable] = {}
 
@@ -123,9 +121,8 @@ class HostSyncCounter(TorchDispatchMode):
         if kind == 'to device' and any(os.path.abspath(f.filename) == _NON_BLOCKING
                                        for f in traceback.extract_stack(limit=6)):
             return
-        if self._active:
-            self.kinds[kind] += 1
-            self.sites[(kind, _caller())] += 1
+        self.kinds[kind] += 1
+        self.sites[(kind, _caller())] += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -171,25 +168,10 @@ class HostSyncCounter(TorchDispatchMode):
                 counter._assigning = saved
         return setitem
 
-    def paused(self) -> '_Paused':
-        """A context in which nothing is recorded."""
-        return _Paused(self)
-
     def report(self, limit: int = 40) -> str:
         """The recorded sites, most frequent first, one per line (``count kind path:line``)."""
         lines = [f'{n:5d} {kind:18s} {site}' for (kind, site), n in self.sites.most_common(limit)]
         return f'{self.total} host syncs: {dict(self.kinds)}\n' + '\n'.join(lines)
-
-
-class _Paused:
-    def __init__(self, counter: HostSyncCounter) -> None:
-        self.counter = counter
-
-    def __enter__(self) -> None:
-        self._was, self.counter._active = self.counter._active, False
-
-    def __exit__(self, *exc: Any) -> None:
-        self.counter._active = self._was
 
 
 def syncs_of(run: Callable[[], Any]) -> Tuple[Any, HostSyncCounter]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmsgg_eval.datasets import RSVGDDataset, VG150Dataset
-from mmsgg_eval.eval import evaluate_grounding_predictions
+from mmsgg_eval.offline import evaluate_grounding_predictions
 from mmsgg_eval.io.formats import open_predictions
 from mmsgg_eval.io.samples import DatasetSamples
 from mmsgg_eval.io.stream import PredictionStream, StreamWriter

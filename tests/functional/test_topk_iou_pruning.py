@@ -205,19 +205,19 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
     threshold (none given, the top pairs, arbitrary pairs, too few pairs; with and without the probe bound; kept
     entries ranked in a table or by one sort), with exact ties, zero pair scores, images with fewer entries than
     ng_topk and images without pairs."""
-    from mmsgg_eval.functional import compiled, recall
-    from mmsgg_eval.functional.recall import no_graph_constraint_list
+    from mmsgg_eval.functional import compiled, no_graph_constraint as ngc
+    from mmsgg_eval.functional.no_graph_constraint import no_graph_constraint_list
     from mmsgg_eval.functional.scores import build_relation_scores
     if layout == 'compiled' and not compiled.built():
         pytest.skip('the compiled kernels are not built')
     if layout == 'stacked-pruned':  # fixed sizes ranked through the pruned path too
-        monkeypatch.setattr(recall, 'DENSE_NGC_ENTRIES', 0)
+        monkeypatch.setattr(ngc, 'DENSE_NGC_ENTRIES', 0)
         layout = 'stacked'
     if layout == 'concatenated-sorted':  # kept entries ranked by one sort (very uneven images) instead of a table
-        monkeypatch.setattr(recall, 'RANK_TABLE_SLACK', 0)
+        monkeypatch.setattr(ngc, 'RANK_TABLE_SLACK', 0)
         layout = 'concatenated'
     if layout == 'views-no-probe':  # the threshold from the top pairs' bound alone (many pairs per image)
-        monkeypatch.setattr(recall, 'NGC_PROBE_PAIRS_PER_ENTRY', 0)
+        monkeypatch.setattr(ngc, 'NGC_PROBE_PAIRS_PER_ENTRY', 0)
         layout = 'views'
     g = np.random.default_rng(7 + single_label)
     num_pred = 6
@@ -338,7 +338,7 @@ def test_row_maxima_and_value_check_equal_float_reductions(layout):
 def test_score_workspace_reuse_gives_the_same_batches():
     """Batches built one after the other in one workspace (growing, shrinking, stacked and concatenated) hold the
     same scores and rank the same as batches built in fresh tensors; the workspace's memory is reused."""
-    from mmsgg_eval.functional.recall import no_graph_constraint_list
+    from mmsgg_eval.functional.no_graph_constraint import no_graph_constraint_list
     from mmsgg_eval.functional.scores import ScoreWorkspace, build_relation_scores
     g = np.random.default_rng(5)
     workspace = ScoreWorkspace()

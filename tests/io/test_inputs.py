@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.eval import evaluate_file, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file
 from mmsgg_eval.io.errors import InputFileError, MissingSamplesError, TruncatedStreamError, UnsafePickleError
 from mmsgg_eval.io.jsonl import iter_jsonl
 from mmsgg_eval.io.samples import MISSING_KEY, CoveredSamples, DatasetSamples

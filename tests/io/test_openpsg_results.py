@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from mmsgg_eval.datasets import PSGDataset
-from mmsgg_eval.eval import evaluate_file, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file
 from mmsgg_eval.io.errors import InputFileError, UnsafePickleError
 from mmsgg_eval.io.formats import open_predictions
 from mmsgg_eval.io.openpsg import gt_masks, load_openpsg_results, openpsg_metric_defaults

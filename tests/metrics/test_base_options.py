@@ -6,7 +6,7 @@ import pytest
 from mmsgg_eval.metrics import DetectionAP, GroundingPr, SGMeanRecall, SGRecall, SGBenchMetric
 from mmsgg_eval.metrics.base import RowMetric
 from mmsgg_eval.metrics.options import BASE_OPTIONS, recorded_arguments
-from mmsgg_eval.metrics.state import metric_settings
+from mmsgg_eval.metrics.settings import metric_settings
 from tests.metrics.scene_graph.test_edge_cases import evaluate, two_relation_image
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.eval import evaluate_grounding_predictions
+from mmsgg_eval.offline import evaluate_grounding_predictions
 from mmsgg_eval.metrics import GroundingPr
 from mmsgg_eval.metrics.grounding import grounding_statistics
 from mmsgg_eval.registry import METRICS

@@ -479,7 +479,7 @@ def vlm_answers(dataset, failed=(1,)) -> List[dict]:
 
 def test_vlm_answers_offline_use_the_models_words(psg_sample, tmp_path):
     """Offline `--format vlm` with a config's vlm_evaluator: hand-derived RelCLIPScore / RefRelCLIPScore."""
-    from mmsgg_eval.eval import evaluate_file
+    from mmsgg_eval.offline import evaluate_file
     _register_word_stub()
     dataset = psg_sample['dataset']
     path = tmp_path / 'answers.jsonl'
@@ -601,7 +601,7 @@ def test_configs_run_end_to_end_with_tiny_local_models(psg_sample, tmp_path, con
     """configs/relclip/*: built from the config, a tiny random model loaded from a local path, offline JSONL."""
     from mmengine.config import Config
 
-    from mmsgg_eval.eval import evaluate_file
+    from mmsgg_eval.offline import evaluate_file
     from mmsgg_eval.registry import METRICS
     from tests.encoders import test_clip_encoders as test_encoders
     if config == 'relclip_negclip_psg':
@@ -647,7 +647,7 @@ def test_shipped_vlm_config_with_tiny_negclip(psg_sample, tmp_path):
     """configs/relclip/relclip_vlm_psg.py as shipped (VLMSceneGraphMetric + RelCLIPScore with region keys), the
     NegCLIP checkpoint replaced by a tiny local open_clip model."""
     pytest.importorskip('open_clip')
-    from mmsgg_eval.eval import evaluate_file
+    from mmsgg_eval.offline import evaluate_file
     from tests.encoders import test_clip_encoders as test_encoders
     model = test_encoders.make_openclip_dir(str(tmp_path / 'model'))
     dataset = psg_sample['dataset']

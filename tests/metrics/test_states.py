@@ -10,7 +10,8 @@ import torch
 
 from mmsgg_eval.datasets import RSVGDDataset, VG150Dataset
 from mmsgg_eval.testing import make_sample_data
-from mmsgg_eval.eval import evaluate_file, evaluate_states, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file, evaluate_states
 from mmsgg_eval.io.errors import MissingSamplesError
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.state import (StateMismatchError, load_state, merge_states, missing_samples,

@@ -9,7 +9,8 @@ import torch
 from mmsgg_eval.metrics import ComputeGroup, SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.scene_graph import SceneGraphMetric
 from mmsgg_eval.metrics.sgbench import SGBenchMetric
-from mmsgg_eval.metrics.state import NOT_IN_WORK_KEYS, key_value, rows_description, work_key
+from mmsgg_eval.metrics.settings import NOT_IN_WORK_KEYS, key_value, work_key
+from mmsgg_eval.metrics.state import rows_description
 from tests.metrics.scene_graph.test_recall import META
 
 

@@ -8,7 +8,8 @@ import pytest
 from mmsgg_eval.datasets import VG150Dataset
 from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.testing.predictions import vlm_answer_lines
-from mmsgg_eval.eval import evaluate_file, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.io.vlm import gt_from_data_info
 

@@ -6,7 +6,8 @@ import os.path as osp
 
 import pytest
 
-from mmsgg_eval.eval import evaluate_file, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file
 from tests.offline.test_eval_cli import predictions_for, sample  # noqa: F401  (fixture)
 
 pytest.importorskip('mmdet.evaluation', reason='the SGDet config holds DetectionAP (mmdet)')

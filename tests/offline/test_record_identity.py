@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.eval import evaluate_file, evaluate_grounding_predictions, main
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file, evaluate_grounding_predictions
 from mmsgg_eval.io.errors import InputFileError
 from mmsgg_eval.io.formats import open_predictions
 from mmsgg_eval.io.samples import DatasetSamples

@@ -21,7 +21,8 @@ import pytest
 from tests.tool_runs import run_tool
 
 from mmsgg_eval.testing import make_sample_data
-from mmsgg_eval.eval import evaluate_file, main, metric_cfgs
+from mmsgg_eval.eval import main
+from mmsgg_eval.offline import evaluate_file, metric_cfgs
 from mmsgg_eval.runner.results import file_fingerprint, git_state
 from tests.offline.test_eval_cli import predictions_for
 

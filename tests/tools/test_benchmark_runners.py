@@ -13,7 +13,7 @@ import pytest
 
 from mmsgg_eval.benchmarks import load, report, runners
 from mmsgg_eval.benchmarks.timing import best_of
-from mmsgg_eval.eval import evaluate_file
+from mmsgg_eval.offline import evaluate_file
 from tests.tool_runs import run_tool
 
 TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
@@ -260,7 +260,7 @@ def test_workload_dataset_and_timed_cli_helpers(tmp_path):
     from mmengine.config import Config
 
     from mmsgg_eval.benchmarks.offline import WorkloadDataset, write_stream, write_workload_config
-    from mmsgg_eval.eval import build_dataset
+    from mmsgg_eval.offline import build_dataset
     config = tmp_path / 'workload.py'
     write_workload_config(str(config), 5, 'sgdet')
     dataset = build_dataset(Config.fromfile(str(config)))

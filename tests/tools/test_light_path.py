@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.eval import evaluate_file
+from mmsgg_eval.offline import evaluate_file
 from mmsgg_eval.io.samples import DatasetSamples
 from mmsgg_eval.testing import make_sample_data
 from mmsgg_eval.testing.predictions import grounding_predictions, sgdet_records, vlm_answer_lines
@@ -115,7 +115,7 @@ def write_inputs(name, dataset, folder):
 def light(tmp_path_factory):
     """Every entry point run once under the import hook; the plan, the inputs and the results."""
     from mmengine.config import Config
-    from mmsgg_eval.eval import build_dataset
+    from mmsgg_eval.offline import build_dataset
     tmp = tmp_path_factory.mktemp('light')
     make_sample_data(str(tmp))
     plan, inputs = [], {}

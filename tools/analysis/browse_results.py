@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, k) -> dict:
     from mmsgg_eval.analysis.browse import dataset_facts, report_k, write_report
     from mmsgg_eval.analysis.relation_changes import run_changes
     from mmsgg_eval.compare import is_state_input, load_run, quiet_evaluation, run_names
-    from mmsgg_eval.eval import build_dataset, evaluate_file, load_run_config
+    from mmsgg_eval.offline import build_dataset, evaluate_file, load_run_config
     from mmsgg_eval.io.formats import guess_format
     from mmsgg_eval.metrics.per_image import read_per_image
     cfg = load_run_config(args.config, args.cfg_options)

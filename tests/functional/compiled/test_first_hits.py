@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmsgg_eval.functional import compiled, recall
+from mmsgg_eval.functional import compiled, first_hits
 from mmsgg_eval.functional.limits import NO_HIT
 from mmsgg_eval.functional.matching import box_object_match_list, pairs_in_reference, relation_end_bits
 from mmsgg_eval.functional.ranking import stable_topk
-from mmsgg_eval.functional.recall import scene_graph_ranks
+from mmsgg_eval.functional.first_hits import scene_graph_ranks
 from mmsgg_eval.structures import reader
 from mmsgg_eval.structures.reader import collate_scene_graphs
 
@@ -477,8 +477,8 @@ def test_scene_graph_ranks_equal_with_the_kernels_on_and_off(monkeypatch, mode, 
         assert batch.scores.layout == expected_layout
     else:
         assert batch.scores.layout != 'compiled' and batch.scores.has_single_label
-    assert recall._score_row_source(batch.scores) is not None
-    assert recall._compiled_first_hit_ranker(batch, 0.5, False) is not None
+    assert first_hits._score_row_source(batch.scores) is not None
+    assert first_hits._compiled_first_hit_ranker(batch, 0.5, False) is not None
     assert batch.gt_valid.any() and batch.rel_valid.any()
     calls = _spy(monkeypatch, ext, ['first_hit_ranks', 'box_relation_end_bits', 'gt_pair_list'])
     hits = 0
@@ -530,7 +530,7 @@ def test_scene_graph_ranks_of_images_without_pairs_or_gt_relations(monkeypatch, 
             if forced:
                 patch.setattr(reader, 'choose_layout', lambda *args: forced)
             batch = collate_scene_graphs(samples(), mode, 7, 5)
-        assert recall._compiled_first_hit_ranker(batch, 0.5, False) is not None
+        assert first_hits._compiled_first_hit_ranker(batch, 0.5, False) is not None
         for rank_by in ('score', 'given'):
             got = scene_graph_ranks(batch, 20, 30, rank_by=rank_by, list_length=5)
             with compiled.disabled():
@@ -551,8 +551,8 @@ def test_score_rows_the_kernels_cannot_address_run_the_torch_ranker(monkeypatch)
     flat = batch.scores.flat
     column_major = torch.empty(flat.shape[1], flat.shape[0]).t().copy_(flat)
     batch = dataclasses.replace(batch, scores=dataclasses.replace(batch.scores, flat=column_major))
-    assert recall._score_row_source(batch.scores) is None
-    assert recall._compiled_first_hit_ranker(batch, 0.5, False) is None
+    assert first_hits._score_row_source(batch.scores) is None
+    assert first_hits._compiled_first_hit_ranker(batch, 0.5, False) is None
     calls = _spy(monkeypatch, ext, ['first_hit_ranks', 'box_relation_end_bits'])
     got = scene_graph_ranks(batch, 20, 30, list_length=5)
     assert not calls

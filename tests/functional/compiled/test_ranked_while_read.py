@@ -7,7 +7,7 @@ import torch
 
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.ranking import prefix_topk
-from mmsgg_eval.functional.recall import scene_graph_ranks
+from mmsgg_eval.functional.first_hits import scene_graph_ranks
 from mmsgg_eval.structures.pairs import RelationPairs
 from mmsgg_eval.structures.reader import collate_scene_graphs
 from tests.sgg_samples import random_dataset
@@ -76,7 +76,7 @@ def _separately(ext, matrices, pairs, object_scores, column, num_predicates, k, 
         padded[b, :len(p)] = p
     order, valid, triplet, pair_score = ext.graph_constrained_pairs(padded, object_scores, best, count, k)
     top = torch.where(valid, order, -1)
-    if ng_topk == 0:  # as functional.recall.no_graph_constraint_list: nothing listed
+    if ng_topk == 0:  # as functional.no_graph_constraint.no_graph_constraint_list: nothing listed
         empty = torch.zeros((len(pairs), 0), dtype=torch.long)
         ngc = (empty, empty, empty.bool())
     else:

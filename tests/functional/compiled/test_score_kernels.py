@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mmsgg_eval.functional import compiled
-from mmsgg_eval.functional.recall import no_graph_constraint_list
+from mmsgg_eval.functional.no_graph_constraint import no_graph_constraint_list
 from mmsgg_eval.functional.scores import build_relation_scores
 from tests.functional.test_topk_iou_pruning import _reference_ng_list
 

@@ -375,7 +375,7 @@ def test_compiled_pair_flags_equal_the_torch_path():
     """The compiled one-pass kernel (relation_pair_flags) gives the causes of the torch path (the first-hit ranks of
     the list of every pair), also on padded pairs, repeated pairs and images without pairs."""
     from mmsgg_eval.functional import compiled
-    from mmsgg_eval.functional.recall import _first_hit_ranker, scene_graph_ranks
+    from mmsgg_eval.functional.first_hits import _first_hit_ranker, scene_graph_ranks
     from mmsgg_eval.structures import collate_scene_graphs
     if not compiled.built():
         pytest.skip('the compiled kernels are not built')
