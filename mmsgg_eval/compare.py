@@ -294,6 +294,48 @@ def metric_changes(metric: Any, tables_a: Dict[str, Dict[str, torch.Tensor]],
         raise CompareError(f'{metric.prefix}: {err}') from None
 
 
+def run_changes(states_a: Sequence[Any], states_b: Sequence[Any], k: int, names: Tuple[str, str],
+                prefix: Optional[str] = None) -> Dict[str, Any]:
+    """The GT relations gained and lost at K by run B against run A, given as their merged evaluation states
+    (:func:`load_run`), for the HTML report (``browse_results.py --compare-to``): the first
+    scene-graph recall metric of B (of key prefix ``prefix`` when given) that A also has, paired as
+    ``python -m mmsgg_eval.compare --report`` pairs it (:func:`paired_tables`,
+    :func:`metric_changes`, then :func:`~mmsgg_eval.analysis.relation_changes.relation_changes`). Returns its result with
+    ``'metric'`` (the prefix) and ``'settings_differences'`` (one line each, shown with the list).
+
+    Refused with a ``ValueError`` naming the runs and the difference: runs on different ground truth
+    (:func:`~mmsgg_eval.metrics.state.ground_truth_difference`, as compare), runs over different images, no
+    scene-graph recall metric in common, or a K that metric does not report."""
+    from .metrics.state import ground_truth_difference
+    base = {s.identity(): s for s in states_a}
+    pairs = [(base[s.identity()], s) for s in states_b if s.identity() in base
+             and (prefix is None or s.prefix == prefix)
+             and {'rank_gc', 'triplet'} <= set(s.tables.get('relations', {}))]
+    if not pairs:
+        raise ValueError(f'runs {names[0]} and {names[1]} have no scene-graph recall metric in common'
+                         + (f' with the key prefix {prefix!r}' if prefix else '') + f' ({names[0]}: '
+                         f'{sorted(s.name for s in states_a)}; {names[1]}: {sorted(s.name for s in states_b)})')
+    a, b = pairs[0]
+    other_gt = ground_truth_difference(a, b)
+    if other_gt is not None:
+        raise ValueError(f'{a.name}: runs {names[0]} and {names[1]} were evaluated on different ground truth: '
+                         f'{other_gt}; gained and lost relations need the same dataset')
+    ids_a, ids_b = a.sample_ids(), b.sample_ids()
+    if not torch.equal(ids_a, ids_b):
+        raise ValueError(f'{a.name}: runs {names[0]} and {names[1]} hold different images: '
+                         f'{int((~torch.isin(ids_a, ids_b)).sum())} only in {names[0]}, '
+                         f'{int((~torch.isin(ids_b, ids_a)).sum())} only in {names[1]}; gained and lost relations '
+                         f'need the same images (evaluate both on the whole dataset)')
+    metric_a, tables_a, _, tables_b, _ = paired_tables(a, b, names, intersect=False)
+    ks = [int(x) for x in getattr(metric_a, 'topk', ())]
+    if k not in ks:
+        raise ValueError(f'--k {k}: not a K of {a.name} (its K: {ks})')
+    out = metric_changes(metric_a, tables_a, tables_b, names, k)
+    if 'unavailable' in out:
+        raise ValueError(out['unavailable'])
+    return {'metric': a.prefix or a.metric_type, **out, 'settings_differences': setting_differences(a, b)}
+
+
 def compare_runs(runs: Sequence[Sequence[Any]], names: Sequence[str], samples: int = 1000, level: float = 0.95,
                  seed: int = 0, intersect: bool = False, allow_different_settings: bool = False,
                  per_predicate_key: Optional[str] = None, report: bool = False,

@@ -219,6 +219,35 @@ def _read_image(path: Optional[str], record: Dict[str, Any]) -> np.ndarray:
     return np.full((int(extent[1]) + 10, int(extent[0]) + 10, 3), 128, dtype=np.uint8)
 
 
+def draw_image_pages(records: Sequence[Dict[str, Any]], out_dir: str, k: Any, topk_drawn: int,
+                     image_root: Optional[str], changes: Optional[Dict[str, Any]], progress: bool) -> set:
+    """Draw each record's picture (``images/{sample_idx}.jpg``) and write its page (``images/{sample_idx}.html``,
+    with its gained / lost relations when ``changes`` is given); returns the ``sample_idx`` drawn."""
+    import mmcv
+
+    from ..visualization.drawing import draw_record, relation_items
+    drawn = set()
+    changed = {image['sample_idx']: image for image in (changes or {}).get('images', ())}
+    bar = None
+    if progress and records:
+        from mmengine.utils import ProgressBar
+        bar = ProgressBar(len(records))
+    for r in records:
+        path = r.get('img_path')
+        if path and image_root and not osp.isabs(path):
+            path = osp.join(image_root, path)
+        picture = draw_record(_read_image(path, r), r, _k_value(k), topk_drawn)  # 'all': any rank
+        mmcv.imwrite(picture[..., ::-1], osp.join(out_dir, 'images', f'{r["sample_idx"]}.jpg'))
+        _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'),
+               image_page(r, k, topk_drawn, relation_items, changes, changed.get(r['sample_idx'])))
+        drawn.add(r['sample_idx'])
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        print()
+    return drawn
+
+
 def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[str], predicates: Sequence[str],
                  k: Any = None, topk_drawn: int = 20, max_images: Optional[int] = None,
                  average: Optional[str] = None, metrics: Optional[Dict[str, Any]] = None,
@@ -237,11 +266,8 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     predicate (``dataset_meta['predicate_counts']``): the per-predicate chart is sorted by it, else by the
     number of GT relations in the records (the chart and the index page say which, ``summary['chart_order']``).
     ``changes``: the GT relations these records' run gains and loses against another run
-    (:func:`mmsgg_eval.analysis.relation_changes.run_changes`, this run being B): listed in ``changes.html``
+    (:func:`mmsgg_eval.compare.run_changes`, this run being B): listed in ``changes.html``
     (with ``changes.md`` / ``changes.json``), a section of the index and of each changed image's page."""
-    import mmcv
-
-    from ..visualization.drawing import draw_record, relation_items
     os.makedirs(osp.join(out_dir, 'images'), exist_ok=True)
     os.makedirs(osp.join(out_dir, 'predicates'), exist_ok=True)
     records = sorted(records, key=lambda r: r['sample_idx'])
@@ -258,25 +284,7 @@ def write_report(records: List[Dict[str, Any]], out_dir: str, classes: Sequence[
     summary.update(recall_average=average, mr_average=mr_average)
     summary['causes'] = cause_summary(records, predicates, [x for x in ks if x != ALL], average)  # error_analysis=True records only
     limit = len(records) if max_images is None else max(0, int(max_images))
-    drawn = set()
-    changed = {image['sample_idx']: image for image in (changes or {}).get('images', ())}
-    bar = None
-    if progress and limit:
-        from mmengine.utils import ProgressBar
-        bar = ProgressBar(min(limit, len(records)))
-    for r in records[:limit]:
-        path = r.get('img_path')
-        if path and image_root and not osp.isabs(path):
-            path = osp.join(image_root, path)
-        picture = draw_record(_read_image(path, r), r, _k_value(k), topk_drawn)  # 'all': any rank
-        mmcv.imwrite(picture[..., ::-1], osp.join(out_dir, 'images', f'{r["sample_idx"]}.jpg'))
-        _write(osp.join(out_dir, 'images', f'{r["sample_idx"]}.html'),
-               image_page(r, k, topk_drawn, relation_items, changes, changed.get(r['sample_idx'])))
-        drawn.add(r['sample_idx'])
-        if bar is not None:
-            bar.update()
-    if bar is not None:
-        print()
+    drawn = draw_image_pages(records[:limit], out_dir, k, topk_drawn, image_root, changes, progress)
     pred_file = {p: f'{i}.html' for i, p in enumerate(predicates)}
     for i, p in enumerate(predicates):
         _write(osp.join(out_dir, 'predicates', pred_file[p]),

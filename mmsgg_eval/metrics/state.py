@@ -11,7 +11,7 @@ their order of computation within a sample) and what they depend on:
   (:meth:`EvaluationState.build_metric`);
 * ``prefix``, ``protocol`` and ``conventions`` (as in ``metrics.json``'s provenance);
 * ``dataset``: name, number of samples of the evaluated dataset, and ``gt_hash``, a SHA-256 of the GT of the
-  whole dataset (:func:`dataset_gt_hash`; set by ``tools/test.py`` and the offline CLI, None when the metric
+  whole dataset (:func:`~mmsgg_eval.metrics.state_paths.dataset_gt_hash`; set by ``tools/test.py`` and the offline CLI, None when the metric
   ran without them), plus the ``dataset_meta`` the summary reads (class and predicate names, counts, ...);
 * ``version``: the mmsgg_eval version that wrote it.
 
@@ -26,7 +26,6 @@ or states differing in metric, settings, protocol, conventions, dataset or GT ar
 :class:`StateMismatchError` naming the difference. Samples of the dataset in no state:
 :func:`missing_samples` (the offline CLI refuses them as it refuses missing predictions).
 """
-import hashlib
 import json
 import os
 import os.path as osp
@@ -213,7 +212,7 @@ def state_of(metric: Any, tables: Tables, size: Optional[int] = None) -> Evaluat
 
 
 def _dataset_size(metric: Any, size: Optional[int]) -> Optional[int]:
-    """The dataset length: set by :func:`set_state_paths` (a shard evaluates fewer samples), else ``size``."""
+    """The dataset length: set by :func:`~mmsgg_eval.metrics.state_paths.set_state_paths` (a shard evaluates fewer samples), else ``size``."""
     known = getattr(metric, 'state_num_samples', None)
     known = size if known is None else known
     return None if known is None else int(known)
@@ -479,44 +478,3 @@ def evaluate_state(state: EvaluationState, metric: Any = None, **overrides: Any)
     metric.state_num_samples = state.dataset.get('num_samples')
     size = state.dataset.get('num_samples')
     return metric, metric.evaluate(size)
-
-
-# ---------------------------------------------------------------------------------------------- tools
-
-def dataset_gt_hash(dataset: Any) -> str:
-    """SHA-256 (hex) of the GT of every sample of ``dataset`` (``get_data_info(i)``: ``img_id``, image size,
-    instances' boxes, labels and ignore flags, relations, and a grounding query's text), in index order.
-    File paths are left out, so copies of one dataset under different roots hash alike."""
-    import numpy as np
-    digest = hashlib.sha256()
-    for i in range(len(dataset)):
-        info = dataset.get_data_info(i)
-        instances = info.get('instances', [])
-        digest.update(json.dumps([info.get(k) for k in ('img_id', 'width', 'height', 'text')], default=str)
-                      .encode())
-        digest.update(np.asarray([inst.get('bbox', [0] * 4) for inst in instances], np.float64).tobytes())
-        digest.update(np.asarray([[inst.get('bbox_label', -1), inst.get('ignore_flag', 0)] for inst in instances],
-                                 np.int64).tobytes())
-        digest.update(np.asarray(info.get('relations', np.zeros((0, 3))), np.int64).tobytes())
-        digest.update(b'|')
-    return digest.hexdigest()
-
-
-def set_state_paths(metrics: Sequence[Any], directory: str, dataset: Any = None) -> List[str]:
-    """``--save-state DIR``: every row metric of ``metrics`` writes its state to ``DIR/{prefix}[.{file_tag}]
-    .state`` (numbered when two metrics would share a name) with the GT hash of ``dataset`` (main rank
-    only: the hash is computed there). Returns the paths."""
-    from mmengine.dist import is_main_process
-    gt_hash = dataset_gt_hash(dataset) if dataset is not None and is_main_process() else None
-    paths: List[str] = []
-    for metric in metrics:
-        if not callable(getattr(metric, 'tagged_stem', None)):  # not a row metric: it has no state
-            continue
-        stem = metric.tagged_stem()
-        path, n = osp.join(directory, stem + STATE_SUFFIX), 2
-        while path in paths:
-            path, n = osp.join(directory, f'{stem}.{n}{STATE_SUFFIX}'), n + 1
-        metric.save_state, metric.state_gt_hash, metric.state_position = path, gt_hash, len(paths)
-        metric.state_num_samples = None if dataset is None else len(dataset)
-        paths.append(path)
-    return paths

@@ -87,7 +87,7 @@ def build_evaluator(cfgs: List[dict], dataset: Any, work_dir: str, save_state: O
     evaluator.dataset_meta = dataset.metainfo
     set_report_dirs(evaluator.metrics, work_dir)  # as tools/test.py: every metric that writes reports
     if save_state:
-        from mmsgg_eval.metrics.state import set_state_paths
+        from mmsgg_eval.metrics.state_paths import set_state_paths
         from mmsgg_eval.runner.results import check_writable
         check_writable(save_state, 'directory of --save-state')  # before anything is evaluated
         set_state_paths(evaluator.metrics, save_state, dataset)

@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
             from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
             evaluator.metrics.append(DumpSceneGraphPredictions(out_file_path=args.out, config=args.config))
         if args.save_state is not None:
-            from mmsgg_eval.metrics.state import set_state_paths
+            from mmsgg_eval.metrics.state_paths import set_state_paths
             set_state_paths(evaluator.metrics, args.save_state, runner.test_dataloader.dataset)
         check_metric_outputs(evaluator.metrics)
         metrics = runner.test()  # the Runner logs the metrics before anything is written

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mmsgg_eval.analysis.browse import write_report
-from mmsgg_eval.analysis.relation_changes import run_changes
+from mmsgg_eval.compare import run_changes
 from mmsgg_eval.compare import load_run, restricted
 from tests.metrics.test_bootstrap import META
 from tests.compare.test_compare import perturbed

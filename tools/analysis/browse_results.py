@@ -84,8 +84,7 @@ def run(args: argparse.Namespace, k) -> dict:
     start = time.perf_counter()
     import mmsgg_eval  # noqa: F401
     from mmsgg_eval.analysis.browse import dataset_facts, report_k, write_report
-    from mmsgg_eval.analysis.relation_changes import run_changes
-    from mmsgg_eval.compare import is_state_input, load_run, quiet_evaluation, run_names
+    from mmsgg_eval.compare import is_state_input, load_run, quiet_evaluation, run_changes, run_names
     from mmsgg_eval.offline import build_dataset, evaluate_file, load_run_config
     from mmsgg_eval.io.formats import guess_format
     from mmsgg_eval.metrics.per_image import read_per_image
