@@ -22,6 +22,9 @@ from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_
 from ..functional.scores import ScoreWorkspace
 from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints
+from ..functional.bootstrap import ratio
+from ..functional.recall import hits_per_k
+from .bootstrap import Contributions, put
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
@@ -55,6 +58,10 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
 
     file_tag = 'oi'
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`oi_contributions`."""
+        return oi_contributions(self, tables)
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100),
                  iou_plus_one: Optional[bool] = None, score_layout: str = 'auto', strict_counts: bool = False,
                  per_image_out: Optional[str] = None, outfile_prefix: Optional[str] = None,
@@ -311,3 +318,42 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
             names = self._image_names.names
             write_metric_per_image(self, summary, lambda: self.per_image_records(tables, names))
 
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def oi_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
+    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
+    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
+    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
+    per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
+    from ..functional.threads import compute_threads
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel_unit = c.unit_of(rels['sample_idx'])
+    ks = list(metric.topk)
+    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
+    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
+    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
+    rows = metric.sorted_entries(tables['entries'])
+    row_unit = c.unit_of(rows['sample_idx'])
+    groups = tie_groups(rows)
+    cache: Dict[bytes, Dict[str, Any]] = {}  # the AP keys and tables of a replicate (keyed by its counts)
+
+    def values(counts: Tensor) -> Dict[str, Any]:
+        counts = counts.double().cpu().contiguous()
+        key = counts.numpy().tobytes()
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            with compute_threads():  # many short ops: the thread policy of the metrics' pools
+                cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                              counts.index_select(0, rel_unit), groups)
+        return cache[key]
+    for key in OI_AP_KEYS:
+        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
+    for name in ('AP_rel', 'AP_phr'):  # the names of the summary's per-predicate table
+        c.resampled_tables[name] = lambda counts, name=name: 100.0 * values(counts)[name.lower()]
+    c.table_labels = list(metric.predicates)
+    return c

@@ -37,6 +37,7 @@ from .base import (RelationVocabulary, RowMetric, Schema, Tables, first_occurren
                    warn_user)
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
+from .key_values import Relations, predicate_table, scene_graph_contributions, summary_keys
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
 
 def _put(m: Dict[str, float], family: str, ks: Sequence[int], values: Tensor, suffix: str = '') -> None:
@@ -186,6 +187,10 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
     compute_rows_dedupes = True  # _read_pool keeps the first occurrence of a repeated sample_idx
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`scene_graph_contributions`."""
+        return scene_graph_contributions(self, tables)
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
                  iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
                  skip_empty_predictions: bool = UNSET, mr_average: str = UNSET, recall_average: str = UNSET,
@@ -539,8 +544,8 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         """All keys (percent) and the per-predicate table from de-duplicated row tables: the zero-shot set
-        (:meth:`_zeroshot_relations`), the recall keys (:meth:`_recall_keys`), the mean-recall keys and predicate
-        groups (:meth:`_mean_recall_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
+        (:meth:`_zeroshot_relations`), the declared keys (:mod:`mmsgg_eval.keys`, :func:`~.key_values.summary_keys`),
+        the error analysis' keys (:meth:`_error_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
         images, rels = tables['images'], tables['relations']
         evaluated = self._evaluated_images(images)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
@@ -550,10 +555,10 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
         zs_mask, zs_info = self._zeroshot_relations(rels['triplet'], rel)
         novel = self.novel_indices()
         subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
-        m: Dict[str, float] = {}
-        rank_rel = self.relative_ranks(rel['rank_gc'], image['num_gt'].index_select(0, image_of))
-        self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets, rank_rel)
-        per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets, rank_rel)
+        groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
+        counted = self.key_relations(rel, image_of, num_images, image['num_gt'], zs_mask, novel, subsets, groups)
+        m = summary_keys(self, counted)
+        per_pred = predicate_table(self, counted)
         pred = rel['predicate'].long()
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
@@ -620,64 +625,19 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
         are R@1 / mR@1 of these (stored ranks are capped, so n is too)."""
         return error_causes.as_rank(rank_gc.long() < num_gt.long().clamp(max=self._rank_cap))
 
-    def _recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                     zs_mask: Optional[Tensor], subsets: Dict[str, Tensor], rank_rel: Optional[Tensor] = None) -> None:
-        """R@K and ngR@K into ``m``; R@rel (with ``rank_rel``: :meth:`relative_ranks`), zR@K / ngzR@K (with a
-        zero-shot set), A@K (PredCls / SGCls) and the recalls of the open-vocabulary subsets (``R@K_{subset}``,
-        ``ngR@K_{subset}``)."""
-        ks, avg = self.topk, self.recall_average
-        rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
-
-        def recall(rank: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # a subset without GT: NaN
-            return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg,
-                                     empty=0.0 if mask is None else NO_VALUE)
-        _put(m, 'R', ks, recall(rank_gc))
-        if rank_rel is not None:
-            m['R@rel'] = 100.0 * float(recall_from_ranks(rank_rel, image_of, num_images, (1,), average=avg)[0])
-        _put(m, 'ngR', ks, recall(rank_ngc))
+    def key_relations(self, rel: Dict[str, Tensor], image_of: Tensor, num_images: int, num_gt: Tensor,
+                      zs_mask: Optional[Tensor], novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
+                      groups: Dict[str, Sequence[int]]) -> Relations:
+        """The evaluated relations ``rel`` as the key declarations read them (:mod:`~.key_values`):
+        ``image_of`` numbers their image (or resampling unit) among ``num_images``, ``num_gt`` [num_images] the GT
+        relations of each (for R@rel), ``zs_mask`` the zero-shot flags (None: no zero-shot set)."""
+        rank_gc = rel['rank_gc'].long()
+        ranks = {'rank_gc': rank_gc, 'rank_ngc': rel['rank_ngc'].long(), 'rank_pair': rel['rank_pair'].long(),
+                 'rank_rel': self.relative_ranks(rank_gc, num_gt.index_select(0, image_of))}
+        masks = dict(subsets)
         if zs_mask is not None:
-            _put(m, 'zR', ks, recall(rank_gc, zs_mask))
-            _put(m, 'ngzR', ks, recall(rank_ngc, zs_mask))
-        if self.mode in ('predcls', 'sgcls'):
-            total = float(rel['predicate'].numel())
-            for k in ks:
-                m[f'A@{k}'] = 100.0 * float(hit_within(rel['rank_pair'].long(), k).sum()) / total if total else 0.0
-        for subset, mask in subsets.items():
-            for family, rank in (('R', rank_gc), ('ngR', rank_ngc)):
-                _put(m, family, ks, recall(rank, mask), f'_{subset}')
-
-    def _mean_recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                          novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
-                          rank_rel: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Sequence[int]]]:
-        """mR@K, ngmR@K, the predicate groups' mR@K_{group}, the novel predicates' mR@K_novel_pred /
-        ngmR@K_novel_pred, F@K and AVG@K into ``m``; returns the per-predicate recalls [K, P] and the groups."""
-        ks, avg, num_pred_classes = self.topk, self.recall_average, len(self.predicates)
-        pred = rel['predicate'].long()
-        per_pred, present = per_predicate_recall(rel['rank_gc'].long(), pred, image_of, num_images, num_pred_classes,
-                                                 ks, avg)
-        ng_per_pred, _ = per_predicate_recall(rel['rank_ngc'].long(), pred, image_of, num_images, num_pred_classes,
-                                              ks, avg)
-
-        def mean_over(values: Tensor, members: Sequence[int], empty: float = NO_VALUE) -> Tensor:
-            return mean_recall(values, present, members, self.mr_average, empty)
-
-        everyone = range(num_pred_classes)
-        _put(m, 'mR', ks, mean_over(per_pred, everyone, 0.0))  # nothing evaluated: 0, warned (docs/metrics.md)
-        if rank_rel is not None:  # mR@rel: mR@1 of the relative ranks
-            rel_per_pred, _ = per_predicate_recall(rank_rel, pred, image_of, num_images, num_pred_classes, (1,), avg)
-            m['mR@rel'] = 100.0 * float(mean_over(rel_per_pred, everyone, 0.0)[0])
-        _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone, 0.0))
-        groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
-        for name, members in groups.items():
-            _put(m, 'mR', ks, mean_over(per_pred, members), f'_{name}')
-        if 'novel_pred' in subsets:
-            for family, table in (('mR', per_pred), ('ngmR', ng_per_pred)):
-                _put(m, family, ks, mean_over(table, novel['predicates']), '_novel_pred')
-        for k in ks:
-            r, mrk = m[f'R@{k}'], m[f'mR@{k}']
-            m[f'F@{k}'] = 2 * r * mrk / (r + mrk) if r + mrk > 0 else 0.0
-            m[f'AVG@{k}'] = (r + mrk) / 2
-        return per_pred, groups
+            masks['zeroshot'] = zs_mask
+        return Relations(ranks, rel['predicate'].long(), image_of, num_images, masks, novel, groups, tuple(subsets))
 
     def reported_causes(self, images: Dict[str, Tensor]) -> Tuple[str, ...]:
         """The causes with a ``miss@K_{cause}`` key: all, ``no_prediction`` only where it can occur (images
