@@ -7,18 +7,13 @@ import os.path as osp
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .keys import FAMILY_ORDER, FAMILY_TITLES  # the report families: titles and order, declared with the keys
+
 
 def _family_line(name: str, keys: Dict[str, float], ks: Sequence[int], suffix: str = '') -> str:
     cells = [f'{name}@{k}{suffix}: {_fmt(keys[f"{name}@{k}{suffix}"], 4)}' for k in ks if f'{name}@{k}{suffix}' in keys]
     return '  '.join(cells)
 
-
-FAMILY_TITLES = {
-    'R': 'Recall', 'ngR': 'No-graph-constraint recall', 'zR': 'Zero-shot recall',
-    'ngzR': 'No-graph-constraint zero-shot recall', 'A': 'Pair accuracy', 'mR': 'Mean recall',
-    'ngmR': 'No-graph-constraint mean recall', 'F': 'F (2 R mR / (R + mR))', 'AVG': 'AVG ((R + mR) / 2)',
-    'PairR': 'Pair recall (predicate ignored)',
-}
 
 
 def format_scene_graph_report(summary: Dict[str, Any], keys: Dict[str, float], mode: str, dataset: str,
@@ -78,7 +73,6 @@ GROUP_ORDER = ('head', 'body', 'tail')
 #: Keys without K shown in the main table when the summary has them (detection AP, sgbench, VLM).
 HEADLINE_EXTRA = ('mAP', 'AP@50', 'InstR', 'PRank', 'FailureRate')
 #: Row order of the key-family table (families not listed follow in the order met).
-FAMILY_ORDER = ('R', 'ngR', 'zR', 'ngzR', 'A', 'PairR', 'mR', 'ngmR', 'F', 'AVG')
 MISSING = '–'  # shown for a value that does not exist (NaN, a predicate without GT)
 
 

@@ -137,10 +137,12 @@ def _combined(family: KeyFamily, r: float, mr: float) -> float:
     return (r + mr) / 2
 
 
-def summary_keys(metric: Any, rels: Relations) -> Dict[str, float]:
-    """Every declared key of ``metric`` (percent) from the evaluated relations, in the declaration order."""
+def summary_keys(metric: Any, rels: Relations,
+                 families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Dict[str, float]:
+    """Every declared key of ``metric`` (percent) from the evaluated relations, in the declaration order
+    (``families``: a selection of the declarations, e.g. the ones the HTML report shows)."""
     m: Dict[str, float] = {}
-    for block in key_instances(metric, rels):
+    for block in key_instances(metric, rels, families):
         family = block[0].family
         if family.kind == 'combined':
             for k in metric.topk:

@@ -37,6 +37,7 @@ from .base import (RelationVocabulary, RowMetric, Schema, Tables, first_occurren
                    warn_user)
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from .predicate_groups import resolve_groups
+from ..keys import reported_families
 from .key_values import Relations, predicate_table, scene_graph_contributions, summary_keys
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
 
@@ -799,8 +800,7 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
 @METRICS.register_module()
 class SGRecall(SceneGraphMetric):
     """R@K, ngR@K, zR@K, ngzR@K and (PredCls/SGCls) A@K, in percent. See :class:`SceneGraphMetric`."""
-    report_keys = ('R', 'ngR', 'zR', 'ngzR', 'A', 'miss', 'stage_pair_loc', 'stage_pair_det', 'stage_pred_cls',
-                   'stage_inst_loc', 'stage_inst_det')
+    report_keys = reported_families('recall')  # the declared families (mmsgg_eval/keys.py) SGRecall returns
     file_tag = 'recall'
 
 
@@ -808,6 +808,6 @@ class SGRecall(SceneGraphMetric):
 class SGMeanRecall(SceneGraphMetric):
     """mR@K, ngmR@K, mR@K_head/_body/_tail, F@K and AVG@K in percent; the per-predicate recall table is in
     the logged report, the report files, ``outfile_prefix`` and :meth:`extra_results` (metrics.json)."""
-    report_keys = ('mR', 'ngmR', 'F', 'AVG')
+    report_keys = reported_families('mean_recall')
     file_tag = 'mean_recall'
     _reports_per_predicate = True
