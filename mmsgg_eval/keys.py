@@ -71,6 +71,7 @@ SCENE_GRAPH_FAMILIES: Tuple[KeyFamily, ...] = (
               members='novel_pred', reported_by='mean_recall'),
     KeyFamily('ngmR', 'No-graph-constraint mean recall of the novel predicates', kind='predicates',
               rank='rank_ngc', subset='novel_pred', members='novel_pred', reported_by='mean_recall'),
+    KeyFamily('zmR', 'Zero-shot mean recall', kind='predicates', subset='zeroshot', reported_by='mean_recall'),
     KeyFamily('F', 'F (2 R mR / (R + mR))', kind='combined', combine='harmonic', of=('R', 'mR'),
               reported_by='mean_recall'),
     KeyFamily('AVG', 'AVG ((R + mR) / 2)', kind='combined', combine='mean', of=('R', 'mR'),
@@ -102,6 +103,11 @@ FAMILY_ORDER: Tuple[str, ...] = tuple(
     [n for n in FAMILY_TITLES if n in {f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == 'recall'}]
     + ['PairR'] + [n for n in FAMILY_TITLES if n in {f.name for f in SCENE_GRAPH_FAMILIES
                                                      if f.reported_by == 'mean_recall'}])
+
+
+def subset_families(subset: str) -> Tuple[str, ...]:
+    """The family names counting only the GT relations of ``subset`` (``'zeroshot'``: zR, ngzR, zmR)."""
+    return tuple(dict.fromkeys(f.name for f in SCENE_GRAPH_FAMILIES if f.subset == subset))
 
 
 def reported_families(reported_by: str) -> Tuple[str, ...]:

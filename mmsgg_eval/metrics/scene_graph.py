@@ -25,7 +25,7 @@ from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
-from ..zeroshot import as_zeroshot_triplets
+from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
 from ..reports import dump_metric_json, write_scene_graph_reports
 from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
                         write_per_image)
@@ -66,20 +66,6 @@ def image_sizes(samples: Sequence[Any], device: torch.device) -> Tuple[Tensor, T
             resized.append((nan, nan))
     return (host_tensor(original, torch.float32, device).reshape(-1, 2),
             host_tensor(resized, torch.float32, device).reshape(-1, 2))
-
-
-def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
-    """Refuse a zero-shot set with an index outside the dataset (a 1-based list given as 0-based, or the set of
-    another dataset), naming ``source`` and the first offending row: its codes would alias real triplets."""
-    bounds = torch.tensor([num_classes, num_classes, num_predicates])
-    bad = ((triplets < 0) | (triplets >= bounds)).any(1)
-    if bool(bad.any()):
-        row = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f'zero-shot triplets ({source}): row {row} = (subject, object, predicate) {triplets[row].tolist()} '
-            f'(0-based) is outside the dataset ({num_classes} classes, {num_predicates} predicates; '
-            f'{int(bad.sum())} of {triplets.shape[0]} rows are); a list of triplets must be 0-based, the legacy file '
-            f'(a path) 1-based')
 
 
 def _as_unpredicted(sample: Any, num_predicates: int) -> Any:

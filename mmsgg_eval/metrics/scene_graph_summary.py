@@ -12,7 +12,7 @@ from ..functional import error_causes, triplet_keys
 from ..functional.diagnostics import (box_frame_warnings, describe_score_columns, label_shift_warnings,
                                       score_column_warnings)
 from ..functional.recall import evaluated_image_rows, triplet_parts
-from ..keys import reported_families
+from ..keys import subset_families
 from ..reports import format_recall_lost, format_scene_graph_report
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from .base import Tables, warn_user
@@ -108,7 +108,7 @@ class SceneGraphSummary:
         def nan_keys(predicate) -> List[str]:
             return [k for k, v in m.items() if v != v and predicate(k)]
         out = []
-        zero_shot = nan_keys(lambda k: k.split('@')[0] in ('zR', 'ngzR'))
+        zero_shot = nan_keys(lambda k: k.split('@')[0] in subset_families('zeroshot'))
         if zero_shot:
             out.append({'keys': zero_shot, 'why': f'no evaluated GT relation is in the zero-shot set '
                                                   f'({zs_info["size"]} triplets, {zs_info["source"]})'})

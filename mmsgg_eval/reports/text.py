@@ -2,7 +2,7 @@
 where recall is lost."""
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..keys import FAMILY_TITLES
+from ..keys import FAMILY_TITLES, subset_families
 from .values import _fmt, recall_average_of
 
 
@@ -33,7 +33,7 @@ def format_scene_graph_report(summary: Dict[str, Any], keys: Dict[str, float], m
                 lines.append(f'SGG eval: {_family_line("mR", keys, ks, "_" + group):<70s} '
                              f'for mode={mode}, type=Mean recall ({group} predicates).')
     zs = summary.get('zeroshot')
-    if zs and any(k.startswith(('zR', 'ngzR')) for k in keys):
+    if zs and any(k.split('@')[0] in subset_families('zeroshot') for k in keys):
         lines.append(f'Zero-shot set: {zs["size"]} triplets ({zs["source"]}), sha1 {zs["sha1"]}')
     if with_per_predicate and summary.get('per_predicate'):
         lines.append(format_per_predicate_table(summary['per_predicate'], ks, mode, recall_average_of(summary)))
