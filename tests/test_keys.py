@@ -143,3 +143,12 @@ def test_report_families_and_the_split_between_the_two_metrics_come_from_the_dec
     assert SGRecall.report_keys == reported_families('recall')
     assert set(SGMeanRecall.report_keys) == {f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == 'mean_recall'}
     assert not set(SGRecall.report_keys) & set(SGMeanRecall.report_keys)
+
+
+def test_bootstrap_flag_names_the_metrics_without_intervals():
+    from mmsgg_eval.metrics.bootstrap import set_bootstrap
+    from mmsgg_eval.metrics.detection import DetectionAP
+    recall, detection = SGRecall(mode='predcls'), DetectionAP()
+    with pytest.warns(UserWarning, match=r'--bootstrap: no intervals for DetectionAP'):
+        set_bootstrap([recall, detection], 20)
+    assert recall.bootstrap['samples'] == 20 and detection.bootstrap is None

@@ -263,12 +263,19 @@ def contributions_of(metric: Any, tables: Tables) -> Contributions:
 
 def set_bootstrap(metrics: Sequence[Any], samples: Optional[int]) -> None:
     """``--bootstrap N`` of the CLIs: intervals from ``samples`` image resamples (default level and seed) on
-    every metric of ``metrics`` that has them; a metric's own ``bootstrap=`` is kept. None: nothing."""
+    every metric of ``metrics`` that has them (a ``contributions()`` method); a metric's own ``bootstrap=`` is
+    kept; one warning names the metrics without intervals. None: nothing."""
     if not samples:
         return
+    without = []
     for metric in metrics:
-        if contributions_builder(metric) is not None and getattr(metric, 'bootstrap', None) is None:
+        if contributions_builder(metric) is None:
+            without.append(type(metric).__name__)
+        elif getattr(metric, 'bootstrap', None) is None:
             metric.bootstrap = bootstrap_options(int(samples), type(metric).__name__)
+    if without:
+        _warn(f'--bootstrap: no intervals for {", ".join(without)} (no per-image decomposition of its keys: '
+              f'no contributions() method); its keys are reported without intervals')
 
 
 # ---------------------------------------------------------------------------------------------- replicates
@@ -308,12 +315,16 @@ def checked_keys(stat: Contributions, reported: Mapping[str, float], owner: str)
                                     (math.isnan(v) and math.isnan(float(got[0]))))
         (good if same else bad).append(key)
     if bad:
-        from mmengine.logging import print_log
-        message = (f'{owner}: no bootstrap interval for {bad} (their per-image decomposition does not reproduce '
-                   f'the reported value)')
-        warnings.warn(message, UserWarning)
-        print_log(message, logger='current', level=logging.WARNING)
+        _warn(f'{owner}: no bootstrap interval for {bad} (their per-image decomposition does not reproduce '
+              f'the reported value)')
     return good
+
+
+def _warn(message: str) -> None:
+    """A warning and the same line in the log."""
+    from mmengine.logging import print_log
+    warnings.warn(message, UserWarning)
+    print_log(message, logger='current', level=logging.WARNING)
 
 
 # ---------------------------------------------------------------------------------------------- reliability
