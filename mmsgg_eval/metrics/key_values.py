@@ -158,7 +158,9 @@ def summary_keys(metric: Any, rels: Relations,
         elif family.kind == 'pairs':  # micro over every GT relation
             rank, _, _ = _selected(rels, inst)
             total = float(rank.numel())
-            values = [float(hit_within(rank, k).sum()) / total if total else 0.0 for k in inst.ks]
+            m.update({name: 100.0 * float(hit_within(rank, k).sum()) / total if total else 0.0
+                      for name, k in zip(inst.names, inst.ks)})
+            continue
         else:
             table, present = per_predicate_table(metric, rels, inst)
             members = range(len(metric.predicates)) if inst.members is None else inst.members
@@ -175,11 +177,12 @@ def key_contributions(c: Contributions, metric: Any, rels: Relations) -> Dict[An
     presence: Dict[Any, slice] = {}
     for block in key_instances(metric, rels):
         family = block[0].family
-        if family.kind == 'combined':
-            c.derived.append(lambda v, block=block: {f'{i.family.name}@{k}': _combined_tensor(i.family, *(
-                v[f'{name}@{k}'] for name in i.family.of)) for k in metric.topk for i in block})
+        if family.kind == 'combined':  # (the closure holds the K, not the metric: it outlives the call)
+            ks = tuple(metric.topk)
+            c.derived.append(lambda v, block=block, ks=ks: {f'{i.family.name}@{k}': _combined_tensor(i.family, *(
+                v[f'{name}@{k}'] for name in i.family.of)) for k in ks for i in block})
             c.depends.update({f'{i.family.name}@{k}': [f'{name}@{k}' for name in i.family.of]
-                              for k in metric.topk for i in block})
+                              for k in ks for i in block})
             continue
         inst = block[0]
         rank, pred, unit = _selected(rels, inst)
