@@ -11,6 +11,11 @@ the key follows from column totals. A replicate with resampling counts ``w`` [N]
 The keys that are not such functions, the VLM metric's COCO ``AP@50`` and the AP keys of ``OIRelationMetric``, are
 recomputed per replicate on the resampled rows (images drawn twice become two images).
 
+Each metric builds its own :class:`Contributions` in a ``contributions(tables)`` method beside its summary (the
+scene-graph keys from their declarations: :mod:`mmsgg_eval.metrics.key_values`); this module holds what they share:
+the per-unit blocks (:func:`recall_block`, :func:`per_predicate_block`, :func:`predicate_mean`, :func:`mean_key`),
+the replicates, the intervals and their reliability.
+
 The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
 so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
 so two runs on the same samples resample the very same units (paired comparison, :mod:`mmsgg_eval.compare`).
