@@ -22,16 +22,13 @@ from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_
 from ..functional.scores import ScoreWorkspace
 from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints
+from .scene_graph_inputs import as_unpredicted, score_rows
 from ..functional.bootstrap import ratio
 from ..functional.recall import hits_per_k
 from .bootstrap import Contributions, put
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
-def _score_rows(sample: Any) -> int:
-    scores = get_field(get_field(sample, 'pred_relations'), 'scores')
-    shape = getattr(scores, 'shape', None)
-    return int(shape[0]) if shape else 0
 
 
 @METRICS.register_module()
@@ -126,7 +123,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
                 'relations': {'predicate': (torch.int16, ()), 'first_hit': (torch.int16, ())}}
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
-        return sum(_score_rows(s) for s in samples)
+        return sum(score_rows(s) for s in samples)
 
     def pool_capacity(self) -> Optional[int]:
         from ..functional.limits import POOL_SCORE_ROWS
@@ -136,12 +133,11 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         """Read a pool, build its OI lists and match them (:mod:`mmsgg_eval.functional.oi`): per image its GT and
         predicted-pair counts; per listed entry its rank, score, predicate and true-positive flags; per GT
         relation its predicate and first-hit rank (:data:`OI_NO_HIT` when no entry hits it)."""
-        from .scene_graph import _as_unpredicted
         samples = first_occurrences(samples)
         missing = [prediction_missing(s) for s in samples]
         num_predicates = len(self.predicates)
         if any(missing):
-            samples = [_as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
+            samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), num_predicates,
                                      counts=self.object_counts, workspace=self._workspace,
                                      score_layout=self.score_layout)
