@@ -6,7 +6,6 @@ import math
 import os.path as osp
 
 import pytest
-import torch
 
 from mmsgg_eval.compare import compare_runs
 from mmsgg_eval.keys import FAMILY_ORDER, FAMILY_TITLES, SCENE_GRAPH_FAMILIES, reported_families

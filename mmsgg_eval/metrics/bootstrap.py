@@ -38,7 +38,6 @@ import torch
 from torch import Tensor
 
 from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
-from ..functional.limits import K_ALL
 from ..functional.recall import NO_VALUE, hits_per_k
 from .options import bootstrap_options
 

@@ -18,7 +18,7 @@ from ..functional.limits import NO_HIT
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
                              oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
-from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
+from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
 from ..functional.scores import ScoreWorkspace
 from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints

@@ -24,7 +24,7 @@ from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
 from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
 from ..reports import dump_metric_json, write_scene_graph_reports
 from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
