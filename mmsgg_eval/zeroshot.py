@@ -60,3 +60,17 @@ def triplet_set_digest(triplets: Any) -> str:
     """Short, order-independent hash of a triplet set (for reproducible reports)."""
     arr = np.unique(np.asarray(torch.as_tensor(np.asarray(triplets)).long().reshape(-1, 3)), axis=0)
     return hashlib.sha1(np.ascontiguousarray(arr, dtype=np.int64).tobytes()).hexdigest()[:12]
+
+
+def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
+    """Refuse a zero-shot set with an index outside the dataset (a 1-based list given as 0-based, or the set of
+    another dataset), naming ``source`` and the first offending row: its codes would alias real triplets."""
+    bounds = torch.tensor([num_classes, num_classes, num_predicates])
+    bad = ((triplets < 0) | (triplets >= bounds)).any(1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f'zero-shot triplets ({source}): row {row} = (subject, object, predicate) {triplets[row].tolist()} '
+            f'(0-based) is outside the dataset ({num_classes} classes, {num_predicates} predicates; '
+            f'{int(bad.sum())} of {triplets.shape[0]} rows are); a list of triplets must be 0-based, the legacy file '
+            f'(a path) 1-based')

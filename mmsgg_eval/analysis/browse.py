@@ -29,7 +29,6 @@ import torch
 
 from ..functional import per_predicate_recall, recall_from_ranks
 from ..functional.limits import K_ALL, NO_HIT
-from ..functional.recall import mean_recall
 
 CSS = """
 body{font-family:sans-serif;margin:1em 2em;color:#222}
@@ -111,41 +110,51 @@ def report_k(records: Sequence[Dict[str, Any]]) -> Any:
     return 50 if 50 in ks or not ks else ks[-1]
 
 
+#: the key families the page shows (their formulas: the declarations of :mod:`mmsgg_eval.keys`)
+PAGE_FAMILIES = ('R', 'ngR', 'mR')
+
+
 def summarize_records(records: Sequence[Dict[str, Any]], predicates: Sequence[str], ks: Sequence[Any],
                       average: str = 'image', mr_average: str = 'all') -> Dict[str, Any]:
     """R@K / ngR@K / mR@K, per-predicate recall and the predicate confusion over GT pairs of the evaluated
-    images, with the metric's own functions (:func:`~mmsgg_eval.functional.recall_from_ranks`,
-    :func:`~mmsgg_eval.functional.per_predicate_recall`, :func:`~mmsgg_eval.functional.recall.mean_recall`):
+    images, computed from the key declarations as the metric's summary computes them
+    (:func:`~mmsgg_eval.metrics.key_values.summary_keys` on the records' ranks: :data:`PAGE_FAMILIES`):
     ``average`` / ``mr_average``: the metric's ``recall_average`` / ``mr_average``. A predicate without GT in
     the evaluated images has no recall (None, shown ``–``)."""
+    from types import SimpleNamespace
+    from ..keys import SCENE_GRAPH_FAMILIES
+    from ..metrics.key_values import Relations, predicate_table, summary_keys
     index = {p: i for i, p in enumerate(predicates)}
     evaluated = [r for r in records if r['evaluated']]
-    ranks = {'R': [], 'ngR': []}
+    ranks = {'rank_gc': [], 'rank_ngc': []}
     preds, image_of = [], []
     num_p = len(predicates)
     confusion = np.zeros((num_p, num_p + 1), dtype=np.int64)  # column P: nothing ranked on the pair
     for i, r in enumerate(evaluated):
         for g in r['gt_relations']:
-            ranks['R'].append(NO_HIT if g['rank_gc'] is None else g['rank_gc'])
-            ranks['ngR'].append(NO_HIT if g['rank_ngc'] is None else g['rank_ngc'])
+            for column in ranks:
+                ranks[column].append(NO_HIT if g[column] is None else g[column])
             p = index[g['predicate']]
             preds.append(p)
             image_of.append(i)
             confusion[p, index.get(g.get('pair_predicate'), num_p) if g.get('pair_predicate') else num_p] += 1
     n = len(evaluated)
-    img = torch.tensor(image_of, dtype=torch.long)
     out: Dict[str, Any] = {'num_images': n, 'num_records': len(records), 'num_gt_relations': len(preds),
                            'metrics': {}, 'confusion': confusion}
-    values = [_k_value(k) for k in ks]
-    for family in ('R', 'ngR'):
-        rank = torch.tensor(ranks[family], dtype=torch.long)
-        for k, v in zip(ks, recall_from_ranks(rank, img, n, values, average=average).tolist()):
+    values = tuple(_k_value(k) for k in ks)
+    metric = SimpleNamespace(topk=values, recall_average=average, mr_average=mr_average, predicates=predicates,
+                             mode='sgdet')
+    rels = Relations({c: torch.tensor(v, dtype=torch.long) for c, v in ranks.items()},
+                     torch.tensor(preds, dtype=torch.long), torch.tensor(image_of, dtype=torch.long), n, {}, None, {})
+    families = [f for f in SCENE_GRAPH_FAMILIES if f.name in PAGE_FAMILIES and f.subset is None
+                and f.members == 'all' and f.ks == 'topk']
+    keys = summary_keys(metric, rels, families)
+    for family in PAGE_FAMILIES:
+        for k, v in zip(ks, values):
             if record_key(family, k):
-                out['metrics'][record_key(family, k)] = 100.0 * v
-    table, present = per_predicate_recall(torch.tensor(ranks['R'], dtype=torch.long),
-                                          torch.tensor(preds, dtype=torch.long), img, n, num_p, values, average)
-    for k, v in zip(ks, mean_recall(table, present, range(num_p), mr_average, 0.0).tolist()):
-        out['metrics'][record_key('mR', k)] = 100.0 * v
+                out['metrics'][record_key(family, k)] = keys[f'{family}@{v}']
+    table = predicate_table(metric, rels)
+    present = rels.tables[('rank_gc', None, values)][1]
     counts = np.bincount(np.asarray(preds, dtype=np.int64), minlength=num_p) if preds else np.zeros(num_p, int)
     out['per_predicate'] = {p: {**{record_key('R', k): 100.0 * float(table[j, i]) if counts[i] else None
                                    for j, k in enumerate(ks)}, 'num_gt': int(counts[i])}

@@ -11,6 +11,11 @@ the key follows from column totals. A replicate with resampling counts ``w`` [N]
 The keys that are not such functions, the VLM metric's COCO ``AP@50`` and the AP keys of ``OIRelationMetric``, are
 recomputed per replicate on the resampled rows (images drawn twice become two images).
 
+Each metric builds its own :class:`Contributions` in a ``contributions(tables)`` method beside its summary (the
+scene-graph keys from their declarations: :mod:`mmsgg_eval.metrics.key_values`); this module holds what they share:
+the per-unit blocks (:func:`recall_block`, :func:`per_predicate_block`, :func:`predicate_mean`, :func:`mean_key`),
+the replicates, the intervals and their reliability.
+
 The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
 so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
 so two runs on the same samples resample the very same units (paired comparison, :mod:`mmsgg_eval.compare`).
@@ -33,9 +38,7 @@ import torch
 from torch import Tensor
 
 from ..functional.bootstrap import percentile_interval, ratio, resample_counts, weighted_totals
-from ..functional.limits import K_ALL
 from ..functional.recall import NO_VALUE, hits_per_k
-from ..functional.triplets import triplet_parts
 from .options import bootstrap_options
 
 Tables = Dict[str, Dict[str, Tensor]]
@@ -239,165 +242,6 @@ def put(c: Contributions, family: str, labels: Sequence[Any], block: Block, suff
         c.support.update({name: support for name in names})
 
 
-def relation_units(c: Contributions, metric: Any, images: Dict[str, Tensor],
-                   rels: Dict[str, Tensor]) -> Tuple[Dict[str, Tensor], Tensor]:
-    """The relation rows of the images ``metric`` evaluates and the unit of each."""
-    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
-    evaluated[c.unit_of(images['sample_idx'])] = metric._evaluated_images(images, quiet=True)
-    unit = c.unit_of(rels['sample_idx'])
-    keep = evaluated.index_select(0, unit)
-    return {n: col[keep] for n, col in rels.items()}, unit[keep]
-
-
-def zeroshot_mask(metric: Any, rels: Dict[str, Tensor], rel: Dict[str, Tensor]) -> Optional[Tensor]:
-    """The zero-shot flags of the evaluated relations ``rel`` as the metric's summary takes them: given (the
-    rows' flags) or derived (evaluated GT triplets of ``rels`` absent from ``train_triplets``); None = no zR."""
-    from ..functional import triplet_keys
-    from ..zeroshot import derive_zeroshot
-    if metric.user_zeroshot is not None or metric._meta('zeroshot_triplets') is not None:
-        return rel['zeroshot']
-    if metric._meta('train_triplets') is None:
-        return None
-    c, p = len(metric.classes), len(metric.predicates)
-    train = torch.as_tensor(metric._meta('train_triplets')).long().reshape(-1, 3)
-    derived = derive_zeroshot(torch.stack(triplet_parts(rels['triplet'], c, p), 1), train)
-    return torch.isin(rel['triplet'], triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p))
-
-
-def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tensor] = None) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric` (both presets), per image."""
-    from .predicate_groups import resolve_groups
-    images, rels = tables['images'], tables['relations']
-    c = Contributions(images['sample_idx'] if units is None else units)
-    rel, unit = relation_units(c, metric, images, rels)
-    ks, avg, num_pred = metric.topk, metric.recall_average, len(metric.predicates)
-    rank_gc, rank_ngc, pred = rel['rank_gc'].long(), rel['rank_ngc'].long(), rel['predicate'].long()
-    put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg))
-    put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg))
-    zs = zeroshot_mask(metric, rels, rel)
-    if zs is not None:
-        put(c, 'zR', ks, recall_block(c, rank_gc, unit, ks, avg, zs, NO_VALUE))
-        put(c, 'ngzR', ks, recall_block(c, rank_ngc, unit, ks, avg, zs, NO_VALUE))
-    if metric.mode in ('predcls', 'sgcls'):
-        put(c, 'A', ks, recall_block(c, rel['rank_pair'].long(), unit, ks, 'micro'))
-    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
-    ng_per_pred, _ = per_predicate_block(c, rank_ngc, pred, unit, num_pred, ks, avg, presence)
-    novel = metric.novel_indices()
-    subsets = metric.novel_subsets(rel['triplet'], novel) if novel else {}
-    for subset, mask in subsets.items():
-        put(c, 'R', ks, recall_block(c, rank_gc, unit, ks, avg, mask, NO_VALUE), f'_{subset}')
-        put(c, 'ngR', ks, recall_block(c, rank_ngc, unit, ks, avg, mask, NO_VALUE), f'_{subset}')
-    mode = metric.mr_average
-    put(c, 'mR', ks, predicate_mean(per_pred, presence, range(num_pred), mode, 0.0))
-    put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, range(num_pred), mode, 0.0))
-    for name, members in resolve_groups(metric.predicates, metric.user_groups,
-                                        metric._meta('predicate_counts')).items():
-        put(c, 'mR', ks, predicate_mean(per_pred, presence, members, mode), f'_{name}')
-    if 'novel_pred' in subsets:
-        put(c, 'mR', ks, predicate_mean(per_pred, presence, novel['predicates'], mode), '_novel_pred')
-        put(c, 'ngmR', ks, predicate_mean(ng_per_pred, presence, novel['predicates'], mode), '_novel_pred')
-    c.derived.append(lambda v: harmonic_keys(v, ks))
-    c.depends.update({f'{family}@{k}': [f'R@{k}', f'mR@{k}'] for k in ks for family in ('F', 'AVG')})
-    for j, k in enumerate(ks):
-        c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
-    c.table_labels = list(metric.predicates)
-    relative_and_error_contributions(c, metric, images, rel, unit)
-    return c
-
-
-def relative_and_error_contributions(c: Contributions, metric: Any, images: Dict[str, Tensor],
-                                     rel: Dict[str, Tensor], unit: Tensor) -> None:
-    """R@rel and mR@rel (K = each image's GT relations) and, with ``error_analysis``, the ``miss@K_{cause}`` and
-    ``stage_*`` keys of a :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric`, per image, as its summary
-    computes them (:mod:`mmsgg_eval.functional.error_causes`)."""
-    from ..functional import error_causes
-    at = c.unit_of(images['sample_idx'])
-
-    def per_unit(values: Tensor) -> Tensor:
-        out = torch.zeros(c.num_units, dtype=values.dtype)
-        out[at] = values
-        return out
-    ks, avg, num_pred = metric.topk, metric.recall_average, len(metric.predicates)
-    num_gt = per_unit(images['num_gt'].long())
-    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
-    rank_rel = metric.relative_ranks(rank_gc, num_gt.index_select(0, unit))
-    put(c, 'R', ['rel'], recall_block(c, rank_rel, unit, (1,), avg))
-    rel_per_pred, presence = per_predicate_block(c, rank_rel, pred, unit, num_pred, (1,), avg)
-    put(c, 'mR', ['rel'], predicate_mean(rel_per_pred, presence, range(num_pred), metric.mr_average))
-    if not getattr(metric, 'error_analysis', False):
-        return
-    without = per_unit(((images['num_pred'] == 0) | images['missing']).long()).bool().index_select(0, unit)
-    cause, rank_ngc = rel['cause'].long(), rel['rank_ngc'].long()
-    reported = metric.reported_causes(images)
-    for k in ks:
-        outcome = error_causes.outcome_codes(rank_gc, cause, k, without)
-        selections = {name: outcome == code for code, name in enumerate(error_causes.CAUSES, start=1)}
-        selections['predicate_ng'] = (outcome == error_causes.PREDICATE) & \
-            (rank_ngc < min(int(k), int(metric.ng_topk)))
-        for name in reported + ('predicate_ng',):
-            put(c, 'miss', [k], recall_block(c, error_causes.as_rank(selections[name]), unit, (1,), avg), f'_{name}')
-    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
-    evaluated[at] = metric._evaluated_images(images, quiet=True)
-    den = c.add(evaluated.double())
-    denominator = num_gt.double() + error_causes.STAGE_REL_EPS
-    for family, column in error_causes.STAGE_RANKS:
-        for k in ks:
-            found = torch.bincount(unit[rel[column].long() < min(int(k), error_causes.NO_HIT)],
-                                   minlength=c.num_units).double()
-            num = c.add(torch.where(evaluated, found / denominator, torch.zeros_like(found)))
-            c.blocks.append(([f'{family}@{k}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
-    predicted = per_unit((~images['missing']).long()).bool()
-    objects = per_unit(images['num_gt_objects'].long()).double() + error_causes.STAGE_OBJ_EPS
-    for name in ('inst_loc', 'inst_det'):
-        found = per_unit(images[name].long()).double()
-        num = c.add(torch.where(evaluated & predicted, found / objects, torch.zeros_like(found)))
-        c.blocks.append(([f'stage_{name}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
-
-
-def harmonic_keys(values: Dict[str, Tensor], ks: Sequence[int]) -> Dict[str, Tensor]:
-    """F@K (harmonic mean of R@K and mR@K, 0 when both are 0) and AVG@K (their mean), percent."""
-    out = {}
-    for k in ks:
-        r, m = values[f'R@{k}'], values[f'mR@{k}']
-        total = r + m
-        out[f'F@{k}'] = torch.where(total > 0, 2 * r * m / total.clamp(min=1e-300), torch.zeros_like(total))
-        out[f'AVG@{k}'] = total / 2
-    return out
-
-
-def sgbench_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.sgbench.SGBenchMetric` (R, mR, PairR at each K and K = inf,
-    InstR, PRank), per image."""
-    images, rels = tables['images'], tables['relations']
-    c = Contributions(images['sample_idx'])
-    rel, unit = relation_units(c, metric, images, rels)
-    ks, names, avg = list(metric.topk) + [K_ALL], [str(k) for k in metric.topk] + ['inf'], metric.recall_average
-    num_pred = len(metric.predicates)
-    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
-    put(c, 'R', names, recall_block(c, rank_gc, unit, ks, avg))
-    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
-    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average, 0.0))
-    put(c, 'PairR', names, recall_block(c, rel['rank_pair'].long(), unit, ks, avg, rel['first_pair']))
-    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
-    at = c.unit_of(images['sample_idx'])
-    evaluated[at] = metric._evaluated_images(images, quiet=True)
-    inst = torch.zeros(c.num_units, dtype=torch.float64)
-    inst[at] = images['num_matched_objects'].double() / images['num_gt_objects'].double().clamp(min=1)
-    num, den = c.add(torch.where(evaluated, inst, torch.zeros_like(inst))), c.add(evaluated.double())
-    c.blocks.append((['InstR'], lambda t, num=num, den=den: 100.0 * ratio(t[:, num], t[:, den])))
-    found = rel['prank'] >= 0
-    cell = unit[found] * num_pred + pred[found]
-    size = c.num_units * num_pred
-    sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size).view(c.num_units, num_pred)
-    cells = torch.bincount(cell, minlength=size).double().view(c.num_units, num_pred)
-    num, den = c.add((sums / cells.clamp(min=1)).sum(1)), c.add((cells > 0).double().sum(1))
-    c.blocks.append((['PRank'], lambda t: ratio(t[:, num], t[:, den], float('nan'))))
-    for j, name in enumerate(names):
-        c.tables[f'R@{name}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
-    c.table_labels = list(metric.predicates)
-    return c
-
-
 def mean_key(c: Contributions, key: str, values: Tensor, where: Tensor, unit: Tensor, empty: float,
              scale: float = 100.0) -> None:
     """Key ``key`` = ``scale`` x the mean of ``values`` over the rows ``where`` (rows of units ``unit``)."""
@@ -406,146 +250,11 @@ def mean_key(c: Contributions, key: str, values: Tensor, where: Tensor, unit: Te
     c.blocks.append(([key], lambda t: scale * ratio(t[:, num], t[:, den], empty)))
 
 
-def grounding_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.grounding.GroundingPr` (Pr@τ, meanIoU, cumIoU), per sample."""
-    rows = tables['samples']
-    c = Contributions(rows['sample_idx'])
-    unit, every = c.unit_of(rows['sample_idx']), torch.ones(c.num_units, dtype=torch.bool)
-    for j, key in enumerate(metric.threshold_keys):
-        mean_key(c, key, rows['hits'][:, j].double(), every, unit, float('nan'))
-    mean_key(c, 'meanIoU', rows['iou'].double(), every, unit, float('nan'), scale=1.0)
-    inter, union = c.add(rows['inter'].double()), c.add(rows['union'].double())
-    c.blocks.append((['cumIoU'], lambda t: ratio(t[:, inter], t[:, union])))
-    return c
-
-
-def relclip_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.relclip.RelCLIPScore` (penalised, plain and Ref scores: means
-    over images with >= 2 GT objects; the region breakdown: means over relations), per image."""
-    from ..functional.clip_score import REGION_GROUPS, image_scores, region_groups
-    images = tables['images']
-    c = Contributions(images['sample_idx'])
-    unit = c.unit_of(images['sample_idx'])
-    scores = image_scores(*(images[n] for n in ('num_objects', 'num_counted', 'sum_score', 'num_ref', 'sum_ref')),
-                          alpha=metric.alpha, penalty=metric.penalty)
-    for key, values in zip(metric.key_names(), scores):
-        mean_key(c, key, values, images['num_objects'] >= 2, unit, 0.0)
-    if metric.region_breakdown:
-        r = tables['relations']
-        runit, has_ref, hit = c.unit_of(r['sample_idx']), r['has_ref'].bool(), r['hit'].double()
-        _, plain_key, ref_key = metric.key_names()
-        mean_key(c, 'Precision', hit, has_ref, runit, float('nan'))
-        groups = region_groups(r['ratio'], r['distance'], metric.ratio_thr, metric.distance_thr)
-        for name in REGION_GROUPS:
-            g = groups[name]
-            mean_key(c, f'{plain_key}@{name}', r['score'].double(), g, runit, float('nan'))
-            mean_key(c, f'{ref_key}@{name}', r['ref'].double(), g & has_ref, runit, float('nan'))
-            mean_key(c, f'Precision@{name}', hit, g & has_ref, runit, float('nan'))
-    return c
-
-
-def vlm_name(key: str) -> Optional[str]:
-    """The VLM metric's name of an inner scene-graph key (``R@K_ALL`` -> ``Recall``, ``mR@K_ALL_tail`` ->
-    ``mRecall_tail``, ``R@20`` kept); None for the inner keys the VLM metric does not report."""
-    for family, name in (('R', 'Recall'), ('mR', 'mRecall')):
-        if key.startswith(f'{family}@{K_ALL}'):
-            return name + key[len(f'{family}@{K_ALL}'):]
-        if key.startswith(f'{family}@'):
-            return key
-    return None
-
-
-def vlm_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.vlm.VLMSceneGraphMetric`: FailureRate, the recalls (from the
-    inner scene-graph metric's rows) and AP@50 (recomputed per replicate on the resampled object tables)."""
-    samples = tables['samples']
-    c = scene_graph_contributions(metric.inner, tables, units=samples['sample_idx'])
-    c.rename(vlm_name)
-    unit = c.unit_of(samples['sample_idx'])
-    failed = c.add(torch.bincount(unit, weights=(samples['code'] != 0).double(), minlength=c.num_units))
-    total = c.add(torch.ones(c.num_units, dtype=torch.float64))
-    c.blocks.append((['FailureRate'], lambda t: 100.0 * ratio(t[:, failed], t[:, total])))
-    c.resampled['AP@50'] = lambda counts: resampled_ap50(metric, tables, c, counts)
-    return c
-
-
-def repeat_rows(unit: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
-    """Rows (sorted by ``unit``) of a resample with ``counts`` [N] per unit: (row index, copy number) of every
-    row of every drawn copy; copy numbers 0..N-1 name the drawn images."""
-    n = counts.numel()
-    copies = torch.repeat_interleave(torch.arange(n), counts.long())  # unit of each drawn copy, in unit order
-    per_unit = torch.bincount(unit, minlength=n)
-    start = torch.cumsum(per_unit, 0) - per_unit
-    length = per_unit.index_select(0, copies)
-    copy_of_row = torch.repeat_interleave(torch.arange(copies.numel()), length)
-    offset = torch.arange(int(length.sum())) - torch.repeat_interleave(torch.cumsum(length, 0) - length, length)
-    return start.index_select(0, copies).index_select(0, copy_of_row) + offset, copy_of_row
-
-
-def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor) -> float:
-    """The VLM metric's AP@50 (percent) of the images drawn ``counts`` [N] times each (copies are images)."""
-    from ..functional.detection_rows import coco_ap50
-    rows = {}
-    for name in ('gt_objects', 'pred_objects'):
-        table = tables[name]
-        unit = c.unit_of(table['sample_idx'])
-        order = torch.sort(unit, stable=True).indices
-        index, copy = repeat_rows(unit.index_select(0, order), counts)
-        picked = order.index_select(0, index)
-        rows[name] = {'image': copy.numpy(), **{k: v.index_select(0, picked).numpy() for k, v in table.items()
-                                                if k in ('box', 'label', 'score')}}
-    ap = coco_ap50(rows['gt_objects'], rows['pred_objects'], list(range(int(counts.sum()))),
-                   len(metric.inner.classes), metric.inner.plus_one, metric.ap_max_dets)
-    return 100.0 * ap
-
-
-def oi_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
-    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
-    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
-    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
-    per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
-    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
-    from ..functional.threads import compute_threads
-    images, rels = tables['images'], tables['relations']
-    c = Contributions(images['sample_idx'])
-    rel_unit = c.unit_of(rels['sample_idx'])
-    ks = list(metric.topk)
-    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
-    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
-    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
-    rows = metric.sorted_entries(tables['entries'])
-    row_unit = c.unit_of(rows['sample_idx'])
-    groups = tie_groups(rows)
-    cache: Dict[bytes, Dict[str, Any]] = {}  # the AP keys and tables of a replicate (keyed by its counts)
-
-    def values(counts: Tensor) -> Dict[str, Any]:
-        counts = counts.double().cpu().contiguous()
-        key = counts.numpy().tobytes()
-        if key not in cache:
-            if len(cache) >= 4096:
-                cache.clear()
-            with compute_threads():  # many short ops: the thread policy of the metrics' pools
-                cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
-                                              counts.index_select(0, rel_unit), groups)
-        return cache[key]
-    for key in OI_AP_KEYS:
-        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
-    for name in ('AP_rel', 'AP_phr'):  # the names of the summary's per-predicate table
-        c.resampled_tables[name] = lambda counts, name=name: 100.0 * values(counts)[name.lower()]
-    c.table_labels = list(metric.predicates)
-    return c
-
-
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:
-    """The function turning ``metric``'s reduced tables into :class:`Contributions` (by the first class of its
-    MRO that has one, so subclasses inherit it and this module imports no metric); None for a metric without
-    per-image keys (e.g. DetectionAP). ``metric``: a metric or a metric class."""
-    builders = {'SGBenchMetric': sgbench_contributions, 'SceneGraphMetric': scene_graph_contributions,
-                'VLMSceneGraphMetric': vlm_contributions, 'GroundingPr': grounding_contributions,
-                'RelCLIPScore': relclip_contributions, 'OIRelationMetric': oi_contributions}
+    """The metric's own ``contributions(tables)`` method (every metric with per-image keys declares one, beside
+    its summary), None for a metric without it (e.g. DetectionAP). ``metric``: a metric or a metric class."""
     kind = metric if isinstance(metric, type) else type(metric)
-    return next((builders[k.__name__] for k in kind.__mro__ if k.__name__ in builders), None)
+    return getattr(kind, 'contributions', None)
 
 
 def contributions_of(metric: Any, tables: Tables) -> Contributions:
@@ -558,12 +267,19 @@ def contributions_of(metric: Any, tables: Tables) -> Contributions:
 
 def set_bootstrap(metrics: Sequence[Any], samples: Optional[int]) -> None:
     """``--bootstrap N`` of the CLIs: intervals from ``samples`` image resamples (default level and seed) on
-    every metric of ``metrics`` that has them; a metric's own ``bootstrap=`` is kept. None: nothing."""
+    every metric of ``metrics`` that has them (a ``contributions()`` method); a metric's own ``bootstrap=`` is
+    kept; one warning names the metrics without intervals. None: nothing."""
     if not samples:
         return
+    without = []
     for metric in metrics:
-        if contributions_builder(metric) is not None and getattr(metric, 'bootstrap', None) is None:
+        if contributions_builder(metric) is None:
+            without.append(type(metric).__name__)
+        elif getattr(metric, 'bootstrap', None) is None:
             metric.bootstrap = bootstrap_options(int(samples), type(metric).__name__)
+    if without:
+        _warn(f'--bootstrap: no intervals for {", ".join(without)} (no per-image decomposition of its keys: '
+              f'no contributions() method); its keys are reported without intervals')
 
 
 # ---------------------------------------------------------------------------------------------- replicates
@@ -603,12 +319,16 @@ def checked_keys(stat: Contributions, reported: Mapping[str, float], owner: str)
                                     (math.isnan(v) and math.isnan(float(got[0]))))
         (good if same else bad).append(key)
     if bad:
-        from mmengine.logging import print_log
-        message = (f'{owner}: no bootstrap interval for {bad} (their per-image decomposition does not reproduce '
-                   f'the reported value)')
-        warnings.warn(message, UserWarning)
-        print_log(message, logger='current', level=logging.WARNING)
+        _warn(f'{owner}: no bootstrap interval for {bad} (their per-image decomposition does not reproduce '
+              f'the reported value)')
     return good
+
+
+def _warn(message: str) -> None:
+    """A warning and the same line in the log."""
+    from mmengine.logging import print_log
+    warnings.warn(message, UserWarning)
+    print_log(message, logger='current', level=logging.WARNING)
 
 
 # ---------------------------------------------------------------------------------------------- reliability

@@ -51,6 +51,8 @@ from ..structures import check_boxes, check_finite, get_field, optional, sample_
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables, missing_flags
 from .options import number_sequence
+from ..functional.bootstrap import ratio
+from .bootstrap import Contributions, mean_key
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PROTOCOLS = ('exact', 'mgvlf')
@@ -215,6 +217,10 @@ class GroundingPr(RowMetric):
 
     default_prefix: Optional[str] = 'grounding'
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`grounding_contributions`."""
+        return grounding_contributions(self, tables)
     def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: Optional[bool] = None,
                  multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, protocol: str = 'exact', mgvlf_size: int = MGVLF_IMAGE_SIZE,
@@ -401,3 +407,18 @@ class GroundingPr(RowMetric):
             'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict, 'protocol': self.protocol,
             'num_samples': summary['num_samples'], 'num_without_prediction': summary['num_without_prediction'],
             'num_missing_predictions': summary['num_missing_predictions'], 'per_sample': summary['per_sample']})
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def grounding_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.grounding.GroundingPr` (Pr@τ, meanIoU, cumIoU), per sample."""
+    rows = tables['samples']
+    c = Contributions(rows['sample_idx'])
+    unit, every = c.unit_of(rows['sample_idx']), torch.ones(c.num_units, dtype=torch.bool)
+    for j, key in enumerate(metric.threshold_keys):
+        mean_key(c, key, rows['hits'][:, j].double(), every, unit, float('nan'))
+    mean_key(c, 'meanIoU', rows['iou'].double(), every, unit, float('nan'), scale=1.0)
+    inter, union = c.add(rows['inter'].double()), c.add(rows['union'].double())
+    c.blocks.append((['cumIoU'], lambda t: ratio(t[:, inter], t[:, union])))
+    return c

@@ -18,17 +18,17 @@ from ..functional.limits import NO_HIT
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
                              oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
-from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
+from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
 from ..functional.scores import ScoreWorkspace
 from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints
+from .scene_graph_inputs import as_unpredicted, score_rows
+from ..functional.bootstrap import ratio
+from ..functional.recall import hits_per_k
+from .bootstrap import Contributions, put
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
-def _score_rows(sample: Any) -> int:
-    scores = get_field(get_field(sample, 'pred_relations'), 'scores')
-    shape = getattr(scores, 'shape', None)
-    return int(shape[0]) if shape else 0
 
 
 @METRICS.register_module()
@@ -55,6 +55,10 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
 
     file_tag = 'oi'
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`oi_contributions`."""
+        return oi_contributions(self, tables)
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100),
                  iou_plus_one: Optional[bool] = None, score_layout: str = 'auto', strict_counts: bool = False,
                  per_image_out: Optional[str] = None, outfile_prefix: Optional[str] = None,
@@ -119,7 +123,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
                 'relations': {'predicate': (torch.int16, ()), 'first_hit': (torch.int16, ())}}
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
-        return sum(_score_rows(s) for s in samples)
+        return sum(score_rows(s) for s in samples)
 
     def pool_capacity(self) -> Optional[int]:
         from ..functional.limits import POOL_SCORE_ROWS
@@ -129,12 +133,11 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         """Read a pool, build its OI lists and match them (:mod:`mmsgg_eval.functional.oi`): per image its GT and
         predicted-pair counts; per listed entry its rank, score, predicate and true-positive flags; per GT
         relation its predicate and first-hit rank (:data:`OI_NO_HIT` when no entry hits it)."""
-        from .scene_graph import _as_unpredicted
         samples = first_occurrences(samples)
         missing = [prediction_missing(s) for s in samples]
         num_predicates = len(self.predicates)
         if any(missing):
-            samples = [_as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
+            samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), num_predicates,
                                      counts=self.object_counts, workspace=self._workspace,
                                      score_layout=self.score_layout)
@@ -311,3 +314,42 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
             names = self._image_names.names
             write_metric_per_image(self, summary, lambda: self.per_image_records(tables, names))
 
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def oi_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
+    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
+    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
+    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
+    per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
+    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
+    from ..functional.threads import compute_threads
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel_unit = c.unit_of(rels['sample_idx'])
+    ks = list(metric.topk)
+    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
+    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
+    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
+    rows = metric.sorted_entries(tables['entries'])
+    row_unit = c.unit_of(rows['sample_idx'])
+    groups = tie_groups(rows)
+    cache: Dict[bytes, Dict[str, Any]] = {}  # the AP keys and tables of a replicate (keyed by its counts)
+
+    def values(counts: Tensor) -> Dict[str, Any]:
+        counts = counts.double().cpu().contiguous()
+        key = counts.numpy().tobytes()
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            with compute_threads():  # many short ops: the thread policy of the metrics' pools
+                cache[key] = metric.scores_of(rows, rels, counts.index_select(0, row_unit),
+                                              counts.index_select(0, rel_unit), groups)
+        return cache[key]
+    for key in OI_AP_KEYS:
+        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
+    for name in ('AP_rel', 'AP_phr'):  # the names of the summary's per-predicate table
+        c.resampled_tables[name] = lambda counts, name=name: 100.0 * values(counts)[name.lower()]
+    c.table_labels = list(metric.predicates)
+    return c

@@ -1,6 +1,9 @@
 """``RelCLIPScore`` (and ``RelBLIPScore`` / ``RelSIGLIPScore``): reference-free relation metrics with an
 image-text model (``docs/metrics.md``; README, "Other metrics").
 
+One concern: this one metric (its candidates, texts, crops, rows, summary and interval contributions); the
+tensor rules are in :mod:`mmsgg_eval.functional.clip_score` and the encoders in :mod:`mmsgg_eval.encoders`.
+
 Per image (boxes xyxy in ORIGINAL image pixels):
 
 1. Candidates: the first ``topk`` relations of the graph-constrained ranked list (the list ``SGRecall`` uses:
@@ -82,6 +85,7 @@ from ..io.vlm import VLMAnswerParser, normalize_name, to_data_sample
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables
 from .options import iou_threshold, positive_int
+from .bootstrap import Contributions, mean_key
 
 RELCLIP_MODES = CLIP_SCORE_MODES
 TEXT_SOURCES = ('auto', 'open', 'closed')
@@ -132,6 +136,10 @@ class RelCLIPScore(RowMetric):
     #: encoder type built when ``encoder`` is a directory path (None: a path is refused)
     default_encoder_type: Optional[str] = None
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`relclip_contributions`."""
+        return relclip_contributions(self, tables)
     def __init__(self, encoder: Any, topk: int = 20, template: str = '{subject} {predicate} {object}',
                  penalty: bool = True, iou_thr: float = 0.5, alpha: float = 1e-5, batch_size: int = 64,
                  device: Optional[str] = None, mode: str = 'sgdet', rank: str = 'score',
@@ -488,3 +496,30 @@ class RelSIGLIPScore(RelCLIPScore):
     default_prefix = 'relsiglip'
     score_name = 'SIGLIP'
     default_encoder_type = 'HFSigLIPEncoder'
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def relclip_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.relclip.RelCLIPScore` (penalised, plain and Ref scores: means
+    over images with >= 2 GT objects; the region breakdown: means over relations), per image."""
+    from ..functional.clip_score import REGION_GROUPS, image_scores, region_groups
+    images = tables['images']
+    c = Contributions(images['sample_idx'])
+    unit = c.unit_of(images['sample_idx'])
+    scores = image_scores(*(images[n] for n in ('num_objects', 'num_counted', 'sum_score', 'num_ref', 'sum_ref')),
+                          alpha=metric.alpha, penalty=metric.penalty)
+    for key, values in zip(metric.key_names(), scores):
+        mean_key(c, key, values, images['num_objects'] >= 2, unit, 0.0)
+    if metric.region_breakdown:
+        r = tables['relations']
+        runit, has_ref, hit = c.unit_of(r['sample_idx']), r['has_ref'].bool(), r['hit'].double()
+        _, plain_key, ref_key = metric.key_names()
+        mean_key(c, 'Precision', hit, has_ref, runit, float('nan'))
+        groups = region_groups(r['ratio'], r['distance'], metric.ratio_thr, metric.distance_thr)
+        for name in REGION_GROUPS:
+            g = groups[name]
+            mean_key(c, f'{plain_key}@{name}', r['score'].double(), g, runit, float('nan'))
+            mean_key(c, f'{ref_key}@{name}', r['ref'].double(), g & has_ref, runit, float('nan'))
+            mean_key(c, f'Precision@{name}', hit, g & has_ref, runit, float('nan'))
+    return c

@@ -16,108 +16,28 @@ import torch
 from torch import Tensor
 
 from ..functional.limits import NO_HIT, POOL_SCORE_ROWS, RANK_CAP_INT16
-from ..functional import per_predicate_recall, recall_from_ranks, scene_graph_ranks, triplet_keys
+from ..functional import scene_graph_ranks, triplet_keys
 from ..functional.boxes import box_iou
-from ..functional.diagnostics import (box_frame_flags, box_frame_warnings, describe_score_columns,
-                                      head_predicate_flags, label_checked_images, label_offset_counts,
-                                      label_shift_warnings,
-                                      score_column_warnings)
-from ..functional.recall import NO_VALUE, evaluated_image_rows, hit_within, mean_recall
-from ..functional.triplets import triplet_parts
+from ..functional.diagnostics import box_frame_flags, head_predicate_flags, label_checked_images, label_offset_counts
 from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs, get_field
-from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
-from ..reports import dump_metric_json, format_recall_lost, format_scene_graph_report, write_scene_graph_reports
-from .per_image import PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema, \
-    write_per_image
-from .base import (RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing,
-                   warn_user)
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
+from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
+from ..reports import dump_metric_json, write_scene_graph_reports
+from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
+                        write_per_image)
+from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import iou_threshold, one_of, positive_int, positive_ints
-from .predicate_groups import resolve_groups
+from ..keys import reported_families
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
-
-def _put(m: Dict[str, float], family: str, ks: Sequence[int], values: Tensor, suffix: str = '') -> None:
-    """``m['{family}@{k}{suffix}']`` = 100 x each value (one per K, fractions to percent)."""
-    for k, v in zip(ks, values.tolist()):
-        m[f'{family}@{k}{suffix}'] = 100.0 * v
+from .scene_graph_inputs import as_unpredicted as _as_unpredicted, image_sizes, score_rows as _score_rows
+from .scene_graph_summary import SceneGraphSummary
 
 
-def _score_rows(sample: Any) -> int:
-    """Number of predicted pairs of a sample (0 when unreadable: the pool's reader reports that)."""
-    scores = get_field(get_field(sample, 'pred_relations'), 'scores')
-    shape = getattr(scores, 'shape', None)
-    return int(shape[0]) if shape else 0
-
-
-def image_sizes(samples: Sequence[Any], device: torch.device) -> Tuple[Tensor, Tensor]:
-    """(original [B, 2], resized [B, 2]) (width, height) pixels of each sample from its ``ori_shape`` (H, W) and
-    ``img_shape`` (H, W) or ``scale_factor`` (w, h) metainfo; NaN where unknown."""
-    nan = float('nan')
-    original, resized = [], []
-    for sample in samples:
-        ori = get_field(sample, 'ori_shape')
-        if ori is None or len(ori) < 2:
-            original.append((nan, nan))
-            resized.append((nan, nan))
-            continue
-        h, w = float(ori[0]), float(ori[1])
-        original.append((w, h))
-        img, scale = get_field(sample, 'img_shape'), get_field(sample, 'scale_factor')
-        if img is not None and len(img) >= 2:
-            resized.append((float(img[1]), float(img[0])))
-        elif scale is not None:
-            scale = [float(v) for v in (scale if hasattr(scale, '__len__') else (scale,))]
-            resized.append((w * scale[0], h * scale[-1]))
-        else:
-            resized.append((nan, nan))
-    return (host_tensor(original, torch.float32, device).reshape(-1, 2),
-            host_tensor(resized, torch.float32, device).reshape(-1, 2))
-
-
-def check_zeroshot_indices(triplets: Tensor, num_classes: int, num_predicates: int, source: str) -> None:
-    """Refuse a zero-shot set with an index outside the dataset (a 1-based list given as 0-based, or the set of
-    another dataset), naming ``source`` and the first offending row: its codes would alias real triplets."""
-    bounds = torch.tensor([num_classes, num_classes, num_predicates])
-    bad = ((triplets < 0) | (triplets >= bounds)).any(1)
-    if bool(bad.any()):
-        row = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f'zero-shot triplets ({source}): row {row} = (subject, object, predicate) {triplets[row].tolist()} '
-            f'(0-based) is outside the dataset ({num_classes} classes, {num_predicates} predicates; '
-            f'{int(bad.sum())} of {triplets.shape[0]} rows are); a list of triplets must be 0-based, the legacy file '
-            f'(a path) 1-based')
-
-
-def _as_unpredicted(sample: Any, num_predicates: int) -> Any:
-    """A sample marked ``prediction_missing`` with an explicitly empty prediction that every mode reads
-    (objects on the GT, no predicted pair): its GT relations are all missed. Data elements pass unchanged."""
-    if not isinstance(sample, dict):
-        return sample
-    labels = get_field(get_field(sample, 'gt_instances'), 'labels')
-    boxes = get_field(get_field(sample, 'gt_instances'), 'bboxes')
-    if labels is None or boxes is None:
-        return sample  # the reader names the missing GT field
-    device = getattr(labels, 'device', torch.device('cpu'))
-    out = dict(sample)
-    out['pred_instances'] = {'bboxes': boxes, 'labels': labels, 'scores': torch.ones(len(labels), device=device)}
-    out['pred_relations'] = {'pair_idxs': torch.zeros((0, 2), dtype=torch.long, device=device),
-                             'scores': torch.zeros((0, num_predicates + 1), device=device)}
-    out.pop('pred_mode', None)
-    return out
-
-
-def warn_no_value(metric: Any, no_value: Sequence[Dict[str, Any]]) -> None:
-    """One warning naming the keys without a value (``summary['no_value']``) and why."""
-    if no_value:
-        warn_user(f'{type(metric).__name__} ({metric.prefix}): no value (NaN, shown as –) for '
-                  + '; '.join(f'{", ".join(e["keys"])}: {e["why"]}' for e in no_value))
-
-
-class SceneGraphMetric(RelationVocabulary, RowMetric):
+class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
     """Shared machinery of :class:`SGRecall` and :class:`SGMeanRecall`.
 
     Args:
@@ -181,11 +101,9 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
     """
 
     default_prefix: Optional[str] = None
-    report_keys: Sequence[str] = ()
-    _reports_per_predicate = False
-    _warns_no_value = True  # False: the owner (VLMSceneGraphMetric) names the keys without a value itself
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
     compute_rows_dedupes = True  # _read_pool keeps the first occurrence of a repeated sample_idx
+
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
                  iou_plus_one: Optional[bool] = UNSET, ng_topk: int = UNSET, rank: str = UNSET,
@@ -509,310 +427,12 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
                 summary.setdefault('report_files', {})['per_image'] = path
         self._image_names.clear()
 
-    # ------------------------------------------------------------------ reduced tables become keys
     def evaluate(self, size: int) -> Dict[str, float]:
         """As :meth:`RowMetric.evaluate`, after one warning about object lists whose length differs from the
         GT (PredCls/SGCls, evaluated as the legacy code does unless ``strict_counts``)."""
         self.flush()
         self.object_counts.warn(self.mode)
         return super().evaluate(size)
-
-    def select_keys(self, summary: Dict[str, Any]) -> Dict[str, float]:
-        return {k: v for k, v in summary['metrics'].items() if k.split('@')[0] in self.report_keys}
-
-    def _evaluated_images(self, images: Dict[str, Tensor], quiet: bool = False) -> Tensor:
-        """[N] bool: images that count. Images without GT relations never count; with
-        ``skip_empty_predictions`` images without predicted pairs are skipped (legacy), except those whose
-        prediction is missing (the user did not predict them: they count as recall 0)."""
-        evaluated = images['num_gt'] > 0
-        if self.skip_empty_predictions:
-            evaluated &= (images['num_pred'] > 0) | images['missing']
-        if not quiet and not bool(evaluated.any()):
-            num = int(images['sample_idx'].numel())
-            no_gt = int((images['num_gt'] == 0).sum())
-            reason = f'{no_gt} without GT relations'
-            if self.skip_empty_predictions:
-                reason += (f', {int(((images["num_gt"] > 0) & (images["num_pred"] == 0)).sum())} without any '
-                           f'predicted pair (skipped: skip_empty_predictions=True)')
-            warn_user(f'{type(self).__name__} ({self.prefix}): no image was evaluated ({num} samples: {reason}); '
-                  f'every recall is 0')
-        return evaluated
-
-    def summarize(self, tables: Tables) -> Dict[str, Any]:
-        """All keys (percent) and the per-predicate table from de-duplicated row tables: the zero-shot set
-        (:meth:`_zeroshot_relations`), the recall keys (:meth:`_recall_keys`), the mean-recall keys and predicate
-        groups (:meth:`_mean_recall_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
-        images, rels = tables['images'], tables['relations']
-        evaluated = self._evaluated_images(images)
-        image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
-        kept = keep.nonzero().squeeze(1)
-        rel = {n: c.index_select(0, kept) for n, c in rels.items()}
-        image = {n: c[evaluated] for n, c in images.items()}  # the evaluated images, numbered as ``image_of``
-        zs_mask, zs_info = self._zeroshot_relations(rels['triplet'], rel)
-        novel = self.novel_indices()
-        subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
-        m: Dict[str, float] = {}
-        rank_rel = self.relative_ranks(rel['rank_gc'], image['num_gt'].index_select(0, image_of))
-        self._recall_keys(m, rel, image_of, num_images, zs_mask, subsets, rank_rel)
-        per_pred, groups = self._mean_recall_keys(m, rel, image_of, num_images, novel, subsets, rank_rel)
-        pred = rel['predicate'].long()
-        no_value = self.no_value_reasons(m, zs_info, subsets, groups)
-        if self._warns_no_value:
-            warn_no_value(self, no_value)
-        causes = self._error_keys(m, rel, image, image_of, num_images) if self.error_analysis else {}
-        return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
-                'no_value': no_value, **causes,
-                'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
-                'num_missing_predictions': int(images['missing'].sum()),
-                'zeroshot': zs_info, 'groups': {n: [self.predicates[i] for i in g] for n, g in groups.items()},
-                'conventions': self.conventions,
-                **self.input_diagnostics(images, m, num_images, torch.bincount(pred, minlength=len(self.predicates))),
-                **({'open_vocab': {'source': novel['source'],
-                                   'novel_objects': [self.classes[i] for i in novel['objects']],
-                                   'novel_predicates': [self.predicates[i] for i in novel['predicates']],
-                                   'num_gt_relations': {n: int(mk.sum()) for n, mk in subsets.items()}}}
-                   if novel else {})}
-
-    def no_value_reasons(self, m: Dict[str, float], zs_info: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
-                         groups: Dict[str, Sequence[int]]) -> List[Dict[str, Any]]:
-        """The keys of ``m`` without a value (NaN: a subset, group or family without any GT relation in the
-        evaluated images) and why, ``[{'keys': [...], 'why': text}]`` (``summary['no_value']``)."""
-        def nan_keys(predicate) -> List[str]:
-            return [k for k, v in m.items() if v != v and predicate(k)]
-        out = []
-        zero_shot = nan_keys(lambda k: k.split('@')[0] in ('zR', 'ngzR'))
-        if zero_shot:
-            out.append({'keys': zero_shot, 'why': f'no evaluated GT relation is in the zero-shot set '
-                                                  f'({zs_info["size"]} triplets, {zs_info["source"]})'})
-        for subset in subsets:
-            keys = nan_keys(lambda k: k.endswith(f'_{subset}'))
-            if keys:
-                out.append({'keys': keys, 'why': f'no evaluated GT relation is in the {subset} subset'})
-        for name in groups:
-            keys = nan_keys(lambda k: k.endswith(f'_{name}'))
-            if keys:
-                out.append({'keys': keys, 'why': f'no predicate of the {name} group has a GT relation in the '
-                                                 f'evaluated images'})
-        return out
-
-    def _zeroshot_relations(self, triplets: Tensor, rel: Dict[str, Tensor]
-                            ) -> Tuple[Optional[Tensor], Optional[Dict[str, Any]]]:
-        """The zero-shot flags of the evaluated GT relations ``rel`` (None: no zero-shot set) and the set's
-        description: the given set (``zeroshot_triplets``, else ``dataset_meta['zeroshot_triplets']``: the rows'
-        own flags), else the set derived from ``dataset_meta['train_triplets']``: the GT triplets of the split
-        (the codes ``triplets`` of every relation row) absent from training."""
-        if self.user_zeroshot is not None or self._meta('zeroshot_triplets') is not None:
-            z = self.user_zeroshot if self.user_zeroshot is not None else \
-                as_zeroshot_triplets(self._meta('zeroshot_triplets'))
-            return rel['zeroshot'], {'source': 'given', 'size': int(z.shape[0]), 'sha1': triplet_set_digest(z)}
-        if self._meta('train_triplets') is None:
-            return None, None
-        train = torch.as_tensor(self._meta('train_triplets')).long().reshape(-1, 3)
-        c, p = len(self.classes), len(self.predicates)
-        derived = derive_zeroshot(torch.stack(triplet_parts(triplets, c, p), 1), train)
-        codes = triplet_keys(derived[:, 0], derived[:, 1], derived[:, 2], c, p)
-        return torch.isin(rel['triplet'], codes), {
-            'source': 'derived (evaluated GT triplets absent from training)', 'size': int(derived.shape[0]),
-            'sha1': triplet_set_digest(derived)}
-
-    def relative_ranks(self, rank_gc: Tensor, num_gt: Tensor) -> Tensor:
-        """Ranks that count a GT relation at K = 1 exactly when it is hit within the first n graph-constrained
-        entries, n = its image's number of GT relations ``num_gt`` [G] (duplicates included): R@rel / mR@rel
-        are R@1 / mR@1 of these (stored ranks are capped, so n is too)."""
-        return error_causes.as_rank(rank_gc.long() < num_gt.long().clamp(max=self._rank_cap))
-
-    def _recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                     zs_mask: Optional[Tensor], subsets: Dict[str, Tensor], rank_rel: Optional[Tensor] = None) -> None:
-        """R@K and ngR@K into ``m``; R@rel (with ``rank_rel``: :meth:`relative_ranks`), zR@K / ngzR@K (with a
-        zero-shot set), A@K (PredCls / SGCls) and the recalls of the open-vocabulary subsets (``R@K_{subset}``,
-        ``ngR@K_{subset}``)."""
-        ks, avg = self.topk, self.recall_average
-        rank_gc, rank_ngc = rel['rank_gc'].long(), rel['rank_ngc'].long()
-
-        def recall(rank: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # a subset without GT: NaN
-            return recall_from_ranks(rank, image_of, num_images, ks, rel_mask=mask, average=avg,
-                                     empty=0.0 if mask is None else NO_VALUE)
-        _put(m, 'R', ks, recall(rank_gc))
-        if rank_rel is not None:
-            m['R@rel'] = 100.0 * float(recall_from_ranks(rank_rel, image_of, num_images, (1,), average=avg)[0])
-        _put(m, 'ngR', ks, recall(rank_ngc))
-        if zs_mask is not None:
-            _put(m, 'zR', ks, recall(rank_gc, zs_mask))
-            _put(m, 'ngzR', ks, recall(rank_ngc, zs_mask))
-        if self.mode in ('predcls', 'sgcls'):
-            total = float(rel['predicate'].numel())
-            for k in ks:
-                m[f'A@{k}'] = 100.0 * float(hit_within(rel['rank_pair'].long(), k).sum()) / total if total else 0.0
-        for subset, mask in subsets.items():
-            for family, rank in (('R', rank_gc), ('ngR', rank_ngc)):
-                _put(m, family, ks, recall(rank, mask), f'_{subset}')
-
-    def _mean_recall_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image_of: Tensor, num_images: int,
-                          novel: Optional[Dict[str, Any]], subsets: Dict[str, Tensor],
-                          rank_rel: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Sequence[int]]]:
-        """mR@K, ngmR@K, the predicate groups' mR@K_{group}, the novel predicates' mR@K_novel_pred /
-        ngmR@K_novel_pred, F@K and AVG@K into ``m``; returns the per-predicate recalls [K, P] and the groups."""
-        ks, avg, num_pred_classes = self.topk, self.recall_average, len(self.predicates)
-        pred = rel['predicate'].long()
-        per_pred, present = per_predicate_recall(rel['rank_gc'].long(), pred, image_of, num_images, num_pred_classes,
-                                                 ks, avg)
-        ng_per_pred, _ = per_predicate_recall(rel['rank_ngc'].long(), pred, image_of, num_images, num_pred_classes,
-                                              ks, avg)
-
-        def mean_over(values: Tensor, members: Sequence[int], empty: float = NO_VALUE) -> Tensor:
-            return mean_recall(values, present, members, self.mr_average, empty)
-
-        everyone = range(num_pred_classes)
-        _put(m, 'mR', ks, mean_over(per_pred, everyone, 0.0))  # nothing evaluated: 0, warned (docs/metrics.md)
-        if rank_rel is not None:  # mR@rel: mR@1 of the relative ranks
-            rel_per_pred, _ = per_predicate_recall(rank_rel, pred, image_of, num_images, num_pred_classes, (1,), avg)
-            m['mR@rel'] = 100.0 * float(mean_over(rel_per_pred, everyone, 0.0)[0])
-        _put(m, 'ngmR', ks, mean_over(ng_per_pred, everyone, 0.0))
-        groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
-        for name, members in groups.items():
-            _put(m, 'mR', ks, mean_over(per_pred, members), f'_{name}')
-        if 'novel_pred' in subsets:
-            for family, table in (('mR', per_pred), ('ngmR', ng_per_pred)):
-                _put(m, family, ks, mean_over(table, novel['predicates']), '_novel_pred')
-        for k in ks:
-            r, mrk = m[f'R@{k}'], m[f'mR@{k}']
-            m[f'F@{k}'] = 2 * r * mrk / (r + mrk) if r + mrk > 0 else 0.0
-            m[f'AVG@{k}'] = (r + mrk) / 2
-        return per_pred, groups
-
-    def reported_causes(self, images: Dict[str, Tensor]) -> Tuple[str, ...]:
-        """The causes with a ``miss@K_{cause}`` key: all, ``no_prediction`` only where it can occur (images
-        without predicted pairs counted: ``skip_empty_predictions=False``, or predictions missing)."""
-        can = not self.skip_empty_predictions or bool(images['missing'].any())
-        return tuple(c for c in error_causes.CAUSES if c != 'no_prediction' or can)
-
-    def no_prediction_rows(self, image: Dict[str, Tensor], image_of: Tensor) -> Tensor:
-        """[G] bool: GT relations of counted images without any predicted pair (or with a missing prediction),
-        whose misses are ``no_prediction`` (``image``: columns of the evaluated images, numbered by ``image_of``)."""
-        return ((image['num_pred'] == 0) | image['missing']).index_select(0, image_of)
-
-    def _error_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image: Dict[str, Tensor], image_of: Tensor,
-                    num_images: int) -> Dict[str, Any]:
-        """``miss@K_{cause}`` (and ``miss@K_predicate_ng``), the stage-wise keys ``stage_*`` into ``m``; returns
-        ``{'per_predicate_causes': table, 'causes': [names]}`` for the summary (:mod:`~..functional.error_causes`)."""
-        ks, avg = self.topk, self.recall_average
-        rank_gc, cause = rel['rank_gc'].long(), rel['cause'].long()
-        no_pred = self.no_prediction_rows(image, image_of)
-        reported = self.reported_causes(image)
-        shares = error_causes.cause_shares(rank_gc, cause, image_of, num_images, ks, avg, no_pred,
-                                           rel['rank_ngc'].long(), self.ng_topk)
-        for name in reported + ('predicate_ng',):
-            _put(m, 'miss', ks, shares[name], f'_{name}')
-        count = image['num_gt']
-        for family, column in error_causes.STAGE_RANKS:
-            _put(m, family, ks, error_causes.stage_recall(rel[column].long(), image_of, num_images, count, ks))
-        predicted = ~image['missing']  # a missing prediction detects nothing (its rows hold the GT objects)
-        for name in ('inst_loc', 'inst_det'):
-            found = torch.where(predicted, image[name], torch.zeros_like(image[name]))
-            m[f'stage_{name}'] = 100.0 * float(error_causes.instance_recall(found, image['num_gt_objects']))
-        table = error_causes.per_predicate_cause_shares(rank_gc, cause, rel['predicate'].long(), image_of, num_images,
-                                                        len(self.predicates), ks, avg, no_pred)
-        num_gt = torch.bincount(rel['predicate'].long(), minlength=len(self.predicates)).tolist()
-        rows = {name: values.tolist() for name, values in table.items()}
-        per_predicate = {}
-        for i in self._predicate_order():
-            if not num_gt[i]:
-                continue
-            row = {'num_gt': num_gt[i]}
-            for j, k in enumerate(ks):
-                row[f'R@{k}'] = 100.0 * rows['hit'][j][i]
-                row.update({f'miss@{k}_{c}': 100.0 * rows[c][j][i] for c in reported})
-            per_predicate[self.predicates[i]] = row
-        return {'per_predicate_causes': per_predicate, 'causes': list(reported)}
-
-    def _predicate_order(self) -> List[int]:
-        """Predicate indices by descending training frequency when ``predicate_counts`` is known, else in order."""
-        counts = self._meta('predicate_counts')
-        order = list(range(len(self.predicates)))
-        if counts is not None and len(counts) == len(order):
-            order.sort(key=lambda i: (-float(counts[i]), i))
-        return order
-
-    def _per_predicate_table(self, per_pred: Tensor, pred: Tensor) -> Dict[str, Dict[str, Any]]:
-        """``{predicate: {'R@K': percent, ..., 'num_gt': GT relations}}`` from the per-predicate recalls [K, P] and
-        the evaluated relations' predicates, by descending training frequency when ``predicate_counts`` is known
-        (else in predicate order)."""
-        ks, num_pred_classes = self.topk, len(self.predicates)
-        counts = self._meta('predicate_counts')
-        order = list(range(num_pred_classes))
-        if counts is not None and len(counts) == num_pred_classes:
-            order.sort(key=lambda i: (-float(counts[i]), i))
-        per_pred_rows = per_pred.tolist()  # [K][P] floats (element-wise tensor reads are slow)
-        per_predicate = {
-            self.predicates[i]: {f'R@{k}': 100.0 * per_pred_rows[j][i] for j, k in enumerate(ks)}
-            for i in order}
-        num_gt = torch.bincount(pred, minlength=num_pred_classes).tolist()
-        for i in order:
-            per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
-        return per_predicate
-
-    def novel_subsets(self, triplets: Tensor, novel: Dict[str, Any]) -> Dict[str, Tensor]:
-        """[G] bool masks of the open-vocabulary subsets of GT relations (their triplet codes): 'novel_obj'
-        (subject and object novel; when novel classes are set), 'novel_pred' (novel predicate; when set) and
-        'base' (no novel subject, object or predicate)."""
-        c, p = len(self.classes), len(self.predicates)
-        subject, obj, predicate = triplet_parts(triplets, c, p)
-        novel_obj = torch.zeros(c, dtype=torch.bool)
-        novel_obj[novel['objects']] = True
-        novel_pred = torch.zeros(p, dtype=torch.bool)
-        novel_pred[novel['predicates']] = True
-        out = {}
-        if novel['objects']:
-            out['novel_obj'] = novel_obj[subject] & novel_obj[obj]
-        if novel['predicates']:
-            out['novel_pred'] = novel_pred[predicate]
-        out['base'] = ~(novel_obj[subject] | novel_obj[obj] | novel_pred[predicate])
-        return out
-
-    def input_diagnostics(self, images: Dict[str, Tensor], metrics: Dict[str, float],
-                          num_evaluated: int, gt_counts: Optional[Tensor] = None) -> Dict[str, Any]:
-        """``score_columns`` (how the predicate scores were read) and ``input_warnings`` of the reduced image
-        rows; each warning is issued once here (summaries are computed once per group of metrics)."""
-        if 'score_width' not in images:
-            return {}
-        k = max(self.topk)
-        warnings_ = box_frame_warnings(images['box_flags'])
-        if 'label_offsets' in images:
-            warnings_ += label_shift_warnings(images['label_offsets'], len(self.classes))
-        warnings_ += score_column_warnings(metrics.get(f'R@{k}'), metrics.get(f'ngR@{k}'), k, num_evaluated,
-                                           images['top_predicate'], images['score_width'], self.predicates,
-                                           self.score_layout, images.get('head_predicates'), gt_counts)
-        for text in warnings_:
-            warn_user(f'{type(self).__name__} ({self.prefix}): {text}')
-        return {'score_columns': describe_score_columns(images['score_width'], len(self.predicates),
-                                                        self.score_layout),
-                'input_warnings': warnings_}
-
-    # ------------------------------------------------------------------ reporting
-    def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
-        text = format_scene_graph_report(summary, keys, mode=self.mode,
-                                         dataset=self._meta('dataset_name', 'unknown dataset'),
-                                         metric_name=f'{type(self).__name__} | protocol={self.protocol.name}',
-                                         ks=self.topk,
-                                         with_per_predicate=self._reports_per_predicate)
-        lines = [text]
-        info = summary.get('open_vocab')
-        if info:
-            lines.append(f'open-vocabulary subsets ({info["source"]}; GT relations: '
-                         + ', '.join(f'{n} {c}' for n, c in info['num_gt_relations'].items()) + ')')
-            for subset in info['num_gt_relations']:
-                shown = [f'{k}: {"–" if v != v else format(v, ".2f")}' for k, v in keys.items()
-                         if k.endswith(f'_{subset}')]
-                if shown:
-                    lines.append(f'  {subset}: ' + '  '.join(shown))
-        lines += [f'no value (–) for {", ".join(e["keys"])}: {e["why"]}' for e in summary.get('no_value', ())
-                  if any(k in keys for k in e['keys'])]
-        if summary.get('causes') and any(k.startswith('miss@') for k in keys):
-            lines += format_recall_lost(summary['metrics'], self.topk, summary['causes'])
-        if summary.get('score_columns'):
-            lines.append(f'predicate scores read as {summary["score_columns"]}')
-        lines += [f'WARNING: {w}' for w in summary.get('input_warnings', ())]
-        return '\n'.join(lines)
 
     def write_outfile(self, summary: Dict[str, Any], keys: Dict[str, float], tables: Tables) -> str:
         return dump_metric_json(self.outfile_prefix, self.file_stem(), {
@@ -840,8 +460,7 @@ class SceneGraphMetric(RelationVocabulary, RowMetric):
 @METRICS.register_module()
 class SGRecall(SceneGraphMetric):
     """R@K, ngR@K, zR@K, ngzR@K and (PredCls/SGCls) A@K, in percent. See :class:`SceneGraphMetric`."""
-    report_keys = ('R', 'ngR', 'zR', 'ngzR', 'A', 'miss', 'stage_pair_loc', 'stage_pair_det', 'stage_pred_cls',
-                   'stage_inst_loc', 'stage_inst_det')
+    report_keys = reported_families('recall')  # the declared families (mmsgg_eval/keys.py) SGRecall returns
     file_tag = 'recall'
 
 
@@ -849,6 +468,6 @@ class SGRecall(SceneGraphMetric):
 class SGMeanRecall(SceneGraphMetric):
     """mR@K, ngmR@K, mR@K_head/_body/_tail, F@K and AVG@K in percent; the per-predicate recall table is in
     the logged report, the report files, ``outfile_prefix`` and :meth:`extra_results` (metrics.json)."""
-    report_keys = ('mR', 'ngmR', 'F', 'AVG')
+    report_keys = reported_families('mean_recall')
     file_tag = 'mean_recall'
     _reports_per_predicate = True

@@ -43,6 +43,9 @@ from ..registry import METRICS
 from ..reports import write_scene_graph_reports
 from .base import Schema, Tables
 from .scene_graph import SceneGraphMetric
+from ..functional.bootstrap import ratio
+from .bootstrap import Contributions, per_predicate_block, predicate_mean, put, recall_block
+from .key_values import relation_units
 
 
 @METRICS.register_module()
@@ -55,6 +58,10 @@ class SGBenchMetric(SceneGraphMetric):
     _reports_per_predicate = True
     protocol_target = 'sgbench'
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`sgbench_contributions`."""
+        return sgbench_contributions(self, tables)
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100), protocol: str = 'sgbench',
                  **kwargs: Any) -> None:
         for name in ('zeroshot_triplets', 'predicate_groups', 'novel_objects', 'novel_predicates', 'novel_split'):
@@ -183,3 +190,38 @@ class SGBenchMetric(SceneGraphMetric):
                                                 if '@' in k and not k.endswith('@inf')})
         return table + '\nSGBench: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items()
                                                 if '@' not in k or k.endswith('@inf'))
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def sgbench_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.sgbench.SGBenchMetric` (R, mR, PairR at each K and K = inf,
+    InstR, PRank), per image."""
+    images, rels = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'])
+    rel, unit = relation_units(c, metric, images, rels)
+    ks, names, avg = list(metric.topk) + [K_ALL], [str(k) for k in metric.topk] + ['inf'], metric.recall_average
+    num_pred = len(metric.predicates)
+    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
+    put(c, 'R', names, recall_block(c, rank_gc, unit, ks, avg))
+    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
+    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average, 0.0))
+    put(c, 'PairR', names, recall_block(c, rel['rank_pair'].long(), unit, ks, avg, rel['first_pair']))
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    at = c.unit_of(images['sample_idx'])
+    evaluated[at] = metric._evaluated_images(images, quiet=True)
+    inst = torch.zeros(c.num_units, dtype=torch.float64)
+    inst[at] = images['num_matched_objects'].double() / images['num_gt_objects'].double().clamp(min=1)
+    num, den = c.add(torch.where(evaluated, inst, torch.zeros_like(inst))), c.add(evaluated.double())
+    c.blocks.append((['InstR'], lambda t, num=num, den=den: 100.0 * ratio(t[:, num], t[:, den])))
+    found = rel['prank'] >= 0
+    cell = unit[found] * num_pred + pred[found]
+    size = c.num_units * num_pred
+    sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size).view(c.num_units, num_pred)
+    cells = torch.bincount(cell, minlength=size).double().view(c.num_units, num_pred)
+    num, den = c.add((sums / cells.clamp(min=1)).sum(1)), c.add((cells > 0).double().sum(1))
+    c.blocks.append((['PRank'], lambda t: ratio(t[:, num], t[:, den], float('nan'))))
+    for j, name in enumerate(names):
+        c.tables[f'R@{name}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
+    c.table_labels = list(metric.predicates)
+    return c

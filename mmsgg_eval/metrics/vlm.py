@@ -33,17 +33,22 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+from torch import Tensor
 
 from ..registry import METRICS
+from ..functional.bootstrap import ratio
 from ..functional.detection_rows import coco_ap50  # AP@50 of the object rows (kept importable from here)
+from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 from ..io.vlm import FAILURE_CODES, ParseResult, VLMAnswerParser, to_data_sample
 from ..structures import get_field
+from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .bootstrap import Contributions
+from .key_values import scene_graph_contributions
 from .options import positive_int, positive_ints
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
-from .scene_graph import SceneGraphMetric, warn_no_value
-from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
-from ..user_messages import warn_user
+from .scene_graph import SceneGraphMetric
+from .scene_graph_summary import warn_no_value
 
 _SAMPLE_DTYPES = {'missing': torch.bool, 'pixel_like': torch.int8}
 #: Pixel-box warning: at least this many answers look like pixels ...
@@ -107,6 +112,10 @@ class VLMSceneGraphMetric(RowMetric):
 
     default_prefix = 'vlm'
 
+
+    def contributions(self, tables: Tables):
+        """Every key per image (the bootstrap intervals and ``compare``): :func:`vlm_contributions`."""
+        return vlm_contributions(self, tables)
     def __init__(self, canvas: Union[None, float, Sequence[float]] = 1000, box_tolerance: float = 0.01,
                  box_format: str = 'xyxy', synonyms: Union[None, str, Mapping] = None,
                  topk: Sequence[int] = (), rank: str = UNSET, iou_thr: float = UNSET,
@@ -405,3 +414,60 @@ class VLMSceneGraphMetric(RowMetric):
             return {}
         return {f'{self.prefix}/per_predicate_recall': self.last_report['per_predicate'],
                 f'{self.prefix}/num_missing_predictions': self.last_report['num_missing_predictions']}
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def vlm_name(key: str) -> Optional[str]:
+    """The VLM metric's name of an inner scene-graph key (``R@K_ALL`` -> ``Recall``, ``mR@K_ALL_tail`` ->
+    ``mRecall_tail``, ``R@20`` kept); None for the inner keys the VLM metric does not report."""
+    for family, name in (('R', 'Recall'), ('mR', 'mRecall')):
+        if key.startswith(f'{family}@{K_ALL}'):
+            return name + key[len(f'{family}@{K_ALL}'):]
+        if key.startswith(f'{family}@'):
+            return key
+    return None
+
+
+def vlm_contributions(metric: Any, tables: Tables) -> Contributions:
+    """Every key of :class:`~mmsgg_eval.metrics.vlm.VLMSceneGraphMetric`: FailureRate, the recalls (from the
+    inner scene-graph metric's rows) and AP@50 (recomputed per replicate on the resampled object tables)."""
+    samples = tables['samples']
+    c = scene_graph_contributions(metric.inner, tables, units=samples['sample_idx'])
+    c.rename(vlm_name)
+    unit = c.unit_of(samples['sample_idx'])
+    failed = c.add(torch.bincount(unit, weights=(samples['code'] != 0).double(), minlength=c.num_units))
+    total = c.add(torch.ones(c.num_units, dtype=torch.float64))
+    c.blocks.append((['FailureRate'], lambda t: 100.0 * ratio(t[:, failed], t[:, total])))
+    c.resampled['AP@50'] = lambda counts: resampled_ap50(metric, tables, c, counts)
+    return c
+
+
+def repeat_rows(unit: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
+    """Rows (sorted by ``unit``) of a resample with ``counts`` [N] per unit: (row index, copy number) of every
+    row of every drawn copy; copy numbers 0..N-1 name the drawn images."""
+    n = counts.numel()
+    copies = torch.repeat_interleave(torch.arange(n), counts.long())  # unit of each drawn copy, in unit order
+    per_unit = torch.bincount(unit, minlength=n)
+    start = torch.cumsum(per_unit, 0) - per_unit
+    length = per_unit.index_select(0, copies)
+    copy_of_row = torch.repeat_interleave(torch.arange(copies.numel()), length)
+    offset = torch.arange(int(length.sum())) - torch.repeat_interleave(torch.cumsum(length, 0) - length, length)
+    return start.index_select(0, copies).index_select(0, copy_of_row) + offset, copy_of_row
+
+
+def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor) -> float:
+    """The VLM metric's AP@50 (percent) of the images drawn ``counts`` [N] times each (copies are images)."""
+    from ..functional.detection_rows import coco_ap50
+    rows = {}
+    for name in ('gt_objects', 'pred_objects'):
+        table = tables[name]
+        unit = c.unit_of(table['sample_idx'])
+        order = torch.sort(unit, stable=True).indices
+        index, copy = repeat_rows(unit.index_select(0, order), counts)
+        picked = order.index_select(0, index)
+        rows[name] = {'image': copy.numpy(), **{k: v.index_select(0, picked).numpy() for k, v in table.items()
+                                                if k in ('box', 'label', 'score')}}
+    ap = coco_ap50(rows['gt_objects'], rows['pred_objects'], list(range(int(counts.sum()))),
+                   len(metric.inner.classes), metric.inner.plus_one, metric.ap_max_dets)
+    return 100.0 * ap

@@ -1,0 +1,119 @@
+"""Every key family, declared once: what it counts, how it averages, where it is reported.
+
+A scene-graph key is a function of the reduced relation rows (one row per GT relation of an evaluated image: its
+first-hit ranks, predicate, triplet code) and the image rows. A :class:`KeyFamily` says which one:
+
+- ``kind='recall'``: the GT relations hit within K (``rank < K``, ``rank`` a column of the rows or a derived rank),
+  averaged as the metric's ``recall_average`` (mean of per-image recalls, or micro: hits / relations);
+- ``kind='pairs'``: the same hits, always micro over all GT relations (pair accuracy);
+- ``kind='predicates'``: the per-predicate recall of those hits averaged over predicates as the metric's
+  ``mr_average`` (all P predicates, an absent one counting 0, or the ones present);
+- ``kind='combined'``: a function of two other families at the same K (F@K, AVG@K).
+
+``subset`` restricts the GT relations (``'zeroshot'``: the zero-shot set; ``'novel'``: each open-vocabulary
+subset, one key per subset, suffix ``_{subset}``; ``'novel_pred'``: the novel-predicate subset only);
+``members`` the predicates averaged over (``'all'``; ``'groups'``: each predicate group, suffix ``_{group}``;
+``'novel_pred'``: the novel predicates). ``ks='topk'`` gives one key per K (``R@20``), ``ks='rel'`` one key
+``R@rel`` at K = each image's number of GT relations.
+
+From these declarations alone come: the summary of ``SGRecall`` / ``SGMeanRecall``
+(:func:`mmsgg_eval.metrics.key_values.summary_keys`), their bootstrap contributions, hence their intervals and
+the paired comparison (:func:`mmsgg_eval.metrics.key_values.key_contributions`), which metric of the pair returns
+a key (``reported_by``), the report families with their titles and order (:data:`FAMILY_TITLES`,
+:data:`FAMILY_ORDER`) and the HTML report's numbers (``analysis.browse.summarize_records``). Adding a family here
+adds all of them; ``docs/metrics.md`` holds the definitions in words.
+"""
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class KeyFamily:
+    """One family of keys ``{name}@{K}{suffix}`` (see the module docstring for the fields' values)."""
+    name: str  #: key prefix before ``@``
+    title: str  #: its meaning, in the reports
+    kind: str = 'recall'  #: 'recall' | 'pairs' | 'predicates' | 'combined' | 'other' (computed by its metric)
+    rank: str = 'rank_gc'  #: the rank column of the relation rows (or 'rank_rel', derived)
+    subset: Optional[str] = None  #: None | 'zeroshot' | 'novel' | 'novel_pred'
+    members: str = 'all'  #: the predicates a 'predicates' family averages over: 'all' | 'groups' | 'novel_pred'
+    ks: str = 'topk'  #: 'topk' (one key per K) or 'rel' (one key, K = each image's GT relations)
+    modes: Tuple[str, ...] = ('predcls', 'sgcls', 'sgdet', 'phrdet')  #: the modes that have it
+    combine: Optional[str] = None  #: 'harmonic' | 'mean' of ``of`` (kind 'combined')
+    of: Tuple[str, ...] = ()  #: the two families a combined family is computed from
+    reported_by: str = 'recall'  #: 'recall' (SGRecall) or 'mean_recall' (SGMeanRecall)
+
+    @property
+    def empty(self) -> float:
+        """The value when no GT relation is counted: 0 for the whole set of relations or predicates (warned),
+        NaN (no value) for a subset or a predicate group."""
+        whole = self.subset is None and self.members == 'all'
+        return 0.0 if whole else float('nan')
+
+
+#: the scene-graph families in the order of the summary (and of every report built from it)
+SCENE_GRAPH_FAMILIES: Tuple[KeyFamily, ...] = (
+    KeyFamily('R', 'Recall'),
+    KeyFamily('R', 'Recall at K = the image\'s GT relations', ks='rel'),
+    KeyFamily('ngR', 'No-graph-constraint recall', rank='rank_ngc'),
+    KeyFamily('zR', 'Zero-shot recall', subset='zeroshot'),
+    KeyFamily('ngzR', 'No-graph-constraint zero-shot recall', rank='rank_ngc', subset='zeroshot'),
+    KeyFamily('A', 'Pair accuracy', kind='pairs', rank='rank_pair', modes=('predcls', 'sgcls')),
+    KeyFamily('R', 'Recall of an open-vocabulary subset', subset='novel'),
+    KeyFamily('ngR', 'No-graph-constraint recall of an open-vocabulary subset', rank='rank_ngc', subset='novel'),
+    KeyFamily('mR', 'Mean recall', kind='predicates', reported_by='mean_recall'),
+    KeyFamily('mR', 'Mean recall at K = the image\'s GT relations', kind='predicates', ks='rel',
+              reported_by='mean_recall'),
+    KeyFamily('ngmR', 'No-graph-constraint mean recall', kind='predicates', rank='rank_ngc',
+              reported_by='mean_recall'),
+    KeyFamily('mR', 'Mean recall of a predicate group', kind='predicates', members='groups',
+              reported_by='mean_recall'),
+    KeyFamily('mR', 'Mean recall of the novel predicates', kind='predicates', subset='novel_pred',
+              members='novel_pred', reported_by='mean_recall'),
+    KeyFamily('ngmR', 'No-graph-constraint mean recall of the novel predicates', kind='predicates',
+              rank='rank_ngc', subset='novel_pred', members='novel_pred', reported_by='mean_recall'),
+    KeyFamily('zmR', 'Zero-shot mean recall', kind='predicates', subset='zeroshot', reported_by='mean_recall'),
+    KeyFamily('F', 'F (2 R mR / (R + mR))', kind='combined', combine='harmonic', of=('R', 'mR'),
+              reported_by='mean_recall'),
+    KeyFamily('AVG', 'AVG ((R + mR) / 2)', kind='combined', combine='mean', of=('R', 'mR'),
+              reported_by='mean_recall'),
+)
+
+#: families whose keys their metric computes itself (error analysis, sgbench, OI); declared for reports
+OTHER_FAMILIES: Tuple[KeyFamily, ...] = (
+    KeyFamily('PairR', 'Pair recall (predicate ignored)', kind='other'),
+    KeyFamily('miss', 'Recall lost, by cause', kind='other'),
+    *(KeyFamily(f'stage_{s}', f'stage_{s}', kind='other', modes=('predcls', 'sgcls', 'sgdet'))  # PySGG's names
+      for s in ('pair_loc', 'pair_det', 'pred_cls', 'inst_loc', 'inst_det')),
+)
+
+
+def _first_titles() -> Dict[str, str]:
+    titles: Dict[str, str] = {}
+    for family in SCENE_GRAPH_FAMILIES + OTHER_FAMILIES:
+        if family.ks == 'topk':  # the first declaration of a name is its plain family
+            titles.setdefault(family.name, family.title)
+    return titles
+
+
+#: ``{family: title}`` of the report tables (the plain family of each name)
+FAMILY_TITLES: Dict[str, str] = _first_titles()
+
+#: the order of the report's family table: the recall families, then the mean-recall ones
+FAMILY_ORDER: Tuple[str, ...] = tuple(
+    [n for n in FAMILY_TITLES if n in {f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == 'recall'}]
+    + ['PairR'] + [n for n in FAMILY_TITLES if n in {f.name for f in SCENE_GRAPH_FAMILIES
+                                                     if f.reported_by == 'mean_recall'}])
+
+
+def subset_families(subset: str) -> Tuple[str, ...]:
+    """The family names counting only the GT relations of ``subset`` (``'zeroshot'``: zR, ngzR, zmR)."""
+    return tuple(dict.fromkeys(f.name for f in SCENE_GRAPH_FAMILIES if f.subset == subset))
+
+
+def reported_families(reported_by: str) -> Tuple[str, ...]:
+    """The family names (the part of a key before ``@``) one metric of the pair returns: ``'recall'``
+    (SGRecall: its families and the error analysis') or ``'mean_recall'`` (SGMeanRecall)."""
+    names = [f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == reported_by]
+    if reported_by == 'recall':
+        names += [f.name for f in OTHER_FAMILIES if f.name != 'PairR']
+    return tuple(dict.fromkeys(names))

@@ -1,0 +1,291 @@
+"""The declared key families (:mod:`mmsgg_eval.keys`) turned into numbers, two ways from the one declaration:
+:func:`summary_keys` (the summary of ``SGRecall`` / ``SGMeanRecall``, percent) and :func:`key_contributions`
+(the per-image summands of the same keys for the bootstrap intervals and the paired comparison,
+:mod:`mmsgg_eval.metrics.bootstrap`). Both walk :func:`key_instances`, so a key exists in one exactly when it
+exists in the other, with the same name, the same subset of GT relations and the same averaging."""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..functional import per_predicate_recall, recall_from_ranks
+from ..functional.recall import hit_within, mean_recall
+from ..keys import SCENE_GRAPH_FAMILIES, KeyFamily
+from ..functional import error_causes
+from ..functional.bootstrap import ratio
+from .bootstrap import Contributions, Tables, per_predicate_block, predicate_mean, put, recall_block
+
+
+@dataclass
+class Relations:
+    """The evaluated GT relations a summary (or a bootstrap) reads: ``ranks`` ``{column: [G] long}``
+    (``rank_gc``, ``rank_ngc``, ``rank_pair``, ``rank_rel``), ``predicate`` [G], ``image_of`` [G] (the evaluated
+    image, or the resampling unit, of each) among ``num_images``; ``masks`` ``{subset: [G] bool}`` (``zeroshot``
+    and the open-vocabulary subsets present), ``novel`` the open-vocabulary split (or None), ``groups`` the
+    predicate groups ``{name: [predicate indices]}``."""
+    ranks: Dict[str, Tensor]
+    predicate: Tensor
+    image_of: Tensor
+    num_images: int
+    masks: Dict[str, Tensor]
+    novel: Optional[Dict[str, Any]]
+    groups: Dict[str, Sequence[int]]
+    novel_subsets: Tuple[str, ...] = ()
+    tables: Dict[Any, Any] = field(default_factory=dict)  # per-predicate tables, computed once
+
+
+@dataclass(frozen=True)
+class KeyInstance:
+    """One concrete block of keys ``{family.name}@{label}{suffix}`` of a family."""
+    family: KeyFamily
+    labels: Tuple[Any, ...]  #: the K labels of the keys (ints, or 'rel')
+    ks: Tuple[int, ...]  #: the K each label counts hits within (1 for 'rel' on the relative ranks)
+    suffix: str
+    mask: Optional[str]  #: the subset of GT relations counted (a key of ``Relations.masks``), None = all
+    members: Optional[Tuple[int, ...]]  #: the predicates averaged over ('predicates' families), None = all
+
+    @property
+    def names(self) -> List[str]:
+        return [f'{self.family.name}@{label}{self.suffix}' for label in self.labels]
+
+    @property
+    def rank(self) -> str:
+        return 'rank_rel' if self.family.ks == 'rel' else self.family.rank
+
+
+def _instances(family: KeyFamily, metric: Any, rels: Relations, subset: Optional[str]) -> Iterator[KeyInstance]:
+    ks = tuple(metric.topk)
+    labels, kvals = (('rel',), (1,)) if family.ks == 'rel' else (ks, ks)
+    if family.subset == 'zeroshot' and 'zeroshot' not in rels.masks:
+        return
+    if family.subset == 'novel_pred' and 'novel_pred' not in rels.novel_subsets:
+        return
+    mask = subset if family.subset == 'novel' else family.subset
+    if family.kind == 'predicates' and family.subset == family.members:
+        mask = None  # a predicate's recall is the same over its own subset of relations: the whole table serves
+    suffix = f'_{subset}' if subset else ''
+    if family.members == 'groups':
+        for name, members in rels.groups.items():
+            yield KeyInstance(family, labels, kvals, f'_{name}', mask, tuple(members))
+        return
+    if family.members == 'novel_pred':
+        yield KeyInstance(family, labels, kvals, '_novel_pred', mask, tuple(rels.novel['predicates']))
+        return
+    yield KeyInstance(family, labels, kvals, suffix, mask, None)
+
+
+def key_instances(metric: Any, rels: Relations,
+                  families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Iterator[Sequence[KeyInstance]]:
+    """The key blocks of ``metric`` (its mode) on ``rels``, in the summary's order: consecutive families over the
+    open-vocabulary subsets are walked subset by subset, consecutive combined families K by K (so
+    ``R@K_novel_obj, ngR@K_novel_obj, R@K_base, ...`` and ``F@20, AVG@20, F@50, ...``). Yields lists: one
+    instance, or the run of combined families (computed together)."""
+    def joins(first: KeyFamily, nxt: KeyFamily) -> bool:
+        return (first.subset == nxt.subset == 'novel') or (first.kind == nxt.kind == 'combined')
+    i = 0
+    while i < len(families):
+        family = families[i]
+        run = [family]
+        while i + len(run) < len(families) and joins(family, families[i + len(run)]):
+            run.append(families[i + len(run)])
+        i += len(run)
+        run = [f for f in run if metric.mode in f.modes]
+        if not run:
+            continue
+        if family.kind == 'combined':
+            yield [KeyInstance(f, tuple(metric.topk), tuple(metric.topk), '', None, None) for f in run]
+        elif family.subset == 'novel':
+            for subset in rels.novel_subsets:
+                for f in run:
+                    yield from ([inst] for inst in _instances(f, metric, rels, subset))
+        else:
+            yield from ([inst] for inst in _instances(family, metric, rels, None))
+
+
+def _selected(rels: Relations, inst: KeyInstance) -> Tuple[Tensor, Tensor, Tensor]:
+    """(rank, predicate, image) of the GT relations an instance counts."""
+    rank = rels.ranks[inst.rank]
+    if inst.mask is None:
+        return rank, rels.predicate, rels.image_of
+    mask = rels.masks[inst.mask]
+    return rank[mask], rels.predicate[mask], rels.image_of[mask]
+
+
+def per_predicate_table(metric: Any, rels: Relations, inst: KeyInstance) -> Tuple[Tensor, Tensor]:
+    """([K, P] per-predicate recall, [P] presence) of the relations of ``inst`` (computed once per rank, subset
+    and K: mR@K and its groups read one table)."""
+    key = (inst.rank, inst.mask, inst.ks)
+    if key not in rels.tables:
+        rank, pred, image = _selected(rels, inst)
+        rels.tables[key] = per_predicate_recall(rank, pred, image, rels.num_images, len(metric.predicates),
+                                                inst.ks, metric.recall_average)
+    return rels.tables[key]
+
+
+def predicate_table(metric: Any, rels: Relations) -> Tensor:
+    """[K, P] per-predicate recall of every GT relation at each K of ``metric`` (the graph-constrained ranks):
+    the summary's per-predicate table."""
+    family = next(f for f in SCENE_GRAPH_FAMILIES if f.kind == 'predicates')
+    ks = tuple(metric.topk)
+    return per_predicate_table(metric, rels, KeyInstance(family, ks, ks, '', None, None))[0]
+
+
+def _combined(family: KeyFamily, r: float, mr: float) -> float:
+    if family.combine == 'harmonic':
+        return 2 * r * mr / (r + mr) if r + mr > 0 else 0.0
+    return (r + mr) / 2
+
+
+def summary_keys(metric: Any, rels: Relations,
+                 families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Dict[str, float]:
+    """Every declared key of ``metric`` (percent) from the evaluated relations, in the declaration order
+    (``families``: a selection of the declarations, e.g. the ones the HTML report shows)."""
+    m: Dict[str, float] = {}
+    for block in key_instances(metric, rels, families):
+        family = block[0].family
+        if family.kind == 'combined':
+            for k in metric.topk:
+                for inst in block:
+                    a, b = (m[f'{name}@{k}'] for name in inst.family.of)
+                    m[f'{inst.family.name}@{k}'] = _combined(inst.family, a, b)
+            continue
+        inst = block[0]
+        if family.kind == 'recall':
+            rank, _, image = _selected(rels, inst)
+            values = recall_from_ranks(rank, image, rels.num_images, inst.ks, average=metric.recall_average,
+                                       empty=family.empty).tolist()
+        elif family.kind == 'pairs':  # micro over every GT relation
+            rank, _, _ = _selected(rels, inst)
+            total = float(rank.numel())
+            m.update({name: 100.0 * float(hit_within(rank, k).sum()) / total if total else 0.0
+                      for name, k in zip(inst.names, inst.ks)})
+            continue
+        else:
+            table, present = per_predicate_table(metric, rels, inst)
+            members = range(len(metric.predicates)) if inst.members is None else inst.members
+            values = mean_recall(table, present, members, metric.mr_average, family.empty).tolist()
+        for name, v in zip(inst.names, values):
+            m[name] = 100.0 * v
+    return m
+
+
+def key_contributions(c: Contributions, metric: Any, rels: Relations) -> Dict[Any, Any]:
+    """Add every declared key of ``metric`` to ``c`` (``rels.image_of``: the unit of each relation); returns the
+    per-predicate blocks ``{(rank, subset, ks): block}`` (for the per-predicate tables of ``compare``)."""
+    blocks: Dict[Any, Any] = {}
+    presence: Dict[Any, slice] = {}
+    for block in key_instances(metric, rels):
+        family = block[0].family
+        if family.kind == 'combined':  # (the closure holds the K, not the metric: it outlives the call)
+            ks = tuple(metric.topk)
+            c.derived.append(lambda v, block=block, ks=ks: {f'{i.family.name}@{k}': _combined_tensor(i.family, *(
+                v[f'{name}@{k}'] for name in i.family.of)) for k in ks for i in block})
+            c.depends.update({f'{i.family.name}@{k}': [f'{name}@{k}' for name in i.family.of]
+                              for k in ks for i in block})
+            continue
+        inst = block[0]
+        rank, pred, unit = _selected(rels, inst)
+        if family.kind in ('recall', 'pairs'):
+            average = 'micro' if family.kind == 'pairs' else metric.recall_average
+            put(c, family.name, inst.labels, recall_block(c, rank, unit, inst.ks, average, empty=family.empty),
+                inst.suffix)
+            continue
+        key = (inst.rank, inst.mask, inst.ks)
+        if key not in blocks:
+            blocks[key], presence[key[1:]] = per_predicate_block(
+                c, rank, pred, unit, len(metric.predicates), inst.ks, metric.recall_average, presence.get(key[1:]))
+        members = range(len(metric.predicates)) if inst.members is None else inst.members
+        put(c, family.name, inst.labels, predicate_mean(blocks[key], presence[key[1:]], members, metric.mr_average,
+                                                        family.empty), inst.suffix)
+    return blocks
+
+
+def _combined_tensor(family: KeyFamily, r: Tensor, mr: Tensor) -> Tensor:
+    total = r + mr
+    if family.combine == 'harmonic':  # 0 when both are 0
+        return torch.where(total > 0, 2 * r * mr / total.clamp(min=1e-300), torch.zeros_like(total))
+    return total / 2
+
+
+def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tensor] = None) -> Contributions:
+    """Every key of a :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric` (both presets), per image: the
+    declared keys (:func:`key_contributions`), the per-predicate tables ``R@K`` and the error analysis' keys."""
+    from .predicate_groups import resolve_groups
+    images, rows = tables['images'], tables['relations']
+    c = Contributions(images['sample_idx'] if units is None else units)
+    rel, unit = relation_units(c, metric, images, rows)
+    at = c.unit_of(images['sample_idx'])
+    num_gt = torch.zeros(c.num_units, dtype=torch.long)
+    num_gt[at] = images['num_gt'].long()
+    zs_mask = zeroshot_mask(metric, rows, rel)
+    novel = metric.novel_indices()
+    subsets = metric.novel_subsets(rel['triplet'], novel) if novel else {}
+    groups = resolve_groups(metric.predicates, metric.user_groups, metric._meta('predicate_counts'))
+    counted = metric.key_relations(rel, unit, c.num_units, num_gt, zs_mask, novel, subsets, groups)
+    blocks = key_contributions(c, metric, counted)
+    ks = tuple(metric.topk)
+    per_pred = blocks[('rank_gc', None, ks)]
+    for j, k in enumerate(ks):
+        c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
+    c.table_labels = list(metric.predicates)
+    if getattr(metric, 'error_analysis', False):
+        error_contributions(c, metric, images, rel, unit)
+    return c
+
+
+def relation_units(c: Contributions, metric: Any, images: Dict[str, Tensor],
+                   rels: Dict[str, Tensor]) -> Tuple[Dict[str, Tensor], Tensor]:
+    """The relation rows of the images ``metric`` evaluates and the unit of each."""
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    evaluated[c.unit_of(images['sample_idx'])] = metric._evaluated_images(images, quiet=True)
+    unit = c.unit_of(rels['sample_idx'])
+    keep = evaluated.index_select(0, unit)
+    return {n: col[keep] for n, col in rels.items()}, unit[keep]
+
+
+def zeroshot_mask(metric: Any, rels: Dict[str, Tensor], rel: Dict[str, Tensor]) -> Optional[Tensor]:
+    """The zero-shot flags of the evaluated relations ``rel`` (of all relation rows ``rels``), as the metric's
+    summary takes them (:meth:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric._zeroshot_relations`)."""
+    return metric._zeroshot_relations(rels['triplet'], rel)[0]
+
+
+def error_contributions(c: Contributions, metric: Any, images: Dict[str, Tensor], rel: Dict[str, Tensor],
+                        unit: Tensor) -> None:
+    """The ``miss@K_{cause}`` and ``stage_*`` keys of a scene-graph metric with ``error_analysis``, per image, as
+    its summary computes them (:mod:`mmsgg_eval.functional.error_causes`)."""
+    at = c.unit_of(images['sample_idx'])
+
+    def per_unit(values: Tensor) -> Tensor:
+        out = torch.zeros(c.num_units, dtype=values.dtype)
+        out[at] = values
+        return out
+    ks, avg = metric.topk, metric.recall_average
+    num_gt = per_unit(images['num_gt'].long())
+    rank_gc = rel['rank_gc'].long()
+    without = per_unit(((images['num_pred'] == 0) | images['missing']).long()).bool().index_select(0, unit)
+    cause, rank_ngc = rel['cause'].long(), rel['rank_ngc'].long()
+    reported = metric.reported_causes(images)
+    for k in ks:
+        outcome = error_causes.outcome_codes(rank_gc, cause, k, without)
+        selections = {name: outcome == code for code, name in enumerate(error_causes.CAUSES, start=1)}
+        selections['predicate_ng'] = (outcome == error_causes.PREDICATE) & \
+            (rank_ngc < min(int(k), int(metric.ng_topk)))
+        for name in reported + ('predicate_ng',):
+            put(c, 'miss', [k], recall_block(c, error_causes.as_rank(selections[name]), unit, (1,), avg), f'_{name}')
+    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
+    evaluated[at] = metric._evaluated_images(images, quiet=True)
+    den = c.add(evaluated.double())
+    denominator = num_gt.double() + error_causes.STAGE_REL_EPS
+    for family, column in error_causes.STAGE_RANKS:
+        for k in ks:
+            found = torch.bincount(unit[rel[column].long() < min(int(k), error_causes.NO_HIT)],
+                                   minlength=c.num_units).double()
+            num = c.add(torch.where(evaluated, found / denominator, torch.zeros_like(found)))
+            c.blocks.append(([f'{family}@{k}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
+    predicted = per_unit((~images['missing']).long()).bool()
+    objects = per_unit(images['num_gt_objects'].long()).double() + error_causes.STAGE_OBJ_EPS
+    for name in ('inst_loc', 'inst_det'):
+        found = per_unit(images[name].long()).double()
+        num = c.add(torch.where(evaluated & predicted, found / objects, torch.zeros_like(found)))
+        c.blocks.append(([f'stage_{name}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
