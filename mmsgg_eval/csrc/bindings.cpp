@@ -38,6 +38,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
         py::arg("gt_valid"), py::arg("iou_thr"), py::arg("plus_one"));
+  m.def("box_overlap_flags", &box_overlap_flags,
+        "(located [B, M], detected [B, M], located subject / object bits [B, N, W]) of the error analysis: which "
+        "GT objects some predicted object overlaps (box IoU, any class) / matches, and the GT relations whose ends "
+        "each predicted object overlaps",
+        py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
+        py::arg("gt_valid"), py::arg("iou_thr"), py::arg("plus_one"));
   const char* hits_doc = "first-hit rank [B, G] int32 of every GT relation in a ranked list";
   m.def("first_hit_ranks", &first_hit_ranks, hits_doc, py::arg("subject_bits"), py::arg("object_bits"),
         py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("rel_pairs"), py::arg("index"), py::arg("valid"),

@@ -20,7 +20,8 @@
 //   * ranking.cpp        the stable top-k, the graph-constrained list, the fused ranked_relation_lists pass and
 //                        the GT-pair sub-list;
 //   * ngc.cpp            the no-graph-constraint list;
-//   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags;
+//   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
+//                        box_overlap_flags;
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
@@ -237,6 +238,10 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                                          const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                          double iou_thr, bool plus_one);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
+    bool plus_one);
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                            const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                            const std::vector<at::Tensor>& rel_pairs,

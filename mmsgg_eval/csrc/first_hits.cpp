@@ -14,7 +14,7 @@ namespace {
 // IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
 // (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
 // inter), NaN (two empty boxes) read as 0. Every operation rounds to float32 (the build disables contraction).
-inline float box_iou_f32(const float* a, const float* b, float extra) {
+inline float box_iou_f32(const float* a, const float* b, float extra, bool nan_as_zero = true) {
   float w = (std::min(a[2], b[2]) - std::max(a[0], b[0])) + extra;
   float h = (std::min(a[3], b[3]) - std::max(a[1], b[1])) + extra;
   w = w < 0.0f ? 0.0f : w;
@@ -23,7 +23,49 @@ inline float box_iou_f32(const float* a, const float* b, float extra) {
   const float area_a = ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra);
   const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
   const float iou = inter / ((area_a + area_b) - inter);
-  return iou != iou ? 0.0f : iou;
+  return (nan_as_zero && iou != iou) ? 0.0f : iou;
+}
+
+// The bit sets [M, W] of the valid GT relations of one image whose subject (resp. object) is each GT object, from
+// its GT pairs [G, 2] (0-based) and validity [G], into subject_of / object_of; returns the first valid GT relation
+// with an object index outside [0, M), -1 when none (the tables are then incomplete).
+int64_t relation_end_tables(const int64_t* pairs, const bool* valid, int64_t num_rel, int64_t num_gt_obj,
+                            int64_t words, std::vector<uint64_t>& subject_of, std::vector<uint64_t>& object_of) {
+  subject_of.assign(num_gt_obj * words, 0);
+  object_of.assign(num_gt_obj * words, 0);
+  for (int64_t g = 0; g < num_rel; ++g) {
+    if (!valid[g]) {
+      continue;
+    }
+    const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
+    if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {
+      return g;
+    }
+    subject_of[s * words + g / 64] |= uint64_t(1) << (g % 64);
+    object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
+  }
+  return -1;
+}
+
+// The shapes and types of the box-matching inputs (box_relation_end_bits, box_overlap_flags); `kernel` names the
+// caller in the errors.
+void check_box_inputs(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+                      const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                      const std::string& kernel) {
+  check_cpu(pred_boxes, at::kFloat, 3, (kernel + ": pred_boxes must be float32 [B, N, 4] on the CPU").c_str());
+  check_cpu(gt_boxes, at::kFloat, 3, (kernel + ": gt_boxes must be float32 [B, M, 4] on the CPU").c_str());
+  check_cpu(pred_labels, at::kLong, 2, (kernel + ": pred_labels must be int64 [B, N] on the CPU").c_str());
+  check_cpu(gt_labels, at::kLong, 2, (kernel + ": gt_labels must be int64 [B, M] on the CPU").c_str());
+  check_cpu(gt_pairs, at::kLong, 3, (kernel + ": gt_pairs must be int64 [B, G, 2] on the CPU").c_str());
+  check_cpu(gt_valid, at::kBool, 2, (kernel + ": gt_valid must be bool [B, G] on the CPU").c_str());
+  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
+  const int64_t num_rel = gt_pairs.size(1);
+  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2, kernel,
+              ": boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
+  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
+                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
+                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
+              kernel, ": the batch fields do not have matching shapes");
 }
 
 }  // namespace
@@ -35,20 +77,9 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                                          const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                          double iou_thr, bool plus_one) {
-  check_cpu(pred_boxes, at::kFloat, 3, "box_relation_end_bits: pred_boxes must be float32 [B, N, 4] on the CPU");
-  check_cpu(gt_boxes, at::kFloat, 3, "box_relation_end_bits: gt_boxes must be float32 [B, M, 4] on the CPU");
-  check_cpu(pred_labels, at::kLong, 2, "box_relation_end_bits: pred_labels must be int64 [B, N] on the CPU");
-  check_cpu(gt_labels, at::kLong, 2, "box_relation_end_bits: gt_labels must be int64 [B, M] on the CPU");
-  check_cpu(gt_pairs, at::kLong, 3, "box_relation_end_bits: gt_pairs must be int64 [B, G, 2] on the CPU");
-  check_cpu(gt_valid, at::kBool, 2, "box_relation_end_bits: gt_valid must be bool [B, G] on the CPU");
+  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_relation_end_bits");
   const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
   const int64_t num_rel = gt_pairs.size(1);
-  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2,
-              "box_relation_end_bits: boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
-  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
-                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
-                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
-              "box_relation_end_bits: the batch fields do not have matching shapes");
   const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
   at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
              gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
@@ -68,21 +99,8 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
     std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
     std::vector<int64_t> first_of, next_of;
     for (int64_t b = begin; b < end; ++b) {
-      subject_of.assign(num_gt_obj * words, 0);
-      object_of.assign(num_gt_obj * words, 0);
-      const int64_t* pairs = gp_ptr + b * num_rel * 2;
-      for (int64_t g = 0; g < num_rel; ++g) {
-        if (!gv_ptr[b * num_rel + g]) {
-          continue;
-        }
-        const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
-        if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {
-          bad[b] = g;
-          break;
-        }
-        subject_of[s * words + g / 64] |= uint64_t(1) << (g % 64);
-        object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
-      }
+      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
+                                   subject_of, object_of);
       if (bad[b] >= 0) {
         continue;
       }
@@ -126,6 +144,79 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                 " has an object index outside [0, ", num_gt_obj, ")");
   }
   return {subject_bits, object_bits};
+}
+
+// Error analysis (mmsgg_eval.functional.error_causes), every (predicted object, GT object) pair of an image in one
+// pass: predicted object n "overlaps" GT object m when both labels are >= 0 (not padding) and their box IoU
+// (box_iou_unchecked's operation order; NaN, of two empty boxes, never reaches the threshold) is >= thr, whatever
+// the classes; it "matches" m when it also has m's class. Returns (located [B, M] bool: some predicted object
+// overlaps GT object m, detected [B, M] bool: some predicted object matches it, located subject bits [B, N, W],
+// located object bits [B, N, W]: the GT relations whose subject / object each predicted object overlaps, as
+// relation_end_bits of the overlap matrix gives them; W = max(ceil(G / 64), 1)).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
+    bool plus_one) {
+  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_overlap_flags");
+  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
+  const int64_t num_rel = gt_pairs.size(1);
+  const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
+  at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
+             gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
+  at::Tensor located = at::zeros({batch, num_gt_obj}, at::kBool), detected = at::zeros({batch, num_gt_obj}, at::kBool);
+  at::Tensor subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  at::Tensor object_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  const float* pb_ptr = pb.data_ptr<float>();
+  const float* gb_ptr = gb.data_ptr<float>();
+  const int64_t* pl_ptr = pl.data_ptr<int64_t>();
+  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  bool* located_ptr = located.data_ptr<bool>();
+  bool* detected_ptr = detected.data_ptr<bool>();
+  uint64_t* sub_ptr = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
+  uint64_t* obj_ptr = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
+  const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
+  std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
+    for (int64_t b = begin; b < end; ++b) {
+      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
+                                   subject_of, object_of);
+      if (bad[b] >= 0) {
+        continue;
+      }
+      const int64_t* labels = pl_ptr + b * num_pred;
+      const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
+      bool* image_located = located_ptr + b * num_gt_obj;
+      bool* image_detected = detected_ptr + b * num_gt_obj;
+      for (int64_t n = 0; n < num_pred; ++n) {
+        const int64_t label = labels[n];
+        if (label < 0) {
+          continue;
+        }
+        const float* box = pb_ptr + (b * num_pred + n) * 4;
+        uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
+        uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
+        for (int64_t m = 0; m < num_gt_obj; ++m) {
+          if (gt_lab[m] < 0 || !(box_iou_f32(box, gb_ptr + (b * num_gt_obj + m) * 4, extra, false) >= thr)) {
+            continue;
+          }
+          image_located[m] = true;
+          image_detected[m] = image_detected[m] || gt_lab[m] == label;
+          for (int64_t w = 0; w < words; ++w) {
+            sub[w] |= subject_of[m * words + w];
+            obj[w] |= object_of[m * words + w];
+          }
+        }
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "box_overlap_flags: image ", b, " GT relation ", bad[b],
+                " has an object index outside [0, ", num_gt_obj, ")");
+  }
+  return {located, detected, subject_bits, object_bits};
 }
 
 // The matching bit sets and GT relations a first-hit kernel reads (types and ranks; shapes are checked by the
@@ -331,6 +422,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
   std::vector<int64_t> bad(batch, -1);  // a pair whose objects or score row are out of range
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     std::vector<uint64_t> carries, any_pair(words), any_listed(words);
+    std::vector<uint8_t> ends(num_obj);  // bit 0: the object matches some GT subject, bit 1: some GT object
     for (int64_t b = begin; b < end; ++b) {
       carries.assign(num_predicates * words, 0);
       std::fill(any_pair.begin(), any_pair.end(), 0);
@@ -349,12 +441,24 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
         bad[b] = n;
         continue;
       }
+      // which predicted objects match the subject / object of some GT relation: most pairs join none
+      for (int64_t i = 0; i < num_obj; ++i) {
+        uint64_t as_subject = 0, as_object = 0;
+        for (int64_t w = 0; w < words; ++w) {
+          as_subject |= s_ptr[(b * num_obj + i) * words + w];
+          as_object |= o_ptr[(b * num_obj + i) * words + w];
+        }
+        ends[i] = static_cast<uint8_t>((as_subject != 0) | ((as_object != 0) << 1));
+      }
       const int64_t* pr = pairs.pairs(b);
       for (int64_t r = 0; r < n; ++r) {
         const int64_t s = pr[2 * r], o = pr[2 * r + 1];
         if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
           bad[b] = r;
           break;
+        }
+        if (!(ends[s] & 1) || !(ends[o] & 2)) {
+          continue;
         }
         const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
         const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
