@@ -311,14 +311,15 @@ def test_box_relation_end_bits_equal_the_torch_composition(seed, shape):
 
 
 @needs_kernels
-@pytest.mark.parametrize('shape', [(5, 9, 6, 20), (3, 12, 8, 130), (4, 7, 5, 64), (3, 0, 4, 5), (3, 5, 4, 0),
-                                   (2, 4, 0, 0), (0, 3, 3, 2), (1, 1, 1, 1)])
+@pytest.mark.parametrize('shape', [(5, 9, 6, 20), (3, 12, 8, 130), (4, 7, 5, 64), (3, 20, 19, 70), (2, 9, 33, 12),
+                                   (3, 0, 4, 5), (3, 5, 4, 0), (2, 4, 0, 0), (0, 3, 3, 2), (1, 1, 1, 1)])
 @pytest.mark.parametrize('seed', [0, 1])
 def test_box_overlap_flags_equal_the_torch_composition(seed, shape):
     """The error analysis' overlap kernel, bit for bit equal to its torch composition (box_iou_unchecked: 0 / 0 of
     two empty boxes is NaN and overlaps nothing, even at threshold 0; located_objects, same_class_matrix, any over
     the predicted objects, relation_end_bits of the overlap matrix) at every threshold and both conventions, with
-    padding labels on both sides, invalid GT relations, 1 to 3 words; N = 0, G = 0, M = 0, B = 0."""
+    padding labels on both sides, invalid GT relations, 1 to 3 words, GT objects in whole 8-lane vectors and a
+    tail; N = 0, G = 0, M = 0, B = 0."""
     from mmsgg_eval.functional.boxes import box_iou_unchecked
     from mmsgg_eval.functional.error_causes import located_objects
     from mmsgg_eval.functional.matching import ObjectMatches, same_class_matrix

@@ -14,7 +14,7 @@ namespace {
 // IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
 // (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
 // inter), NaN (two empty boxes) read as 0. Every operation rounds to float32 (the build disables contraction).
-inline float box_iou_f32(const float* a, const float* b, float extra, bool nan_as_zero = true) {
+inline float box_iou_f32(const float* a, const float* b, float extra) {
   float w = (std::min(a[2], b[2]) - std::max(a[0], b[0])) + extra;
   float h = (std::min(a[3], b[3]) - std::max(a[1], b[1])) + extra;
   w = w < 0.0f ? 0.0f : w;
@@ -23,7 +23,7 @@ inline float box_iou_f32(const float* a, const float* b, float extra, bool nan_a
   const float area_a = ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra);
   const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
   const float iou = inter / ((area_a + area_b) - inter);
-  return (nan_as_zero && iou != iou) ? 0.0f : iou;
+  return iou != iou ? 0.0f : iou;
 }
 
 // The bit sets [M, W] of the valid GT relations of one image whose subject (resp. object) is each GT object, from
@@ -45,6 +45,59 @@ int64_t relation_end_tables(const int64_t* pairs, const bool* valid, int64_t num
     object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
   }
   return -1;
+}
+
+// The IoU of one box (corners a*, area area_a) with each of n boxes given by coordinate (gx1[i] ...; areas
+// garea[i]) into iou[0, n): box_iou_f32's operations in its order (std::min / std::max with its operand order,
+// the sides clamped at 0 by `< 0`, NaN kept: two empty boxes give NaN), 8 boxes per AVX2 vector where available.
+void overlap_row_scalar(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                        const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n,
+                        float* iou) {
+  for (int64_t i = 0; i < n; ++i) {
+    float w = (std::min(ax2, gx2[i]) - std::max(ax1, gx1[i])) + extra;
+    float h = (std::min(ay2, gy2[i]) - std::max(ay1, gy1[i])) + extra;
+    w = w < 0.0f ? 0.0f : w;
+    h = h < 0.0f ? 0.0f : h;
+    const float inter = w * h;
+    iou[i] = inter / ((area_a + garea[i]) - inter);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+void overlap_row_avx2(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                      const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n,
+                      float* iou) {
+  const __m256 x1 = _mm256_set1_ps(ax1), y1 = _mm256_set1_ps(ay1), x2 = _mm256_set1_ps(ax2), y2 = _mm256_set1_ps(ay2);
+  const __m256 area = _mm256_set1_ps(area_a), plus = _mm256_set1_ps(extra), zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // std::min(a, b) is (b < a ? b : a) = MINPS(b, a); std::max(a, b) is (a < b ? b : a) = MAXPS(b, a)
+    __m256 w = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gx2 + i), x2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gx1 + i), x1)), plus);
+    __m256 h = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gy2 + i), y2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gy1 + i), y1)), plus);
+    w = _mm256_blendv_ps(w, zero, _mm256_cmp_ps(w, zero, _CMP_LT_OQ));  // w < 0 ? 0 : w (NaN, -0.0 kept)
+    h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
+    const __m256 inter = _mm256_mul_ps(w, h);
+    _mm256_storeu_ps(iou + i, _mm256_div_ps(inter, _mm256_sub_ps(_mm256_add_ps(area, _mm256_loadu_ps(garea + i)),
+                                                                 inter)));
+  }
+  overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1 + i, gy1 + i, gx2 + i, gy2 + i, garea + i, n - i,
+                     iou + i);
+}
+#endif
+
+void overlap_row(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                 const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n, float* iou) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    overlap_row_avx2(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, iou);
+    return;
+  }
+#endif
+  overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, iou);
 }
 
 // The shapes and types of the box-matching inputs (box_relation_end_bits, box_overlap_flags); `kernel` names the
@@ -180,6 +233,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
   std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
+    std::vector<float> gt_x1(num_gt_obj), gt_y1(num_gt_obj), gt_x2(num_gt_obj), gt_y2(num_gt_obj);
+    std::vector<float> gt_area(num_gt_obj), iou(num_gt_obj);
     for (int64_t b = begin; b < end; ++b) {
       bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
                                    subject_of, object_of);
@@ -190,16 +245,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
       const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
       bool* image_located = located_ptr + b * num_gt_obj;
       bool* image_detected = detected_ptr + b * num_gt_obj;
+      for (int64_t m = 0; m < num_gt_obj; ++m) {  // the GT boxes by coordinate (the IoU loop below vectorises)
+        const float* g = gb_ptr + (b * num_gt_obj + m) * 4;
+        gt_x1[m] = g[0];
+        gt_y1[m] = g[1];
+        gt_x2[m] = g[2];
+        gt_y2[m] = g[3];
+        gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      }
       for (int64_t n = 0; n < num_pred; ++n) {
         const int64_t label = labels[n];
         if (label < 0) {
           continue;
         }
-        const float* box = pb_ptr + (b * num_pred + n) * 4;
+        const float* a = pb_ptr + (b * num_pred + n) * 4;
+        const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
+        const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+        overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1.data(), gt_y1.data(), gt_x2.data(), gt_y2.data(),
+                    gt_area.data(), num_gt_obj, iou.data());
         uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
         uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
         for (int64_t m = 0; m < num_gt_obj; ++m) {
-          if (gt_lab[m] < 0 || !(box_iou_f32(box, gb_ptr + (b * num_gt_obj + m) * 4, extra, false) >= thr)) {
+          if (gt_lab[m] < 0 || !(iou[m] >= thr)) {  // NaN (two empty boxes) never reaches the threshold
             continue;
           }
           image_located[m] = true;
@@ -453,11 +520,12 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
       const int64_t* pr = pairs.pairs(b);
       for (int64_t r = 0; r < n; ++r) {
         const int64_t s = pr[2 * r], o = pr[2 * r + 1];
-        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
+        if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+            static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
           bad[b] = r;
           break;
         }
-        if (!(ends[s] & 1) || !(ends[o] & 2)) {
+        if (!(ends[s] & (ends[o] >> 1) & 1)) {
           continue;
         }
         const uint64_t* sub = s_ptr + (b * num_obj + s) * words;

@@ -242,11 +242,12 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
         positions = torch.arange(gc_ends.shape[1], device=gc_ends.device).expand(gc_ends.shape[0], -1).contiguous()
         num_pred = batch.scores.num_predicates
 
-        def stage_rank(predicate: Optional[Tensor]) -> Tensor:
-            return kernels.first_hit_ranks(loc_subject, loc_object, batch.gt_predicates, gt_valid, [gc_ends],
-                                           positions, gc_valid, predicate, None, [], None, 0, num_pred,
-                                           predicate is None)
-        rank_pair_loc, rank_pred_cls = stage_rank(None), stage_rank(gc_predicate)
+        def stage_rank(ends: Tuple[Tensor, Tensor], predicate: Optional[Tensor]) -> Tensor:
+            return kernels.first_hit_ranks(ends[0], ends[1], batch.gt_predicates, gt_valid, [gc_ends], positions,
+                                           gc_valid, predicate, None, [], None, 0, num_pred, predicate is None)
+        located_ends = (loc_subject, loc_object)
+        rank_pair_loc, rank_pred_cls = stage_rank(located_ends, None), stage_rank(located_ends, gc_predicate)
+        rank_pair_det = stage_rank(end_bits, None)  # = pair_ranks(gc_order, gc_valid), without the pair lookups
     else:
         if gc_ends is not None:
             list_sub, list_obj = gc_ends[..., 0], gc_ends[..., 1]
@@ -259,9 +260,10 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
         carries = predicate_bits(batch.gt_predicates, gt_valid, batch.scores.num_predicates)
         rank_pair_loc = first_hit_rank_bits(loc_ends, num_gt)
         rank_pred_cls = first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid), num_gt)
+        rank_pair_det = pair_ranks(gc_order, gc_valid)
     out = {'cause': cause,
            'rank_pair_loc': rank_pair_loc,
-           'rank_pair_det': pair_ranks(gc_order, gc_valid),
+           'rank_pair_det': rank_pair_det,
            'rank_pred_cls': rank_pred_cls,
            'num_gt_objects': gt_object_valid.sum(1),
            'inst_loc': (located_any & gt_object_valid).sum(1),
