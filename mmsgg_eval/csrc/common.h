@@ -229,7 +229,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
-                                              int64_t ng_topk, const std::optional<at::Tensor>& out);
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out,
+                                              bool pair_predicates);
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);
@@ -254,7 +255,8 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
-                                                       int64_t num_predicates);
+                                                       int64_t num_predicates,
+                                                       const std::optional<at::Tensor>& pair_predicate);
 // padding.cpp
 at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
 std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>

@@ -456,13 +456,16 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
 // image joins a predicted object matching its subject to one matching its object (scored), and whether such a
 // pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
 // first count[b] pairs (no index list), reading the score row of a pair only when it matches both ends of a GT
-// relation not yet known to be listed. Returns (scored [B, G] bool, listed [B, G] bool).
+// relation not yet known to be listed, or its predicate in `pair_predicate` [B, W] int32 when given (each pair's
+// first maximal column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G]
+// bool).
 std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                                                        const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
-                                                       int64_t num_predicates) {
+                                                       int64_t num_predicates,
+                                                       const std::optional<at::Tensor>& pair_predicate) {
   check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "relation_pair_flags");
   check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
@@ -473,6 +476,14 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "relation_pair_flags: the batch fields do not have matching shapes");
   check_score_source(matrices, start, batch, column, num_predicates, "relation_pair_flags");
+  at::Tensor given_c;  // each pair's first maximal predicate column, when the caller has it (no row read then)
+  if (pair_predicate.has_value()) {
+    check_cpu(*pair_predicate, at::kInt, 2, "relation_pair_flags: pair_predicate must be int32 [B, W] on the CPU");
+    TORCH_CHECK(pair_predicate->size(0) == batch, "relation_pair_flags: pair_predicate must have one row per image");
+    given_c = pair_predicate->contiguous();
+  }
+  const int32_t* given_ptr = given_c.defined() ? given_c.data_ptr<int32_t>() : nullptr;
+  const int64_t given_width = given_c.defined() ? given_c.size(1) : 0;
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
              gv = gt_valid.contiguous(), count_c = count.contiguous();
   at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
@@ -489,7 +500,6 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
   std::vector<int64_t> bad(batch, -1);  // a pair whose objects or score row are out of range
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     std::vector<uint64_t> carries, any_pair(words), any_listed(words);
-    std::vector<uint8_t> ends(num_obj);  // bit 0: the object matches some GT subject, bit 1: some GT object
     for (int64_t b = begin; b < end; ++b) {
       carries.assign(num_predicates * words, 0);
       std::fill(any_pair.begin(), any_pair.end(), 0);
@@ -504,44 +514,59 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
       const float* rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
       const int64_t rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
       const int64_t n = count_ptr[b];
-      if (n < 0 || n > pairs.slots(b) || n > rows_count) {
+      if (n < 0 || n > pairs.slots(b) || n > rows_count || (given_ptr && n > given_width)) {
         bad[b] = n;
         continue;
       }
-      // which predicted objects match the subject / object of some GT relation: most pairs join none
-      for (int64_t i = 0; i < num_obj; ++i) {
-        uint64_t as_subject = 0, as_object = 0;
-        for (int64_t w = 0; w < words; ++w) {
-          as_subject |= s_ptr[(b * num_obj + i) * words + w];
-          as_object |= o_ptr[(b * num_obj + i) * words + w];
-        }
-        ends[i] = static_cast<uint8_t>((as_subject != 0) | ((as_object != 0) << 1));
-      }
+      const int32_t* given = given_ptr ? given_ptr + b * given_width : nullptr;
+      auto top_predicate = [&](int64_t r) -> int64_t {  // the pair's graph-constrained predicate, -1: none
+        const int64_t p = given ? given[r] : first_max_column(rows + r * cols + column, num_predicates);
+        return p >= 0 && p < num_predicates ? p : -1;  // a given predicate outside [0, P) carries no GT relation
+      };
       const int64_t* pr = pairs.pairs(b);
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t s = pr[2 * r], o = pr[2 * r + 1];
-        if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
-            static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
-          bad[b] = r;
-          break;
+      if (words == 1) {  // up to 64 GT relations (the common case): no per-pair branch but the rare fresh match
+        const uint64_t* sub_of = s_ptr + b * num_obj;
+        const uint64_t* obj_of = o_ptr + b * num_obj;
+        uint64_t pair_bits = 0, listed_bits = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+          if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+              static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
+            bad[b] = r;
+            break;
+          }
+          const uint64_t h = sub_of[s] & obj_of[o];
+          pair_bits |= h;
+          if (h & ~listed_bits) {
+            const int64_t p = top_predicate(r);
+            listed_bits |= p >= 0 ? h & carries[p] : 0;
+          }
         }
-        if (!(ends[s] & (ends[o] >> 1) & 1)) {
-          continue;
-        }
-        const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
-        const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
-        uint64_t fresh = 0;
-        for (int64_t w = 0; w < words; ++w) {
-          const uint64_t h = sub[w] & obj[w];
-          any_pair[w] |= h;
-          fresh |= h & ~any_listed[w];
-        }
-        if (!fresh) {
-          continue;
-        }
-        const int64_t p = first_max_column(rows + r * cols + column, num_predicates);
-        for (int64_t w = 0; w < words; ++w) {
-          any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+        any_pair[0] = pair_bits;
+        any_listed[0] = listed_bits;
+      } else {
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+          if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+              static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {
+            bad[b] = r;
+            break;
+          }
+          const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
+          const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
+          uint64_t fresh = 0;
+          for (int64_t w = 0; w < words; ++w) {
+            const uint64_t h = sub[w] & obj[w];
+            any_pair[w] |= h;
+            fresh |= h & ~any_listed[w];
+          }
+          if (!fresh) {
+            continue;
+          }
+          const int64_t p = top_predicate(r);
+          for (int64_t w = 0; w < words && p >= 0; ++w) {
+            any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+          }
         }
       }
       for (int64_t g = 0; g < num_rel; ++g) {
