@@ -371,9 +371,10 @@ def test_benchmark_job_list_adds_the_error_analysis_job():
     assert report.summarize(jobs, best)['ratios']['ours_vs_ours+errors_sgdet-variable_cpu'] == pytest.approx(10 / 9)
 
 
-def test_compiled_pair_flags_equal_the_torch_path():
-    """The compiled one-pass kernel (relation_pair_flags) gives the causes of the torch path (the first-hit ranks of
-    the list of every pair), also on padded pairs, repeated pairs and images without pairs."""
+def test_compiled_pair_flags_equal_the_torch_path(monkeypatch):
+    """The compiled one-pass kernels (box_overlap_flags, relation_pair_flags, first_hit_ranks on the listed ends)
+    give the causes, stage-wise ranks and evidence of the torch path (the IoU matrix, the first-hit ranks of the
+    list of every pair), also on padded pairs, repeated pairs and images without pairs."""
     from mmsgg_eval.functional import compiled
     from mmsgg_eval.functional.first_hits import _first_hit_ranker, scene_graph_ranks
     from mmsgg_eval.structures import collate_scene_graphs
@@ -383,12 +384,26 @@ def test_compiled_pair_flags_equal_the_torch_path():
     batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7))
     first_hits, _, _ = _first_hit_ranker(batch, 0.5, True, False, False)
     assert callable(getattr(first_hits, 'pair_flags', None))
+    kernels, used = compiled.kernels(), []
+    for name in ('box_overlap_flags', 'relation_pair_flags'):  # the overlaps and stage ranks too: no IoU tensor
+        monkeypatch.setattr(kernels, name, lambda *a, _f=getattr(kernels, name), _n=name: used.append(_n) or _f(*a))
     on = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert used == ['box_overlap_flags', 'relation_pair_flags']
+    # the ranking pass's pair predicates (what the metrics ask for with error_analysis=True): no score row read
+    given = []
+    monkeypatch.setattr(kernels, 'relation_pair_flags', lambda *a, _f=kernels.relation_pair_flags:
+                        given.append(a[-1]) or _f(*a))
+    batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7, True))
+    with_predicates = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert len(given) == 1 and given[0] is not None and given[0].dtype == torch.int32
+    assert all(torch.equal(on[name], with_predicates[name]) for name in on)
     with compiled.disabled():
         batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES)
         off = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
     valid = batch.gt_valid
-    for name in ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc'):
+    names = ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc', 'subject_iou', 'object_iou',
+             'subject_det_label', 'object_det_label', 'subject_det_score', 'object_det_score')
+    for name in names:
         assert torch.equal(on[name][valid], off[name][valid]), name
     assert len(set(on['cause'][valid].tolist())) >= 4  # several causes occur
 
