@@ -93,6 +93,35 @@ def test_report_counts_equal_metrics_json(run_dir):
         assert summary['per_predicate'][name]['R@50'] == (pytest.approx(row['R@50']) if row['num_gt'] else None)
 
 
+def test_report_causes_equal_metrics_json(run_dir, tmp_path):
+    """With error_analysis=True, where recall is lost in the report (summary.json and the index's bars) is the
+    evaluation's own: metrics.json's miss@K_{cause} and per-predicate cause table, bit for bit."""
+    from mmsgg_eval.functional.error_causes import CAUSES
+    out = tmp_path / 'causes'
+    run([BROWSE, CONFIG, str(run_dir['tmp'] / 'pred.pkl'), '--out-dir', str(out), '--max-images', '1',
+         '--no-progress', '--metric-options', 'error_analysis=true', '--cfg-options', *run_dir['options']])
+    metrics = metrics_of(out / 'eval' / 'metrics.json')
+    causes = metrics_of(out / 'summary.json')['causes']
+    text = open(out / 'index.html', encoding='utf-8').read()
+    compared = 0
+    for k in (20, 50, 100):
+        for cause in CAUSES:
+            key = f'predcls/miss@{k}_{cause}'
+            if key in metrics:
+                assert causes['overall'][str(k)][cause] == metrics[key], key
+                compared += 1
+                if metrics[key] > 0 and k == 50:
+                    assert f'{cause} {metrics[key]:.1f}%' in text, key
+    assert compared >= 3 * 4
+    table = metrics['predcls/per_predicate_causes']
+    assert table and set(table) == set(causes['per_predicate'])
+    for p, row in table.items():
+        for name, value in row.items():
+            if name.startswith('miss@'):
+                k, cause = name[len('miss@'):].split('_', 1)
+                assert causes['per_predicate'][p][k][cause] == value, (p, name)
+
+
 def test_report_from_per_image_file_caps_the_gallery(run_dir, tmp_path):
     out = tmp_path / 'capped'
     run([BROWSE, CONFIG, str(run_dir['tmp'] / 'per_image.jsonl'), '--out-dir', str(out), '--max-images', '3',
