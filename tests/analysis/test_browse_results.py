@@ -208,7 +208,7 @@ def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
 
 def test_vlm_image_pages_show_the_raw_answer_its_failure_code_and_unknown_names(tmp_path):
     """A VLM image page shows the raw answer, its failure code (and reason) and the names unknown to the
-    dataset, all HTML-escaped (issue 42)."""
+    dataset, all HTML-escaped."""
     from mmsgg_eval.analysis.browse import write_report
     from mmsgg_eval.metrics import VLMSceneGraphMetric
     from mmsgg_eval.metrics.per_image import read_per_image
