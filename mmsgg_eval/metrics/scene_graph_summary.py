@@ -86,7 +86,7 @@ class SceneGraphSummary:
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
             warn_no_value(self, no_value)
-        causes = self._cause_table(rel, image, image_of, num_images) if self.error_analysis else {}
+        causes = self._cause_table(counted) if self.error_analysis else {}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
@@ -183,18 +183,17 @@ class SceneGraphSummary:
                          {name: image[name] for name in ('inst_loc', 'inst_det')}, image['num_gt_objects'],
                          self.reported_causes(image), self.ng_topk)
 
-    def _cause_table(self, rel: Dict[str, Tensor], image: Dict[str, Tensor], image_of: Tensor,
-                     num_images: int) -> Dict[str, Any]:
+    def _cause_table(self, counted: Relations) -> Dict[str, Any]:
         """``{'per_predicate_causes': table, 'causes': [names]}`` for the summary: per predicate, the share of its
         GT relations lost to each reported cause (:func:`~..functional.error_causes.per_predicate_cause_shares`;
-        the ``miss@K_{cause}`` keys themselves are declared: :data:`mmsgg_eval.keys.ERROR_FAMILIES`)."""
-        ks, avg = self.topk, self.recall_average
-        rank_gc, cause = rel['rank_gc'].long(), rel['cause'].long()
-        no_pred = self.no_prediction_rows(image, image_of)
-        reported = self.reported_causes(image)
-        table = error_causes.per_predicate_cause_shares(rank_gc, cause, rel['predicate'].long(), image_of, num_images,
-                                                        len(self.predicates), ks, avg, no_pred)
-        num_gt = torch.bincount(rel['predicate'].long(), minlength=len(self.predicates)).tolist()
+        the ``miss@K_{cause}`` keys themselves are declared: :data:`mmsgg_eval.keys.ERROR_FAMILIES`), read from the
+        evaluated relations ``counted`` (their ranks, predicates and error rows)."""
+        ks, avg, e = self.topk, self.recall_average, counted.errors
+        reported = e.causes
+        table = error_causes.per_predicate_cause_shares(counted.ranks['rank_gc'], e.cause, counted.predicate,
+                                                        counted.image_of, counted.num_images, len(self.predicates),
+                                                        ks, avg, e.no_prediction)
+        num_gt = torch.bincount(counted.predicate, minlength=len(self.predicates)).tolist()
         rows = {name: values.tolist() for name, values in table.items()}
         per_predicate = {}
         for i in self._predicate_order():
