@@ -20,7 +20,8 @@
 //   * ranking.cpp        the stable top-k, the graph-constrained list, the fused ranked_relation_lists pass and
 //                        the GT-pair sub-list;
 //   * ngc.cpp            the no-graph-constraint list;
-//   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags;
+//   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
+//                        box_overlap_flags;
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
@@ -228,7 +229,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
-                                              int64_t ng_topk, const std::optional<at::Tensor>& out);
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out,
+                                              bool pair_predicates);
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);
@@ -237,6 +239,10 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                                          const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                          double iou_thr, bool plus_one);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
+    bool plus_one);
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                            const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                            const std::vector<at::Tensor>& rel_pairs,
@@ -249,7 +255,8 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
-                                                       int64_t num_predicates);
+                                                       int64_t num_predicates,
+                                                       const std::optional<at::Tensor>& pair_predicate);
 // padding.cpp
 at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
 std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>

@@ -26,6 +26,101 @@ inline float box_iou_f32(const float* a, const float* b, float extra) {
   return iou != iou ? 0.0f : iou;
 }
 
+// The bit sets [M, W] of the valid GT relations of one image whose subject (resp. object) is each GT object, from
+// its GT pairs [G, 2] (0-based) and validity [G], into subject_of / object_of; returns the first valid GT relation
+// with an object index outside [0, M), -1 when none (the tables are then incomplete).
+int64_t relation_end_tables(const int64_t* pairs, const bool* valid, int64_t num_rel, int64_t num_gt_obj,
+                            int64_t words, std::vector<uint64_t>& subject_of, std::vector<uint64_t>& object_of) {
+  subject_of.assign(num_gt_obj * words, 0);
+  object_of.assign(num_gt_obj * words, 0);
+  for (int64_t g = 0; g < num_rel; ++g) {
+    if (!valid[g]) {
+      continue;
+    }
+    const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
+    if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {
+      return g;
+    }
+    subject_of[s * words + g / 64] |= uint64_t(1) << (g % 64);
+    object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
+  }
+  return -1;
+}
+
+// The IoU of one box (corners a*, area area_a) with each of n boxes given by coordinate (gx1[i] ...; areas
+// garea[i]) into iou[0, n): box_iou_f32's operations in its order (std::min / std::max with its operand order,
+// the sides clamped at 0 by `< 0`, NaN kept: two empty boxes give NaN), 8 boxes per AVX2 vector where available.
+void overlap_row_scalar(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                        const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n,
+                        float* iou) {
+  for (int64_t i = 0; i < n; ++i) {
+    float w = (std::min(ax2, gx2[i]) - std::max(ax1, gx1[i])) + extra;
+    float h = (std::min(ay2, gy2[i]) - std::max(ay1, gy1[i])) + extra;
+    w = w < 0.0f ? 0.0f : w;
+    h = h < 0.0f ? 0.0f : h;
+    const float inter = w * h;
+    iou[i] = inter / ((area_a + garea[i]) - inter);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+void overlap_row_avx2(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                      const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n,
+                      float* iou) {
+  const __m256 x1 = _mm256_set1_ps(ax1), y1 = _mm256_set1_ps(ay1), x2 = _mm256_set1_ps(ax2), y2 = _mm256_set1_ps(ay2);
+  const __m256 area = _mm256_set1_ps(area_a), plus = _mm256_set1_ps(extra), zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // std::min(a, b) is (b < a ? b : a) = MINPS(b, a); std::max(a, b) is (a < b ? b : a) = MAXPS(b, a)
+    __m256 w = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gx2 + i), x2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gx1 + i), x1)), plus);
+    __m256 h = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gy2 + i), y2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gy1 + i), y1)), plus);
+    w = _mm256_blendv_ps(w, zero, _mm256_cmp_ps(w, zero, _CMP_LT_OQ));  // w < 0 ? 0 : w (NaN, -0.0 kept)
+    h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
+    const __m256 inter = _mm256_mul_ps(w, h);
+    _mm256_storeu_ps(iou + i, _mm256_div_ps(inter, _mm256_sub_ps(_mm256_add_ps(area, _mm256_loadu_ps(garea + i)),
+                                                                 inter)));
+  }
+  overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1 + i, gy1 + i, gx2 + i, gy2 + i, garea + i, n - i,
+                     iou + i);
+}
+#endif
+
+void overlap_row(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                 const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n, float* iou) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    overlap_row_avx2(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, iou);
+    return;
+  }
+#endif
+  overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, iou);
+}
+
+// The shapes and types of the box-matching inputs (box_relation_end_bits, box_overlap_flags); `kernel` names the
+// caller in the errors.
+void check_box_inputs(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+                      const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                      const std::string& kernel) {
+  check_cpu(pred_boxes, at::kFloat, 3, (kernel + ": pred_boxes must be float32 [B, N, 4] on the CPU").c_str());
+  check_cpu(gt_boxes, at::kFloat, 3, (kernel + ": gt_boxes must be float32 [B, M, 4] on the CPU").c_str());
+  check_cpu(pred_labels, at::kLong, 2, (kernel + ": pred_labels must be int64 [B, N] on the CPU").c_str());
+  check_cpu(gt_labels, at::kLong, 2, (kernel + ": gt_labels must be int64 [B, M] on the CPU").c_str());
+  check_cpu(gt_pairs, at::kLong, 3, (kernel + ": gt_pairs must be int64 [B, G, 2] on the CPU").c_str());
+  check_cpu(gt_valid, at::kBool, 2, (kernel + ": gt_valid must be bool [B, G] on the CPU").c_str());
+  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
+  const int64_t num_rel = gt_pairs.size(1);
+  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2, kernel,
+              ": boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
+  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
+                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
+                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
+              kernel, ": the batch fields do not have matching shapes");
+}
+
 }  // namespace
 
 // For every predicted object n of every image, the bit sets of the GT relations whose subject (resp. object) it
@@ -35,20 +130,9 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                                          const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                          double iou_thr, bool plus_one) {
-  check_cpu(pred_boxes, at::kFloat, 3, "box_relation_end_bits: pred_boxes must be float32 [B, N, 4] on the CPU");
-  check_cpu(gt_boxes, at::kFloat, 3, "box_relation_end_bits: gt_boxes must be float32 [B, M, 4] on the CPU");
-  check_cpu(pred_labels, at::kLong, 2, "box_relation_end_bits: pred_labels must be int64 [B, N] on the CPU");
-  check_cpu(gt_labels, at::kLong, 2, "box_relation_end_bits: gt_labels must be int64 [B, M] on the CPU");
-  check_cpu(gt_pairs, at::kLong, 3, "box_relation_end_bits: gt_pairs must be int64 [B, G, 2] on the CPU");
-  check_cpu(gt_valid, at::kBool, 2, "box_relation_end_bits: gt_valid must be bool [B, G] on the CPU");
+  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_relation_end_bits");
   const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
   const int64_t num_rel = gt_pairs.size(1);
-  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2,
-              "box_relation_end_bits: boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
-  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
-                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
-                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
-              "box_relation_end_bits: the batch fields do not have matching shapes");
   const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
   at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
              gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
@@ -68,21 +152,8 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
     std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
     std::vector<int64_t> first_of, next_of;
     for (int64_t b = begin; b < end; ++b) {
-      subject_of.assign(num_gt_obj * words, 0);
-      object_of.assign(num_gt_obj * words, 0);
-      const int64_t* pairs = gp_ptr + b * num_rel * 2;
-      for (int64_t g = 0; g < num_rel; ++g) {
-        if (!gv_ptr[b * num_rel + g]) {
-          continue;
-        }
-        const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
-        if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {
-          bad[b] = g;
-          break;
-        }
-        subject_of[s * words + g / 64] |= uint64_t(1) << (g % 64);
-        object_of[o * words + g / 64] |= uint64_t(1) << (g % 64);
-      }
+      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
+                                   subject_of, object_of);
       if (bad[b] >= 0) {
         continue;
       }
@@ -126,6 +197,93 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                 " has an object index outside [0, ", num_gt_obj, ")");
   }
   return {subject_bits, object_bits};
+}
+
+// Error analysis (mmsgg_eval.functional.error_causes), every (predicted object, GT object) pair of an image in one
+// pass: predicted object n "overlaps" GT object m when both labels are >= 0 (not padding) and their box IoU
+// (box_iou_unchecked's operation order; NaN, of two empty boxes, never reaches the threshold) is >= thr, whatever
+// the classes; it "matches" m when it also has m's class. Returns (located [B, M] bool: some predicted object
+// overlaps GT object m, detected [B, M] bool: some predicted object matches it, located subject bits [B, N, W],
+// located object bits [B, N, W]: the GT relations whose subject / object each predicted object overlaps, as
+// relation_end_bits of the overlap matrix gives them; W = max(ceil(G / 64), 1)).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
+    bool plus_one) {
+  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_overlap_flags");
+  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
+  const int64_t num_rel = gt_pairs.size(1);
+  const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
+  at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
+             gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
+  at::Tensor located = at::zeros({batch, num_gt_obj}, at::kBool), detected = at::zeros({batch, num_gt_obj}, at::kBool);
+  at::Tensor subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  at::Tensor object_bits = at::zeros({batch, num_pred, words}, at::kLong);
+  const float* pb_ptr = pb.data_ptr<float>();
+  const float* gb_ptr = gb.data_ptr<float>();
+  const int64_t* pl_ptr = pl.data_ptr<int64_t>();
+  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  bool* located_ptr = located.data_ptr<bool>();
+  bool* detected_ptr = detected.data_ptr<bool>();
+  uint64_t* sub_ptr = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
+  uint64_t* obj_ptr = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
+  const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
+  std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
+    std::vector<float> gt_x1(num_gt_obj), gt_y1(num_gt_obj), gt_x2(num_gt_obj), gt_y2(num_gt_obj);
+    std::vector<float> gt_area(num_gt_obj), iou(num_gt_obj);
+    for (int64_t b = begin; b < end; ++b) {
+      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
+                                   subject_of, object_of);
+      if (bad[b] >= 0) {
+        continue;
+      }
+      const int64_t* labels = pl_ptr + b * num_pred;
+      const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
+      bool* image_located = located_ptr + b * num_gt_obj;
+      bool* image_detected = detected_ptr + b * num_gt_obj;
+      for (int64_t m = 0; m < num_gt_obj; ++m) {  // the GT boxes by coordinate (the IoU loop below vectorises)
+        const float* g = gb_ptr + (b * num_gt_obj + m) * 4;
+        gt_x1[m] = g[0];
+        gt_y1[m] = g[1];
+        gt_x2[m] = g[2];
+        gt_y2[m] = g[3];
+        gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      }
+      for (int64_t n = 0; n < num_pred; ++n) {
+        const int64_t label = labels[n];
+        if (label < 0) {
+          continue;
+        }
+        const float* a = pb_ptr + (b * num_pred + n) * 4;
+        const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
+        const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+        overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1.data(), gt_y1.data(), gt_x2.data(), gt_y2.data(),
+                    gt_area.data(), num_gt_obj, iou.data());
+        uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
+        uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
+        for (int64_t m = 0; m < num_gt_obj; ++m) {
+          if (gt_lab[m] < 0 || !(iou[m] >= thr)) {  // NaN (two empty boxes) never reaches the threshold
+            continue;
+          }
+          image_located[m] = true;
+          image_detected[m] = image_detected[m] || gt_lab[m] == label;
+          for (int64_t w = 0; w < words; ++w) {
+            sub[w] |= subject_of[m * words + w];
+            obj[w] |= object_of[m * words + w];
+          }
+        }
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "box_overlap_flags: image ", b, " GT relation ", bad[b],
+                " has an object index outside [0, ", num_gt_obj, ")");
+  }
+  return {located, detected, subject_bits, object_bits};
 }
 
 // The matching bit sets and GT relations a first-hit kernel reads (types and ranks; shapes are checked by the
@@ -298,13 +456,16 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
 // image joins a predicted object matching its subject to one matching its object (scored), and whether such a
 // pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
 // first count[b] pairs (no index list), reading the score row of a pair only when it matches both ends of a GT
-// relation not yet known to be listed. Returns (scored [B, G] bool, listed [B, G] bool).
+// relation not yet known to be listed, or its predicate in `pair_predicate` [B, W] int32 when given (each pair's
+// first maximal column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G]
+// bool).
 std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                                                        const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
-                                                       int64_t num_predicates) {
+                                                       int64_t num_predicates,
+                                                       const std::optional<at::Tensor>& pair_predicate) {
   check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "relation_pair_flags");
   check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
@@ -315,6 +476,14 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "relation_pair_flags: the batch fields do not have matching shapes");
   check_score_source(matrices, start, batch, column, num_predicates, "relation_pair_flags");
+  at::Tensor given_c;  // each pair's first maximal predicate column, when the caller has it (no row read then)
+  if (pair_predicate.has_value()) {
+    check_cpu(*pair_predicate, at::kInt, 2, "relation_pair_flags: pair_predicate must be int32 [B, W] on the CPU");
+    TORCH_CHECK(pair_predicate->size(0) == batch, "relation_pair_flags: pair_predicate must have one row per image");
+    given_c = pair_predicate->contiguous();
+  }
+  const int32_t* given_ptr = given_c.defined() ? given_c.data_ptr<int32_t>() : nullptr;
+  const int64_t given_width = given_c.defined() ? given_c.size(1) : 0;
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
              gv = gt_valid.contiguous(), count_c = count.contiguous();
   at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
@@ -345,31 +514,59 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
       const float* rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
       const int64_t rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
       const int64_t n = count_ptr[b];
-      if (n < 0 || n > pairs.slots(b) || n > rows_count) {
+      if (n < 0 || n > pairs.slots(b) || n > rows_count || (given_ptr && n > given_width)) {
         bad[b] = n;
         continue;
       }
+      const int32_t* given = given_ptr ? given_ptr + b * given_width : nullptr;
+      auto top_predicate = [&](int64_t r) -> int64_t {  // the pair's graph-constrained predicate, -1: none
+        const int64_t p = given ? given[r] : first_max_column(rows + r * cols + column, num_predicates);
+        return p >= 0 && p < num_predicates ? p : -1;  // a given predicate outside [0, P) carries no GT relation
+      };
       const int64_t* pr = pairs.pairs(b);
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t s = pr[2 * r], o = pr[2 * r + 1];
-        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
-          bad[b] = r;
-          break;
+      if (words == 1) {  // up to 64 GT relations (the common case): no per-pair branch but the rare fresh match
+        const uint64_t* sub_of = s_ptr + b * num_obj;
+        const uint64_t* obj_of = o_ptr + b * num_obj;
+        uint64_t pair_bits = 0, listed_bits = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+          if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+              static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
+            bad[b] = r;
+            break;
+          }
+          const uint64_t h = sub_of[s] & obj_of[o];
+          pair_bits |= h;
+          if (h & ~listed_bits) {
+            const int64_t p = top_predicate(r);
+            listed_bits |= p >= 0 ? h & carries[p] : 0;
+          }
         }
-        const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
-        const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
-        uint64_t fresh = 0;
-        for (int64_t w = 0; w < words; ++w) {
-          const uint64_t h = sub[w] & obj[w];
-          any_pair[w] |= h;
-          fresh |= h & ~any_listed[w];
-        }
-        if (!fresh) {
-          continue;
-        }
-        const int64_t p = first_max_column(rows + r * cols + column, num_predicates);
-        for (int64_t w = 0; w < words; ++w) {
-          any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+        any_pair[0] = pair_bits;
+        any_listed[0] = listed_bits;
+      } else {
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+          if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+              static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {
+            bad[b] = r;
+            break;
+          }
+          const uint64_t* sub = s_ptr + (b * num_obj + s) * words;
+          const uint64_t* obj = o_ptr + (b * num_obj + o) * words;
+          uint64_t fresh = 0;
+          for (int64_t w = 0; w < words; ++w) {
+            const uint64_t h = sub[w] & obj[w];
+            any_pair[w] |= h;
+            fresh |= h & ~any_listed[w];
+          }
+          if (!fresh) {
+            continue;
+          }
+          const int64_t p = top_predicate(r);
+          for (int64_t w = 0; w < words && p >= 0; ++w) {
+            any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
+          }
         }
       }
       for (int64_t g = 0; g < num_rel; ++g) {

@@ -303,13 +303,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 // passed [B], gc index [B, k'], gc valid [B, k'], triplet [B, W], pair score [B, W], ngc pair [B, L],
 // ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs),
 // gc predicate [B, k']: each listed pair's first maximal predicate column, 0 on empty slots, gc ends [B, k', 2] and
-// ngc ends [B, L, 2]: the (subject, object) indices of each list's entries, 0 on empty slots);
+// ngc ends [B, L, 2]: the (subject, object) indices of each list's entries, 0 on empty slots, pair predicate
+// [B, W] int32: with pair_predicates, every pair's first maximal predicate column, read while its row is in cache
+// (the error analysis' pair flags need no second read of the rows), else [0, W]);
 // best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
 // when it is given.
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
-                                              int64_t ng_topk, const std::optional<at::Tensor>& out) {
+                                              int64_t ng_topk, const std::optional<at::Tensor>& out,
+                                              bool pair_predicates) {
   TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
               "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
   check_matrices(matrices, column, num_predicates);
@@ -349,6 +352,9 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   int64_t* gc_predicate_ptr = gc_predicate.data_ptr<int64_t>();
   at::Tensor gc_ends = at::zeros({batch, listed_width, 2}, at::kLong);  // the listed pairs' (subject, object)
   int64_t* gc_ends_ptr = gc_ends.data_ptr<int64_t>();
+  // with pair_predicates: every pair's first maximal predicate column, read while its row is in cache ([B, W])
+  at::Tensor pair_predicate = at::zeros({pair_predicates ? batch : 0, width}, at::kInt);
+  int32_t* pair_predicate_ptr = pair_predicate.data_ptr<int32_t>();
   std::vector<std::vector<int64_t>> ngc_ends(batch);  // the no-graph-constraint entries' (subject, object)
   float* best_ptr = best.data_ptr<float>();
   bool* passed_ptr = passed.data_ptr<bool>();
@@ -372,6 +378,12 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
                                        reinterpret_cast<int32_t*>(image_best));
       std::fill(image_best + rows, image_best + width, 0.0f);
+      if (pair_predicates) {
+        int32_t* image_predicate = pair_predicate_ptr + b * width;
+        for (int64_t r = 0; r < rows; ++r) {
+          image_predicate[r] = static_cast<int32_t>(first_max_column(data + r * m.size(1) + column, num_predicates));
+        }
+      }
       bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
                                   image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
                                   scratch, listed, range_ptr + 2 * b);
@@ -408,7 +420,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
     std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
   }
   return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range,
-          gc_predicate, gc_ends, ngc_ends_t};
+          gc_predicate, gc_ends, ngc_ends_t, pair_predicate};
 }
 
 // The graph-constrained sub-list of the pairs that are GT pairs: for every image, the stable descending top-k of

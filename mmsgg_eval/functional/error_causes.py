@@ -25,6 +25,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from . import compiled
 from .limits import NO_HIT
 from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predicate_bits,
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
@@ -202,21 +203,26 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     object, without / with its class)."""
     gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
     gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
-    num_gt = batch.gt_predicates.shape[1]
     subject_bits, object_bits = end_bits
-    pred_valid, gt_object_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
-    # [B, N, M] class-agnostic overlap; boxes without the NaN clean-up (0/0 of two empty boxes compares False with
-    # every threshold, as IoU 0 does: iou_thr > 0)
-    iou = object_iou_matrix(batch, plus_one, True) if use_masks else \
-        box_iou_unchecked(batch.pred_boxes, batch.gt_boxes, plus_one)
-    located = located_objects(iou, pred_valid, gt_object_valid, iou_thr)
-    detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
+    gt_object_valid = batch.gt_labels >= 0
+    pair_flags = getattr(first_hits, 'pair_flags', None)
+    kernels = compiled.kernels() if pair_flags is not None and not use_masks else None
+    iou = None
+    if kernels is not None and hasattr(kernels, 'box_overlap_flags'):
+        # the compiled kernels: every (predicted, GT) object pair once, no [B, N, M] IoU tensor
+        located_any, detected_any, loc_subject, loc_object = kernels.box_overlap_flags(
+            batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, gt_pairs, gt_valid,
+            float(iou_thr), bool(plus_one))
+    else:
+        iou = _object_overlaps(batch, plus_one, use_masks)
+        located = located_objects(iou, batch.pred_labels >= 0, gt_object_valid, iou_thr)
+        detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
+        located_any, detected_any = located.any(1), detected.any(1)  # [B, M]: some predicted object overlaps / matches
+        loc_subject, loc_object = relation_end_bits(ObjectMatches.from_matrix(located), gt_sub, gt_obj, gt_valid)
 
     # the cause of a miss: overlap, class, pair, predicate, over every predicted pair of the image
-    located_any, detected_any = located.any(1), detected.any(1)  # [B, M]: some predicted object overlaps / matches
     subject_located, object_located = end_flags(located_any, gt_pairs)
     subject_matched, object_matched = end_flags(detected_any, gt_pairs)
-    pair_flags = getattr(first_hits, 'pair_flags', None)
     if pair_flags is not None:  # the compiled kernels: one pass over every pair, no index list
         pair_scored, in_list = pair_flags()
     else:  # the first-hit ranks of the list of every pair, in pair order
@@ -230,27 +236,62 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
                         pair_scored, in_list)
 
     # PySGG's stage-wise ranks in the graph-constrained list (overlap: located, or matched whatever the rounding)
-    loc_subject, loc_object = relation_end_bits(ObjectMatches.from_matrix(located), gt_sub, gt_obj, gt_valid)
-    if gc_ends is not None:
-        list_sub, list_obj = gc_ends[..., 0], gc_ends[..., 1]
-    else:
-        pairs = batch.rel_pairs
-        list_sub, list_obj = pairs[..., 0].gather(1, gc_order), pairs[..., 1].gather(1, gc_order)
-    loc_ends = pair_end_bits(loc_subject | subject_bits, loc_object | object_bits, list_sub, list_obj, gc_valid)
-    if gc_predicate is None:
-        gc_predicate = batch.scores.predicate_at(gc_order, gc_valid)
-    carries = predicate_bits(batch.gt_predicates, gt_valid, batch.scores.num_predicates)
+    loc_subject, loc_object = loc_subject | subject_bits, loc_object | object_bits
+    rank_pair_loc, rank_pred_cls, rank_pair_det = stage_ranks(batch, kernels, (loc_subject, loc_object), end_bits,
+                                                              pair_ranks, gc_order, gc_valid, gc_predicate, gc_ends)
     out = {'cause': cause,
-           'rank_pair_loc': first_hit_rank_bits(loc_ends, num_gt),
-           'rank_pair_det': pair_ranks(gc_order, gc_valid),
-           'rank_pred_cls': first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid), num_gt),
+           'rank_pair_loc': rank_pair_loc,
+           'rank_pair_det': rank_pair_det,
+           'rank_pred_cls': rank_pred_cls,
            'num_gt_objects': gt_object_valid.sum(1),
            'inst_loc': (located_any & gt_object_valid).sum(1),
            'inst_det': (detected_any & gt_object_valid).sum(1)}
 
     if evidence:
-        out.update(end_evidence(batch, iou, gt_sub, gt_obj))
+        out.update(end_evidence(batch, iou if iou is not None else _object_overlaps(batch, plus_one, use_masks),
+                                gt_sub, gt_obj))
     return out
+
+
+def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: Tuple[Tensor, Tensor], pair_ranks,
+                gc_order: Tensor, gc_valid: Tensor, gc_predicate: Optional[Tensor],
+                gc_ends: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """PySGG's stage-wise first-hit ranks [B, G] in the graph-constrained list: ``rank_pair_loc`` (both ends in
+    ``located_ends``' bit sets), ``rank_pred_cls`` (and the listed predicate) and ``rank_pair_det`` (both ends
+    matched with their classes: the metric's pair ranks); the compiled first-hit kernel on the listed entries' own
+    ends when ``kernels`` and the list's ends and predicates are given, else the torch bit sets."""
+    if kernels is not None and gc_ends is not None and gc_predicate is not None:
+        # the compiled first-hit kernel on the listed entries' own (subject, object): no [B, J, W] bit tensors
+        positions = torch.arange(gc_ends.shape[1], device=gc_ends.device).expand(gc_ends.shape[0], -1).contiguous()
+        num_pred = batch.scores.num_predicates
+
+        def stage_rank(ends: Tuple[Tensor, Tensor], predicate: Optional[Tensor]) -> Tensor:
+            return kernels.first_hit_ranks(ends[0], ends[1], batch.gt_predicates, batch.gt_valid, [gc_ends], positions,
+                                           gc_valid, predicate, None, [], None, 0, num_pred, predicate is None)
+        rank_pair_loc, rank_pred_cls = stage_rank(located_ends, None), stage_rank(located_ends, gc_predicate)
+        rank_pair_det = stage_rank(end_bits, None)  # = pair_ranks(gc_order, gc_valid), without the pair lookups
+    else:
+        if gc_ends is not None:
+            list_sub, list_obj = gc_ends[..., 0], gc_ends[..., 1]
+        else:
+            pairs = batch.rel_pairs
+            list_sub, list_obj = pairs[..., 0].gather(1, gc_order), pairs[..., 1].gather(1, gc_order)
+        loc_ends = pair_end_bits(located_ends[0], located_ends[1], list_sub, list_obj, gc_valid)
+        if gc_predicate is None:
+            gc_predicate = batch.scores.predicate_at(gc_order, gc_valid)
+        carries = predicate_bits(batch.gt_predicates, batch.gt_valid, batch.scores.num_predicates)
+        rank_pair_loc = first_hit_rank_bits(loc_ends, batch.gt_predicates.shape[1])
+        rank_pred_cls = first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid),
+                                            batch.gt_predicates.shape[1])
+        rank_pair_det = pair_ranks(gc_order, gc_valid)
+    return rank_pair_loc, rank_pred_cls, rank_pair_det
+
+
+def _object_overlaps(batch, plus_one: bool, use_masks: bool) -> Tensor:
+    """[B, N, M] class-agnostic IoU of the predicted and GT objects (masks, or boxes without the NaN clean-up:
+    0/0 of two empty boxes compares False with every threshold, as IoU 0 does: iou_thr > 0)."""
+    return object_iou_matrix(batch, plus_one, True) if use_masks else \
+        box_iou_unchecked(batch.pred_boxes, batch.gt_boxes, plus_one)
 
 
 def end_evidence(batch, iou: Tensor, gt_sub: Tensor, gt_obj: Tensor) -> Dict[str, Tensor]:

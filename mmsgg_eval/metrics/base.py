@@ -364,7 +364,9 @@ class RowMetric(BaseMetric):
             return
         if not self.compute_rows_dedupes:
             samples = first_occurrences(samples)
-        group = self._compute_group()
+        # the group chosen when the epoch opened, as process() weighs with it (its key walks every constructor
+        # argument: once per epoch, not once per pool)
+        group = self._group if self._epoch_open and self._group is not None else self._compute_group()
         with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
             if group is not None and self._epoch_open:
                 rows = group.rows(samples, self.compute_rows, self._group_epoch)

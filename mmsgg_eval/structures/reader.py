@@ -744,7 +744,7 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
                          with_masks: bool = False, device: Optional[torch.device] = None,
                          counts: Optional[ObjectCounts] = None,
                          workspace: Optional[ScoreWorkspace] = None, score_layout: str = 'auto',
-                         ranking: Optional[Tuple[int, int]] = None) -> SceneGraphBatch:
+                         ranking: Optional[Tuple[int, ...]] = None) -> SceneGraphBatch:
     """Read a list of samples and pad them into one validated :class:`SceneGraphBatch`.
 
     Well-formed dict samples are read field by field; anything else goes through :func:`read_scene_graph`.
@@ -754,7 +754,9 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     the copy of the score matrices goes (:class:`~mmsgg_eval.functional.scores.ScoreWorkspace`: the batch
     returned then lives in it until the workspace's next batch). ``score_layout``: how score columns are read
     (:data:`SCORE_LAYOUTS`). ``ranking``: ``(k, ng_topk)`` of the ranked lists to build while the score matrices
-    are read, where the compiled kernels read them (``batch.ranked_lists``, else None: the caller ranks).
+    are read, where the compiled kernels read them (``batch.ranked_lists``, else None: the caller ranks);
+    ``(k, ng_topk, True)`` also gives every pair's first maximal predicate column (``ranked_lists.pair_predicate``,
+    what the error analysis' pair flags read instead of the score rows).
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -816,14 +818,15 @@ def _pair_index_range(padded: _Padded, ranked_range: Optional[Tuple[Tensor, Tens
         ranges['rel_pairs'] = ranked_range if ranked_range is not None else padded.rel_pairs.index_range()
 
 
-def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, int],
+def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, ...],
                        workspace: Optional[ScoreWorkspace]):
     """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
     (every image's matrix read once for its row maxima, value check and both ranked lists; the per-pair outputs
     in ``workspace``, where given), or None."""
-    k, ng_topk = ranking
+    k, ng_topk = ranking[:2]
     num_rel = torch.tensor(padded.num_rel, dtype=torch.long)
     out = workspace.take((3, len(padded.num_rel), max(padded.num_rel)), torch.device('cpu')) \
         if workspace is not None and padded.num_rel else None
     return compiled_ranked_lists(padded.raw_scores, padded.background[0], num_predicates,
-                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out)
+                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
+                                 pair_predicates=len(ranking) > 2 and bool(ranking[2]))

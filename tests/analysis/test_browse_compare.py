@@ -1,4 +1,4 @@
-"""The HTML report given two runs (``tools/analysis/browse_results.py --compare-to OTHER_RUN``, issue 42): the
+"""The HTML report given two runs (``tools/analysis/browse_results.py --compare-to OTHER_RUN``): the
 images where this run gains or loses GT relations at K against the other, each changed relation with the cause
 of the miss on the losing side; the same computation as ``python -m mmsgg_eval.compare --report``
 (:mod:`mmsgg_eval.analysis.relation_changes`). Plain HTML parsing here; a real headless Chromium where one is

@@ -93,6 +93,43 @@ def test_report_counts_equal_metrics_json(run_dir):
         assert summary['per_predicate'][name]['R@50'] == (pytest.approx(row['R@50']) if row['num_gt'] else None)
 
 
+def test_report_causes_equal_metrics_json(run_dir):
+    """Where recall is lost in the report (summary.json and the index's bars; the tool turns error_analysis on)
+    is the evaluation's own: metrics.json's miss@K_{cause} and per-predicate cause table, bit for bit."""
+    from mmsgg_eval.functional.error_causes import CAUSES
+    report = run_dir['report']
+    metrics = metrics_of(report / 'eval' / 'metrics.json')
+    causes = metrics_of(report / 'summary.json')['causes']
+    text = open(report / 'index.html', encoding='utf-8').read()
+    compared = 0
+    for k in (20, 50, 100):
+        for cause in CAUSES:
+            key = f'predcls/miss@{k}_{cause}'
+            if key in metrics:
+                assert causes['overall'][str(k)][cause] == metrics[key], key
+                compared += 1
+                if metrics[key] > 0 and k == 50:
+                    assert f'{cause} {metrics[key]:.1f}%' in text, key
+    assert compared >= 3 * 4
+    table = metrics['predcls/per_predicate_causes']
+    assert table and set(table) == set(causes['per_predicate'])
+    for p, row in table.items():
+        for name, value in row.items():
+            if name.startswith('miss@'):
+                k, cause = name[len('miss@'):].split('_', 1)
+                assert causes['per_predicate'][p][k][cause] == value, (p, name)
+
+
+def test_metric_options_are_read_as_the_offline_cli_reads_them(run_dir, tmp_path):
+    """``--metric-options error_analysis=False`` (the offline CLI's spelling, mmengine's DictAction) turns the
+    error analysis off: no cause in the report, no miss@K key in its metrics.json."""
+    out = tmp_path / 'options'
+    run([BROWSE, CONFIG, str(run_dir['tmp'] / 'pred.pkl'), '--out-dir', str(out), '--max-images', '1',
+         '--no-progress', '--metric-options', 'error_analysis=False', '--cfg-options', *run_dir['options']])
+    assert metrics_of(out / 'summary.json')['causes'] is None
+    assert not [key for key in metrics_of(out / 'eval' / 'metrics.json') if '/miss@' in key]
+
+
 def test_report_from_per_image_file_caps_the_gallery(run_dir, tmp_path):
     out = tmp_path / 'capped'
     run([BROWSE, CONFIG, str(run_dir['tmp'] / 'per_image.jsonl'), '--out-dir', str(out), '--max-images', '3',
@@ -171,7 +208,7 @@ def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
 
 def test_vlm_image_pages_show_the_raw_answer_its_failure_code_and_unknown_names(tmp_path):
     """A VLM image page shows the raw answer, its failure code (and reason) and the names unknown to the
-    dataset, all HTML-escaped (issue 42)."""
+    dataset, all HTML-escaped."""
     from mmsgg_eval.analysis.browse import write_report
     from mmsgg_eval.metrics import VLMSceneGraphMetric
     from mmsgg_eval.metrics.per_image import read_per_image

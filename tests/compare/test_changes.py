@@ -1,5 +1,5 @@
 """``python -m mmsgg_eval.compare --report DIR``: the images where run B gains or loses GT relations against run
-A at K, each changed relation with the cause of the miss on the losing side (issue 42)."""
+A at K, each changed relation with the cause of the miss on the losing side."""
 import json
 import os.path as osp
 

@@ -1,4 +1,4 @@
-"""Issue 44: ``python -m mmsgg_eval.compare``'s verdict line, ``--names``, predicates in the reports' order, and
+"""``python -m mmsgg_eval.compare``'s verdict line, ``--names``, predicates in the reports' order, and
 the evaluation logs of prediction files kept off the console before the comparison."""
 import json
 import os.path as osp

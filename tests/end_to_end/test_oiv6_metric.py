@@ -1,4 +1,4 @@
-"""OIv6 end to end (issue 41), the metric side: tools/test.py on the bundled OIv6 sample with the frequency
+"""OIv6 end to end, the metric side: tools/test.py on the bundled OIv6 sample with the frequency
 baseline gives the whole OIv6 row (R@50, R@100, mR@50, wmAP_rel, wmAP_phr, w_final_score) with the per-predicate
 AP table, and the offline CLI on its prediction dump gives the same numbers (tests/end_to_end/test_oiv6_dataset.py
 compares tools/test.py with the metrics run directly)."""

@@ -1,4 +1,4 @@
-"""SGDet / SGCls end to end with a real mmdet detector (issue 15): tools/train.py trains a random-init
+"""SGDet / SGCls end to end with a real mmdet detector: tools/train.py trains a random-init
 Faster R-CNN (ResNet-18, small inputs) for 2 iterations on the VG150 sample; tools/test.py in SGDet and SGCls
 with that checkpoint gives the same numbers in one process, on 3 gloo ranks, through mmdet's own
 tools/test.py, and (SGDet) offline from the --out record stream. Plus in-process checks of the template."""

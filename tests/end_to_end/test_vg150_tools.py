@@ -1,5 +1,5 @@
 """End to end through MMDetection: tools/test.py (single process and torchrun with 3 gloo ranks),
-tools/build_freq_baseline.py, --out dumps and offline evaluation, user-facing errors (issue 4)."""
+tools/build_freq_baseline.py, --out dumps and offline evaluation, user-facing errors."""
 import json
 import os.path as osp
 

@@ -95,7 +95,7 @@ def test_each_io_module_imports_alone_and_nothing_above_io():
 
 
 def test_dump_metric_is_registered_by_import_mmsgg_eval(tmp_path):
-    """Issue 12 defect 1: dict(type='DumpSceneGraphPredictions') failed after custom_imports=['mmsgg_eval']."""
+    """dict(type='DumpSceneGraphPredictions') failed after custom_imports=['mmsgg_eval']."""
     code = ('from mmengine.evaluator import Evaluator\n'
             'from mmengine.registry import init_default_scope\n'
             'import mmsgg_eval\n'
@@ -396,7 +396,7 @@ def test_cli_stream_for_another_dataset_fails(sample, tmp_path, capsys):
 
 
 def test_cli_partial_jsonl_fails_unless_allowed(sample, tmp_path, capsys):
-    """Issue 17 item 2: 5 of 13 lines evaluated as if complete (missing ones skipped by skip_empty_predictions)."""
+    """5 of 13 lines evaluated as if complete (missing ones skipped by skip_empty_predictions)."""
     dataset = sample['dataset']
     n = len(dataset)
     path = tmp_path / 'part.jsonl'
@@ -618,7 +618,7 @@ def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():
 
 
 def test_dump_metric_does_not_warn_about_its_prefix(tmp_path, monkeypatch):
-    """Issue 44: tools/test.py --out logged "The prefix is not set in metric class DumpSceneGraphPredictions"."""
+    """tools/test.py --out logged "The prefix is not set in metric class DumpSceneGraphPredictions"."""
     import mmengine.evaluator.metric as metric_module
     from mmsgg_eval.metrics.dump import DumpSceneGraphPredictions
     logged = []

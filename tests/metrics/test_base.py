@@ -46,7 +46,7 @@ def one_relation_image(idx, triplet_labels=(0, 1), predicate=2):
 
 # ---------------------------------------------------------------------------- exact sharing keys
 def test_zeroshot_sets_of_equal_size_and_code_sum_do_not_share_rows():
-    """Issue 17 item 4: (0,1,2) + (1,0,0) and (0,0,1) + (1,1,1) have the same size and the same sum of
+    """(0,1,2) + (1,0,0) and (0,0,1) + (1,1,1) have the same size and the same sum of
     triplet codes (7 + 20 = 1 + 26 with 4 classes, 5 predicates); the rows must not be shared."""
     zs_a, zs_b = [(0, 1, 2), (1, 0, 0)], [(0, 0, 1), (1, 1, 1)]
     samples = [one_relation_image(i) for i in range(4)]  # GT triplet (0, 1, 2): in set A only

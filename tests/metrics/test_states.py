@@ -1,4 +1,4 @@
-"""Evaluation states (issue 29, part 1): saved rows summarised again bit for bit, shards merged into exactly
+"""Evaluation states: saved rows summarised again bit for bit, shards merged into exactly
 one run (offline CLI shards and a 3-rank gloo run), refusals naming the difference, several prediction files."""
 import json
 import os

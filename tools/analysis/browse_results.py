@@ -53,7 +53,6 @@ def main(argv=None) -> dict:
     parser.add_argument('--topk-drawn', type=int, default=20, help='predictions drawn per image (default 20)')
     parser.add_argument('--recall-average', choices=['image', 'micro'], default=None,
                         help="the metric's recall_average (default: from the evaluation, else 'image')")
-    parser.add_argument('--metric-options', nargs='+', default=None, help='as the offline CLI (key=value)')
     parser.add_argument('--allow-missing', action='store_true',
                         help='as the offline CLI: dataset samples without a prediction are scored as empty '
                              'predictions (recall 0) and counted, instead of an error')
@@ -65,6 +64,8 @@ def main(argv=None) -> dict:
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     from mmengine.config import DictAction
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
+    parser.add_argument('--metric-options', nargs='+', action=DictAction,
+                        help='as the offline CLI: extra metric arguments, e.g. error_analysis=False')
     args = parser.parse_args(argv)
     from mmsgg_eval.runner.arguments import USER_ERRORS, cli_message
     try:
@@ -97,13 +98,7 @@ def run(args: argparse.Namespace, k) -> dict:
     per_image = args.predictions
     if args.format != 'per-image' and not (args.format == 'auto' and is_per_image_file(args.predictions)):
         per_image = osp.join(args.out_dir, 'per_image.jsonl')
-        options = {}
-        for item in args.metric_options or ():
-            key, _, value = item.partition('=')
-            try:
-                options[key] = json.loads(value)
-            except ValueError:
-                options[key] = value
+        options = dict(args.metric_options or {})
         fmt = guess_format(args.predictions) if args.format == 'auto' else args.format
         evaluator = cfg.get('test_evaluator')
         sg = [dict(m) for m in (evaluator or []) if 'SG' in str(m.get('type', ''))

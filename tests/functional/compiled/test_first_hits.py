@@ -311,6 +311,62 @@ def test_box_relation_end_bits_equal_the_torch_composition(seed, shape):
 
 
 @needs_kernels
+@pytest.mark.parametrize('shape', [(5, 9, 6, 20), (3, 12, 8, 130), (4, 7, 5, 64), (3, 20, 19, 70), (2, 9, 33, 12),
+                                   (3, 0, 4, 5), (3, 5, 4, 0), (2, 4, 0, 0), (0, 3, 3, 2), (1, 1, 1, 1)])
+@pytest.mark.parametrize('seed', [0, 1])
+def test_box_overlap_flags_equal_the_torch_composition(seed, shape):
+    """The error analysis' overlap kernel, bit for bit equal to its torch composition (box_iou_unchecked: 0 / 0 of
+    two empty boxes is NaN and overlaps nothing, even at threshold 0; located_objects, same_class_matrix, any over
+    the predicted objects, relation_end_bits of the overlap matrix) at every threshold and both conventions, with
+    padding labels on both sides, invalid GT relations, 1 to 3 words, GT objects in whole 8-lane vectors and a
+    tail; N = 0, G = 0, M = 0, B = 0."""
+    from mmsgg_eval.functional.boxes import box_iou_unchecked
+    from mmsgg_eval.functional.error_causes import located_objects
+    from mmsgg_eval.functional.matching import ObjectMatches, same_class_matrix
+    ext = compiled.kernels()
+    pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid = _end_bits_batch(seed, *shape)
+    if shape[1] >= 2 and shape[2] >= 1:  # an empty predicted box on an empty GT box: NaN IoU
+        pred_boxes[:, 1] = gt_boxes[:, 0] = torch.tensor([3.0, 3.0, 3.0, 3.0])
+    words = max(-(-shape[3] // 64), 1)
+    for plus_one in (False, True):
+        for thr in (0.5, 0.3, 0.7, 0.0, 1.0):
+            located_any, detected_any, sub, obj = ext.box_overlap_flags(
+                pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, thr, plus_one)
+            assert sub.dtype == torch.long and sub.shape == (shape[0], shape[1], words) == obj.shape
+            located = located_objects(box_iou_unchecked(pred_boxes, gt_boxes, plus_one), pred_labels >= 0,
+                                      gt_labels >= 0, thr)
+            detected = located & same_class_matrix(pred_labels, gt_labels)
+            assert torch.equal(located_any, located.any(1)) and torch.equal(detected_any, detected.any(1))
+            try:
+                t_sub, t_obj = relation_end_bits(ObjectMatches.from_matrix(located), gt_pairs[..., 0],
+                                                 gt_pairs[..., 1], gt_valid)
+            except (RuntimeError, IndexError) as err:  # an edge case the torch path does not take
+                pytest.skip(f'the torch composition refuses shape {shape}: {err}')
+            assert torch.equal(sub, t_sub) and torch.equal(obj, t_obj), (plus_one, thr)
+
+
+@needs_kernels
+def test_box_overlap_flags_refuses_bad_arguments_naming_the_problem():
+    ext = compiled.kernels()
+    args = dict(pred_boxes=torch.rand(2, 3, 4), pred_labels=torch.zeros(2, 3, dtype=torch.long),
+                gt_boxes=torch.rand(2, 4, 4), gt_labels=torch.zeros(2, 4, dtype=torch.long),
+                gt_pairs=torch.zeros(2, 5, 2, dtype=torch.long), gt_valid=torch.ones(2, 5, dtype=torch.bool),
+                iou_thr=0.5, plus_one=False)
+    ext.box_overlap_flags(**args)
+    bad_pairs = torch.zeros(2, 5, 2, dtype=torch.long)
+    bad_pairs[1, 3, 1] = 4
+    cases = [
+        (dict(pred_boxes=torch.rand(2, 3, 4).double()), 'box_overlap_flags: pred_boxes must be float32'),
+        (dict(gt_labels=torch.zeros(2, 4, dtype=torch.int32)), 'gt_labels must be int64'),
+        (dict(pred_labels=torch.zeros(2, 4, dtype=torch.long)), 'the batch fields do not have matching shapes'),
+        (dict(gt_pairs=bad_pairs), r'image 1 GT relation 3 has an object index outside \[0, 4\)'),
+    ]
+    for change, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            ext.box_overlap_flags(**{**args, **change})
+
+
+@needs_kernels
 @pytest.mark.parametrize('plus_one', [False, True])
 def test_zero_area_boxes_match_only_at_threshold_zero(plus_one):
     """Two empty boxes (continuous convention): IoU 0 / 0 is read as 0, so they match at thr 0.0 and not above;

@@ -115,6 +115,16 @@ def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
         padded[b, :len(p)] = p
     again = ext.ranked_relation_lists(matrices, background, 5, [padded], object_scores, count, k, ng_topk)
     assert all(torch.equal(a, b) for a, b in zip(got, again))
+    assert got[14].shape == (0, int(count.max()))  # not asked: no pair predicates
+    # asked: every pair's first maximal predicate column (argmax), 0 on padding; the other outputs unchanged
+    with_predicates = ext.ranked_relation_lists(matrices, background, 5, pairs, object_scores, count, k, ng_topk,
+                                                pair_predicates=True)
+    assert all(torch.equal(a, b) for a, b in zip(got[:14], with_predicates[:14]))
+    expected_predicate = torch.zeros(len(pairs), int(count.max()), dtype=torch.int32)
+    for b, m in enumerate(matrices):
+        if len(m):
+            expected_predicate[b, :len(m)] = m[:, background:].argmax(1).int()
+    assert torch.equal(with_predicates[14], expected_predicate)
 
 
 @needs_kernels

@@ -337,14 +337,17 @@ def test_per_image_records_and_html_summary_give_the_metric_numbers(tmp_path):
                        skip_empty_predictions=False, per_image_out=path)
     records = read_per_image(path)
     causes = cause_summary(records, META['predicates'], (5, 20), 'image')
-    for k in (5, 20):
+    for k in (5, 20):  # the summary's own functions (cause_shares): the same numbers, bit for bit
         assert causes['overall'][k]['hit'] == pytest.approx(keys[f'R@{k}'], abs=1e-9)
         for cause in CAUSES:
-            assert causes['overall'][k][cause] == pytest.approx(keys[f'miss@{k}_{cause}'], abs=1e-9), cause
+            assert causes['overall'][k][cause] == keys[f'miss@{k}_{cause}'], cause
     table = metric.last_report['per_predicate_causes']
     assert set(causes['per_predicate']) == set(table)
     for p, row in table.items():
-        assert causes['per_predicate'][p][20]['object_loc'] == pytest.approx(row['miss@20_object_loc'], abs=1e-9)
+        for k in (5, 20):
+            assert causes['per_predicate'][p][k]['hit'] == row[f'R@{k}'], p
+            for cause in CAUSES:
+                assert causes['per_predicate'][p][k][cause] == row[f'miss@{k}_{cause}'], (p, k, cause)
     missed = [g for r in records for g in r['gt_relations'] if g['outcome']['20'] != 'hit']
     assert missed and all('evidence' in g for g in missed)
     located = [g for g in missed if g['outcome']['20'] == 'subject_cls']
@@ -371,9 +374,10 @@ def test_benchmark_job_list_adds_the_error_analysis_job():
     assert report.summarize(jobs, best)['ratios']['ours_vs_ours+errors_sgdet-variable_cpu'] == pytest.approx(10 / 9)
 
 
-def test_compiled_pair_flags_equal_the_torch_path():
-    """The compiled one-pass kernel (relation_pair_flags) gives the causes of the torch path (the first-hit ranks of
-    the list of every pair), also on padded pairs, repeated pairs and images without pairs."""
+def test_compiled_pair_flags_equal_the_torch_path(monkeypatch):
+    """The compiled one-pass kernels (box_overlap_flags, relation_pair_flags, first_hit_ranks on the listed ends)
+    give the causes, stage-wise ranks and evidence of the torch path (the IoU matrix, the first-hit ranks of the
+    list of every pair), also on padded pairs, repeated pairs and images without pairs."""
     from mmsgg_eval.functional import compiled
     from mmsgg_eval.functional.first_hits import _first_hit_ranker, scene_graph_ranks
     from mmsgg_eval.structures import collate_scene_graphs
@@ -383,12 +387,26 @@ def test_compiled_pair_flags_equal_the_torch_path():
     batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7))
     first_hits, _, _ = _first_hit_ranker(batch, 0.5, True, False, False)
     assert callable(getattr(first_hits, 'pair_flags', None))
+    kernels, used = compiled.kernels(), []
+    for name in ('box_overlap_flags', 'relation_pair_flags'):  # the overlaps and stage ranks too: no IoU tensor
+        monkeypatch.setattr(kernels, name, lambda *a, _f=getattr(kernels, name), _n=name: used.append(_n) or _f(*a))
     on = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert used == ['box_overlap_flags', 'relation_pair_flags']
+    # the ranking pass's pair predicates (what the metrics ask for with error_analysis=True): no score row read
+    given = []
+    monkeypatch.setattr(kernels, 'relation_pair_flags', lambda *a, _f=kernels.relation_pair_flags:
+                        given.append(a[-1]) or _f(*a))
+    batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7, True))
+    with_predicates = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert len(given) == 1 and given[0] is not None and given[0].dtype == torch.int32
+    assert all(torch.equal(on[name], with_predicates[name]) for name in on)
     with compiled.disabled():
         batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES)
         off = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
     valid = batch.gt_valid
-    for name in ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc'):
+    names = ('cause', 'rank_pair_loc', 'rank_pair_det', 'rank_pred_cls', 'gc', 'subject_iou', 'object_iou',
+             'subject_det_label', 'object_det_label', 'subject_det_score', 'object_det_score')
+    for name in names:
         assert torch.equal(on[name][valid], off[name][valid]), name
     assert len(set(on['cause'][valid].tolist())) >= 4  # several causes occur
 
