@@ -8,13 +8,19 @@ first-hit ranks, predicate, triplet code) and the image rows. A :class:`KeyFamil
 - ``kind='pairs'``: the same hits, always micro over all GT relations (pair accuracy);
 - ``kind='predicates'``: the per-predicate recall of those hits averaged over predicates as the metric's
   ``mr_average`` (all P predicates, an absent one counting 0, or the ones present);
-- ``kind='combined'``: a function of two other families at the same K (F@K, AVG@K).
+- ``kind='combined'``: a function of two other families at the same K (F@K, AVG@K);
+- the error analysis' kinds (metrics with ``error_analysis=True``): ``kind='causes'``, one key
+  ``{name}@K_{cause}`` per reported cause (and ``_predicate_ng``): the GT relations whose outcome at K is that
+  cause, averaged as R@K (``recall_average``); ``kind='stages'``: PySGG's stage-wise recall of the first-hit
+  ranks ``rank`` (per image the relations found within K over its GT relations + 1e-5, the mean over the
+  evaluated images); ``kind='instances'`` (``ks='none'``: one key ``{name}``, no K): PySGG's instance recall of
+  the per-image count ``rank`` of GT objects found (over the GT objects + 1e-6, the mean over the images).
 
 ``subset`` restricts the GT relations (``'zeroshot'``: the zero-shot set; ``'novel'``: each open-vocabulary
 subset, one key per subset, suffix ``_{subset}``; ``'novel_pred'``: the novel-predicate subset only);
 ``members`` the predicates averaged over (``'all'``; ``'groups'``: each predicate group, suffix ``_{group}``;
 ``'novel_pred'``: the novel predicates). ``ks='topk'`` gives one key per K (``R@20``), ``ks='rel'`` one key
-``R@rel`` at K = each image's number of GT relations.
+``R@rel`` at K = each image's number of GT relations, ``ks='none'`` one key without K.
 
 From these declarations alone come: the summary of ``SGRecall`` / ``SGMeanRecall``
 (:func:`mmsgg_eval.metrics.key_values.summary_keys`), their bootstrap contributions, hence their intervals and
@@ -32,11 +38,13 @@ class KeyFamily:
     """One family of keys ``{name}@{K}{suffix}`` (see the module docstring for the fields' values)."""
     name: str  #: key prefix before ``@``
     title: str  #: its meaning, in the reports
-    kind: str = 'recall'  #: 'recall' | 'pairs' | 'predicates' | 'combined' | 'other' (computed by its metric)
-    rank: str = 'rank_gc'  #: the rank column of the relation rows (or 'rank_rel', derived)
+    kind: str = 'recall'  #: 'recall' | 'pairs' | 'predicates' | 'combined' | 'causes' | 'stages' | 'instances'
+    #: | 'other' (computed by its metric)
+    rank: str = 'rank_gc'  #: the rank column of the relation rows (or 'rank_rel', derived); 'instances': the
+    #: per-image count column
     subset: Optional[str] = None  #: None | 'zeroshot' | 'novel' | 'novel_pred'
     members: str = 'all'  #: the predicates a 'predicates' family averages over: 'all' | 'groups' | 'novel_pred'
-    ks: str = 'topk'  #: 'topk' (one key per K) or 'rel' (one key, K = each image's GT relations)
+    ks: str = 'topk'  #: 'topk' (one key per K), 'rel' (one key, K = each image's GT relations) or 'none' (one key)
     modes: Tuple[str, ...] = ('predcls', 'sgcls', 'sgdet', 'phrdet')  #: the modes that have it
     combine: Optional[str] = None  #: 'harmonic' | 'mean' of ``of`` (kind 'combined')
     of: Tuple[str, ...] = ()  #: the two families a combined family is computed from
@@ -78,19 +86,29 @@ SCENE_GRAPH_FAMILIES: Tuple[KeyFamily, ...] = (
               reported_by='mean_recall'),
 )
 
-#: families whose keys their metric computes itself (error analysis, sgbench, OI); declared for reports
+#: the modes with an error analysis (not phrdet: its union-box matching has no object to locate)
+ERROR_MODES: Tuple[str, ...] = ('predcls', 'sgcls', 'sgdet')
+
+#: the error analysis' families (keys only with ``error_analysis=True``), in the summary's order after
+#: :data:`SCENE_GRAPH_FAMILIES`; the stage-wise names are PySGG's
+ERROR_FAMILIES: Tuple[KeyFamily, ...] = (
+    KeyFamily('miss', 'Recall lost, by cause', kind='causes', modes=ERROR_MODES),
+    *(KeyFamily(f'stage_{s}', f'stage_{s}', kind='stages', rank=f'rank_{s}', modes=ERROR_MODES)
+      for s in ('pair_loc', 'pair_det', 'pred_cls')),
+    *(KeyFamily(f'stage_{s}', f'stage_{s}', kind='instances', rank=s, ks='none', modes=ERROR_MODES)
+      for s in ('inst_loc', 'inst_det')),
+)
+
+#: families whose keys their metric computes itself (sgbench, OI); declared for reports
 OTHER_FAMILIES: Tuple[KeyFamily, ...] = (
     KeyFamily('PairR', 'Pair recall (predicate ignored)', kind='other'),
-    KeyFamily('miss', 'Recall lost, by cause', kind='other'),
-    *(KeyFamily(f'stage_{s}', f'stage_{s}', kind='other', modes=('predcls', 'sgcls', 'sgdet'))  # PySGG's names
-      for s in ('pair_loc', 'pair_det', 'pred_cls', 'inst_loc', 'inst_det')),
 )
 
 
 def _first_titles() -> Dict[str, str]:
     titles: Dict[str, str] = {}
-    for family in SCENE_GRAPH_FAMILIES + OTHER_FAMILIES:
-        if family.ks == 'topk':  # the first declaration of a name is its plain family
+    for family in SCENE_GRAPH_FAMILIES + OTHER_FAMILIES + ERROR_FAMILIES:
+        if family.ks != 'rel':  # the first declaration of a name is its plain family
             titles.setdefault(family.name, family.title)
     return titles
 
@@ -115,5 +133,5 @@ def reported_families(reported_by: str) -> Tuple[str, ...]:
     (SGRecall: its families and the error analysis') or ``'mean_recall'`` (SGMeanRecall)."""
     names = [f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == reported_by]
     if reported_by == 'recall':
-        names += [f.name for f in OTHER_FAMILIES if f.name != 'PairR']
+        names += [f.name for f in ERROR_FAMILIES]
     return tuple(dict.fromkeys(names))

@@ -11,10 +11,34 @@ from torch import Tensor
 
 from ..functional import per_predicate_recall, recall_from_ranks
 from ..functional.recall import hit_within, mean_recall
-from ..keys import SCENE_GRAPH_FAMILIES, KeyFamily
+from ..keys import ERROR_FAMILIES, SCENE_GRAPH_FAMILIES, KeyFamily
 from ..functional import error_causes
 from ..functional.bootstrap import ratio
+from ..functional.limits import NO_HIT
 from .bootstrap import Contributions, Tables, per_predicate_block, predicate_mean, put, recall_block
+
+
+#: every declared family a scene-graph metric computes, in the summary's order
+ALL_FAMILIES: Tuple[KeyFamily, ...] = SCENE_GRAPH_FAMILIES + ERROR_FAMILIES
+
+
+@dataclass
+class ErrorRows:
+    """What the error analysis' families (:data:`~mmsgg_eval.keys.ERROR_FAMILIES`) read besides the ranks
+    (``rank_pair_loc`` ... in ``Relations.ranks``): per GT relation ``cause`` [G] (the code when missed,
+    :mod:`~mmsgg_eval.functional.error_causes`) and ``no_prediction`` [G] (its image is counted without any
+    predicted pair); per image (or unit) of ``Relations.image_of`` [num_images]: ``num_gt`` GT relations,
+    ``evaluated``, ``predicted`` (its prediction is not missing), ``found`` ``{'inst_loc' | 'inst_det': GT objects
+    overlapped / detected}``, ``num_gt_objects``; ``causes`` the reported causes, ``ng_topk`` the metric's."""
+    cause: Tensor
+    no_prediction: Tensor
+    num_gt: Tensor
+    evaluated: Tensor
+    predicted: Tensor
+    found: Dict[str, Tensor]
+    num_gt_objects: Tensor
+    causes: Tuple[str, ...]
+    ng_topk: int
 
 
 @dataclass
@@ -33,6 +57,7 @@ class Relations:
     groups: Dict[str, Sequence[int]]
     novel_subsets: Tuple[str, ...] = ()
     tables: Dict[Any, Any] = field(default_factory=dict)  # per-predicate tables, computed once
+    errors: Optional[ErrorRows] = None  #: the error analysis' rows (None: no error analysis, no such keys)
 
 
 @dataclass(frozen=True)
@@ -44,9 +69,12 @@ class KeyInstance:
     suffix: str
     mask: Optional[str]  #: the subset of GT relations counted (a key of ``Relations.masks``), None = all
     members: Optional[Tuple[int, ...]]  #: the predicates averaged over ('predicates' families), None = all
+    outcome: Optional[str] = None  #: the cause counted ('causes' families)
 
     @property
     def names(self) -> List[str]:
+        if self.family.ks == 'none':
+            return [f'{self.family.name}{self.suffix}']
         return [f'{self.family.name}@{label}{self.suffix}' for label in self.labels]
 
     @property
@@ -56,7 +84,7 @@ class KeyInstance:
 
 def _instances(family: KeyFamily, metric: Any, rels: Relations, subset: Optional[str]) -> Iterator[KeyInstance]:
     ks = tuple(metric.topk)
-    labels, kvals = (('rel',), (1,)) if family.ks == 'rel' else (ks, ks)
+    labels, kvals = {'rel': (('rel',), (1,)), 'none': ((None,), ())}.get(family.ks, (ks, ks))
     if family.subset == 'zeroshot' and 'zeroshot' not in rels.masks:
         return
     if family.subset == 'novel_pred' and 'novel_pred' not in rels.novel_subsets:
@@ -76,11 +104,12 @@ def _instances(family: KeyFamily, metric: Any, rels: Relations, subset: Optional
 
 
 def key_instances(metric: Any, rels: Relations,
-                  families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Iterator[Sequence[KeyInstance]]:
+                  families: Sequence[KeyFamily] = ALL_FAMILIES) -> Iterator[Sequence[KeyInstance]]:
     """The key blocks of ``metric`` (its mode) on ``rels``, in the summary's order: consecutive families over the
     open-vocabulary subsets are walked subset by subset, consecutive combined families K by K (so
-    ``R@K_novel_obj, ngR@K_novel_obj, R@K_base, ...`` and ``F@20, AVG@20, F@50, ...``). Yields lists: one
-    instance, or the run of combined families (computed together)."""
+    ``R@K_novel_obj, ngR@K_novel_obj, R@K_base, ...`` and ``F@20, AVG@20, F@50, ...``); the error analysis'
+    families only with ``rels.errors``. Yields lists: one instance, the run of combined families (computed
+    together) or a causes family's instances, one per reported cause (computed together)."""
     def joins(first: KeyFamily, nxt: KeyFamily) -> bool:
         return (first.subset == nxt.subset == 'novel') or (first.kind == nxt.kind == 'combined')
     i = 0
@@ -91,9 +120,13 @@ def key_instances(metric: Any, rels: Relations,
             run.append(families[i + len(run)])
         i += len(run)
         run = [f for f in run if metric.mode in f.modes]
-        if not run:
+        if not run or (family in ERROR_FAMILIES and rels.errors is None):
             continue
-        if family.kind == 'combined':
+        if family.kind == 'causes':
+            ks = tuple(metric.topk)
+            yield [KeyInstance(family, ks, ks, f'_{name}', None, None, name)
+                   for name in rels.errors.causes + ('predicate_ng',)]
+        elif family.kind == 'combined':
             yield [KeyInstance(f, tuple(metric.topk), tuple(metric.topk), '', None, None) for f in run]
         elif family.subset == 'novel':
             for subset in rels.novel_subsets:
@@ -138,7 +171,7 @@ def _combined(family: KeyFamily, r: float, mr: float) -> float:
 
 
 def summary_keys(metric: Any, rels: Relations,
-                 families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Dict[str, float]:
+                 families: Sequence[KeyFamily] = ALL_FAMILIES) -> Dict[str, float]:
     """Every declared key of ``metric`` (percent) from the evaluated relations, in the declaration order
     (``families``: a selection of the declarations, e.g. the ones the HTML report shows)."""
     m: Dict[str, float] = {}
@@ -149,6 +182,9 @@ def summary_keys(metric: Any, rels: Relations,
                 for inst in block:
                     a, b = (m[f'{name}@{k}'] for name in inst.family.of)
                     m[f'{inst.family.name}@{k}'] = _combined(inst.family, a, b)
+            continue
+        if family.kind in ('causes', 'stages', 'instances'):
+            m.update(_error_values(metric, rels, block))
             continue
         inst = block[0]
         if family.kind == 'recall':
@@ -170,13 +206,68 @@ def summary_keys(metric: Any, rels: Relations,
     return m
 
 
+def _error_values(metric: Any, rels: Relations, block: Sequence[KeyInstance]) -> Dict[str, float]:
+    """The summary's keys (percent) of one error-analysis block (:mod:`~..functional.error_causes`)."""
+    e, inst = rels.errors, block[0]
+    out: Dict[str, float] = {}
+    if inst.family.kind == 'causes':  # every outcome at once, one bincount per K
+        shares = error_causes.cause_shares(rels.ranks['rank_gc'], e.cause, rels.image_of, rels.num_images, inst.ks,
+                                           metric.recall_average, e.no_prediction, rels.ranks['rank_ngc'], e.ng_topk)
+        for i in block:
+            out.update({name: 100.0 * v for name, v in zip(i.names, shares[i.outcome].tolist())})
+    elif inst.family.kind == 'stages':
+        values = error_causes.stage_recall(rels.ranks[inst.rank], rels.image_of, rels.num_images, e.num_gt, inst.ks)
+        out.update({name: 100.0 * v for name, v in zip(inst.names, values.tolist())})
+    else:  # a missing prediction detects nothing (its rows hold the GT objects)
+        found = e.found[inst.family.rank]
+        found = torch.where(e.predicted, found, torch.zeros_like(found))
+        out[inst.names[0]] = 100.0 * float(error_causes.instance_recall(found, e.num_gt_objects))
+    return out
+
+
+def _error_contributions(c: Contributions, metric: Any, rels: Relations, block: Sequence[KeyInstance],
+                         shared: Dict[str, slice]) -> None:
+    """Add the keys of one error-analysis block to ``c`` (``shared['den']``: the column of the evaluated units,
+    added once, before the first stage-wise key)."""
+    e, inst, unit = rels.errors, block[0], rels.image_of
+    if inst.family.kind == 'causes':
+        rank_gc, rank_ngc = rels.ranks['rank_gc'], rels.ranks['rank_ngc']
+        for k in inst.ks:
+            outcome = error_causes.outcome_codes(rank_gc, e.cause, k, e.no_prediction)
+            selections = {name: outcome == code for code, name in enumerate(error_causes.CAUSES, start=1)}
+            selections['predicate_ng'] = (outcome == error_causes.PREDICATE) & (rank_ngc < min(int(k), int(e.ng_topk)))
+            for i in block:
+                put(c, i.family.name, [k], recall_block(c, error_causes.as_rank(selections[i.outcome]), unit, (1,),
+                                                        metric.recall_average), i.suffix)
+        return
+    if 'den' not in shared:
+        shared['den'] = c.add(e.evaluated.double())
+    den = shared['den']
+    if inst.family.kind == 'stages':
+        denominator = e.num_gt.double() + error_causes.STAGE_REL_EPS
+        rank = rels.ranks[inst.rank]
+        for name, k in zip(inst.names, inst.ks):
+            found = torch.bincount(unit[rank < min(int(k), NO_HIT)], minlength=rels.num_images).double()
+            num = c.add(torch.where(e.evaluated, found / denominator, torch.zeros_like(found)))
+            c.blocks.append(([name], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
+        return
+    objects = e.num_gt_objects.double() + error_causes.STAGE_OBJ_EPS
+    found = e.found[inst.family.rank].double()
+    num = c.add(torch.where(e.evaluated & e.predicted, found / objects, torch.zeros_like(found)))
+    c.blocks.append((inst.names, lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
+
+
 def key_contributions(c: Contributions, metric: Any, rels: Relations) -> Dict[Any, Any]:
     """Add every declared key of ``metric`` to ``c`` (``rels.image_of``: the unit of each relation); returns the
     per-predicate blocks ``{(rank, subset, ks): block}`` (for the per-predicate tables of ``compare``)."""
     blocks: Dict[Any, Any] = {}
     presence: Dict[Any, slice] = {}
+    shared: Dict[str, slice] = {}
     for block in key_instances(metric, rels):
         family = block[0].family
+        if family.kind in ('causes', 'stages', 'instances'):
+            _error_contributions(c, metric, rels, block, shared)
+            continue
         if family.kind == 'combined':  # (the closure holds the K, not the metric: it outlives the call)
             ks = tuple(metric.topk)
             c.derived.append(lambda v, block=block, ks=ks: {f'{i.family.name}@{k}': _combined_tensor(i.family, *(
@@ -210,7 +301,7 @@ def _combined_tensor(family: KeyFamily, r: Tensor, mr: Tensor) -> Tensor:
 
 def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tensor] = None) -> Contributions:
     """Every key of a :class:`~mmsgg_eval.metrics.scene_graph.SceneGraphMetric` (both presets), per image: the
-    declared keys (:func:`key_contributions`), the per-predicate tables ``R@K`` and the error analysis' keys."""
+    declared keys (:func:`key_contributions`, the error analysis' included) and the per-predicate tables ``R@K``."""
     from .predicate_groups import resolve_groups
     images, rows = tables['images'], tables['relations']
     c = Contributions(images['sample_idx'] if units is None else units)
@@ -223,14 +314,14 @@ def scene_graph_contributions(metric: Any, tables: Tables, units: Optional[Tenso
     subsets = metric.novel_subsets(rel['triplet'], novel) if novel else {}
     groups = resolve_groups(metric.predicates, metric.user_groups, metric._meta('predicate_counts'))
     counted = metric.key_relations(rel, unit, c.num_units, num_gt, zs_mask, novel, subsets, groups)
+    if getattr(metric, 'error_analysis', False):
+        counted.errors = unit_error_rows(c, metric, images, rel, unit, counted)
     blocks = key_contributions(c, metric, counted)
     ks = tuple(metric.topk)
     per_pred = blocks[('rank_gc', None, ks)]
     for j, k in enumerate(ks):
         c.tables[f'R@{k}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
     c.table_labels = list(metric.predicates)
-    if getattr(metric, 'error_analysis', False):
-        error_contributions(c, metric, images, rel, unit)
     return c
 
 
@@ -250,42 +341,21 @@ def zeroshot_mask(metric: Any, rels: Dict[str, Tensor], rel: Dict[str, Tensor]) 
     return metric._zeroshot_relations(rels['triplet'], rel)[0]
 
 
-def error_contributions(c: Contributions, metric: Any, images: Dict[str, Tensor], rel: Dict[str, Tensor],
-                        unit: Tensor) -> None:
-    """The ``miss@K_{cause}`` and ``stage_*`` keys of a scene-graph metric with ``error_analysis``, per image, as
-    its summary computes them (:mod:`mmsgg_eval.functional.error_causes`)."""
+def unit_error_rows(c: Contributions, metric: Any, images: Dict[str, Tensor], rel: Dict[str, Tensor], unit: Tensor,
+                    counted: Relations) -> ErrorRows:
+    """The error analysis' rows of the evaluated relations ``rel`` per resampling unit (their ``unit``; the
+    images' columns scattered onto their units); adds the stage-wise rank columns to ``counted.ranks``."""
     at = c.unit_of(images['sample_idx'])
 
     def per_unit(values: Tensor) -> Tensor:
         out = torch.zeros(c.num_units, dtype=values.dtype)
         out[at] = values
         return out
-    ks, avg = metric.topk, metric.recall_average
-    num_gt = per_unit(images['num_gt'].long())
-    rank_gc = rel['rank_gc'].long()
-    without = per_unit(((images['num_pred'] == 0) | images['missing']).long()).bool().index_select(0, unit)
-    cause, rank_ngc = rel['cause'].long(), rel['rank_ngc'].long()
-    reported = metric.reported_causes(images)
-    for k in ks:
-        outcome = error_causes.outcome_codes(rank_gc, cause, k, without)
-        selections = {name: outcome == code for code, name in enumerate(error_causes.CAUSES, start=1)}
-        selections['predicate_ng'] = (outcome == error_causes.PREDICATE) & \
-            (rank_ngc < min(int(k), int(metric.ng_topk)))
-        for name in reported + ('predicate_ng',):
-            put(c, 'miss', [k], recall_block(c, error_causes.as_rank(selections[name]), unit, (1,), avg), f'_{name}')
+    counted.ranks.update({column: rel[column].long() for _, column in error_causes.STAGE_RANKS})
     evaluated = torch.zeros(c.num_units, dtype=torch.bool)
     evaluated[at] = metric._evaluated_images(images, quiet=True)
-    den = c.add(evaluated.double())
-    denominator = num_gt.double() + error_causes.STAGE_REL_EPS
-    for family, column in error_causes.STAGE_RANKS:
-        for k in ks:
-            found = torch.bincount(unit[rel[column].long() < min(int(k), error_causes.NO_HIT)],
-                                   minlength=c.num_units).double()
-            num = c.add(torch.where(evaluated, found / denominator, torch.zeros_like(found)))
-            c.blocks.append(([f'{family}@{k}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
-    predicted = per_unit((~images['missing']).long()).bool()
-    objects = per_unit(images['num_gt_objects'].long()).double() + error_causes.STAGE_OBJ_EPS
-    for name in ('inst_loc', 'inst_det'):
-        found = per_unit(images[name].long()).double()
-        num = c.add(torch.where(evaluated & predicted, found / objects, torch.zeros_like(found)))
-        c.blocks.append(([f'stage_{name}'], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
+    without = per_unit(((images['num_pred'] == 0) | images['missing']).long()).bool().index_select(0, unit)
+    return ErrorRows(rel['cause'].long(), without, per_unit(images['num_gt'].long()), evaluated,
+                     per_unit((~images['missing']).long()).bool(),
+                     {name: per_unit(images[name].long()) for name in ('inst_loc', 'inst_det')},
+                     per_unit(images['num_gt_objects'].long()), metric.reported_causes(images), metric.ng_topk)

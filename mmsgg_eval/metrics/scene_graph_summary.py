@@ -18,14 +18,8 @@ from ..reports import format_recall_lost, format_scene_graph_report
 from ..user_messages import warn_user
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from .accumulator import Tables
-from .key_values import Relations, predicate_table, scene_graph_contributions, summary_keys
+from .key_values import ErrorRows, Relations, predicate_table, scene_graph_contributions, summary_keys
 from .predicate_groups import resolve_groups
-
-
-def _put(m: Dict[str, float], family: str, ks: Sequence[int], values: Tensor, suffix: str = '') -> None:
-    """``m['{family}@{k}{suffix}']`` = 100 x each value (one per K, fractions to percent)."""
-    for k, v in zip(ks, values.tolist()):
-        m[f'{family}@{k}{suffix}'] = 100.0 * v
 
 
 def warn_no_value(metric: Any, no_value: Sequence[Dict[str, Any]]) -> None:
@@ -70,8 +64,9 @@ class SceneGraphSummary:
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         """All keys (percent) and the per-predicate table from de-duplicated row tables: the zero-shot set
-        (:meth:`_zeroshot_relations`), the declared keys (:mod:`mmsgg_eval.keys`, :func:`~.key_values.summary_keys`),
-        the error analysis' keys (:meth:`_error_keys`) and the per-predicate table (:meth:`_per_predicate_table`)."""
+        (:meth:`_zeroshot_relations`), the declared keys (:mod:`mmsgg_eval.keys`, :func:`~.key_values.summary_keys`;
+        the error analysis' with :meth:`error_rows`), the per-predicate causes (:meth:`_cause_table`) and the
+        per-predicate table (:meth:`_per_predicate_table`)."""
         images, rels = tables['images'], tables['relations']
         evaluated = self._evaluated_images(images)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
@@ -83,13 +78,15 @@ class SceneGraphSummary:
         subsets = self.novel_subsets(rel['triplet'], novel) if novel else {}
         groups = resolve_groups(self.predicates, self.user_groups, self._meta('predicate_counts'))
         counted = self.key_relations(rel, image_of, num_images, image['num_gt'], zs_mask, novel, subsets, groups)
+        if self.error_analysis:
+            counted.errors = self.error_rows(rel, image, image_of, counted)
         m = summary_keys(self, counted)
         per_pred = predicate_table(self, counted)
         pred = rel['predicate'].long()
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
             warn_no_value(self, no_value)
-        causes = self._error_keys(m, rel, image, image_of, num_images) if self.error_analysis else {}
+        causes = self._cause_table(counted) if self.error_analysis else {}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
@@ -176,28 +173,27 @@ class SceneGraphSummary:
         whose misses are ``no_prediction`` (``image``: columns of the evaluated images, numbered by ``image_of``)."""
         return ((image['num_pred'] == 0) | image['missing']).index_select(0, image_of)
 
-    def _error_keys(self, m: Dict[str, float], rel: Dict[str, Tensor], image: Dict[str, Tensor], image_of: Tensor,
-                    num_images: int) -> Dict[str, Any]:
-        """``miss@K_{cause}`` (and ``miss@K_predicate_ng``), the stage-wise keys ``stage_*`` into ``m``; returns
-        ``{'per_predicate_causes': table, 'causes': [names]}`` for the summary (:mod:`~..functional.error_causes`)."""
-        ks, avg = self.topk, self.recall_average
-        rank_gc, cause = rel['rank_gc'].long(), rel['cause'].long()
-        no_pred = self.no_prediction_rows(image, image_of)
-        reported = self.reported_causes(image)
-        shares = error_causes.cause_shares(rank_gc, cause, image_of, num_images, ks, avg, no_pred,
-                                           rel['rank_ngc'].long(), self.ng_topk)
-        for name in reported + ('predicate_ng',):
-            _put(m, 'miss', ks, shares[name], f'_{name}')
-        count = image['num_gt']
-        for family, column in error_causes.STAGE_RANKS:
-            _put(m, family, ks, error_causes.stage_recall(rel[column].long(), image_of, num_images, count, ks))
-        predicted = ~image['missing']  # a missing prediction detects nothing (its rows hold the GT objects)
-        for name in ('inst_loc', 'inst_det'):
-            found = torch.where(predicted, image[name], torch.zeros_like(image[name]))
-            m[f'stage_{name}'] = 100.0 * float(error_causes.instance_recall(found, image['num_gt_objects']))
-        table = error_causes.per_predicate_cause_shares(rank_gc, cause, rel['predicate'].long(), image_of, num_images,
-                                                        len(self.predicates), ks, avg, no_pred)
-        num_gt = torch.bincount(rel['predicate'].long(), minlength=len(self.predicates)).tolist()
+    def error_rows(self, rel: Dict[str, Tensor], image: Dict[str, Tensor], image_of: Tensor,
+                   counted: Relations) -> ErrorRows:
+        """The error analysis' rows (:class:`~.key_values.ErrorRows`) of the evaluated relations ``rel`` and images
+        ``image`` (numbered by ``image_of``); adds the stage-wise rank columns to ``counted.ranks``."""
+        counted.ranks.update({column: rel[column].long() for _, column in error_causes.STAGE_RANKS})
+        return ErrorRows(rel['cause'].long(), self.no_prediction_rows(image, image_of), image['num_gt'],
+                         torch.ones(int(image['num_gt'].numel()), dtype=torch.bool), ~image['missing'],
+                         {name: image[name] for name in ('inst_loc', 'inst_det')}, image['num_gt_objects'],
+                         self.reported_causes(image), self.ng_topk)
+
+    def _cause_table(self, counted: Relations) -> Dict[str, Any]:
+        """``{'per_predicate_causes': table, 'causes': [names]}`` for the summary: per predicate, the share of its
+        GT relations lost to each reported cause (:func:`~..functional.error_causes.per_predicate_cause_shares`;
+        the ``miss@K_{cause}`` keys themselves are declared: :data:`mmsgg_eval.keys.ERROR_FAMILIES`), read from the
+        evaluated relations ``counted`` (their ranks, predicates and error rows)."""
+        ks, avg, e = self.topk, self.recall_average, counted.errors
+        reported = e.causes
+        table = error_causes.per_predicate_cause_shares(counted.ranks['rank_gc'], e.cause, counted.predicate,
+                                                        counted.image_of, counted.num_images, len(self.predicates),
+                                                        ks, avg, e.no_prediction)
+        num_gt = torch.bincount(counted.predicate, minlength=len(self.predicates)).tolist()
         rows = {name: values.tolist() for name, values in table.items()}
         per_predicate = {}
         for i in self._predicate_order():

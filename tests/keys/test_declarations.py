@@ -8,7 +8,8 @@ import os.path as osp
 import pytest
 
 from mmsgg_eval.compare import compare_runs
-from mmsgg_eval.keys import FAMILY_ORDER, FAMILY_TITLES, SCENE_GRAPH_FAMILIES, reported_families
+from mmsgg_eval.functional.error_causes import CAUSES
+from mmsgg_eval.keys import ERROR_FAMILIES, FAMILY_ORDER, FAMILY_TITLES, SCENE_GRAPH_FAMILIES, reported_families
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.bootstrap import bootstrap_summary, contributions_of
 from mmsgg_eval.metrics.state import load_state
@@ -92,18 +93,27 @@ def test_zero_shot_mean_recall_needs_a_zero_shot_set_and_has_no_value_without_it
 
 
 def declared_names(metric, summary):
-    """The keys of a summary that the declarations produce (every family of SCENE_GRAPH_FAMILIES)."""
-    names = {f.name for f in SCENE_GRAPH_FAMILIES}
+    """The keys of a summary that the declarations produce (every family of SCENE_GRAPH_FAMILIES and
+    ERROR_FAMILIES)."""
+    names = {f.name for f in SCENE_GRAPH_FAMILIES + ERROR_FAMILIES}
     return [k for k in summary['metrics'] if k.split('@')[0] in names]
 
 
-@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
-def test_every_declared_key_gets_an_interval_a_compare_row_and_a_report_row(tmp_path, mode):
-    """Whatever the declarations hold: each declared key of the summary has a per-image decomposition that
-    reproduces it, a bootstrap interval, a paired-comparison row (from the metric that returns it) and a row or
-    column in the report tables."""
+def expected_error_keys(ks, causes):
+    """The error analysis' keys by their definition (docs/metrics.md), in the summary's order."""
+    return ([f'miss@{k}_{c}' for c in causes + ('predicate_ng',) for k in ks]
+            + [f'stage_{s}@{k}' for s in ('pair_loc', 'pair_det', 'pred_cls') for k in ks]
+            + ['stage_inst_loc', 'stage_inst_det'])
+
+
+@pytest.mark.parametrize('mode,error_analysis', [('predcls', False), ('sgdet', True), ('sgcls', True)])
+def test_every_declared_key_gets_an_interval_a_compare_row_and_a_report_row(tmp_path, mode, error_analysis):
+    """Whatever the declarations hold: each declared key of the summary (the error analysis' included) has a
+    per-image decomposition that reproduces it, a bootstrap interval, a paired-comparison row (from the metric
+    that returns it) and a row or column in the report tables."""
     samples, _ = random_dataset(7, 24, mode)
-    kwargs = dict(mode=mode, zeroshot_triplets=ZS, novel_objects=['c0', 'c1'], novel_predicates=['p1'])
+    kwargs = dict(mode=mode, zeroshot_triplets=ZS, novel_objects=['c0', 'c1'], novel_predicates=['p1'],
+                  error_analysis=error_analysis)
     metric = SGMeanRecall(**kwargs)
     metric.dataset_meta = GROUPED_META
     tables = reduced_tables(metric, samples)
@@ -112,6 +122,8 @@ def test_every_declared_key_gets_an_interval_a_compare_row_and_a_report_row(tmp_
     families = {k.split('@')[0] for k in declared}
     assert {'zmR', 'zR', 'mR', 'F'} <= families and all(f.name in families for f in SCENE_GRAPH_FAMILIES
                                                         if mode in f.modes)
+    errors = [k for k in declared if k.split('@')[0] in {f.name for f in ERROR_FAMILIES}]
+    assert errors == (expected_error_keys(metric.topk, tuple(summary['causes'])) if error_analysis else [])
     point = contributions_of(metric, tables).point()
     for key in declared:
         assert same(float(point[key][0]), summary['metrics'][key]), key
@@ -121,6 +133,11 @@ def test_every_declared_key_gets_an_interval_a_compare_row_and_a_report_row(tmp_
     shown = {str(cell) for t in report for row in t.rows for cell in row} | {h for t in report for h in t.header}
     for name in families:
         assert name in shown or any(h.startswith(name + '@') for h in shown), name
+    if error_analysis:  # the causes table (one row per cause) and the stage-wise keys
+        text = '\n'.join(str(cell) for t in report for row in [t.header] + t.rows for cell in row)
+        for key in errors:
+            cause = key.split('_', 1)[1] if key.startswith('miss@') else key.split('@')[0]
+            assert cause in text, key
     by_family = {row[0]: row[1] for t in report if t.name == 'families' for row in t.rows}
     assert by_family['zmR'] == FAMILY_TITLES['zmR'] == 'Zero-shot mean recall'
     for run, data in (('a', samples), ('b', perturbed(samples, 1))):
@@ -135,6 +152,49 @@ def test_every_declared_key_gets_an_interval_a_compare_row_and_a_report_row(tmp_
     rows = set(compared[f'SGRecall ({mode})']) | set(compared[f'SGMeanRecall ({mode})'])
     assert set(declared) <= rows
     assert 'zmR@50' in compared[f'SGMeanRecall ({mode})'] and 'zmR@50' not in compared[f'SGRecall ({mode})']
+    assert set(errors) <= set(compared[f'SGRecall ({mode})'])
+
+
+@pytest.mark.parametrize('mode,recall_average,skip_empty', [
+    ('predcls', 'image', True), ('sgdet', 'micro', False), ('sgcls', 'image', False)])
+def test_error_families_come_from_their_declarations(mode, recall_average, skip_empty):
+    """The error analysis' keys are the declared ERROR_FAMILIES walked by key_instances: summary_keys restricted
+    to them gives exactly the summary's miss / stage keys, bit for bit, and the bootstrap's point estimate
+    reproduces each; without error_analysis the walk yields none of them."""
+    from mmsgg_eval.metrics.key_values import key_instances, summary_keys
+    samples, _ = random_dataset(11, 20, mode)
+    metric = SGRecall(mode=mode, recall_average=recall_average, skip_empty_predictions=skip_empty,
+                      error_analysis=True)
+    metric.dataset_meta = GROUPED_META
+    tables = reduced_tables(metric, samples)
+    summary = metric.summarize(tables)
+    expected = expected_error_keys(metric.topk, tuple(summary['causes']))
+    assert [k for k in summary['metrics'] if k.split('@')[0] in {f.name for f in ERROR_FAMILIES}] == expected
+    assert ('no_prediction' in summary['causes']) == (not skip_empty or bool(tables['images']['missing'].any()))
+    assert set(summary['causes']) <= set(CAUSES)
+    counted = _counted(metric, tables)
+    names = [n for block in key_instances(metric, counted, ERROR_FAMILIES) for inst in block for n in inst.names]
+    assert sorted(names) == sorted(expected)
+    only = summary_keys(metric, counted, ERROR_FAMILIES)
+    assert list(only) == expected and all(only[k] == summary['metrics'][k] for k in expected)
+    point = contributions_of(metric, tables).point()
+    for key in expected:
+        assert same(float(point[key][0]), summary['metrics'][key]), key
+    counted.errors = None
+    assert not list(key_instances(metric, counted, ERROR_FAMILIES))
+
+
+def _counted(metric, tables):
+    """The summary's Relations (with the error rows) of ``tables``, as ``summarize`` builds them."""
+    from mmsgg_eval.functional.recall import evaluated_image_rows
+    images, rels = tables['images'], tables['relations']
+    evaluated = metric._evaluated_images(images)
+    image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
+    rel = {n: c[keep] for n, c in rels.items()}
+    image = {n: c[evaluated] for n, c in images.items()}
+    counted = metric.key_relations(rel, image_of, num_images, image['num_gt'], None, None, {}, {})
+    counted.errors = metric.error_rows(rel, image, image_of, counted)
+    return counted
 
 
 def test_report_families_and_the_split_between_the_two_metrics_come_from_the_declarations():
