@@ -121,6 +121,24 @@ void check_box_inputs(const at::Tensor& pred_boxes, const at::Tensor& pred_label
               kernel, ": the batch fields do not have matching shapes");
 }
 
+// Adds GT object m's relations (its rows of the [M, W] tables subject_of / object_of) to one predicted object's
+// subject / object bit sets.
+inline void add_relation_ends(uint64_t* sub, uint64_t* obj, const std::vector<uint64_t>& subject_of,
+                              const std::vector<uint64_t>& object_of, int64_t m, int64_t words) {
+  for (int64_t w = 0; w < words; ++w) {
+    sub[w] |= subject_of[m * words + w];
+    obj[w] |= object_of[m * words + w];
+  }
+}
+
+// Raises naming the first image whose GT relation (bad[b] >= 0) has an object index outside [0, num_gt_obj).
+void check_relation_ends(const std::vector<int64_t>& bad, int64_t num_gt_obj, const char* kernel) {
+  for (size_t b = 0; b < bad.size(); ++b) {
+    TORCH_CHECK(bad[b] < 0, kernel, ": image ", b, " GT relation ", bad[b], " has an object index outside [0, ",
+                num_gt_obj, ")");
+  }
+}
+
 }  // namespace
 
 // For every predicted object n of every image, the bit sets of the GT relations whose subject (resp. object) it
@@ -184,18 +202,12 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
           if (!(box_iou_f32(box, gb_ptr + (b * num_gt_obj + m) * 4, extra) >= thr)) {
             continue;
           }
-          for (int64_t w = 0; w < words; ++w) {
-            sub[w] |= subject_of[m * words + w];
-            obj[w] |= object_of[m * words + w];
-          }
+          add_relation_ends(sub, obj, subject_of, object_of, m, words);
         }
       }
     }
   });
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(bad[b] < 0, "box_relation_end_bits: image ", b, " GT relation ", bad[b],
-                " has an object index outside [0, ", num_gt_obj, ")");
-  }
+  check_relation_ends(bad, num_gt_obj, "box_relation_end_bits");
   return {subject_bits, object_bits};
 }
 
@@ -271,18 +283,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
           }
           image_located[m] = true;
           image_detected[m] = image_detected[m] || gt_lab[m] == label;
-          for (int64_t w = 0; w < words; ++w) {
-            sub[w] |= subject_of[m * words + w];
-            obj[w] |= object_of[m * words + w];
-          }
+          add_relation_ends(sub, obj, subject_of, object_of, m, words);
         }
       }
     }
   });
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(bad[b] < 0, "box_overlap_flags: image ", b, " GT relation ", bad[b],
-                " has an object index outside [0, ", num_gt_obj, ")");
-  }
+  check_relation_ends(bad, num_gt_obj, "box_overlap_flags");
   return {located, detected, subject_bits, object_bits};
 }
 
