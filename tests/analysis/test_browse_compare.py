@@ -6,7 +6,6 @@ installed."""
 import json
 import os.path as osp
 import shutil
-import tempfile
 from dataclasses import replace
 from html.parser import HTMLParser
 
@@ -19,6 +18,7 @@ from mmsgg_eval.compare import load_run, restricted
 from tests.metrics.test_bootstrap import META
 from tests.compare.test_compare import perturbed
 from tests.compare.test_changes import NUM, reference_changes, write_state
+from tests.analysis.test_browse_results import _browser, headless_browser
 from tests.sgg_samples import random_dataset
 
 
@@ -268,29 +268,12 @@ def test_cli_refuses_a_per_image_file_with_compare_to(cli, tmp_path):
     assert 'is a per-image file, which holds no evaluation state' in proc.stderr
 
 
-def _browser():
-    from tests.analysis.test_browse_results import _browser as find
-    return find()
-
-
-@pytest.mark.skipif(not (shutil.which('chromium') or shutil.which('chromium-browser')) or not shutil.which(
-    'chromedriver'), reason='no headless browser (bash tools/install_browser.sh installs chromium, chromium-driver '
-                            'and selenium)')
+@pytest.mark.skipif(_browser() is None, reason='no headless browser (bash tools/install_browser.sh installs '
+                                               'chromium, chromium-driver and selenium)')
 def test_real_browser_follows_the_changes_and_logs_no_error(cli):
     pytest.importorskip('selenium')
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    chromium, driver_path = _browser()
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    profile = tempfile.mkdtemp(prefix='chromium-profile-')
-    for flag in ('--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-                 '--disable-component-update', '--disable-sync', '--no-first-run', f'--user-data-dir={profile}',
-                 '--allow-file-access-from-files'):
-        options.add_argument(flag)
-    options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
-    browser = webdriver.Chrome(service=Service(driver_path), options=options)
+    browser, profile = headless_browser()
     changes = json.load(open(cli['report'] / 'changes.json'))['changes'][0]
     try:
         browser.get('file://' + str(cli['report'] / 'index.html'))

@@ -152,13 +152,11 @@ def _browser():
     return chromium, driver
 
 
-@pytest.mark.skipif(_browser() is None, reason='no headless browser (bash tools/install_browser.sh installs '
-                                               'chromium, chromium-driver and selenium)')
-def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
+def headless_browser():
+    """A headless Chromium driven by selenium (a fresh profile, local files readable, console logged); the caller
+    quits it and removes the profile directory: ``(driver, profile)``. Only where :func:`_browser` found one."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
     chromium, driver_path = _browser()
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
@@ -168,7 +166,15 @@ def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
                  '--allow-file-access-from-files'):
         options.add_argument(flag)
     options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
-    browser = webdriver.Chrome(service=Service(driver_path), options=options)
+    return webdriver.Chrome(service=Service(driver_path), options=options), profile
+
+
+@pytest.mark.skipif(_browser() is None, reason='no headless browser (bash tools/install_browser.sh installs '
+                                               'chromium, chromium-driver and selenium)')
+def test_real_browser_sorts_filters_and_logs_no_error(run_dir):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    browser, profile = headless_browser()
     try:
         browser.get('file://' + str(run_dir['report'] / 'index.html'))
         rows = browser.find_elements(By.CSS_SELECTOR, '#images tbody tr')
