@@ -183,6 +183,14 @@ static inline int64_t first_max_column(const float* row, int64_t n) {
   return first_max_column_scalar(row, n);
 }
 
+// Ask the caches for bytes [p, p + bytes) ahead of their use (one request per 64-byte line; never faults).
+static inline void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t offset = 0; offset < bytes; offset += 64) {
+    __builtin_prefetch(c + offset);
+  }
+}
+
 constexpr int32_t kNoHit = 1 << 30;  // the rank of a GT relation no entry hits; exported as NO_HIT, which
                                      // functional/compiled.py checks against limits.NO_HIT at load
 

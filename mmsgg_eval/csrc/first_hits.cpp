@@ -465,6 +465,9 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
 // relation not yet known to be listed, or its predicate in `pair_predicate` [B, W] int32 when given (each pair's
 // first maximal column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G]
 // bool).
+constexpr int64_t kPairsAhead = 64;  // relation_pair_flags: pairs requested this far ahead of the scan
+constexpr size_t kRowsAhead = 8;     // and the score rows of the matching pairs, this many pairs ahead
+
 std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                                                        const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
@@ -506,6 +509,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
   std::vector<int64_t> bad(batch, -1);  // a pair whose objects or score row are out of range
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     std::vector<uint64_t> carries, any_pair(words), any_listed(words);
+    std::vector<std::pair<int64_t, uint64_t>> matching;
     for (int64_t b = begin; b < end; ++b) {
       carries.assign(num_predicates * words, 0);
       std::fill(any_pair.begin(), any_pair.end(), 0);
@@ -530,11 +534,15 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
         return p >= 0 && p < num_predicates ? p : -1;  // a given predicate outside [0, P) carries no GT relation
       };
       const int64_t* pr = pairs.pairs(b);
-      if (words == 1) {  // up to 64 GT relations (the common case): no per-pair branch but the rare fresh match
+      if (words == 1) {  // up to 64 GT relations (the common case): a scan of the pairs, then the row reads
         const uint64_t* sub_of = s_ptr + b * num_obj;
         const uint64_t* obj_of = o_ptr + b * num_obj;
         uint64_t pair_bits = 0, listed_bits = 0;
+        matching.clear();  // the pairs joining the ends of some GT relation, with those relations' bits
         for (int64_t r = 0; r < n; ++r) {
+          if ((r & 3) == 0 && r + kPairsAhead < n) {  // the pair list streams from memory: a few lines ahead
+            prefetch_bytes(pr + 2 * (r + kPairsAhead), 64);
+          }
           const int64_t s = pr[2 * r], o = pr[2 * r + 1];
           if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
               static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
@@ -543,8 +551,18 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
           }
           const uint64_t h = sub_of[s] & obj_of[o];
           pair_bits |= h;
+          if (h) {
+            matching.emplace_back(r, h);
+          }
+        }
+        // the score rows of the matching pairs are scattered: each is requested a few pairs before it is read
+        for (size_t i = 0; i < matching.size() && bad[b] < 0; ++i) {
+          if (!given && i + kRowsAhead < matching.size()) {
+            prefetch_bytes(rows + matching[i + kRowsAhead].first * cols + column, num_predicates * 4);
+          }
+          const uint64_t h = matching[i].second;
           if (h & ~listed_bits) {
-            const int64_t p = top_predicate(r);
+            const int64_t p = top_predicate(matching[i].first);
             listed_bits |= p >= 0 ? h & carries[p] : 0;
           }
         }

@@ -150,10 +150,7 @@ void mmsgg_ext::image_ngc(const float* data, int64_t rows, int64_t cols, int64_t
   size_t count = 0;
   for (size_t i = 0; i < passing.size(); ++i) {
     if (i + kAhead < passing.size()) {
-      const char* ahead = reinterpret_cast<const char*>(data + passing[i + kAhead] * cols);
-      for (int64_t offset = 0; offset < row_bytes; offset += 64) {
-        __builtin_prefetch(ahead + offset);
-      }
+      prefetch_bytes(data + passing[i + kAhead] * cols, row_bytes);
     }
     const int64_t r = passing[i];
     if (listed.size() < count + num_pred) {

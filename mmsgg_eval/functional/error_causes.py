@@ -31,7 +31,7 @@ from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predic
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
 from .matching import object_iou_matrix
-from .recall import hit_within
+from .recall import hit_within, hits_per_k_columns
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
@@ -78,14 +78,19 @@ def miss_causes(subject_located: Tensor, object_located: Tensor, subject_matched
     return code
 
 
+def effective_codes(cause: Tensor, no_prediction: Optional[Tensor] = None) -> Tensor:
+    """[G] the code of each GT relation when missed: its cause, or NO_PREDICTION where ``no_prediction`` [G]
+    (relations of images counted without predictions); the dtype of ``cause``."""
+    if no_prediction is None:
+        return cause
+    return torch.where(no_prediction, torch.full((), NO_PREDICTION, dtype=cause.dtype, device=cause.device), cause)
+
+
 def outcome_codes(rank: Tensor, cause: Tensor, k: int, no_prediction: Optional[Tensor] = None) -> Tensor:
     """[G] outcome at K of GT relations: HIT where ``rank < K`` (:func:`~.recall.hit_within`), else the cause
     code, or NO_PREDICTION where ``no_prediction`` [G] (relations of images counted without predictions)."""
-    out = torch.where(hit_within(rank, k), torch.zeros((), dtype=cause.dtype), cause)
-    if no_prediction is not None:
-        out = torch.where(no_prediction & ~hit_within(rank, k), torch.full((), NO_PREDICTION, dtype=cause.dtype),
-                          out)
-    return out
+    return torch.where(hit_within(rank, k), torch.zeros((), dtype=cause.dtype),
+                       effective_codes(cause, no_prediction))
 
 
 def as_rank(selected: Tensor) -> Tensor:
@@ -107,6 +112,17 @@ def _share_columns(counts: Tensor, average: str) -> Tensor:
     return (counts[has] / total[has][:, None]).mean(0)
 
 
+def outcome_counts(rank: Tensor, cause: Tensor, unit: Tensor, num_units: int, ks: Sequence[int],
+                   no_prediction: Optional[Tensor] = None, size: int = len(CAUSES) + 1) -> Tensor:
+    """[len(ks), U, size] int64: per K, the GT relations of each unit (``unit`` [G] in [0, U)) with each outcome
+    code at K (:func:`outcome_codes`; ``size`` > every code), every K in one bincount."""
+    n = len(ks)
+    limits = torch.tensor([min(int(k), NO_HIT) for k in ks], dtype=rank.dtype, device=rank.device)
+    outcome = torch.where(rank[None, :] < limits[:, None], 0, effective_codes(cause, no_prediction).long()[None, :])
+    index = (torch.arange(n, device=rank.device)[:, None] * num_units + unit.long()[None, :]) * size + outcome
+    return torch.bincount(index.view(-1), minlength=n * num_units * size).view(n, num_units, size)
+
+
 def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int, ks: Sequence[int],
                  average: str = 'image', no_prediction: Optional[Tensor] = None,
                  ngc_rank: Optional[Tensor] = None, ng_topk: int = 0) -> Dict[str, Tensor]:
@@ -114,21 +130,23 @@ def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int,
     R@K is (``average`` 'image': per image, then the mean over the images with relations; 'micro': over all
     relations), so that per image 'hit' + every cause = 1 ('hit' is R@K). With ``ngc_rank`` also
     ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is below min(K,
-    ``ng_topk``) (a subset of ``predicate``). One bincount of (image, outcome) per K."""
+    ``ng_topk``) (a subset of ``predicate``). The counts of every K from :func:`outcome_counts`."""
     names = ('hit',) + CAUSES
-    size = len(names) + 1  # the last column: predicate_ng
     out = {name: [] for name in names + ('predicate_ng',)}
     image_of = image_of.long()
-    for k in ks:
-        outcome = outcome_codes(rank, cause, k, no_prediction).long()
-        counts = torch.bincount(image_of * size + outcome, minlength=num_images * size).view(num_images, size)
-        shares = _share_columns(counts[:, :len(names)], average)
-        for j, name in enumerate(names):
-            out[name].append(shares[j:j + 1])
+    counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))
+    if ngc_rank is not None:  # the relations whose code is predicate (missed for it at every K they miss)
+        at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)
+        rank_p, ngc_p, image_p = rank.index_select(0, at), ngc_rank.index_select(0, at), image_of.index_select(0, at)
+    for j, k in enumerate(ks):
+        counts = counted[j].contiguous()
+        shares = _share_columns(counts, average)
+        for i, name in enumerate(names):
+            out[name].append(shares[i:i + 1])
         if ngc_rank is not None:
-            ng = ((outcome == PREDICATE) & hit_within(ngc_rank, min(int(k), int(ng_topk)))).long()
-            ng_counts = torch.stack([counts[:, :len(names)].sum(1),
-                                     torch.bincount(image_of, weights=ng.double(), minlength=num_images).long()], 1)
+            ng = (~hit_within(rank_p, k) & hit_within(ngc_p, min(int(k), int(ng_topk)))).double()
+            ng_counts = torch.stack([counts.sum(1), torch.bincount(image_p, weights=ng, minlength=num_images).long()],
+                                    1)
             # the share of the subset among ALL the image's relations: [total - subset, subset] columns
             ng_counts[:, 0] -= ng_counts[:, 1]
             out['predicate_ng'].append(_share_columns(ng_counts, average)[1:])
@@ -148,23 +166,21 @@ def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, i
     size = len(names)
     cells, cell = torch.unique(image_of.long() * num_predicates + predicate.long(), return_inverse=True)
     cell_predicate = cells % num_predicates
-    out = {name: [] for name in names}
-    for k in ks:
-        outcome = outcome_codes(rank, cause, k, no_prediction).long()
-        counts = torch.bincount(cell * size + outcome, minlength=cells.numel() * size).view(-1, size).double()
-        total = counts.sum(1, keepdim=True)
-        if average == 'micro':
-            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate, counts)
-            table = sums / sums.sum(1, keepdim=True).clamp(min=1)
-        else:
-            sums = torch.zeros((num_predicates, size), dtype=torch.float64).index_add_(0, cell_predicate,
-                                                                                       counts / total)
-            held = torch.bincount(cell_predicate, minlength=num_predicates).double()
-            table = sums / held.clamp(min=1)[:, None]
-        for j, name in enumerate(names):
-            out[name].append(table[:, j])
-    return {name: torch.stack(v) if v else torch.zeros((0, num_predicates), dtype=torch.float64)
-            for name, v in out.items()}
+    n, num_cells = len(ks), cells.numel()
+    counts = outcome_counts(rank, cause, cell, num_cells, ks, no_prediction, size).double()  # [K, cells, size]
+    # each (K, predicate) row sums its cells in cell order, as one index_add_ per K would
+    rows = (torch.arange(n)[:, None] * num_predicates + cell_predicate[None, :]).view(-1)
+    if average == 'micro':
+        sums = torch.zeros((n * num_predicates, size), dtype=torch.float64).index_add_(
+            0, rows, counts.view(-1, size)).view(n, num_predicates, size)
+        table = sums / sums.sum(2, keepdim=True).clamp(min=1)
+    else:
+        total = torch.bincount(cell, minlength=num_cells).double()[None, :, None]  # the cell's relations
+        sums = torch.zeros((n * num_predicates, size), dtype=torch.float64).index_add_(
+            0, rows, (counts / total).view(-1, size)).view(n, num_predicates, size)
+        held = torch.bincount(cell_predicate, minlength=num_predicates).double()
+        table = sums / held.clamp(min=1)[None, :, None]
+    return {name: table[:, :, i].contiguous() for i, name in enumerate(names)}
 
 
 def stage_recall(rank: Tensor, image_of: Tensor, num_images: int, count: Tensor, ks: Sequence[int]) -> Tensor:
@@ -173,8 +189,8 @@ def stage_recall(rank: Tensor, image_of: Tensor, num_images: int, count: Tensor,
     if not num_images:
         return torch.zeros(len(ks), dtype=torch.float64)
     denominator = count.double() + STAGE_REL_EPS
-    return torch.stack([(torch.bincount(image_of[hit_within(rank, k)], minlength=num_images).double()
-                         / denominator).mean() for k in ks]) if len(ks) else torch.zeros(0, dtype=torch.float64)
+    return torch.stack([(found / denominator).mean() for found in hits_per_k_columns(rank, image_of, num_images, ks)]) \
+        if len(ks) else torch.zeros(0, dtype=torch.float64)
 
 
 def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:

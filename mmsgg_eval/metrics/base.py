@@ -51,7 +51,7 @@ from ..reports import check_writable
 from ..structures import get_field, sample_index
 from ..user_messages import warn_user
 from .accumulator import RankFingerprint, RowAccumulator, Schema, Tables
-from .compute_group import ComputeGroup
+from .compute_group import ComputeGroup, resolve_deferred
 from .file_claims import FileClaims, file_stem_candidates, split_ending
 from .options import with_base_options
 from .state import save_state
@@ -170,7 +170,12 @@ class RowMetric(BaseMetric):
         self._last_metrics: Optional[Dict[str, float]] = None
         self._outfile_stem: Optional[str] = None  # claimed name of the outfile_prefix file (FileClaims)
         self._renamed: Dict[str, str] = {}  # argument -> the other path its file went to (warned once)
-        self.last_report: Optional[Dict[str, Any]] = None
+        self._last_report: Optional[Dict[str, Any]] = None
+
+    @property
+    def last_report(self) -> Optional[Dict[str, Any]]:
+        """The whole summary of the last evaluation (None before one), its deferred tables computed."""
+        return resolve_deferred(self._last_report)
 
     # ------------------------------------------------------------------ what a metric declares
     @abstractmethod
@@ -391,7 +396,7 @@ class RowMetric(BaseMetric):
             summary = group.summary(results, settings, self.dataset_meta, self.summarize)
         else:
             summary = self.summarize(results)
-        self.last_report = summary
+        self._last_report = summary
         return self.select_keys(summary)
 
     def evaluate(self, size: int) -> Dict[str, float]:
@@ -408,7 +413,7 @@ class RowMetric(BaseMetric):
             else:
                 tables = self.accumulator.reduce_to_cpu(size, self.name, self.rank_fingerprint())
             keys = self.compute_metrics(tables)
-        summary = self.last_report
+        summary = self._last_report  # its deferred tables are computed for the files that show them
         metrics = {f'{self.prefix}/{k}': v for k, v in keys.items()}
         self._epoch_open = False
         self._last_metrics = dict(metrics)
@@ -433,6 +438,7 @@ class RowMetric(BaseMetric):
             self._note_renamed('outfile_prefix', tagged, self._outfile_stem)
             self._guarded('outfile_prefix', lambda: self.write_outfile(summary, keys, tables))
         if self.report_dir:
+            resolve_deferred(summary)
             paths = self._guarded('report_dir', lambda: self._write_reports_once(summary, keys))
             if paths is not None:
                 summary['report_files'] = paths

@@ -20,6 +20,30 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tupl
 from .accumulator import RankFingerprint, RowAccumulator, Tables, same_objects
 
 
+class Deferred:
+    """A summary entry computed when the summary is first read (:attr:`RowMetric.last_report
+    <mmsgg_eval.metrics.base.RowMetric.last_report>`, report files), not when the keys are: for tables that
+    only files and ``metrics.json`` show. Computed once, whichever copy of the summary reads it first."""
+    __slots__ = ('_compute', '_value')
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute, self._value = compute, None
+
+    def value(self) -> Any:
+        if self._compute is not None:
+            self._value, self._compute = self._compute(), None
+        return self._value
+
+
+def resolve_deferred(summary: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``summary`` with its :class:`Deferred` entries replaced by their values (in place)."""
+    if summary:
+        for name, entry in list(summary.items()):
+            if isinstance(entry, Deferred):
+                summary[name] = entry.value()
+    return summary
+
+
 class ComputeGroup:
     """Work shared by the live metrics whose :meth:`RowMetric.compute_key` are equal (see the module docs).
 

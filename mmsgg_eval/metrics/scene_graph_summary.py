@@ -3,6 +3,7 @@ reduced row tables become every key (the declared families of :mod:`mmsgg_eval.k
 :mod:`~mmsgg_eval.metrics.key_values`, the zero-shot set, the open-vocabulary subsets, the error analysis), the
 per-predicate table, the keys without a value and the input warnings, and the logged text report. The rows
 themselves (reading, ranking, matching) stay in ``scene_graph.py``."""
+from functools import partial
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -18,6 +19,7 @@ from ..reports import format_recall_lost, format_scene_graph_report
 from ..user_messages import warn_user
 from ..zeroshot import as_zeroshot_triplets, derive_zeroshot, triplet_set_digest
 from .accumulator import Tables
+from .compute_group import Deferred
 from .key_values import ErrorRows, Relations, predicate_table, scene_graph_contributions, summary_keys
 from .predicate_groups import resolve_groups
 
@@ -86,7 +88,8 @@ class SceneGraphSummary:
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
             warn_no_value(self, no_value)
-        causes = self._cause_table(counted) if self.error_analysis else {}
+        causes = {'causes': list(counted.errors.causes),  # the table: when the summary or a report is read
+                  'per_predicate_causes': Deferred(partial(self._cause_table, counted))} if self.error_analysis else {}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
@@ -183,8 +186,8 @@ class SceneGraphSummary:
                          {name: image[name] for name in ('inst_loc', 'inst_det')}, image['num_gt_objects'],
                          self.reported_causes(image), self.ng_topk)
 
-    def _cause_table(self, counted: Relations) -> Dict[str, Any]:
-        """``{'per_predicate_causes': table, 'causes': [names]}`` for the summary: per predicate, the share of its
+    def _cause_table(self, counted: Relations) -> Dict[str, Dict[str, float]]:
+        """The summary's ``per_predicate_causes`` (:class:`~.compute_group.Deferred`): per predicate, the share of its
         GT relations lost to each reported cause (:func:`~..functional.error_causes.per_predicate_cause_shares`;
         the ``miss@K_{cause}`` keys themselves are declared: :data:`mmsgg_eval.keys.ERROR_FAMILIES`), read from the
         evaluated relations ``counted`` (their ranks, predicates and error rows)."""
@@ -195,16 +198,15 @@ class SceneGraphSummary:
                                                         ks, avg, e.no_prediction)
         num_gt = torch.bincount(counted.predicate, minlength=len(self.predicates)).tolist()
         rows = {name: values.tolist() for name, values in table.items()}
+        # (key, outcome, K index) of each column, in the row's order: R@K, then the causes at K, for each K
+        columns = [c for j, k in enumerate(ks) for c in [(f'R@{k}', 'hit', j)] + [(f'miss@{k}_{c}', c, j)
+                                                                                     for c in reported]]
         per_predicate = {}
         for i in self._predicate_order():
-            if not num_gt[i]:
-                continue
-            row = {'num_gt': num_gt[i]}
-            for j, k in enumerate(ks):
-                row[f'R@{k}'] = 100.0 * rows['hit'][j][i]
-                row.update({f'miss@{k}_{c}': 100.0 * rows[c][j][i] for c in reported})
-            per_predicate[self.predicates[i]] = row
-        return {'per_predicate_causes': per_predicate, 'causes': list(reported)}
+            if num_gt[i]:
+                per_predicate[self.predicates[i]] = {'num_gt': num_gt[i], **{key: 100.0 * rows[outcome][j][i]
+                                                                             for key, outcome, j in columns}}
+        return per_predicate
 
     def _predicate_order(self) -> List[int]:
         """Predicate indices by descending training frequency when ``predicate_counts`` is known, else in order."""

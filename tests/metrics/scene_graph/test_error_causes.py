@@ -250,6 +250,30 @@ def test_per_predicate_table_sums_to_100_and_reaches_metrics_json(tmp_path):
     assert not any(k.split('/')[1].startswith('miss@') for k in keys)  # SGMeanRecall returns no miss keys
 
 
+def test_per_predicate_table_is_built_once_when_the_summary_is_read(monkeypatch):
+    """The keys do not build the per-predicate cause table; reading the summary (either metric of the pair,
+    extra_results) builds it once, equal to a fresh evaluation's."""
+    calls = []
+    table_of = error_causes.per_predicate_cause_shares
+    monkeypatch.setattr(error_causes, 'per_predicate_cause_shares',
+                        lambda *a, **k: calls.append(1) or table_of(*a, **k))
+    samples, _ = random_dataset(5, 12, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
+    metrics = [cls(mode='sgdet', topk=(5, 20), error_analysis=True) for cls in (SGRecall, SGMeanRecall)]
+    for m in metrics:
+        m.dataset_meta = META
+        m.process({}, samples)
+    keys = [m.evaluate(len(samples)) for m in metrics]
+    assert calls == [] and any('miss@5_pair' in k for k in keys[0])
+    tables = [m.last_report['per_predicate_causes'] for m in metrics]
+    assert calls == [1] and tables[0] and tables[0] is tables[1]
+    assert metrics[1].extra_results()['sgdet/per_predicate_causes'] is tables[0] and calls == [1]
+    fresh = SGMeanRecall(mode='sgdet', topk=(5, 20), error_analysis=True)
+    fresh.dataset_meta = META
+    fresh.process({}, samples)
+    fresh.evaluate(len(samples))
+    assert fresh.extra_results()['sgdet/per_predicate_causes'] == tables[0]
+
+
 def test_logged_line_names_the_causes():
     keys, metric = run([HAND_CASES['object_loc'], dict(HAND_CASES['hit'], sample_idx=1)], classes=(SGRecall,), mode='sgdet',
                        topk=(1,), error_analysis=True)
