@@ -99,17 +99,25 @@ def as_rank(selected: Tensor) -> Tensor:
     return torch.where(selected, 0, NO_HIT)
 
 
-def _share_columns(counts: Tensor, average: str) -> Tensor:
-    """[C] shares from per-unit outcome counts [U, C] (unit: an image): the mean over units with relations of
-    count / their relations (``'image'``, as :func:`~.recall.recall_from_ranks`), or total / total (``'micro'``)."""
-    counts = counts.double()
-    total = counts.sum(1)
-    if average == 'micro':
-        return counts.sum(0) / total.sum() if bool(total.sum() > 0) else counts.new_zeros(counts.shape[1])
-    has = total > 0
-    if not bool(has.any()):
-        return counts.new_zeros(counts.shape[1])
-    return (counts[has] / total[has][:, None]).mean(0)
+class _Shares:
+    """Shares from per-unit outcome counts [U, C] (unit: an image) whose units hold ``total`` [U] relations each:
+    the mean over the units with relations of count / their relations (``'image'``, as
+    :func:`~.recall.recall_from_ranks`), or total / total (``'micro'``); the units' totals are read once for
+    every K (each relation has one outcome at every K)."""
+
+    def __init__(self, total: Tensor, average: str) -> None:
+        self.average, self.all = average, total.sum().double()
+        self.rows = (total > 0).nonzero().squeeze(1)
+        self.held = total.index_select(0, self.rows).double()[:, None]
+
+    def __call__(self, counts: Tensor) -> Tensor:
+        """[C] shares of ``counts`` [U, C] (int64)."""
+        if self.average == 'micro':
+            return counts.sum(0).double() / self.all if bool(self.all > 0) else \
+                torch.zeros(counts.shape[1], dtype=torch.float64)
+        if not self.rows.numel():
+            return torch.zeros(counts.shape[1], dtype=torch.float64)
+        return (counts.index_select(0, self.rows).double() / self.held).mean(0)
 
 
 def outcome_counts(rank: Tensor, cause: Tensor, unit: Tensor, num_units: int, ks: Sequence[int],
@@ -135,21 +143,21 @@ def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int,
     out = {name: [] for name in names + ('predicate_ng',)}
     image_of = image_of.long()
     counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))
-    if ngc_rank is not None:  # the relations whose code is predicate (missed for it at every K they miss)
-        at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)
-        rank_p, ngc_p, image_p = rank.index_select(0, at), ngc_rank.index_select(0, at), image_of.index_select(0, at)
-    for j, k in enumerate(ks):
-        counts = counted[j].contiguous()
-        shares = _share_columns(counts, average)
+    shares = _Shares(torch.bincount(image_of, minlength=num_images), average)
+    if ngc_rank is not None and len(ks):  # per K and image, the relations missed for predicate_ng
+        at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)  # missed for predicate
+        limits = torch.tensor([[min(int(k), NO_HIT), min(int(k), int(ng_topk), NO_HIT)] for k in ks])
+        ng = (rank.index_select(0, at)[None, :] >= limits[:, :1]) & (ngc_rank.index_select(0, at)[None, :] <
+                                                                     limits[:, 1:])
+        unit = torch.arange(len(ks))[:, None] * num_images + image_of.index_select(0, at)[None, :]
+        ng_count = torch.bincount(unit[ng], minlength=len(ks) * num_images).view(len(ks), num_images)
+    for j in range(len(ks)):
+        values = shares(counted[j])
         for i, name in enumerate(names):
-            out[name].append(shares[i:i + 1])
-        if ngc_rank is not None:
-            ng = (~hit_within(rank_p, k) & hit_within(ngc_p, min(int(k), int(ng_topk)))).double()
-            ng_counts = torch.stack([counts.sum(1), torch.bincount(image_p, weights=ng, minlength=num_images).long()],
-                                    1)
-            # the share of the subset among ALL the image's relations: [total - subset, subset] columns
-            ng_counts[:, 0] -= ng_counts[:, 1]
-            out['predicate_ng'].append(_share_columns(ng_counts, average)[1:])
+            out[name].append(values[i:i + 1])
+        if ngc_rank is not None:  # the share of the subset among ALL the image's relations: [rest, subset]
+            subset = ng_count[j]
+            out['predicate_ng'].append(shares(torch.stack([counted[j].sum(1) - subset, subset], 1))[1:])
     if ngc_rank is None:
         del out['predicate_ng']
     return {name: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for name, v in out.items()}
