@@ -172,7 +172,7 @@ def _exact_hits(pred: List[List[float]], gt: List[List[float]], has_pred: List[b
 
 def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], metric_name: str,
                             dataset: str, strict: bool) -> str:
-    """Per-threshold table (hits and Pr in percent) followed by meanIoU / cumIoU."""
+    """Per-threshold table (hits and Pr in percent) followed by the other keys (meanIoU / cumIoU)."""
     op = '>' if strict else '>='
     missing = summary.get('num_missing_predictions') or 0
     lines = [f'====== {metric_name} | dataset={dataset} | samples={summary["num_samples"]} | '
@@ -184,7 +184,7 @@ def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], met
     for name, hits in summary['hits'].items():
         if name in keys:
             lines.append(f'{name:<10}  {name[3:]:>10}  {hits:>8d}  {keys[name]:>8.2f}')
-    tail = [f'{k}: {keys[k]:.4f}' for k in ('meanIoU', 'cumIoU') if k in keys]
+    tail = [f'{k}: {keys[k]:.4f}' for k in keys if not k.startswith('Pr@')]  # meanIoU, cumIoU (every other key)
     if tail:
         lines.append('  '.join(tail))
     return '\n'.join(lines)

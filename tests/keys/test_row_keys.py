@@ -195,6 +195,7 @@ def test_a_key_added_to_the_declarations_reaches_summary_intervals_compare_and_r
     assert low <= summary['metrics']['Predicted'] <= high and low < high
     main = grounding_tables(summary, 'random')[0]
     assert 'Predicted' in main.header
+    assert f"Predicted: {summary['metrics']['Predicted']:.4f}" in metric.format_report(summary, summary['metrics'])
     a, b = _grounding_runs()
     b = [dict(s, pred_instances={'bboxes': torch.zeros((0, 4))}) if i % 3 == 0 else s for i, s in enumerate(b)]
     keys, rows = _compared(tmp_path, lambda **kw: GroundingPr(**kw), a, b)
