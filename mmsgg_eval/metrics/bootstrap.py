@@ -11,10 +11,10 @@ the key follows from column totals. A replicate with resampling counts ``w`` [N]
 The keys that are not such functions, the VLM metric's COCO ``AP@50`` and the AP keys of ``OIRelationMetric``, are
 recomputed per replicate on the resampled rows (images drawn twice become two images).
 
-Each metric builds its own :class:`Contributions` in a ``contributions(tables)`` method beside its summary (the
-scene-graph keys from their declarations: :mod:`mmsgg_eval.metrics.key_values`); this module holds what they share:
-the per-unit blocks (:func:`recall_block`, :func:`per_predicate_block`, :func:`predicate_mean`, :func:`mean_key`),
-the replicates, the intervals and their reliability.
+Each metric builds its own :class:`Contributions` in a ``contributions(tables)`` method from the same declarations
+as its summary (the scene-graph families: :mod:`mmsgg_eval.metrics.key_values`; the other metrics' row keys:
+:mod:`mmsgg_eval.metrics.row_keys`); this module holds what they share: the per-unit blocks (:func:`recall_block`,
+:func:`per_predicate_block`, :func:`predicate_mean`), the replicates, the intervals and their reliability.
 
 The units are the rows of the metric's per-sample table in ``sample_idx`` order (the reduced tables are sorted
 so on every world size); an image a metric does not evaluate (no GT relation, or skipped) contributes zeros,
@@ -240,14 +240,6 @@ def put(c: Contributions, family: str, labels: Sequence[Any], block: Block, suff
     support = getattr(block, 'support', None)
     if support is not None:
         c.support.update({name: support for name in names})
-
-
-def mean_key(c: Contributions, key: str, values: Tensor, where: Tensor, unit: Tensor, empty: float,
-             scale: float = 100.0) -> None:
-    """Key ``key`` = ``scale`` x the mean of ``values`` over the rows ``where`` (rows of units ``unit``)."""
-    num = c.add(torch.bincount(unit[where], weights=values[where].double(), minlength=c.num_units))
-    den = c.add(torch.bincount(unit[where], minlength=c.num_units).double())
-    c.blocks.append(([key], lambda t: scale * ratio(t[:, num], t[:, den], empty)))
 
 
 def contributions_builder(metric: Any) -> Optional[Callable[[Any, Tables], Contributions]]:

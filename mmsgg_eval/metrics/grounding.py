@@ -36,7 +36,6 @@ a pair whose union is 0 (degenerate boxes) has IoU 0. Boxes must be finite with 
 sample marked ``prediction_missing`` (no prediction given for it) counts as IoU 0 and is counted in
 ``num_missing_predictions``.
 """
-import math
 import warnings
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -51,8 +50,9 @@ from ..structures import check_boxes, check_finite, get_field, optional, sample_
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables, missing_flags
 from .options import number_sequence
-from ..functional.bootstrap import ratio
-from .bootstrap import Contributions, mean_key
+from ..keys import RowKey
+from .bootstrap import Contributions
+from .row_keys import Columns, row_key_contributions, row_key_values
 
 DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 PROTOCOLS = ('exact', 'mgvlf')
@@ -172,7 +172,7 @@ def _exact_hits(pred: List[List[float]], gt: List[List[float]], has_pred: List[b
 
 def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], metric_name: str,
                             dataset: str, strict: bool) -> str:
-    """Per-threshold table (hits and Pr in percent) followed by meanIoU / cumIoU."""
+    """Per-threshold table (hits and Pr in percent) followed by the other keys (meanIoU / cumIoU)."""
     op = '>' if strict else '>='
     missing = summary.get('num_missing_predictions') or 0
     lines = [f'====== {metric_name} | dataset={dataset} | samples={summary["num_samples"]} | '
@@ -184,7 +184,7 @@ def format_grounding_report(summary: Dict[str, Any], keys: Dict[str, float], met
     for name, hits in summary['hits'].items():
         if name in keys:
             lines.append(f'{name:<10}  {name[3:]:>10}  {hits:>8d}  {keys[name]:>8.2f}')
-    tail = [f'{k}: {keys[k]:.4f}' for k in ('meanIoU', 'cumIoU') if k in keys]
+    tail = [f'{k}: {keys[k]:.4f}' for k in keys if not k.startswith('Pr@')]  # meanIoU, cumIoU (every other key)
     if tail:
         lines.append('  '.join(tail))
     return '\n'.join(lines)
@@ -217,10 +217,6 @@ class GroundingPr(RowMetric):
 
     default_prefix: Optional[str] = 'grounding'
 
-
-    def contributions(self, tables: Tables):
-        """Every key per image (the bootstrap intervals and ``compare``): :func:`grounding_contributions`."""
-        return grounding_contributions(self, tables)
     def __init__(self, thresholds: Sequence[Any] = DEFAULT_THRESHOLDS, strict: Optional[bool] = None,
                  multiple_gt: str = 'error', outfile_prefix: Optional[str] = None, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, protocol: str = 'exact', mgvlf_size: int = MGVLF_IMAGE_SIZE,
@@ -359,20 +355,35 @@ class GroundingPr(RowMetric):
                             'unit_pred': unit, 'large_image': large, 'missing': missing_flags(samples, device)}}
 
     # ------------------------------------------------------------------ reduced tables become keys
+    def row_keys(self) -> Tuple[RowKey, ...]:
+        """Every key, declared once (:class:`~mmsgg_eval.keys.RowKey`: the summary and the bootstrap
+        contributions both come from it): ``Pr@τ`` the percentage of samples hitting τ, ``meanIoU`` the mean IoU,
+        ``cumIoU`` the summed intersections over the summed unions (0 when every union is 0), all summed with
+        :func:`math.fsum` over the samples; NaN without samples."""
+        return (*(RowKey(key, 'samples', f'hit:{key}') for key in self.threshold_keys),
+                RowKey('meanIoU', 'samples', 'iou', scale=1.0),
+                RowKey('cumIoU', 'samples', 'inter', over='union', scale=1.0, empty=0.0, no_rows=float('nan')))
+
+    def key_columns(self, tables: Tables) -> Columns:
+        """The columns :meth:`row_keys` read: the sample rows and one hit column ``hit:{key}`` per threshold."""
+        rows = tables['samples']
+        return {'samples': {**rows, **{f'hit:{key}': rows['hits'][:, j] for j, key in enumerate(self.threshold_keys)}}}
+
+    def contributions(self, tables: Tables) -> Contributions:
+        """Every key per sample (the bootstrap intervals and ``compare``), from :meth:`row_keys`."""
+        c = Contributions(tables['samples']['sample_idx'])
+        row_key_contributions(c, self.row_keys(), self.key_columns(tables))
+        return c
+
     def summarize(self, tables: Tables) -> Dict[str, Any]:
-        """Keys from de-duplicated rows sorted by ``sample_idx``: Pr in percent, IoUs in [0, 1]."""
+        """Keys (:meth:`row_keys`) from de-duplicated rows sorted by ``sample_idx``: Pr in percent, IoUs in
+        [0, 1]."""
         rows = tables['samples']
         num = int(rows['sample_idx'].numel())
         hits = [int(h) for h in rows['hits'].sum(0).tolist()] if num else [0] * len(self.threshold_keys)
-        m: Dict[str, float] = {}
         if num == 0:
             warnings.warn(f'{type(self).__name__}: no sample was evaluated; every key is NaN')
-        for key, h in zip(self.threshold_keys, hits):
-            m[key] = 100.0 * h / num if num else float('nan')
-        sum_union = math.fsum(rows['union'].tolist())
-        m['meanIoU'] = math.fsum(rows['iou'].tolist()) / num if num else float('nan')
-        m['cumIoU'] = math.fsum(rows['inter'].tolist()) / sum_union if sum_union > 0 else \
-            (0.0 if num else float('nan'))
+        m = row_key_values(self.row_keys(), self.key_columns(tables))
         self._check_normalised(rows)
         return {'metrics': m, 'hits': dict(zip(self.threshold_keys, hits)), 'num_samples': num,
                 'num_without_prediction': int((~rows['has_pred']).sum()),
@@ -407,18 +418,3 @@ class GroundingPr(RowMetric):
             'keys': summary['metrics'], 'hits': summary['hits'], 'strict': self.strict, 'protocol': self.protocol,
             'num_samples': summary['num_samples'], 'num_without_prediction': summary['num_without_prediction'],
             'num_missing_predictions': summary['num_missing_predictions'], 'per_sample': summary['per_sample']})
-
-
-# ---------------------------------------------------------------------------------------------- intervals
-
-def grounding_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.grounding.GroundingPr` (Pr@τ, meanIoU, cumIoU), per sample."""
-    rows = tables['samples']
-    c = Contributions(rows['sample_idx'])
-    unit, every = c.unit_of(rows['sample_idx']), torch.ones(c.num_units, dtype=torch.bool)
-    for j, key in enumerate(metric.threshold_keys):
-        mean_key(c, key, rows['hits'][:, j].double(), every, unit, float('nan'))
-    mean_key(c, 'meanIoU', rows['iou'].double(), every, unit, float('nan'), scale=1.0)
-    inter, union = c.add(rows['inter'].double()), c.add(rows['union'].double())
-    c.blocks.append((['cumIoU'], lambda t: ratio(t[:, inter], t[:, union])))
-    return c

@@ -14,7 +14,7 @@ from ..functional.recall import hit_within, mean_recall
 from ..keys import ERROR_FAMILIES, SCENE_GRAPH_FAMILIES, KeyFamily
 from ..functional import error_causes
 from ..functional.bootstrap import ratio
-from ..functional.limits import NO_HIT
+from ..functional.limits import K_ALL, NO_HIT
 from .bootstrap import Contributions, Tables, per_predicate_block, predicate_mean, put, recall_block
 
 
@@ -84,7 +84,8 @@ class KeyInstance:
 
 def _instances(family: KeyFamily, metric: Any, rels: Relations, subset: Optional[str]) -> Iterator[KeyInstance]:
     ks = tuple(metric.topk)
-    labels, kvals = {'rel': (('rel',), (1,)), 'none': ((None,), ())}.get(family.ks, (ks, ks))
+    labels, kvals = {'rel': (('rel',), (1,)), 'none': ((None,), ()),
+                     'topk_inf': (ks + ('inf',), ks + (K_ALL,))}.get(family.ks, (ks, ks))
     if family.subset == 'zeroshot' and 'zeroshot' not in rels.masks:
         return
     if family.subset == 'novel_pred' and 'novel_pred' not in rels.novel_subsets:
@@ -156,12 +157,11 @@ def per_predicate_table(metric: Any, rels: Relations, inst: KeyInstance) -> Tupl
     return rels.tables[key]
 
 
-def predicate_table(metric: Any, rels: Relations) -> Tensor:
-    """[K, P] per-predicate recall of every GT relation at each K of ``metric`` (the graph-constrained ranks):
-    the summary's per-predicate table."""
-    family = next(f for f in SCENE_GRAPH_FAMILIES if f.kind == 'predicates')
-    ks = tuple(metric.topk)
-    return per_predicate_table(metric, rels, KeyInstance(family, ks, ks, '', None, None))[0]
+def predicate_table(metric: Any, rels: Relations, families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Tensor:
+    """[K, P] per-predicate recall of every GT relation at each K of the first mean-recall family of ``families``
+    (the graph-constrained ranks): the summary's per-predicate table."""
+    family = next(f for f in families if f.kind == 'predicates')
+    return per_predicate_table(metric, rels, next(_instances(family, metric, rels, None)))[0]
 
 
 def _combined(family: KeyFamily, r: float, mr: float) -> float:
@@ -257,13 +257,15 @@ def _error_contributions(c: Contributions, metric: Any, rels: Relations, block: 
     c.blocks.append((inst.names, lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
 
 
-def key_contributions(c: Contributions, metric: Any, rels: Relations) -> Dict[Any, Any]:
-    """Add every declared key of ``metric`` to ``c`` (``rels.image_of``: the unit of each relation); returns the
-    per-predicate blocks ``{(rank, subset, ks): block}`` (for the per-predicate tables of ``compare``)."""
+def key_contributions(c: Contributions, metric: Any, rels: Relations,
+                      families: Sequence[KeyFamily] = ALL_FAMILIES) -> Dict[Any, Any]:
+    """Add every declared key of ``metric`` (of ``families``) to ``c`` (``rels.image_of``: the unit of each
+    relation); returns the per-predicate blocks ``{(rank, subset, ks): block}`` (for the per-predicate tables of
+    ``compare``)."""
     blocks: Dict[Any, Any] = {}
     presence: Dict[Any, slice] = {}
     shared: Dict[str, slice] = {}
-    for block in key_instances(metric, rels):
+    for block in key_instances(metric, rels, families):
         family = block[0].family
         if family.kind in ('causes', 'stages', 'instances'):
             _error_contributions(c, metric, rels, block, shared)

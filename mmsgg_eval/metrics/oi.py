@@ -23,9 +23,9 @@ from ..functional.scores import ScoreWorkspace
 from .base import RelationVocabulary, RowMetric, Schema, Tables, first_occurrences, prediction_missing
 from .options import one_of, positive_ints
 from .scene_graph_inputs import as_unpredicted, score_rows
-from ..functional.bootstrap import ratio
-from ..functional.recall import hits_per_k
-from .bootstrap import Contributions, put
+from ..keys import RowKey
+from .bootstrap import Contributions
+from .row_keys import Columns, row_key_contributions, row_key_values
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
@@ -55,10 +55,10 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
 
     file_tag = 'oi'
 
-
-    def contributions(self, tables: Tables):
+    def contributions(self, tables: Tables) -> Contributions:
         """Every key per image (the bootstrap intervals and ``compare``): :func:`oi_contributions`."""
         return oi_contributions(self, tables)
+
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100),
                  iou_plus_one: Optional[bool] = None, score_layout: str = 'auto', strict_counts: bool = False,
                  per_image_out: Optional[str] = None, outfile_prefix: Optional[str] = None,
@@ -206,12 +206,24 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         values.update(oi_scores(ap_rel, ap_phr, npos, values['R@50']))
         return {'values': values, 'ap_rel': ap_rel, 'ap_phr': ap_phr, 'npos': npos}
 
+    def row_keys(self) -> Tuple[RowKey, ...]:
+        """``R@K``, declared once (:class:`~mmsgg_eval.keys.RowKey`): the GT relations hit within K over all GT
+        relations, pooled over the images (0 without GT relations). The AP keys are :func:`ap_keys` of
+        :meth:`scores_of`, recomputed per bootstrap replicate."""
+        return tuple(RowKey(f'R@{k}', 'relations', f'hit:{k}', empty=0.0, summation='mean') for k in self.topk)
+
+    def key_columns(self, tables: Tables) -> Columns:
+        """The columns :meth:`row_keys` read: per GT relation ``hit:{K}`` (its first hit is within K)."""
+        rels = tables['relations']
+        rank = stored_first_hits(rels['first_hit'])
+        return {'relations': {'sample_idx': rels['sample_idx'],
+                              **{f'hit:{k}': rank < min(int(k), NO_HIT) for k in self.topk}}}
+
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         images, rels = tables['images'], tables['relations']
         result = self.scores_of(self.sorted_entries(tables['entries']), rels)
-        values = result['values']
-        m = {f'R@{k}': 100.0 * values[f'R@{k}'] for k in self.topk}
-        m.update({k: 100.0 * values[k] for k in OI_AP_KEYS})
+        m = row_key_values(self.row_keys(), self.key_columns(tables))
+        m.update(ap_keys(result))
         npos = result['npos'].long().tolist()
         ap_rel, ap_phr = result['ap_rel'].tolist(), result['ap_phr'].tolist()
         per_predicate = {name: {'AP_rel': 100.0 * ap_rel[i], 'AP_phr': 100.0 * ap_phr[i], 'num_gt': npos[i]}
@@ -317,21 +329,24 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
 
 # ---------------------------------------------------------------------------------------------- intervals
 
+def ap_keys(result: Dict[str, Any]) -> Dict[str, float]:
+    """The AP keys (percent, :data:`~mmsgg_eval.functional.oi.OI_AP_KEYS`) of a :meth:`OIRelationMetric.scores_of`
+    result: the summary's values and each bootstrap replicate's."""
+    return {key: 100.0 * result['values'][key] for key in OI_AP_KEYS}
+
+
 def oi_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from per-image sums (hits
-    within K, GT relations); the AP keys recomputed on each replicate's rows (an image drawn w times weighs its
-    GT relations w times and its entry rows are swept as w distinct copies of the image would be:
-    :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and the
-    per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
-    from ..functional.oi import OI_AP_KEYS, stored_first_hits, tie_groups
+    """Every key of :class:`~mmsgg_eval.metrics.oi.OIRelationMetric`, per image: R@K from its declaration
+    (:meth:`~OIRelationMetric.row_keys`); the AP keys (:func:`ap_keys`) recomputed on each replicate's rows (an
+    image drawn w times weighs its GT relations w times and its entry rows are swept as w distinct copies of the
+    image would be: :func:`~mmsgg_eval.functional.oi.copied_rows`). One sweep per replicate serves every AP key and
+    the per-predicate tables ``AP_rel`` / ``AP_phr`` (:attr:`Contributions.resampled_tables`, for ``compare``)."""
+    from ..functional.oi import tie_groups
     from ..functional.threads import compute_threads
     images, rels = tables['images'], tables['relations']
     c = Contributions(images['sample_idx'])
+    row_key_contributions(c, metric.row_keys(), metric.key_columns(tables))
     rel_unit = c.unit_of(rels['sample_idx'])
-    ks = list(metric.topk)
-    num = c.add(hits_per_k(stored_first_hits(rels['first_hit']), rel_unit, c.num_units, ks))
-    den = c.add(torch.bincount(rel_unit, minlength=c.num_units).double())
-    put(c, 'R', ks, lambda t: ratio(t[:, num], t[:, den].expand(-1, len(ks))))
     rows = metric.sorted_entries(tables['entries'])
     row_unit = c.unit_of(rows['sample_idx'])
     groups = tie_groups(rows)
@@ -348,7 +363,7 @@ def oi_contributions(metric: Any, tables: Tables) -> Contributions:
                                               counts.index_select(0, rel_unit), groups)
         return cache[key]
     for key in OI_AP_KEYS:
-        c.resampled[key] = lambda counts, key=key: 100.0 * values(counts)['values'][key]
+        c.resampled[key] = lambda counts, key=key: ap_keys(values(counts))[key]
     for name in ('AP_rel', 'AP_phr'):  # the names of the summary's per-predicate table
         c.resampled_tables[name] = lambda counts, name=name: 100.0 * values(counts)[name.lower()]
     c.table_labels = list(metric.predicates)

@@ -1,7 +1,7 @@
 """``RelCLIPScore`` (and ``RelBLIPScore`` / ``RelSIGLIPScore``): reference-free relation metrics with an
 image-text model (``docs/metrics.md``; README, "Other metrics").
 
-One concern: this one metric (its candidates, texts, crops, rows, summary and interval contributions); the
+One concern: this one metric (its candidates, texts, crops, rows and declared keys); the
 tensor rules are in :mod:`mmsgg_eval.functional.clip_score` and the encoders in :mod:`mmsgg_eval.encoders`.
 
 Per image (boxes xyxy in ORIGINAL image pixels):
@@ -85,7 +85,9 @@ from ..io.vlm import VLMAnswerParser, normalize_name, to_data_sample
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables
 from .options import iou_threshold, positive_int
-from .bootstrap import Contributions, mean_key
+from ..keys import RowKey
+from .bootstrap import Contributions
+from .row_keys import Columns, row_key_contributions, row_key_values
 
 RELCLIP_MODES = CLIP_SCORE_MODES
 TEXT_SOURCES = ('auto', 'open', 'closed')
@@ -136,10 +138,6 @@ class RelCLIPScore(RowMetric):
     #: encoder type built when ``encoder`` is a directory path (None: a path is refused)
     default_encoder_type: Optional[str] = None
 
-
-    def contributions(self, tables: Tables):
-        """Every key per image (the bootstrap intervals and ``compare``): :func:`relclip_contributions`."""
-        return relclip_contributions(self, tables)
     def __init__(self, encoder: Any, topk: int = 20, template: str = '{subject} {predicate} {object}',
                  penalty: bool = True, iou_thr: float = 0.5, alpha: float = 1e-5, batch_size: int = 64,
                  device: Optional[str] = None, mode: str = 'sgdet', rank: str = 'score',
@@ -421,52 +419,64 @@ class RelCLIPScore(RowMetric):
         n = self.score_name
         return f'Rel{n}Score', f'{n}Score', f'RefRel{n}Score'
 
-    def summarize(self, tables: Tables) -> Dict[str, Any]:
-        """Dataset keys (percent) from de-duplicated per-image rows (summed in ``sample_idx`` order, so the
-        result does not depend on the world size) and, for the region breakdown, per-relation rows."""
-        images, relations = tables['images'], tables.get('relations')
+    def row_keys(self) -> Tuple[RowKey, ...]:
+        """Every key, declared once (:class:`~mmsgg_eval.keys.RowKey`: the summary and the bootstrap contributions
+        both come from it), torch means in ``sample_idx`` order: the three scores, means over the images with >= 2
+        GT objects (0 when there is none); with the region breakdown, ``Precision`` and the group keys, means
+        over the counted relations (of the group; with a GT relation on their pair for Ref and Precision; NaN
+        when there is none)."""
+        rel_key, plain_key, ref_key = self.key_names()
+        keys = [RowKey(name, 'images', name, where='evaluated', empty=0.0, summation='mean')
+                for name in (rel_key, plain_key, ref_key)]
+        if self.region_breakdown:
+            keys.append(RowKey('Precision', 'relations', 'hit', where='has_ref', summation='mean'))
+            for name in REGION_GROUPS:
+                keys += [RowKey(f'{plain_key}@{name}', 'relations', 'score', where=name, summation='mean'),
+                         RowKey(f'{ref_key}@{name}', 'relations', 'ref', where=f'{name}:ref', summation='mean'),
+                         RowKey(f'Precision@{name}', 'relations', 'hit', where=f'{name}:ref', summation='mean')]
+        return tuple(keys)
+
+    def key_columns(self, tables: Tables) -> Columns:
+        """The columns :meth:`row_keys` read: per image (in ``sample_idx`` order) ``evaluated`` (>= 2 GT objects)
+        and its three scores (:func:`~mmsgg_eval.functional.clip_score.image_scores`); with the region breakdown,
+        per counted relation its group memberships ``{group}`` and ``{group}:ref`` (with a GT relation on its
+        pair)."""
+        images = tables['images']
         order = torch.argsort(images['sample_idx'])
         images = {name: col[order] for name, col in images.items()}
-        evaluated = images['num_objects'] >= 2
+        scores = image_scores(*(images[c] for c in ('num_objects', 'num_counted', 'sum_score', 'num_ref', 'sum_ref')),
+                              alpha=self.alpha, penalty=self.penalty)
+        columns = {'images': {**images, 'evaluated': images['num_objects'] >= 2, **dict(zip(self.key_names(), scores))}}
+        if self.region_breakdown:
+            relations = tables.get('relations')
+            if relations is None:
+                raise ValueError('region_breakdown needs the per-relation rows')
+            has_ref = relations['has_ref'].bool()
+            groups = region_groups(relations['ratio'], relations['distance'], self.ratio_thr, self.distance_thr)
+            columns['relations'] = {**relations, **groups, **{f'{n}:ref': g & has_ref for n, g in groups.items()}}
+        return columns
+
+    def contributions(self, tables: Tables) -> Contributions:
+        """Every key per image (the bootstrap intervals and ``compare``), from :meth:`row_keys`."""
+        c = Contributions(tables['images']['sample_idx'])
+        row_key_contributions(c, self.row_keys(), self.key_columns(tables))
+        return c
+
+    def summarize(self, tables: Tables) -> Dict[str, Any]:
+        """Dataset keys (percent, :meth:`row_keys`) from de-duplicated per-image rows (in ``sample_idx`` order, so
+        the result does not depend on the world size) and, for the region breakdown, per-relation rows."""
+        columns = self.key_columns(tables)
+        images = columns['images']
+        evaluated = images['evaluated']
         k = images['num_counted'][evaluated].double()
         num_ref = images['num_ref'][evaluated].double()
-        rel, mean_s, ref = image_scores(*(images[c][evaluated] for c in ('num_objects', 'num_counted', 'sum_score',
-                                                                       'num_ref', 'sum_ref')),
-                                        alpha=self.alpha, penalty=self.penalty)
         n = int(k.numel())
-
-        def mean(values: Tensor) -> float:
-            return 100.0 * float(values.mean()) if n else 0.0
-
-        rel_key, plain_key, ref_key = self.key_names()
-        metrics = {rel_key: mean(rel), plain_key: mean(mean_s), ref_key: mean(ref)}
-        if self.region_breakdown:
-            metrics.update(self.region_keys(relations))
+        metrics = row_key_values(self.row_keys(), columns)
         if n == 0:
             warn_user(f'{type(self).__name__}: no image with >= 2 GT objects was evaluated; all keys are 0')
         return {'metrics': metrics, 'num_images': n, 'num_samples': int(images['sample_idx'].numel()),
                 'num_relations': int(k.sum()), 'num_ref_relations': int(num_ref.sum()),
                 'mean_relations_per_image': float(k.mean()) if n else 0.0}
-
-    def region_keys(self, relations: Optional[Dict[str, Tensor]]) -> Dict[str, float]:
-        """``Precision`` and the group keys of the region breakdown (percent; NaN for an empty group)."""
-        if relations is None:
-            raise ValueError('region_breakdown needs the per-relation rows')
-        _, plain_key, ref_key = self.key_names()
-        score, has_ref = relations['score'].double(), relations['has_ref'].bool()
-        ref, hit = relations['ref'].double(), relations['hit'].bool()
-
-        def pct(values: Tensor, where: Tensor) -> float:
-            return 100.0 * float(values[where].double().mean()) if bool(where.any()) else float('nan')
-
-        out = {'Precision': pct(hit, has_ref)}
-        groups = region_groups(relations['ratio'], relations['distance'], self.ratio_thr, self.distance_thr)
-        for name in REGION_GROUPS:
-            g = groups[name]
-            out[f'{plain_key}@{name}'] = pct(score, g)
-            out[f'{ref_key}@{name}'] = pct(ref, g & has_ref)
-            out[f'Precision@{name}'] = pct(hit, g & has_ref)
-        return out
 
     def format_report(self, summary: Dict[str, Any], keys: Dict[str, float]) -> str:
         m = summary['metrics']
@@ -496,30 +506,3 @@ class RelSIGLIPScore(RelCLIPScore):
     default_prefix = 'relsiglip'
     score_name = 'SIGLIP'
     default_encoder_type = 'HFSigLIPEncoder'
-
-
-# ---------------------------------------------------------------------------------------------- intervals
-
-def relclip_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.relclip.RelCLIPScore` (penalised, plain and Ref scores: means
-    over images with >= 2 GT objects; the region breakdown: means over relations), per image."""
-    from ..functional.clip_score import REGION_GROUPS, image_scores, region_groups
-    images = tables['images']
-    c = Contributions(images['sample_idx'])
-    unit = c.unit_of(images['sample_idx'])
-    scores = image_scores(*(images[n] for n in ('num_objects', 'num_counted', 'sum_score', 'num_ref', 'sum_ref')),
-                          alpha=metric.alpha, penalty=metric.penalty)
-    for key, values in zip(metric.key_names(), scores):
-        mean_key(c, key, values, images['num_objects'] >= 2, unit, 0.0)
-    if metric.region_breakdown:
-        r = tables['relations']
-        runit, has_ref, hit = c.unit_of(r['sample_idx']), r['has_ref'].bool(), r['hit'].double()
-        _, plain_key, ref_key = metric.key_names()
-        mean_key(c, 'Precision', hit, has_ref, runit, float('nan'))
-        groups = region_groups(r['ratio'], r['distance'], metric.ratio_thr, metric.distance_thr)
-        for name in REGION_GROUPS:
-            g = groups[name]
-            mean_key(c, f'{plain_key}@{name}', r['score'].double(), g, runit, float('nan'))
-            mean_key(c, f'{ref_key}@{name}', r['ref'].double(), g & has_ref, runit, float('nan'))
-            mean_key(c, f'Precision@{name}', hit, g & has_ref, runit, float('nan'))
-    return c

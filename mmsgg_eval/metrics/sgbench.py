@@ -25,12 +25,11 @@ The state is a few integers per distinct GT relation and per image, reduced acro
 :class:`~mmsgg_eval.metrics.SGRecall` (de-duplicated by ``sample_idx``); the life cycle (pooling, one reduce,
 report, files) is :class:`~mmsgg_eval.metrics.base.RowMetric`'s.
 """
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..functional import per_predicate_recall, recall_from_ranks
 from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
                                             matched_instances, predicate_ranks, remapped_first_hits)
 from ..functional.diagnostics import HEAD_ENTRIES
@@ -38,14 +37,15 @@ from ..functional.limits import K_ALL, NO_HIT
 from ..functional.ranking import graph_constrained_list, pair_end_scores
 from ..functional.matching import object_iou_matrix
 from ..functional.no_graph_constraint import no_graph_constraint_list
-from ..functional.recall import evaluated_image_rows, mean_recall
+from ..functional.recall import evaluated_image_rows
 from ..registry import METRICS
 from ..reports import write_scene_graph_reports
 from .base import Schema, Tables
 from .scene_graph import SceneGraphMetric
-from ..functional.bootstrap import ratio
-from .bootstrap import Contributions, per_predicate_block, predicate_mean, put, recall_block
-from .key_values import relation_units
+from ..keys import SGBENCH_FAMILIES, RowKey
+from .bootstrap import Contributions
+from .key_values import Relations, key_contributions, predicate_table, relation_units, summary_keys
+from .row_keys import Columns, row_key_contributions, row_key_values
 
 
 @METRICS.register_module()
@@ -58,10 +58,6 @@ class SGBenchMetric(SceneGraphMetric):
     _reports_per_predicate = True
     protocol_target = 'sgbench'
 
-
-    def contributions(self, tables: Tables):
-        """Every key per image (the bootstrap intervals and ``compare``): :func:`sgbench_contributions`."""
-        return sgbench_contributions(self, tables)
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100), protocol: str = 'sgbench',
                  **kwargs: Any) -> None:
         for name in ('zeroshot_triplets', 'predicate_groups', 'novel_objects', 'novel_predicates', 'novel_split'):
@@ -135,38 +131,66 @@ class SGBenchMetric(SceneGraphMetric):
                           'rank_pair': rank_pair[gt_valid], 'prank': prank[gt_valid]},
         }
 
+    # ------------------------------------------------------------------ declared keys
+    def bench_relations(self, rel: Dict[str, Tensor], image_of: Tensor, num_images: int) -> Relations:
+        """The evaluated relation rows ``rel`` as :data:`~mmsgg_eval.keys.SGBENCH_FAMILIES` read them (``image_of``:
+        their image, or resampling unit, among ``num_images``; the subset ``first_pair``: each GT pair once)."""
+        return Relations({'rank_gc': rel['rank_gc'].long(), 'rank_pair': rel['rank_pair'].long()},
+                         rel['predicate'].long(), image_of, num_images, {'first_pair': rel['first_pair'].bool()},
+                         None, {})
+
+    def row_keys(self) -> Tuple[RowKey, ...]:
+        """``InstR`` and ``PRank``, declared once (:class:`~mmsgg_eval.keys.RowKey`; R, mR and PairR are the
+        families :data:`~mmsgg_eval.keys.SGBENCH_FAMILIES`): InstR the mean over the evaluated images of their
+        share of GT objects with a detection assigned (0 without images); PRank the mean over the (image,
+        predicate) cells with a found GT triplet of the cell's mean predicate rank (NaN without cells)."""
+        return (RowKey('InstR', 'images', 'inst', where='evaluated', empty=0.0, summation='mean'),
+                RowKey('PRank', 'cells', 'prank', scale=1.0, summation='mean'))
+
+    def key_columns(self, tables: Tables, evaluated: Tensor) -> Columns:
+        """The columns :meth:`row_keys` read, of the ``evaluated`` images: per image ``inst`` (matched GT objects /
+        GT objects); per (image, predicate) cell holding a found GT triplet (image-major) its mean ``prank``."""
+        images, rels = tables['images'], tables['relations']
+        image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
+        num_predicates = len(self.predicates)
+        prank, pred = rels['prank'][keep], rels['predicate'][keep].long()
+        found = prank >= 0
+        cell = image_of[found] * num_predicates + pred[found]
+        size = max(num_images * num_predicates, 1)
+        sums = torch.bincount(cell, weights=prank[found].double(), minlength=size)
+        counts = torch.bincount(cell, minlength=size).double()
+        has = counts > 0
+        cell_image = has.nonzero().squeeze(1) // num_predicates
+        inst = images['num_matched_objects'].double() / images['num_gt_objects'].double().clamp(min=1)
+        return {'images': {'sample_idx': images['sample_idx'], 'evaluated': evaluated, 'inst': inst},
+                'cells': {'sample_idx': images['sample_idx'][evaluated][cell_image], 'prank': sums[has] / counts[has]}}
+
+    def contributions(self, tables: Tables) -> Contributions:
+        """Every key per image (the bootstrap intervals and ``compare``): the families and :meth:`row_keys`, and
+        the per-predicate tables ``R@K``."""
+        images, rels = tables['images'], tables['relations']
+        c = Contributions(images['sample_idx'])
+        rel, unit = relation_units(c, self, images, rels)
+        blocks = key_contributions(c, self, self.bench_relations(rel, unit, c.num_units), SGBENCH_FAMILIES)
+        row_key_contributions(c, self.row_keys(), self.key_columns(tables, self._evaluated_images(images, quiet=True)))
+        per_pred = blocks[('rank_gc', None, tuple(self.topk) + (K_ALL,))]
+        for j, name in enumerate([str(k) for k in self.topk] + ['inf']):
+            c.tables[f'R@{name}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
+        c.table_labels = list(self.predicates)
+        return c
+
     def summarize(self, tables: Tables) -> Dict[str, Any]:
+        """Every key (:data:`~mmsgg_eval.keys.SGBENCH_FAMILIES` and :meth:`row_keys`) and the per-predicate
+        table from the reduced rows."""
         images, rels = tables['images'], tables['relations']
         num_predicates = len(self.predicates)
         evaluated = self._evaluated_images(images)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
-        rel = {n: c[keep] for n, c in rels.items()}
-        ks = list(self.topk) + [K_ALL]
+        counted = self.bench_relations({n: c[keep] for n, c in rels.items()}, image_of, num_images)
+        m = summary_keys(self, counted, SGBENCH_FAMILIES)
+        m.update(row_key_values(self.row_keys(), self.key_columns(tables, evaluated)))
+        per_pred, pred = predicate_table(self, counted, SGBENCH_FAMILIES), counted.predicate
         names = [str(k) for k in self.topk] + ['inf']
-        m: Dict[str, float] = {}
-
-        def put(family: str, values: Tensor) -> None:
-            for name, v in zip(names, values.tolist()):
-                m[f'{family}@{name}'] = 100.0 * v
-
-        rank_gc, rank_pair, pred = rel['rank_gc'].long(), rel['rank_pair'].long(), rel['predicate'].long()
-        put('R', recall_from_ranks(rank_gc, image_of, num_images, ks, average=self.recall_average))
-        per_pred, present = per_predicate_recall(rank_gc, pred, image_of, num_images, num_predicates, ks,
-                                                 self.recall_average)
-        put('mR', mean_recall(per_pred, present, range(num_predicates), self.mr_average, 0.0))
-        put('PairR', recall_from_ranks(rank_pair, image_of, num_images, ks, rel_mask=rel['first_pair'],
-                                       average=self.recall_average))
-        img_eval = {n: c[evaluated] for n, c in images.items()}
-        objects = img_eval['num_gt_objects'].double()
-        inst = img_eval['num_matched_objects'].double() / objects.clamp(min=1)
-        m['InstR'] = 100.0 * float(inst.mean()) if num_images else 0.0
-        found = rel['prank'] >= 0
-        cell = image_of[found] * num_predicates + pred[found]
-        size = max(num_images * num_predicates, 1)
-        sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size)
-        counts = torch.bincount(cell, minlength=size).double()
-        has = counts > 0
-        m['PRank'] = float((sums[has] / counts[has]).mean()) if bool(has.any()) else float('nan')
         per_predicate = {
             self.predicates[i]: {f'R@{n}': 100.0 * float(per_pred[j, i]) for j, n in enumerate(names)}
             for i in range(num_predicates)}
@@ -190,38 +214,3 @@ class SGBenchMetric(SceneGraphMetric):
                                                 if '@' in k and not k.endswith('@inf')})
         return table + '\nSGBench: ' + '  '.join(f'{k}: {v:.4f}' for k, v in keys.items()
                                                 if '@' not in k or k.endswith('@inf'))
-
-
-# ---------------------------------------------------------------------------------------------- intervals
-
-def sgbench_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.sgbench.SGBenchMetric` (R, mR, PairR at each K and K = inf,
-    InstR, PRank), per image."""
-    images, rels = tables['images'], tables['relations']
-    c = Contributions(images['sample_idx'])
-    rel, unit = relation_units(c, metric, images, rels)
-    ks, names, avg = list(metric.topk) + [K_ALL], [str(k) for k in metric.topk] + ['inf'], metric.recall_average
-    num_pred = len(metric.predicates)
-    rank_gc, pred = rel['rank_gc'].long(), rel['predicate'].long()
-    put(c, 'R', names, recall_block(c, rank_gc, unit, ks, avg))
-    per_pred, presence = per_predicate_block(c, rank_gc, pred, unit, num_pred, ks, avg)
-    put(c, 'mR', names, predicate_mean(per_pred, presence, range(num_pred), metric.mr_average, 0.0))
-    put(c, 'PairR', names, recall_block(c, rel['rank_pair'].long(), unit, ks, avg, rel['first_pair']))
-    evaluated = torch.zeros(c.num_units, dtype=torch.bool)
-    at = c.unit_of(images['sample_idx'])
-    evaluated[at] = metric._evaluated_images(images, quiet=True)
-    inst = torch.zeros(c.num_units, dtype=torch.float64)
-    inst[at] = images['num_matched_objects'].double() / images['num_gt_objects'].double().clamp(min=1)
-    num, den = c.add(torch.where(evaluated, inst, torch.zeros_like(inst))), c.add(evaluated.double())
-    c.blocks.append((['InstR'], lambda t, num=num, den=den: 100.0 * ratio(t[:, num], t[:, den])))
-    found = rel['prank'] >= 0
-    cell = unit[found] * num_pred + pred[found]
-    size = c.num_units * num_pred
-    sums = torch.bincount(cell, weights=rel['prank'][found].double(), minlength=size).view(c.num_units, num_pred)
-    cells = torch.bincount(cell, minlength=size).double().view(c.num_units, num_pred)
-    num, den = c.add((sums / cells.clamp(min=1)).sum(1)), c.add((cells > 0).double().sum(1))
-    c.blocks.append((['PRank'], lambda t: ratio(t[:, num], t[:, den], float('nan'))))
-    for j, name in enumerate(names):
-        c.tables[f'R@{name}'] = lambda t, j=j: 100.0 * per_pred(t)[:, j]
-    c.table_labels = list(metric.predicates)
-    return c

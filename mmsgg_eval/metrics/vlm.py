@@ -36,15 +36,16 @@ import torch
 from torch import Tensor
 
 from ..registry import METRICS
-from ..functional.bootstrap import ratio
 from ..functional.detection_rows import coco_ap50  # AP@50 of the object rows (kept importable from here)
 from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 from ..io.vlm import FAILURE_CODES, ParseResult, VLMAnswerParser, to_data_sample
 from ..structures import get_field
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from ..keys import RowKey
 from .bootstrap import Contributions
 from .key_values import scene_graph_contributions
+from .row_keys import Columns, row_key_contributions, row_key_values
 from .options import positive_int, positive_ints
 from .protocols import UNSET, VLM_SETTINGS, describe_conventions, resolve_protocol
 from .scene_graph import SceneGraphMetric
@@ -112,10 +113,6 @@ class VLMSceneGraphMetric(RowMetric):
 
     default_prefix = 'vlm'
 
-
-    def contributions(self, tables: Tables):
-        """Every key per image (the bootstrap intervals and ``compare``): :func:`vlm_contributions`."""
-        return vlm_contributions(self, tables)
     def __init__(self, canvas: Union[None, float, Sequence[float]] = 1000, box_tolerance: float = 0.01,
                  box_format: str = 'xyxy', synonyms: Union[None, str, Mapping] = None,
                  topk: Sequence[int] = (), rank: str = UNSET, iou_thr: float = UNSET,
@@ -285,6 +282,27 @@ class VLMSceneGraphMetric(RowMetric):
         return rows
 
     # ------------------------------------------------------------------ reduced tables become keys
+    def row_keys(self) -> Tuple[RowKey, ...]:
+        """``FailureRate``, declared once (:class:`~mmsgg_eval.keys.RowKey`): the percentage of samples whose
+        answer failed (0 without samples). The recall keys are the inner scene-graph metric's declared families
+        (renamed by :func:`vlm_key`); ``AP@50`` is :func:`object_ap50` of the object rows."""
+        return (RowKey('FailureRate', 'samples', 'failed', empty=0.0),)
+
+    def key_columns(self, tables: Tables) -> Columns:
+        """The columns :meth:`row_keys` read: per sample ``failed`` (its failure code is not 0)."""
+        samples = tables['samples']
+        return {'samples': {'sample_idx': samples['sample_idx'], 'failed': samples['code'] != 0}}
+
+    def contributions(self, tables: Tables) -> Contributions:
+        """Every key per sample (the bootstrap intervals and ``compare``): the recalls from the inner scene-graph
+        metric's rows (its declared families, renamed by :func:`vlm_name`), :meth:`row_keys`, and ``AP@50``
+        recomputed per replicate on the resampled object rows (:func:`resampled_ap50`)."""
+        c = scene_graph_contributions(self.inner, tables, units=tables['samples']['sample_idx'])
+        c.rename(vlm_name)
+        row_key_contributions(c, self.row_keys(), self.key_columns(tables))
+        c.resampled['AP@50'] = lambda counts: resampled_ap50(self, tables, c, counts)
+        return c
+
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         self._sync_meta()
         samples = tables['samples']
@@ -294,7 +312,7 @@ class VLMSceneGraphMetric(RowMetric):
         reasons = {FAILURE_CODES[c]: int((codes == c).sum()) for c in range(1, len(FAILURE_CODES))
                    if int((codes == c).sum())}
         sg = self.inner.summarize({'images': tables['images'], 'relations': tables['relations']})
-        m: Dict[str, float] = {'FailureRate': 100.0 * failed / num_samples if num_samples else 0.0}
+        m: Dict[str, float] = row_key_values(self.row_keys(), self.key_columns(tables))
         self._check_pixel_boxes(samples['pixel_like'])
         m['Recall'] = sg['metrics'][f'R@{K_ALL}']
         m['mRecall'] = sg['metrics'][f'mR@{K_ALL}']
@@ -307,15 +325,11 @@ class VLMSceneGraphMetric(RowMetric):
                 for k in self.topk:
                     if f'{family}@{k}_{subset}' in sg['metrics']:
                         m[f'{family}@{k}_{subset}'] = sg['metrics'][f'{family}@{k}_{subset}']
-        image_ids = samples['sample_idx'].tolist()
-        pred, gt = tables['pred_objects'], tables['gt_objects']
-        ap = coco_ap50({'image': gt['sample_idx'].numpy(), 'box': gt['box'].numpy(), 'label': gt['label'].numpy()},
-                       {'image': pred['sample_idx'].numpy(), 'box': pred['box'].numpy(),
-                        'label': pred['label'].numpy(), 'score': pred['score'].numpy()},
-                       image_ids, len(self.inner.classes), self.inner.plus_one, self.ap_max_dets)
+        ap = object_ap50(self, {name: dict(tables[name], image=tables[name]['sample_idx'])
+                                for name in ('gt_objects', 'pred_objects')}, samples['sample_idx'].tolist())
         if math.isnan(ap):
             warnings.warn('VLMSceneGraphMetric: no GT object in the evaluated samples; AP@50 is NaN')
-        m['AP@50'] = 100.0 * ap
+        m['AP@50'] = ap
         for k in self.topk:
             m[f'R@{k}'] = sg['metrics'][f'R@{k}']
             m[f'mR@{k}'] = sg['metrics'][f'mR@{k}']
@@ -419,28 +433,21 @@ class VLMSceneGraphMetric(RowMetric):
 # ---------------------------------------------------------------------------------------------- intervals
 
 def vlm_name(key: str) -> Optional[str]:
-    """The VLM metric's name of an inner scene-graph key (``R@K_ALL`` -> ``Recall``, ``mR@K_ALL_tail`` ->
-    ``mRecall_tail``, ``R@20`` kept); None for the inner keys the VLM metric does not report."""
-    for family, name in (('R', 'Recall'), ('mR', 'mRecall')):
-        if key.startswith(f'{family}@{K_ALL}'):
-            return name + key[len(f'{family}@{K_ALL}'):]
-        if key.startswith(f'{family}@'):
-            return key
-    return None
+    """The VLM metric's name of an inner scene-graph recall key (:func:`vlm_key`: ``R@K_ALL`` -> ``Recall``,
+    ``mR@K_ALL_tail`` -> ``mRecall_tail``, ``R@20`` kept); None for the inner keys of the other families, which the
+    VLM metric does not report."""
+    return vlm_key(key) if key.split('@')[0] in ('R', 'mR') else None
 
 
-def vlm_contributions(metric: Any, tables: Tables) -> Contributions:
-    """Every key of :class:`~mmsgg_eval.metrics.vlm.VLMSceneGraphMetric`: FailureRate, the recalls (from the
-    inner scene-graph metric's rows) and AP@50 (recomputed per replicate on the resampled object tables)."""
-    samples = tables['samples']
-    c = scene_graph_contributions(metric.inner, tables, units=samples['sample_idx'])
-    c.rename(vlm_name)
-    unit = c.unit_of(samples['sample_idx'])
-    failed = c.add(torch.bincount(unit, weights=(samples['code'] != 0).double(), minlength=c.num_units))
-    total = c.add(torch.ones(c.num_units, dtype=torch.float64))
-    c.blocks.append((['FailureRate'], lambda t: 100.0 * ratio(t[:, failed], t[:, total])))
-    c.resampled['AP@50'] = lambda counts: resampled_ap50(metric, tables, c, counts)
-    return c
+def object_ap50(metric: Any, objects: Dict[str, Dict[str, Tensor]], image_ids: List[int]) -> float:
+    """The VLM metric's AP@50 (percent, :func:`~mmsgg_eval.functional.detection_rows.coco_ap50`) of the object rows
+    ``objects`` (``gt_objects`` / ``pred_objects``, each row's image in ``image``) over the images ``image_ids``:
+    the summary's value and each bootstrap replicate's (:func:`resampled_ap50`)."""
+    gt, pred = objects['gt_objects'], objects['pred_objects']
+    ap = coco_ap50({n: gt[n].numpy() for n in ('image', 'box', 'label')},
+                   {n: pred[n].numpy() for n in ('image', 'box', 'label', 'score')},
+                   image_ids, len(metric.inner.classes), metric.inner.plus_one, metric.ap_max_dets)
+    return 100.0 * ap
 
 
 def repeat_rows(unit: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
@@ -457,8 +464,8 @@ def repeat_rows(unit: Tensor, counts: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor) -> float:
-    """The VLM metric's AP@50 (percent) of the images drawn ``counts`` [N] times each (copies are images)."""
-    from ..functional.detection_rows import coco_ap50
+    """The VLM metric's AP@50 (percent, :func:`object_ap50`) of the images drawn ``counts`` [N] times each (copies
+    are images)."""
     rows = {}
     for name in ('gt_objects', 'pred_objects'):
         table = tables[name]
@@ -466,8 +473,6 @@ def resampled_ap50(metric: Any, tables: Tables, c: Contributions, counts: Tensor
         order = torch.sort(unit, stable=True).indices
         index, copy = repeat_rows(unit.index_select(0, order), counts)
         picked = order.index_select(0, index)
-        rows[name] = {'image': copy.numpy(), **{k: v.index_select(0, picked).numpy() for k, v in table.items()
-                                                if k in ('box', 'label', 'score')}}
-    ap = coco_ap50(rows['gt_objects'], rows['pred_objects'], list(range(int(counts.sum()))),
-                   len(metric.inner.classes), metric.inner.plus_one, metric.ap_max_dets)
-    return 100.0 * ap
+        rows[name] = {'image': copy, **{k: v.index_select(0, picked) for k, v in table.items()
+                                        if k in ('box', 'label', 'score')}}
+    return object_ap50(metric, rows, list(range(int(counts.sum()))))

@@ -132,11 +132,12 @@ def scene_graph_tables(summary: Dict[str, Any], ks: Sequence[Any], dataset: str,
 
 
 def grounding_tables(summary: Dict[str, Any], dataset: str) -> List[ReportTable]:
-    """The tables of a ``GroundingPr`` summary: ``main`` (``| Dataset | Protocol | Pr@τ ... | meanIoU | cumIoU |``,
-    Pr in percent, IoUs in [0, 1] with 4 decimals) and ``thresholds`` (hits and Pr per threshold)."""
+    """The tables of a ``GroundingPr`` summary: ``main`` (``| Dataset | Protocol | Pr@τ ... | meanIoU | cumIoU |``:
+    every key of the summary in its order, Pr in percent, the others (IoUs in [0, 1]) with 4 decimals) and
+    ``thresholds`` (hits and Pr per threshold)."""
     m = summary_values(summary)
     pr = [k for k in m if k.startswith('Pr@')]
-    ious = [k for k in ('meanIoU', 'cumIoU') if k in m]
+    ious = [k for k in m if not k.startswith('Pr@')]
     protocol = str(summary.get('protocol', 'exact'))
     op = '>' if summary.get('strict') else '>='
     main = ReportTable('main', f'Grounding accuracy: Pr@τ = % of samples with IoU {op} τ; meanIoU, cumIoU in [0, 1]',
