@@ -48,8 +48,8 @@ from typing import Any, Dict, List, Optional
 from mmsgg_eval.io.formats import FORMATS
 from mmsgg_eval.offline import evaluate_file, evaluate_states
 from mmsgg_eval.offline.config import PROTOCOL_TARGETS, SG_METRICS
-from mmsgg_eval.runner.arguments import USER_ERRORS, add_save_state_argument, check_environment, cli_message, \
-    positive_int_arg
+from mmsgg_eval.runner.arguments import USER_ERRORS, add_bootstrap_argument, add_per_image_argument, \
+    add_save_state_argument, check_environment, cli_message, positive_int_arg
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -88,15 +88,11 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument('--protocol', choices=list(PROTOCOLS),
                         help=f'named evaluation conventions of {", ".join(PROTOCOL_TARGETS)} (sgb is the '
                              f'default; each metric accepts only some of them, see docs/protocols.md)')
-    parser.add_argument('--per-image', metavar='PATH',
-                        help='write per-image results (JSON lines: per-image R@K, GT relations with their '
-                             'first-hit ranks, top predictions and the GT relations they hit) to PATH')
+    add_per_image_argument(parser)
     parser.add_argument('--shard', action='store_true',
                         help='the predictions are one shard of the dataset: evaluate only their samples and save '
                              'the state (--save-state) for merging with --from-state')
-    parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
-                        help='95%% bootstrap interval of every key from N resamples of the images (reports, '
-                             'tables, metrics.json; docs/metrics.md)')
+    add_bootstrap_argument(parser)
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     args = parser.parse_args(argv)
     if args.from_state and (args.config or args.predictions):

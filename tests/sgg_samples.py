@@ -1,14 +1,24 @@
 """Random samples for differential tests: scene graphs from :mod:`mmsgg_eval.testing.random_samples` (one module
-for the tests and the benchmark workloads), other predictions for the same GT, and grounding cases on and next to
-the Pr@t thresholds."""
+for the tests and the benchmark workloads), other predictions for the same GT, grounding cases on and next to
+the Pr@t thresholds, SGRecall / SGMeanRecall run over such samples (:func:`scene_graph_keys`), and other code
+bases' result classes made importable under their real paths (:func:`importable_as`)."""
+import contextlib
 import copy
 import random
+import sys
+import types
 from fractions import Fraction
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.testing.random_samples import box_masks, random_dataset, random_image  # noqa: F401
+
+#: the class and predicate counts of the metric tests' random scene graphs, and their ``dataset_meta``
+NUM_CLASSES, NUM_PREDICATES = 4, 5
+META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
+            dataset_name='random')
 
 #: GroundingPr's default thresholds, as exact decimal strings (the cases sit on and next to them)
 GROUNDING_THRESHOLDS = ('0.5', '0.6', '0.7', '0.8', '0.9')
@@ -95,3 +105,55 @@ def perturbed(samples: List[dict], seed: int) -> List[dict]:
         scores = s['pred_relations']['scores']
         s['pred_relations']['scores'] = scores[torch.randperm(scores.shape[0], generator=g)]
     return out
+
+
+def scene_graph_keys(samples: List[dict], batch_size: int = 4, classes=(SGRecall, SGMeanRecall), meta: dict = META,
+                     **kwargs) -> Tuple[Dict[str, float], Any]:
+    """Every key (prefix removed) of each metric of ``classes`` (built with ``kwargs``, given ``meta``) over
+    ``samples``, fed ``batch_size`` samples per ``process()`` call, and the last metric."""
+    out, metric = {}, None
+    for cls in classes:
+        metric = cls(**kwargs)
+        metric.dataset_meta = meta
+        for start in range(0, len(samples), batch_size):
+            metric.process({}, samples[start:start + batch_size])
+        res = metric.evaluate(len(samples))
+        prefix = metric.prefix + '/'
+        out.update({k[len(prefix):]: v for k, v in res.items()})
+    return out, metric
+
+
+@contextlib.contextmanager
+def importable_as(cls: type, module: str) -> Iterator[type]:
+    """``cls`` importable as ``module.<its name>`` (every package of the dotted path a stand-in module), as pickle
+    saves and loads another code base's result class; the previous ``sys.modules`` entries come back after."""
+    parts = module.split('.')
+    names = ['.'.join(parts[:i + 1]) for i in range(len(parts))]
+    cls.__module__ = module
+    saved = {m: sys.modules.get(m) for m in names}
+    for m in names:
+        sys.modules[m] = types.ModuleType(m)
+    setattr(sys.modules[module], cls.__qualname__, cls)
+    try:
+        yield cls
+    finally:
+        for m, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(m, None)
+            else:  # pragma: no cover
+                sys.modules[m] = mod
+
+
+def perfect_predcls(dataset) -> List[Any]:
+    """Every packed data sample of ``dataset`` (a pipeline ending in ``PackSceneGraphInputs``) with its GT relations
+    as its PredCls prediction: [G, P + 1] scores, 1 in the GT predicate's column (column 0: no relation)."""
+    samples = []
+    width = len(dataset.metainfo['predicates']) + 1
+    for i in range(len(dataset)):
+        s = dataset[i]['data_samples']
+        rels = s.gt_relations
+        scores = torch.zeros(len(rels.labels), width)
+        scores[torch.arange(len(rels.labels)), rels.labels + 1] = 1
+        s.pred_relations = type(rels)(pair_idxs=rels.pair_idxs, scores=scores)
+        samples.append(s)
+    return samples

@@ -100,26 +100,101 @@ void overlap_row(float ax1, float ay1, float ax2, float ay2, float area_a, float
   overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, iou);
 }
 
-// The shapes and types of the box-matching inputs (box_relation_end_bits, box_overlap_flags); `kernel` names the
-// caller in the errors.
-void check_box_inputs(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
-                      const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
-                      const std::string& kernel) {
-  check_cpu(pred_boxes, at::kFloat, 3, (kernel + ": pred_boxes must be float32 [B, N, 4] on the CPU").c_str());
-  check_cpu(gt_boxes, at::kFloat, 3, (kernel + ": gt_boxes must be float32 [B, M, 4] on the CPU").c_str());
-  check_cpu(pred_labels, at::kLong, 2, (kernel + ": pred_labels must be int64 [B, N] on the CPU").c_str());
-  check_cpu(gt_labels, at::kLong, 2, (kernel + ": gt_labels must be int64 [B, M] on the CPU").c_str());
-  check_cpu(gt_pairs, at::kLong, 3, (kernel + ": gt_pairs must be int64 [B, G, 2] on the CPU").c_str());
-  check_cpu(gt_valid, at::kBool, 2, (kernel + ": gt_valid must be bool [B, G] on the CPU").c_str());
-  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
-  const int64_t num_rel = gt_pairs.size(1);
-  TORCH_CHECK(pred_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_pairs.size(2) == 2, kernel,
-              ": boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
-  TORCH_CHECK(pred_labels.size(0) == batch && pred_labels.size(1) == num_pred && gt_boxes.size(0) == batch &&
-                  gt_labels.size(0) == batch && gt_labels.size(1) == num_gt_obj && gt_pairs.size(0) == batch &&
-                  gt_valid.size(0) == batch && gt_valid.size(1) == num_rel,
-              kernel, ": the batch fields do not have matching shapes");
+// Raises naming the first image whose GT relation (bad[b] >= 0) has an object index outside [0, num_gt_obj).
+void check_relation_ends(const std::vector<int64_t>& bad, int64_t num_gt_obj, const char* kernel) {
+  for (size_t b = 0; b < bad.size(); ++b) {
+    TORCH_CHECK(bad[b] < 0, kernel, ": image ", b, " GT relation ", bad[b], " has an object index outside [0, ",
+                num_gt_obj, ")");
+  }
 }
+
+// The box-matching inputs of one batch (box_relation_end_bits, box_overlap_flags): checked (shapes and types;
+// `kernel` names the caller in the errors), made contiguous, with their sizes and data pointers, and the two
+// [B, N, W] bit-set outputs (zeros; W = max(ceil(G / 64), 1) words of 64 GT relations).
+struct BoxInputs {
+  at::Tensor pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid;  // contiguous: own the pointers
+  int64_t batch, num_pred, num_gt_obj, num_rel, words;
+  const float* pb;    // [B, N, 4] predicted boxes (xyxy)
+  const int64_t* pl;  // [B, N] predicted labels (< 0: padding)
+  const float* gb;    // [B, M, 4] GT boxes (xyxy)
+  const int64_t* gl;  // [B, M] GT labels (< 0: padding)
+  const int64_t* gp;  // [B, G, 2] GT pairs (0-based object indices)
+  const bool* gv;     // [B, G] GT relation validity
+  at::Tensor subject_bits, object_bits;  // [B, N, W] int64 outputs
+  uint64_t* sub;
+  uint64_t* obj;
+
+  BoxInputs(const at::Tensor& pred_boxes_in, const at::Tensor& pred_labels_in, const at::Tensor& gt_boxes_in,
+            const at::Tensor& gt_labels_in, const at::Tensor& gt_pairs_in, const at::Tensor& gt_valid_in,
+            const std::string& kernel) {
+    check_cpu(pred_boxes_in, at::kFloat, 3, (kernel + ": pred_boxes must be float32 [B, N, 4] on the CPU").c_str());
+    check_cpu(gt_boxes_in, at::kFloat, 3, (kernel + ": gt_boxes must be float32 [B, M, 4] on the CPU").c_str());
+    check_cpu(pred_labels_in, at::kLong, 2, (kernel + ": pred_labels must be int64 [B, N] on the CPU").c_str());
+    check_cpu(gt_labels_in, at::kLong, 2, (kernel + ": gt_labels must be int64 [B, M] on the CPU").c_str());
+    check_cpu(gt_pairs_in, at::kLong, 3, (kernel + ": gt_pairs must be int64 [B, G, 2] on the CPU").c_str());
+    check_cpu(gt_valid_in, at::kBool, 2, (kernel + ": gt_valid must be bool [B, G] on the CPU").c_str());
+    batch = pred_boxes_in.size(0);
+    num_pred = pred_boxes_in.size(1);
+    num_gt_obj = gt_boxes_in.size(1);
+    num_rel = gt_pairs_in.size(1);
+    TORCH_CHECK(pred_boxes_in.size(2) == 4 && gt_boxes_in.size(2) == 4 && gt_pairs_in.size(2) == 2, kernel,
+                ": boxes must be [B, N, 4] / [B, M, 4] and gt_pairs [B, G, 2]");
+    TORCH_CHECK(pred_labels_in.size(0) == batch && pred_labels_in.size(1) == num_pred &&
+                    gt_boxes_in.size(0) == batch && gt_labels_in.size(0) == batch &&
+                    gt_labels_in.size(1) == num_gt_obj && gt_pairs_in.size(0) == batch &&
+                    gt_valid_in.size(0) == batch && gt_valid_in.size(1) == num_rel,
+                kernel, ": the batch fields do not have matching shapes");
+    words = std::max<int64_t>((num_rel + 63) / 64, 1);
+    pred_boxes = pred_boxes_in.contiguous();
+    pred_labels = pred_labels_in.contiguous();
+    gt_boxes = gt_boxes_in.contiguous();
+    gt_labels = gt_labels_in.contiguous();
+    gt_pairs = gt_pairs_in.contiguous();
+    gt_valid = gt_valid_in.contiguous();
+    pb = pred_boxes.data_ptr<float>();
+    pl = pred_labels.data_ptr<int64_t>();
+    gb = gt_boxes.data_ptr<float>();
+    gl = gt_labels.data_ptr<int64_t>();
+    gp = gt_pairs.data_ptr<int64_t>();
+    gv = gt_valid.data_ptr<bool>();
+    subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
+    object_bits = at::zeros({batch, num_pred, words}, at::kLong);
+    sub = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
+    obj = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
+  }
+
+  // Calls image_fn(b, subject_of, object_of, scratch) for every image b (in parallel, `Scratch` a per-thread
+  // workspace) with b's relation-end tables (relation_end_tables: the [M, W] bit sets of the relations whose
+  // subject / object is each GT object); then raises naming the first image that has a GT relation with an
+  // object index outside [0, M) (such an image is not passed to image_fn). `kernel` names the caller.
+  template <typename Scratch, typename ImageFn>
+  void for_each_image(const char* kernel, ImageFn image_fn) const {
+    std::vector<int64_t> bad(batch, -1);
+    at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+      std::vector<uint64_t> subject_of, object_of;
+      Scratch scratch;
+      for (int64_t b = begin; b < end; ++b) {
+        bad[b] = relation_end_tables(gp + b * num_rel * 2, gv + b * num_rel, num_rel, num_gt_obj, words, subject_of,
+                                     object_of);
+        if (bad[b] < 0) {
+          image_fn(b, subject_of, object_of, scratch);
+        }
+      }
+    });
+    check_relation_ends(bad, num_gt_obj, kernel);
+  }
+};
+
+// box_relation_end_bits' per-thread workspace: the GT objects of each class as chains (first_of[label] ->
+// next_of[m] -> ...), in ascending m.
+struct ClassChains {
+  std::vector<int64_t> first_of, next_of;
+};
+
+// box_overlap_flags' per-thread workspace: the GT boxes by coordinate (the IoU loop vectorises) and one row of IoUs.
+struct GtCoordinates {
+  std::vector<float> x1, y1, x2, y2, area, iou;
+};
 
 // Adds GT object m's relations (its rows of the [M, W] tables subject_of / object_of) to one predicted object's
 // subject / object bit sets.
@@ -128,14 +203,6 @@ inline void add_relation_ends(uint64_t* sub, uint64_t* obj, const std::vector<ui
   for (int64_t w = 0; w < words; ++w) {
     sub[w] |= subject_of[m * words + w];
     obj[w] |= object_of[m * words + w];
-  }
-}
-
-// Raises naming the first image whose GT relation (bad[b] >= 0) has an object index outside [0, num_gt_obj).
-void check_relation_ends(const std::vector<int64_t>& bad, int64_t num_gt_obj, const char* kernel) {
-  for (size_t b = 0; b < bad.size(); ++b) {
-    TORCH_CHECK(bad[b] < 0, kernel, ": image ", b, " GT relation ", bad[b], " has an object index outside [0, ",
-                num_gt_obj, ")");
   }
 }
 
@@ -148,67 +215,45 @@ std::tuple<at::Tensor, at::Tensor> box_relation_end_bits(const at::Tensor& pred_
                                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                                          const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                          double iou_thr, bool plus_one) {
-  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_relation_end_bits");
-  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
-  const int64_t num_rel = gt_pairs.size(1);
-  const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
-  at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
-             gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
-  at::Tensor subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
-  at::Tensor object_bits = at::zeros({batch, num_pred, words}, at::kLong);
-  const float* pb_ptr = pb.data_ptr<float>();
-  const float* gb_ptr = gb.data_ptr<float>();
-  const int64_t* pl_ptr = pl.data_ptr<int64_t>();
-  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
-  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
-  const bool* gv_ptr = gv.data_ptr<bool>();
-  uint64_t* sub_ptr = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
-  uint64_t* obj_ptr = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
+  const BoxInputs in(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_relation_end_bits");
+  const int64_t num_pred = in.num_pred, num_gt_obj = in.num_gt_obj, words = in.words;
   const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
-  std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
-  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
-    std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
-    std::vector<int64_t> first_of, next_of;
-    for (int64_t b = begin; b < end; ++b) {
-      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
-                                   subject_of, object_of);
-      if (bad[b] >= 0) {
+  in.for_each_image<ClassChains>("box_relation_end_bits", [&](int64_t b, const std::vector<uint64_t>& subject_of,
+                                                                const std::vector<uint64_t>& object_of,
+                                                                ClassChains& chains) {
+    std::vector<int64_t>& first_of = chains.first_of;
+    std::vector<int64_t>& next_of = chains.next_of;
+    const int64_t* labels = in.pl + b * num_pred;
+    const int64_t* gt_lab = in.gl + b * num_gt_obj;
+    int64_t classes = 0;
+    for (int64_t m = 0; m < num_gt_obj; ++m) {
+      classes = std::max(classes, gt_lab[m] + 1);
+    }
+    first_of.assign(classes, -1);
+    next_of.assign(num_gt_obj, -1);
+    for (int64_t m = num_gt_obj - 1; m >= 0; --m) {
+      if (gt_lab[m] >= 0) {
+        next_of[m] = first_of[gt_lab[m]];
+        first_of[gt_lab[m]] = m;
+      }
+    }
+    for (int64_t n = 0; n < num_pred; ++n) {
+      const int64_t label = labels[n];
+      if (label < 0 || label >= classes) {
         continue;
       }
-      // the GT objects of each class as chains (first_of[label] -> next_of[m] -> ...), in ascending m
-      const int64_t* labels = pl_ptr + b * num_pred;
-      const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
-      int64_t classes = 0;
-      for (int64_t m = 0; m < num_gt_obj; ++m) {
-        classes = std::max(classes, gt_lab[m] + 1);
-      }
-      first_of.assign(classes, -1);
-      next_of.assign(num_gt_obj, -1);
-      for (int64_t m = num_gt_obj - 1; m >= 0; --m) {
-        if (gt_lab[m] >= 0) {
-          next_of[m] = first_of[gt_lab[m]];
-          first_of[gt_lab[m]] = m;
-        }
-      }
-      for (int64_t n = 0; n < num_pred; ++n) {
-        const int64_t label = labels[n];
-        if (label < 0 || label >= classes) {
+      const float* box = in.pb + (b * num_pred + n) * 4;
+      uint64_t* sub = in.sub + (b * num_pred + n) * words;
+      uint64_t* obj = in.obj + (b * num_pred + n) * words;
+      for (int64_t m = first_of[label]; m >= 0; m = next_of[m]) {
+        if (!(box_iou_f32(box, in.gb + (b * num_gt_obj + m) * 4, extra) >= thr)) {
           continue;
         }
-        const float* box = pb_ptr + (b * num_pred + n) * 4;
-        uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
-        uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
-        for (int64_t m = first_of[label]; m >= 0; m = next_of[m]) {
-          if (!(box_iou_f32(box, gb_ptr + (b * num_gt_obj + m) * 4, extra) >= thr)) {
-            continue;
-          }
-          add_relation_ends(sub, obj, subject_of, object_of, m, words);
-        }
+        add_relation_ends(sub, obj, subject_of, object_of, m, words);
       }
     }
   });
-  check_relation_ends(bad, num_gt_obj, "box_relation_end_bits");
-  return {subject_bits, object_bits};
+  return {in.subject_bits, in.object_bits};
 }
 
 // Error analysis (mmsgg_eval.functional.error_causes), every (predicted object, GT object) pair of an image in one
@@ -222,74 +267,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
     const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
     bool plus_one) {
-  check_box_inputs(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_overlap_flags");
-  const int64_t batch = pred_boxes.size(0), num_pred = pred_boxes.size(1), num_gt_obj = gt_boxes.size(1);
-  const int64_t num_rel = gt_pairs.size(1);
-  const int64_t words = std::max<int64_t>((num_rel + 63) / 64, 1);
-  at::Tensor pb = pred_boxes.contiguous(), pl = pred_labels.contiguous(), gb = gt_boxes.contiguous(),
-             gl = gt_labels.contiguous(), gp = gt_pairs.contiguous(), gv = gt_valid.contiguous();
+  const BoxInputs in(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_overlap_flags");
+  const int64_t batch = in.batch, num_pred = in.num_pred, num_gt_obj = in.num_gt_obj, words = in.words;
   at::Tensor located = at::zeros({batch, num_gt_obj}, at::kBool), detected = at::zeros({batch, num_gt_obj}, at::kBool);
-  at::Tensor subject_bits = at::zeros({batch, num_pred, words}, at::kLong);
-  at::Tensor object_bits = at::zeros({batch, num_pred, words}, at::kLong);
-  const float* pb_ptr = pb.data_ptr<float>();
-  const float* gb_ptr = gb.data_ptr<float>();
-  const int64_t* pl_ptr = pl.data_ptr<int64_t>();
-  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
-  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
-  const bool* gv_ptr = gv.data_ptr<bool>();
   bool* located_ptr = located.data_ptr<bool>();
   bool* detected_ptr = detected.data_ptr<bool>();
-  uint64_t* sub_ptr = reinterpret_cast<uint64_t*>(subject_bits.data_ptr<int64_t>());
-  uint64_t* obj_ptr = reinterpret_cast<uint64_t*>(object_bits.data_ptr<int64_t>());
   const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
-  std::vector<int64_t> bad(batch, -1);  // a GT relation whose object index is outside [0, M)
-  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
-    std::vector<uint64_t> subject_of, object_of;  // [M, W]: the relations whose subject / object is GT object m
-    std::vector<float> gt_x1(num_gt_obj), gt_y1(num_gt_obj), gt_x2(num_gt_obj), gt_y2(num_gt_obj);
-    std::vector<float> gt_area(num_gt_obj), iou(num_gt_obj);
-    for (int64_t b = begin; b < end; ++b) {
-      bad[b] = relation_end_tables(gp_ptr + b * num_rel * 2, gv_ptr + b * num_rel, num_rel, num_gt_obj, words,
-                                   subject_of, object_of);
-      if (bad[b] >= 0) {
+  in.for_each_image<GtCoordinates>("box_overlap_flags", [&](int64_t b, const std::vector<uint64_t>& subject_of,
+                                                             const std::vector<uint64_t>& object_of,
+                                                             GtCoordinates& gt) {
+    for (std::vector<float>* v : {&gt.x1, &gt.y1, &gt.x2, &gt.y2, &gt.area, &gt.iou}) {
+      v->resize(num_gt_obj);
+    }
+    // raw pointers: the bool stores below may alias anything, and would make every gt.iou[m] reload its buffer
+    float *gt_x1 = gt.x1.data(), *gt_y1 = gt.y1.data(), *gt_x2 = gt.x2.data(), *gt_y2 = gt.y2.data();
+    float *gt_area = gt.area.data(), *iou = gt.iou.data();
+    const int64_t* labels = in.pl + b * num_pred;
+    const int64_t* gt_lab = in.gl + b * num_gt_obj;
+    bool* image_located = located_ptr + b * num_gt_obj;
+    bool* image_detected = detected_ptr + b * num_gt_obj;
+    for (int64_t m = 0; m < num_gt_obj; ++m) {
+      const float* g = in.gb + (b * num_gt_obj + m) * 4;
+      gt_x1[m] = g[0];
+      gt_y1[m] = g[1];
+      gt_x2[m] = g[2];
+      gt_y2[m] = g[3];
+      gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+    }
+    for (int64_t n = 0; n < num_pred; ++n) {
+      const int64_t label = labels[n];
+      if (label < 0) {
         continue;
       }
-      const int64_t* labels = pl_ptr + b * num_pred;
-      const int64_t* gt_lab = gl_ptr + b * num_gt_obj;
-      bool* image_located = located_ptr + b * num_gt_obj;
-      bool* image_detected = detected_ptr + b * num_gt_obj;
-      for (int64_t m = 0; m < num_gt_obj; ++m) {  // the GT boxes by coordinate (the IoU loop below vectorises)
-        const float* g = gb_ptr + (b * num_gt_obj + m) * 4;
-        gt_x1[m] = g[0];
-        gt_y1[m] = g[1];
-        gt_x2[m] = g[2];
-        gt_y2[m] = g[3];
-        gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
-      }
-      for (int64_t n = 0; n < num_pred; ++n) {
-        const int64_t label = labels[n];
-        if (label < 0) {
+      const float* a = in.pb + (b * num_pred + n) * 4;
+      const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
+      const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+      overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt_obj, iou);
+      uint64_t* sub = in.sub + (b * num_pred + n) * words;
+      uint64_t* obj = in.obj + (b * num_pred + n) * words;
+      for (int64_t m = 0; m < num_gt_obj; ++m) {
+        if (gt_lab[m] < 0 || !(iou[m] >= thr)) {  // NaN (two empty boxes) never reaches the threshold
           continue;
         }
-        const float* a = pb_ptr + (b * num_pred + n) * 4;
-        const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
-        const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
-        overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1.data(), gt_y1.data(), gt_x2.data(), gt_y2.data(),
-                    gt_area.data(), num_gt_obj, iou.data());
-        uint64_t* sub = sub_ptr + (b * num_pred + n) * words;
-        uint64_t* obj = obj_ptr + (b * num_pred + n) * words;
-        for (int64_t m = 0; m < num_gt_obj; ++m) {
-          if (gt_lab[m] < 0 || !(iou[m] >= thr)) {  // NaN (two empty boxes) never reaches the threshold
-            continue;
-          }
-          image_located[m] = true;
-          image_detected[m] = image_detected[m] || gt_lab[m] == label;
-          add_relation_ends(sub, obj, subject_of, object_of, m, words);
-        }
+        image_located[m] = true;
+        image_detected[m] = image_detected[m] || gt_lab[m] == label;
+        add_relation_ends(sub, obj, subject_of, object_of, m, words);
       }
     }
   });
-  check_relation_ends(bad, num_gt_obj, "box_overlap_flags");
-  return {located, detected, subject_bits, object_bits};
+  return {located, detected, in.subject_bits, in.object_bits};
 }
 
 // The matching bit sets and GT relations a first-hit kernel reads (types and ranks; shapes are checked by the

@@ -35,6 +35,20 @@ def add_save_state_argument(parser: argparse.ArgumentParser) -> None:
                              '--from-state DIR')
 
 
+def add_per_image_argument(parser: argparse.ArgumentParser) -> None:
+    """``--per-image PATH`` of both command lines (offline and ``tools/test.py``)."""
+    parser.add_argument('--per-image', metavar='PATH',
+                        help='write per-image results (JSON lines: per-image R@K, GT relations with their '
+                             'first-hit ranks, top predictions and the GT relations they hit) to PATH')
+
+
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap N`` of both command lines (offline and ``tools/test.py``)."""
+    parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
+                        help='95%% bootstrap interval of every key from N resamples of the images (reports, '
+                             'tables, metrics.json; docs/metrics.md)')
+
+
 def check_environment() -> None:
     """The settings the command lines read from the environment, checked before any work: a bad
     ``MMSGG_EVAL_NUM_THREADS`` is a ValueError naming it (:func:`mmsgg_eval.functional.threads.get_setting`)."""

@@ -76,18 +76,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                                                 '(tools/eval_offline.py)')
     add_common_arguments(parser, 'env_cfg.dist_cfg.backend=gloo env_cfg.dist_cfg.timeout=600 (seconds a '
                                  'collective may wait for a rank)')
-    parser.add_argument('--per-image', metavar='PATH',
-                        help='write per-image results (JSON lines: per-image R@K, GT relations with their '
-                             'first-hit ranks, top predictions and the GT relations they hit) to PATH')
+    from .arguments import add_bootstrap_argument, add_per_image_argument, add_save_state_argument
+    add_per_image_argument(parser)
     parser.add_argument('--show-dir', metavar='DIR',
                         help='draw one picture per image (GT panel | prediction panel, hits and misses) into '
                              'DIR, relative to WORK_DIR/TIMESTAMP as mmdet\'s --show-dir '
                              '(SceneGraphLocalVisualizer through DetVisualizationHook)')
-    from .arguments import add_save_state_argument, positive_int_arg
     add_save_state_argument(parser)
-    parser.add_argument('--bootstrap', type=positive_int_arg, metavar='N',
-                        help='95%% bootstrap interval of every key from N resamples of the images (reports, '
-                             'tables, metrics.json; docs/metrics.md)')
+    add_bootstrap_argument(parser)
     parser.add_argument('--debug', action='store_true', help='show the Python traceback of errors')
     return parse_common(parser, argv)
 

@@ -16,8 +16,7 @@ from mmsgg_eval.analysis.browse import write_report
 from mmsgg_eval.compare import run_changes
 from mmsgg_eval.compare import load_run, restricted
 from tests.metrics.test_bootstrap import META
-from tests.compare.test_compare import perturbed
-from tests.compare.test_changes import NUM, reference_changes, write_state
+from tests.compare.test_changes import NUM, reference_changes, two_state_runs, write_state
 from tests.analysis.test_browse_results import _browser, headless_browser
 from tests.sgg_samples import random_dataset
 
@@ -88,13 +87,8 @@ def expected_rows(expected):
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp('browse_compare')
-    samples, _ = random_dataset(5, NUM, 'sgdet', num_classes=len(META['classes']),
-                                num_predicates=len(META['predicates']))
-    a, rec_a = write_state(str(root / 'a'), samples, error_analysis=True)
-    b, rec_b = write_state(str(root / 'b'), perturbed(samples, 3), error_analysis=True)
-    return dict(root=root, samples=samples, a=a, b=b, rec_a=rec_a, rec_b=rec_b,
-                states_a=load_run(a), states_b=load_run(b))
+    out = two_state_runs(tmp_path_factory.mktemp('browse_compare'))
+    return dict(out, states_a=load_run(out['a']), states_b=load_run(out['b']))
 
 
 @pytest.mark.parametrize('k', [5, 20])

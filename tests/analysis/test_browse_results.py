@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import frequency_baseline_on_sample, run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
@@ -27,12 +27,9 @@ def run(args):
 def run_dir(tmp_path_factory):
     """The sample VG150, the FREQ baseline, and one tools/test.py run with --out, --per-image, --show-dir."""
     tmp = tmp_path_factory.mktemp('browse')
-    run(['tools/make_sample_data.py', '--out', str(tmp / 'data'), '--datasets', 'vg150'])
-    root = str(tmp / 'data' / 'vg150') + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}']
-    run(['tools/build_freq_baseline.py', CONFIG, '--out', str(tmp / 'freq.pth'), '--cfg-options', *options])
+    _, options, ckpt, _ = frequency_baseline_on_sample(tmp, 'vg150', CONFIG)
     work = tmp / 'work'
-    run(['tools/test.py', CONFIG, str(tmp / 'freq.pth'), '--work-dir', str(work), '--out', str(tmp / 'pred.pkl'),
+    run(['tools/test.py', CONFIG, ckpt, '--work-dir', str(work), '--out', str(tmp / 'pred.pkl'),
          '--per-image', str(tmp / 'per_image.jsonl'), '--show-dir', 'vis', '--cfg-options', *options])
     report = tmp / 'report'
     run([BROWSE, CONFIG, str(tmp / 'pred.pkl'), '--out-dir', str(report), '--no-progress', '--cfg-options',

@@ -52,14 +52,20 @@ def as_tuples(images):
                 for w in ('gained', 'lost')}} for r in images]
 
 
-@pytest.fixture(scope='module')
-def two_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp('changes')
+def two_state_runs(root):
+    """Two SGDet runs with error_analysis on the same random GT (the second one's scores permuted), their states
+    written under root/a and root/b: ``dict(root, samples, a, b, rec_a, rec_b)`` (state folders, per-image
+    records)."""
     samples, _ = random_dataset(5, NUM, 'sgdet', num_classes=len(META['classes']),
                                 num_predicates=len(META['predicates']))
     a, rec_a = write_state(str(root / 'a'), samples, error_analysis=True)
     b, rec_b = write_state(str(root / 'b'), perturbed(samples, 3), error_analysis=True)
     return dict(root=root, samples=samples, a=a, b=b, rec_a=rec_a, rec_b=rec_b)
+
+
+@pytest.fixture(scope='module')
+def two_runs(tmp_path_factory):
+    return two_state_runs(tmp_path_factory.mktemp('changes'))
 
 
 @pytest.mark.parametrize('k', [5, 20])

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from mmsgg_eval.datasets import DatasetFormatError, OIv6Dataset
+from tests.sgg_samples import perfect_predcls
 
 CLASSES = ['Man', 'Guitar', 'Table', 'Chair']
 PREDICATES = ['at', 'holds', 'plays']
@@ -257,14 +258,8 @@ def test_metric_contract_and_predicate_groups_on_sample(sample):
     from mmsgg_eval.metrics import OIRelationMetric, SGMeanRecall
     from mmsgg_eval.metrics.predicate_groups import frequency_thirds
     ds = OIv6Dataset(data_root=sample, split='test', pipeline=[LoadSceneGraphAnnotations(), PackSceneGraphInputs()])
-    samples = []
-    for i in range(len(ds)):
-        s = ds[i]['data_samples']
-        rels = s.gt_relations
-        scores = torch.zeros(len(rels.labels), 31)
-        scores[torch.arange(len(rels.labels)), rels.labels + 1] = 1
-        s.pred_relations = type(rels)(pair_idxs=rels.pair_idxs, scores=scores)
-        samples.append(s)
+    assert len(ds.metainfo['predicates']) == 30
+    samples = perfect_predcls(ds)
     result = {}
     oi = OIRelationMetric(mode='predcls')
     for metric in (SGMeanRecall(mode='predcls', topk=(50,)), oi):

@@ -13,6 +13,7 @@ from PIL import Image
 
 from mmsgg_eval.datasets import GQA200Dataset, LoadSceneGraphAnnotations, PSGDataset, RSVGDDataset, VG150Dataset
 from mmsgg_eval.testing import VG150_SAMPLE_NUM_VAL, make_sample_data
+from tests.sgg_samples import perfect_predcls
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 
@@ -110,23 +111,13 @@ def test_other_samples(sample):
 
 def test_metric_on_sample(sample):
     """Packed samples satisfy the metric's data contract: perfect PredCls predictions give R@K = 100."""
-    import torch
-
     from mmsgg_eval.datasets import PackSceneGraphInputs
     from mmsgg_eval.metrics import SGRecall
     ds = VG150Dataset(data_root=osp.join(sample, 'vg150'), split='test', num_val_images=VG150_SAMPLE_NUM_VAL,
                       pipeline=[LoadSceneGraphAnnotations(), PackSceneGraphInputs()])
     metric = SGRecall(mode='predcls', topk=(20,))
     metric.dataset_meta = ds.metainfo
-    samples = []
-    for i in range(len(ds)):
-        s = ds[i]['data_samples']
-        rels = s.gt_relations
-        scores = torch.zeros(len(rels.labels), 51)
-        scores[torch.arange(len(rels.labels)), rels.labels + 1] = 1
-        s.pred_relations = type(rels)(pair_idxs=rels.pair_idxs, scores=scores)
-        samples.append(s)
-    metric.process({}, samples)
+    metric.process({}, perfect_predcls(ds))
     result = metric.evaluate(len(ds))
     assert result['predcls/R@20'] == pytest.approx(100.0)
 

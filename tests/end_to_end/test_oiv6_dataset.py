@@ -9,7 +9,7 @@ import os.path as osp
 
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import NO_LOADER_WORKERS, frequency_baseline_on_sample, run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
@@ -31,11 +31,7 @@ def read_metrics(work_dir):
 @pytest.fixture(scope='module')
 def oiv6_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('oiv6')
-    run(['tools/make_sample_data.py', '--out', str(tmp / 'data'), '--datasets', 'oiv6'])
-    root = str(tmp / 'data' / 'oiv6') + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}',
-               'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
-    built = run(['tools/build_freq_baseline.py', CONFIG, '--out', str(tmp / 'freq.pth'), '--cfg-options', *options])
+    root, options, _, built = frequency_baseline_on_sample(tmp, 'oiv6', CONFIG, NO_LOADER_WORKERS)
     work = tmp / 'work'
     run(['tools/test.py', CONFIG, str(tmp / 'freq.pth'), '--work-dir', str(work), '--out', str(tmp / 'preds.pkl'),
          '--per-image', str(tmp / 'per_image.jsonl'), '--show-dir', 'vis', '--cfg-options', *options])

@@ -7,7 +7,7 @@ import os.path as osp
 
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import NO_LOADER_WORKERS, frequency_baseline_on_sample, run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv '
                                               '(tools/setup_env.sh installs it)')
@@ -20,14 +20,7 @@ ROW = ('R@50', 'R@100', 'mR@50', 'wmAP_rel', 'wmAP_phr', 'w_final_score')
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('oi_e2e')
-    out = run_tool(['tools/make_sample_data.py', '--out', str(tmp / 'data'), '--datasets', 'oiv6'])
-    assert out.returncode == 0, out.stderr
-    root = str(tmp / 'data' / 'oiv6') + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}',
-               'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False']
-    ckpt = str(tmp / 'freq.pth')
-    out = run_tool(['tools/build_freq_baseline.py', CONFIG, '--out', ckpt, '--cfg-options', *options])
-    assert out.returncode == 0, out.stderr
+    root, options, ckpt, _ = frequency_baseline_on_sample(tmp, 'oiv6', CONFIG, NO_LOADER_WORKERS)
     out = run_tool(['tools/test.py', CONFIG, ckpt, '--work-dir', str(tmp / 'work'), '--out', str(tmp / 'pred.pkl'),
                     '--cfg-options', *options])
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import os.path as osp
 
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import run_tool, sample_data_root
 import torch
 
 pytest.importorskip('mmdet.models', reason='the detector path needs mmdet with compiled mmcv ops')
@@ -71,9 +71,7 @@ def assert_same_predictions(path_a, path_b):
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('sgdet')
-    out = run(['tools/make_sample_data.py', '--out', str(tmp / 'data'), '--datasets', 'vg150'])
-    assert out.returncode == 0, out.stderr
-    root = str(tmp / 'data' / 'vg150') + '/'
+    root = sample_data_root(tmp, 'vg150')
     work = tmp / 'det'
     out = run(['tools/train.py', DET_CONFIG, '--work-dir', str(work), '--cfg-options',
                'train_cfg.max_iters=2', 'train_cfg.val_interval=2', 'default_hooks.checkpoint.interval=2',

@@ -5,7 +5,7 @@ import os.path as osp
 
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import frequency_baseline_on_sample, run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv '
                                               '(tools/setup_env.sh installs it)')
@@ -21,15 +21,8 @@ def run(args, **kwargs):
 @pytest.fixture(scope='module')
 def demo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('e2e')
-    data = tmp / 'data'
-    out = run(['tools/make_sample_data.py', '--out', str(data), '--datasets', 'vg150'])
-    assert out.returncode == 0, out.stderr
-    root = str(data / 'vg150') + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}']
-    ckpt = tmp / 'freq.pth'
-    out = run(['tools/build_freq_baseline.py', CONFIG, '--out', str(ckpt), '--cfg-options', *options])
-    assert out.returncode == 0, out.stderr
-    return dict(tmp=tmp, root=root, ckpt=str(ckpt), options=options)
+    root, options, ckpt, _ = frequency_baseline_on_sample(tmp, 'vg150', CONFIG)
+    return dict(tmp=tmp, root=root, ckpt=ckpt, options=options)
 
 
 def read_metrics(work_dir):

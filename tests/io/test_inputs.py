@@ -27,6 +27,7 @@ from mmsgg_eval.io.samples import MISSING_KEY, CoveredSamples, DatasetSamples
 from mmsgg_eval.io.stream import MARK, PredictionStream, StreamWriter, iter_records
 from mmsgg_eval.io.vlm import iter_vlm_answers, parse_vlm_output
 from tests.offline.test_eval_cli import predictions_for, sample  # noqa: F401  (module fixture: the VG150 sample data)
+from tests.tool_runs import load_tool
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
@@ -602,11 +603,7 @@ def test_benchmark_sgbench_with_and_without_its_lists_in_the_timing():
     """The two sgbench jobs of tools/benchmark.py time different work but compute the same numbers (or both say
     that sgbench is not installed)."""
     import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location('benchmark_tool',
-                                                  Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py')
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('benchmark')
     given = tool.run_sgbench('variable', 6, 1)
     built = tool.run_sgbench('variable', 6, 1, include_lists=True)
     if importlib.util.find_spec('sgbench') is None:

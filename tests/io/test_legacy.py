@@ -4,7 +4,6 @@ import io
 import os
 import pickle
 import sys
-import types
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from mmsgg_eval.io.legacy import (BOXLIST_PATH, LegacyBoxList, convert_legacy_re
                                legacy_gt_to_fields, legacy_to_data_sample, load_legacy_results)
 from mmsgg_eval.metrics.scene_graph import SGRecall
 from mmsgg_eval.io.vlm import PLACEHOLDER_BOX
+from tests.sgg_samples import importable_as
 
 NUM_PRED = 5
 META = dict(classes=['a', 'b', 'c', 'd'], predicates=[f'p{i}' for i in range(NUM_PRED)], iou_plus_one=True)
@@ -33,20 +33,9 @@ def fake_maskrcnn_benchmark():
         def add_field(self, name, value):
             self.extra_fields[name] = value
 
-    BoxList.__module__ = MODULES[-1]
     BoxList.__qualname__ = 'BoxList'
-    saved = {m: sys.modules.get(m) for m in MODULES}
-    for m in MODULES:
-        sys.modules[m] = types.ModuleType(m)
-    sys.modules[MODULES[-1]].BoxList = BoxList
-    try:
+    with importable_as(BoxList, MODULES[-1]):
         yield BoxList
-    finally:
-        for m, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(m, None)
-            else:  # pragma: no cover
-                sys.modules[m] = mod
 
 
 def legacy_records(BoxList, mode='xyxy'):

@@ -11,7 +11,6 @@ import contextlib
 import os.path as osp
 import pickle
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from mmsgg_eval.io.samples import DatasetSamples
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.testing.psg import write_psg_sample
 from tests.reference_sgg import reference_metrics
+from tests.sgg_samples import importable_as
 from tests.tool_runs import ROOT
 
 RESULT_MODULE = 'openpsg.models.relation_heads.approaches.relation_util'
@@ -40,21 +40,9 @@ def openpsg_result_class():
         def __init__(self, **fields):
             self.__dict__.update(fields)
 
-    Result.__module__, Result.__qualname__ = RESULT_MODULE, 'Result'
-    parts = RESULT_MODULE.split('.')
-    names = ['.'.join(parts[:i + 1]) for i in range(len(parts))]
-    saved = {m: sys.modules.get(m) for m in names}
-    for m in names:
-        sys.modules[m] = types.ModuleType(m)
-    sys.modules[RESULT_MODULE].Result = Result
-    try:
+    Result.__qualname__ = 'Result'
+    with importable_as(Result, RESULT_MODULE):
         yield Result
-    finally:
-        for m, mod in saved.items():
-            if mod is None:
-                sys.modules.pop(m, None)
-            else:  # pragma: no cover
-                sys.modules[m] = mod
 
 
 def random_results(dataset, mode='sgdet', with_masks=False, seed=0, empty=(), background=False):

@@ -19,6 +19,7 @@ from mmsgg_eval.metrics.state import (StateMismatchError, load_state, merge_stat
 from tests.dist_utils import padded_shard, run_distributed
 from tests.offline.test_eval_cli import predictions_for
 from tests.metrics.test_relclip import image_path  # noqa: F401  (fixture)
+from tests.tool_runs import frequency_baseline_on_sample, run_tool
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 CONFIG = osp.join(ROOT, 'configs', 'demo', 'freq_predcls_vg150_sample.py')
@@ -358,19 +359,13 @@ def test_relclip_states_merge_without_the_encoder(image_path, tmp_path):
 def test_tools_test_save_state_then_from_state(tmp_path):
     """``tools/test.py --save-state DIR`` (the model run) and ``--from-state DIR``: the same metrics.json."""
     pytest.importorskip('mmdet.datasets', reason='tools/test.py needs mmdet with compiled mmcv')
-    from tests.end_to_end.test_vg150_tools import run
-    out = run(['tools/make_sample_data.py', '--out', str(tmp_path / 'data'), '--datasets', 'vg150'])
-    assert out.returncode == 0, out.stderr
-    root = str(tmp_path / 'data' / 'vg150') + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}']
-    ckpt = str(tmp_path / 'freq.pth')
-    assert run(['tools/build_freq_baseline.py', CONFIG, '--out', ckpt, '--cfg-options', *options]).returncode == 0
+    _, options, ckpt, _ = frequency_baseline_on_sample(tmp_path, 'vg150', CONFIG)
     work, states = tmp_path / 'work', tmp_path / 'states'
-    out = run(['tools/test.py', CONFIG, ckpt, '--work-dir', str(work), '--save-state', str(states),
+    out = run_tool(['tools/test.py', CONFIG, ckpt, '--work-dir', str(work), '--save-state', str(states),
                '--cfg-options', *options])
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(states)) == ['predcls.mean_recall.state', 'predcls.recall.state']
-    out = run(['tools/eval_offline.py', '--from-state', str(states), '--work-dir', str(tmp_path / 'again')])
+    out = run_tool(['tools/eval_offline.py', '--from-state', str(states), '--work-dir', str(tmp_path / 'again')])
     assert out.returncode == 0, out.stderr
     original, again = files_of(str(work)), files_of(str(tmp_path / 'again'))
     assert again['metrics.json'] == original['metrics.json']

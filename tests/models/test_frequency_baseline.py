@@ -1,6 +1,5 @@
 """Frequency baseline (MOTIFS FREQ / FREQ+OVERLAP): statistics and predictions, checked by hand; statistics counted
 on 0 images or 0 relations are refused (function, relation head and tools/build_freq_baseline.py)."""
-import importlib.util
 import os.path as osp
 
 import numpy as np
@@ -8,7 +7,7 @@ import pytest
 import torch
 
 from mmsgg_eval.models import FrequencyBaseline, count_frequency_statistics
-from tests.tool_runs import ROOT
+from tests.tool_runs import ROOT, load_tool
 
 
 class TinyDataset:
@@ -351,11 +350,7 @@ def test_relation_head_refuses_an_empty_statistics_dataset(tmp_path):
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location('build_freq_baseline', osp.join(ROOT, 'tools',
-                                                                                  'build_freq_baseline.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('build_freq_baseline')
 
 
 def test_cli_refuses_zero_training_images(tmp_path, capsys):

@@ -1,18 +1,12 @@
 """The SGDet all-pairs rows of tools/benchmark.py (sgbench and the score-reading floor on sgdet-full) and the
 offline CLI's reading bound in the table, without timing anything meaningful."""
-import importlib.util
-from pathlib import Path
-
 from mmsgg_eval.benchmarks import report, runners
+from tests.tool_runs import load_tool
 
-TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('benchmark')
 
 
 def test_sgdet_full_jobs_have_sgbench_and_the_score_floor():

@@ -2,7 +2,6 @@
 and stopped, also on errors, Ctrl-C and a parent killed hard), the job list and the subprocess environment of
 ours-1thread, and the table / JSON formatting."""
 import argparse
-import importlib.util
 import signal
 import subprocess
 import sys
@@ -14,16 +13,13 @@ import pytest
 from mmsgg_eval.benchmarks import load, report, runners
 from mmsgg_eval.benchmarks.timing import best_of
 from mmsgg_eval.offline import evaluate_file
-from tests.tool_runs import run_tool
+from tests.tool_runs import ROOT, load_tool, run_tool
 
-TOOL = Path(__file__).resolve().parents[2] / 'tools' / 'benchmark.py'
+TOOL = Path(ROOT) / 'tools' / 'benchmark.py'
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('benchmark')
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,7 @@ import os.path as osp
 import numpy as np
 import pytest
 
-from tests.tool_runs import run_tool
+from tests.tool_runs import frequency_baseline_on_sample, run_tool
 
 pytest.importorskip('mmdet.datasets', reason='the MMDet pipeline path needs mmdet with compiled mmcv')
 
@@ -26,11 +26,7 @@ def pictures_in(folder):
 
 def sample_run(tmp, dataset, config, extra=()):
     """The sample of ``dataset``, the FREQ baseline on its training split and one tools/test.py run."""
-    run(['tools/make_sample_data.py', '--out', str(tmp / 'data'), '--datasets', dataset])
-    root = str(tmp / 'data' / dataset) + '/'
-    options = [f'test_dataloader.dataset.data_root={root}', f'freq_train_dataset.data_root={root}']
-    run(['tools/build_freq_baseline.py', config, '--out', str(tmp / 'freq.pth'), '--cfg-options', *options])
-    return options
+    return frequency_baseline_on_sample(tmp, dataset, config)[1]
 
 
 @pytest.mark.parametrize('dataset', ['psg', 'gqa200'])

@@ -346,27 +346,6 @@ def test_box_overlap_flags_equal_the_torch_composition(seed, shape):
 
 
 @needs_kernels
-def test_box_overlap_flags_refuses_bad_arguments_naming_the_problem():
-    ext = compiled.kernels()
-    args = dict(pred_boxes=torch.rand(2, 3, 4), pred_labels=torch.zeros(2, 3, dtype=torch.long),
-                gt_boxes=torch.rand(2, 4, 4), gt_labels=torch.zeros(2, 4, dtype=torch.long),
-                gt_pairs=torch.zeros(2, 5, 2, dtype=torch.long), gt_valid=torch.ones(2, 5, dtype=torch.bool),
-                iou_thr=0.5, plus_one=False)
-    ext.box_overlap_flags(**args)
-    bad_pairs = torch.zeros(2, 5, 2, dtype=torch.long)
-    bad_pairs[1, 3, 1] = 4
-    cases = [
-        (dict(pred_boxes=torch.rand(2, 3, 4).double()), 'box_overlap_flags: pred_boxes must be float32'),
-        (dict(gt_labels=torch.zeros(2, 4, dtype=torch.int32)), 'gt_labels must be int64'),
-        (dict(pred_labels=torch.zeros(2, 4, dtype=torch.long)), 'the batch fields do not have matching shapes'),
-        (dict(gt_pairs=bad_pairs), r'image 1 GT relation 3 has an object index outside \[0, 4\)'),
-    ]
-    for change, message in cases:
-        with pytest.raises(RuntimeError, match=message):
-            ext.box_overlap_flags(**{**args, **change})
-
-
-@needs_kernels
 @pytest.mark.parametrize('plus_one', [False, True])
 def test_zero_area_boxes_match_only_at_threshold_zero(plus_one):
     """Two empty boxes (continuous convention): IoU 0 / 0 is read as 0, so they match at thr 0.0 and not above;
@@ -689,13 +668,15 @@ def test_first_hit_ranks_refuses_entries_outside_their_pairs_objects_or_rows():
 
 
 @needs_kernels
-def test_box_relation_end_bits_refuses_bad_arguments_naming_the_problem():
-    ext = compiled.kernels()
+@pytest.mark.parametrize('kernel', ['box_relation_end_bits', 'box_overlap_flags'])
+def test_box_kernels_refuse_bad_arguments_naming_the_problem(kernel):
+    """Both box kernels check their inputs alike, each error naming the kernel, the field and the image."""
+    run = getattr(compiled.kernels(), kernel)
     args = dict(pred_boxes=torch.rand(2, 3, 4), pred_labels=torch.zeros(2, 3, dtype=torch.long),
                 gt_boxes=torch.rand(2, 4, 4), gt_labels=torch.zeros(2, 4, dtype=torch.long),
                 gt_pairs=torch.zeros(2, 5, 2, dtype=torch.long), gt_valid=torch.ones(2, 5, dtype=torch.bool),
                 iou_thr=0.5, plus_one=False)
-    ext.box_relation_end_bits(**args)
+    run(**args)
     bad_pairs = torch.zeros(2, 5, 2, dtype=torch.long)
     bad_pairs[1, 3, 1] = 4
     negative = torch.zeros(2, 5, 2, dtype=torch.long)
@@ -712,11 +693,10 @@ def test_box_relation_end_bits_refuses_bad_arguments_naming_the_problem():
         (dict(gt_pairs=negative), r'image 0 GT relation 2 has an object index outside \[0, 4\)'),
     ]
     for change, message in cases:
-        with pytest.raises(RuntimeError, match=message):
-            ext.box_relation_end_bits(**{**args, **change})
+        with pytest.raises(RuntimeError, match=f'{kernel}: .*{message}'):
+            run(**{**args, **change})
     # an invalid GT relation's indices are never looked at
-    ext.box_relation_end_bits(**{**args, 'gt_pairs': bad_pairs,
-                                 'gt_valid': torch.tensor([[True] * 5, [True, True, True, False, True]])})
+    run(**{**args, 'gt_pairs': bad_pairs, 'gt_valid': torch.tensor([[True] * 5, [True, True, True, False, True]])})
 
 
 @needs_kernels

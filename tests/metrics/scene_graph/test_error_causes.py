@@ -12,27 +12,16 @@ from tests.dist_utils import padded_shard, run_distributed
 from tests.reference_error_causes import CAUSES, reference_causes, reference_stagewise
 from tests.reference_sgg import reference_metrics
 from mmsgg_eval.testing.random_samples import add_box_shaped_masks
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import META, NUM_CLASSES, NUM_PREDICATES, random_dataset, scene_graph_keys
 
-NUM_CLASSES, NUM_PREDICATES = 4, 5
-META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
-            dataset_name='random')
 
 
 def run(samples, batch_size=4, classes=(SGRecall, SGMeanRecall), missing=None, **kwargs):
-    """Every key (prefix removed) of SGRecall + SGMeanRecall over ``samples`` and the last metric."""
-    out, metric = {}, None
+    """Every key (prefix removed) of SGRecall + SGMeanRecall over ``samples`` (those flagged in ``missing``
+    marked ``prediction_missing``) and the last metric."""
     if missing is not None:
         samples = [dict(s, prediction_missing=True) if m else s for s, m in zip(samples, missing)]
-    for cls in classes:
-        metric = cls(**kwargs)
-        metric.dataset_meta = META
-        for start in range(0, len(samples), batch_size):
-            metric.process({}, samples[start:start + batch_size])
-        res = metric.evaluate(len(samples))
-        prefix = metric.prefix + '/'
-        out.update({k[len(prefix):]: v for k, v in res.items()})
-    return out, metric
+    return scene_graph_keys(samples, batch_size, classes, **kwargs)
 
 
 def identity_total(keys, k):

@@ -10,26 +10,15 @@ from mmsgg_eval.structures import collate_scene_graphs
 from tests.metric_tester import Case, check_metric, kernel_settings, kernels_as
 from tests.reference_sgg import reference_metrics
 from mmsgg_eval.testing.random_samples import add_box_shaped_masks
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import META, NUM_CLASSES, NUM_PREDICATES, random_dataset, scene_graph_keys  # noqa: F401
 
-NUM_CLASSES, NUM_PREDICATES = 4, 5
-META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
-            dataset_name='random')
 GROUPS = {'head': ['p0', 'p1'], 'body': ['p2'], 'tail': ['p3', 'p4']}
 GROUP_IDX = {'head': [0, 1], 'body': [2], 'tail': [3, 4]}
 
 
 def run_metrics(samples, batch_size=4, **kwargs):
-    out = {}
-    for cls in (SGRecall, SGMeanRecall):
-        metric = cls(**kwargs)
-        metric.dataset_meta = META
-        for start in range(0, len(samples), batch_size):
-            metric.process({}, samples[start:start + batch_size])
-        res = metric.evaluate(len(samples))
-        prefix = metric.prefix + '/'
-        out.update({k[len(prefix):]: v for k, v in res.items() if not k.endswith('per_predicate_recall')})
-    return out
+    """Every key of SGRecall + SGMeanRecall (built with ``kwargs``) over ``samples``, prefix removed."""
+    return scene_graph_keys(samples, batch_size, **kwargs)[0]
 
 
 def assert_same(ours, ref):
