@@ -88,26 +88,6 @@ def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
     check_writable(path, f'{owner}: {argument} directory')
 
 
-class RelationVocabulary:
-    """``classes`` / ``predicates`` of ``dataset_meta`` for the metrics of relations (a mixin of
-    :class:`RowMetric` subclasses): a missing entry is an error that says how to set it."""
-
-    @property
-    def classes(self) -> List[str]:
-        classes = self._meta('classes')  # type: ignore[attr-defined]
-        if classes is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `classes`; use a dataset wrapper of '
-                             f'mmsgg_eval or set metric.dataset_meta = dict(classes=..., predicates=...)')
-        return list(classes)
-
-    @property
-    def predicates(self) -> List[str]:
-        predicates = self._meta('predicates')  # type: ignore[attr-defined]
-        if predicates is None:
-            raise ValueError(f'{type(self).__name__}: dataset_meta has no `predicates`')
-        return list(predicates)
-
-
 class RowMetric(BaseMetric):
     """Base of the mmsgg_eval metrics (see the module docstring for the life cycle).
 
@@ -387,15 +367,20 @@ class RowMetric(BaseMetric):
             self._group = ComputeGroup.join(key)
         return self._group
 
+    def summarize_for_keys(self, tables: Tables) -> Dict[str, Any]:
+        """The summary :meth:`evaluate` keeps (:attr:`last_report`): :meth:`summarize`'s, where a metric may defer
+        a table that only files and ``metrics.json`` show (:class:`~.compute_group.Deferred`)."""
+        return self.summarize(tables)
+
     def compute_metrics(self, results: Tables) -> Dict[str, float]:
         """MMEngine's hook, fed the reduced row tables (instead of a list of per-sample results): the
         unprefixed keys this metric returns; the whole summary is kept in :attr:`last_report`."""
         group = self._group
         settings = self.summary_key()
         if group is not None and settings is not None:
-            summary = group.summary(results, settings, self.dataset_meta, self.summarize)
+            summary = group.summary(results, settings, self.dataset_meta, self.summarize_for_keys)
         else:
-            summary = self.summarize(results)
+            summary = self.summarize_for_keys(results)
         self._last_report = summary
         return self.select_keys(summary)
 

@@ -64,11 +64,16 @@ class SceneGraphSummary:
                   f'every recall is 0')
         return evaluated
 
-    def summarize(self, tables: Tables) -> Dict[str, Any]:
+    def summarize_for_keys(self, tables: Tables) -> Dict[str, Any]:
+        """:meth:`summarize` with the per-predicate cause table deferred until the summary is read."""
+        return self.summarize(tables, defer_tables=True)
+
+    def summarize(self, tables: Tables, defer_tables: bool = False) -> Dict[str, Any]:
         """All keys (percent) and the per-predicate table from de-duplicated row tables: the zero-shot set
         (:meth:`_zeroshot_relations`), the declared keys (:mod:`mmsgg_eval.keys`, :func:`~.key_values.summary_keys`;
         the error analysis' with :meth:`error_rows`), the per-predicate causes (:meth:`_cause_table`) and the
-        per-predicate table (:meth:`_per_predicate_table`)."""
+        per-predicate table (:meth:`_per_predicate_table`). ``defer_tables``: the per-predicate cause table as a
+        :class:`~.compute_group.Deferred` (the summary :meth:`evaluate` keeps builds it when read)."""
         images, rels = tables['images'], tables['relations']
         evaluated = self._evaluated_images(images)
         image_of, keep, num_images = evaluated_image_rows(images['sample_idx'], evaluated, rels['sample_idx'])
@@ -88,8 +93,11 @@ class SceneGraphSummary:
         no_value = self.no_value_reasons(m, zs_info, subsets, groups)
         if self._warns_no_value:
             warn_no_value(self, no_value)
-        causes = {'causes': list(counted.errors.causes),  # the table: when the summary or a report is read
-                  'per_predicate_causes': Deferred(partial(self._cause_table, counted))} if self.error_analysis else {}
+        causes = {}
+        if self.error_analysis:  # the table deferred: built when the summary or a report is read
+            table = Deferred(partial(self._cause_table, counted))
+            causes = {'causes': list(counted.errors.causes),
+                      'per_predicate_causes': table if defer_tables else table.value()}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),

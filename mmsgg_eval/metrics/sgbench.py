@@ -179,9 +179,9 @@ class SGBenchMetric(SceneGraphMetric):
         c.table_labels = list(self.predicates)
         return c
 
-    def summarize(self, tables: Tables) -> Dict[str, Any]:
+    def summarize(self, tables: Tables, defer_tables: bool = False) -> Dict[str, Any]:
         """Every key (:data:`~mmsgg_eval.keys.SGBENCH_FAMILIES` and :meth:`row_keys`) and the per-predicate
-        table from the reduced rows."""
+        table from the reduced rows (no table to defer: ``defer_tables`` changes nothing)."""
         images, rels = tables['images'], tables['relations']
         num_predicates = len(self.predicates)
         evaluated = self._evaluated_images(images)
