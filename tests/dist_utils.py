@@ -38,18 +38,27 @@ def padded_shard(n: int, world_size: int, rank: int) -> List[int]:
     return indices[rank:total:world_size]
 
 
-#: modules the forkserver imports once, so that a rank only forks (the slow part of a spawned rank is importing
-#: them); a module that fails to import is skipped by the forkserver (the rank then imports it itself)
+#: modules the forkserver imports once, so that a rank (or a tool run by tests.tool_runs) only forks: the slow
+#: part of a new interpreter is importing them; a module that fails to import is skipped by the forkserver (the
+#: forked process then imports it itself)
 PRELOAD = ['torch', 'torch.distributed', 'numpy', 'mmengine', 'mmengine.evaluator', 'mmengine.logging',
-           'mmsgg_eval', 'mmsgg_eval.metrics', 'mmsgg_eval.runner', 'tests.dist_utils', 'tests.metric_tester']
+           'mmengine.runner', 'mmdet.registry', 'mmdet.datasets', 'mmdet.models', 'mmdet.evaluation',
+           'mmsgg_eval', 'mmsgg_eval.metrics', 'mmsgg_eval.runner', 'mmsgg_eval.eval', 'tests.dist_utils',
+           'tests.metric_tester', 'tests.tool_runs']
 #: a bound on one call: a rank that hangs outside a collective (inside one, gloo's timeout ends it) fails the test
 CALL_TIMEOUT_S = 600
+
+
+def forkserver_context():
+    """The ``forkserver`` multiprocessing context, its server preloading :data:`PRELOAD` (started at first use)."""
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    return multiprocessing.get_context('forkserver')
 
 
 def _start_method() -> str:
     if 'forkserver' not in multiprocessing.get_all_start_methods():
         return 'spawn'
-    multiprocessing.set_forkserver_preload(PRELOAD)
+    forkserver_context()
     return 'forkserver'
 
 
