@@ -62,8 +62,8 @@ def _start_method() -> str:
     return 'forkserver'
 
 
-def _entry(rank: int, world_size: int, port: int, outdir: str, worker: Callable, args: tuple,
-           environ: Dict[str, str], cwd: str) -> None:
+def _entry(rank: int, world_size: int, port: int, outdir: str, job: bytes, environ: Dict[str, str],
+           cwd: str) -> None:
     import pickle
     import random
 
@@ -83,6 +83,7 @@ def _entry(rank: int, world_size: int, port: int, outdir: str, worker: Callable,
     # a bounded timeout: a rank that fails or hangs ends the test instead of blocking the others forever
     torch_dist.init_process_group('gloo', rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=300))
     try:
+        worker, args = pickle.loads(job)
         result = ('ok', worker(rank, world_size, *args))
     except BaseException:  # noqa: BLE001 - reported to the parent
         result = ('error', traceback.format_exc())
@@ -97,9 +98,12 @@ def run_distributed(worker: Callable, world_size: int, *args: Any) -> List[Any]:
     exception is raised here as ``RuntimeError`` with the rank's traceback; a rank that dies fails the call
     (``ProcessExitedException``), one that runs past :data:`CALL_TIMEOUT_S` is killed and fails it too."""
     import pickle
+    # the job by value (plain pickle): torch's multiprocessing pickler would pass one file descriptor per tensor,
+    # and a forkserver passes at most 256
+    job = pickle.dumps((worker, args))
     with tempfile.TemporaryDirectory() as outdir:
         context = mp.start_processes(
-            _entry, args=(world_size, free_port(), outdir, worker, args, dict(os.environ), os.getcwd()),
+            _entry, args=(world_size, free_port(), outdir, job, dict(os.environ), os.getcwd()),
             nprocs=world_size, join=False, start_method=_start_method())
         deadline = time.monotonic() + CALL_TIMEOUT_S
         try:

@@ -90,3 +90,14 @@ def test_a_hanging_rank_is_killed_after_the_call_timeout(monkeypatch):
         run_distributed(_hang_on_rank_one, 2)
     assert time.monotonic() - start < 60
     assert run_distributed(_rank_only, 3) == [0, 1, 2]
+
+
+def _sum_tensors(rank, world_size, tensors):
+    return float(sum(t.sum() for t in tensors))
+
+
+def test_many_tensors_travel_by_value():
+    """A forkserver passes at most 256 file descriptors: the job (here 600 tensors) is pickled by value."""
+    import torch
+    tensors = [torch.full((3,), float(i)) for i in range(600)]
+    assert run_distributed(_sum_tensors, 2, tensors) == [3.0 * sum(range(600))] * 2
