@@ -8,8 +8,9 @@ checkout's root as working directory, ``sys.argv`` and ``sys.path`` of ``python 
 working directory for ``-m``, then ``PYTHONPATH``), the ``OMP_NUM_THREADS`` thread count, standard output and error
 captured at the descriptor level, the exit status of ``sys.exit`` (1 and the traceback for an uncaught exception),
 ``atexit`` handlers run at the end. ``fresh=True`` runs a real interpreter, for what the forked process cannot
-show (import-time behaviour, interpreter options); so do other interpreter arguments and other ``subprocess.run``
-options, and a checkout whose package is not the one the session imported.
+show (import-time behaviour, interpreter options); so do the launchers (``-m torch.distributed.run``: their
+tests check how processes start and end), other interpreter arguments and other ``subprocess.run`` options, and a
+checkout whose package is not the one the session imported.
 """
 import os
 import os.path as osp
@@ -19,6 +20,8 @@ import tempfile
 from typing import Dict, List, Optional, Sequence
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: launchers run in a new interpreter: their tests check how processes start and end
+LAUNCHERS = ('torch.distributed.run', 'torch.distributed.launch')
 
 
 def run_tool(args: Sequence[str], check: bool = False, timeout: float = 600, trusted_checkpoints: bool = False,
@@ -45,7 +48,8 @@ def run_tool(args: Sequence[str], check: bool = False, timeout: float = 600, tru
 def _forkable(args: List[str]) -> bool:
     """A script path or ``-m MODULE`` (no other interpreter option), and the session's mmsgg_eval is this
     checkout's (the forked process has it imported already)."""
-    if not args or (args[0].startswith('-') and (args[0] != '-m' or len(args) < 2)):
+    if not args or (args[0].startswith('-') and (args[0] != '-m' or len(args) < 2)) or \
+            (args[0] == '-m' and args[1] in LAUNCHERS):
         return False
     import multiprocessing
     if 'forkserver' not in multiprocessing.get_all_start_methods():

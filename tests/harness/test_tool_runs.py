@@ -62,6 +62,7 @@ def test_a_module_run_and_the_fallbacks():
     forked = run_tool(['-m', 'mmsgg_eval.eval', '--help'])
     assert forked.returncode == 0 and forked.stdout.startswith('usage: ') and forked.stderr == ''
     assert not _forkable(['-c', 'print(1)']) and not _forkable(['-m']) and not _forkable([])
+    assert not _forkable(['-m', 'torch.distributed.run', '--nproc_per_node=2', 'tools/test.py'])
     assert run_tool(['-c', 'import sys; print(sys.argv)']).stdout == "['-c']\n"  # a new interpreter
 
 
