@@ -96,8 +96,8 @@ class SceneGraphSummary:
         causes = {}
         if self.error_analysis:  # the table deferred: built when the summary or a report is read
             table = Deferred(partial(self._cause_table, counted))
-            causes = {'causes': list(counted.errors.causes),
-                      'per_predicate_causes': table if defer_tables else table.value()}
+            causes = {'per_predicate_causes': table if defer_tables else table.value(),
+                      'causes': list(counted.errors.causes)}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
                 'num_samples': int(images['sample_idx'].numel()), 'num_gt_relations': int(pred.numel()),
