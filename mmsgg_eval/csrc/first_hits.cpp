@@ -484,16 +484,16 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
   return out;
 }
 
-// Error analysis (mmsgg_eval.functional.error_causes): for every GT relation, whether some predicted pair of its
-// image joins a predicted object matching its subject to one matching its object (scored), and whether such a
-// pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
-// first count[b] pairs (no index list), reading the score row of a pair only when it matches both ends of a GT
-// relation not yet known to be listed, or its predicate in `pair_predicate` [B, W] int32 when given (each pair's
-// first maximal column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G]
-// bool).
 constexpr int64_t kPairsAhead = 64;  // relation_pair_flags: pairs requested this far ahead of the scan
 constexpr size_t kRowsAhead = 8;     // and the score rows of the matching pairs, this many pairs ahead
 
+// Error analysis (mmsgg_eval.functional.error_causes): for every GT relation, whether some predicted pair of its
+// image joins a predicted object matching its subject to one matching its object (scored), and whether such a
+// pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
+// first count[b] pairs (no index list) finds the pairs that match both ends of some GT relation; then the score
+// row of such a pair is read (requested kRowsAhead pairs before) only when it may list a GT relation not yet
+// listed, or its predicate is taken from `pair_predicate` [B, W] int32 when given (each pair's first maximal
+// column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G] bool).
 std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                                                        const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
@@ -584,7 +584,8 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
         // the score rows of the matching pairs are scattered: each is requested a few pairs before it is read
         for (size_t i = 0; i < matching.size() && bad[b] < 0; ++i) {
           if (!given && i + kRowsAhead < matching.size()) {
-            prefetch_bytes(rows + matching[i + kRowsAhead].first * cols + column, num_predicates * 4);
+            prefetch_bytes(rows + matching[i + kRowsAhead].first * cols + column,
+                           num_predicates * static_cast<int64_t>(sizeof(float)));
           }
           const uint64_t h = matching[i].second;
           if (h & ~listed_bits) {

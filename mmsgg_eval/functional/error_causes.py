@@ -31,7 +31,7 @@ from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predic
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
 from .matching import object_iou_matrix
-from .recall import hit_within, hits_per_k_columns
+from .recall import hit_within, hits_per_k_columns, rank_limit
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
@@ -107,14 +107,14 @@ class _Shares:
 
     def __init__(self, total: Tensor, average: str) -> None:
         self.average, self.all = average, total.sum().double()
+        self.any = bool(self.all > 0)
         self.rows = (total > 0).nonzero().squeeze(1)
         self.held = total.index_select(0, self.rows).double()[:, None]
 
     def __call__(self, counts: Tensor) -> Tensor:
         """[C] shares of ``counts`` [U, C] (int64)."""
         if self.average == 'micro':
-            return counts.sum(0).double() / self.all if bool(self.all > 0) else \
-                torch.zeros(counts.shape[1], dtype=torch.float64)
+            return counts.sum(0).double() / self.all if self.any else torch.zeros(counts.shape[1], dtype=torch.float64)
         if not self.rows.numel():
             return torch.zeros(counts.shape[1], dtype=torch.float64)
         return (counts.index_select(0, self.rows).double() / self.held).mean(0)
@@ -125,7 +125,7 @@ def outcome_counts(rank: Tensor, cause: Tensor, unit: Tensor, num_units: int, ks
     """[len(ks), U, size] int64: per K, the GT relations of each unit (``unit`` [G] in [0, U)) with each outcome
     code at K (:func:`outcome_codes`; ``size`` > every code), every K in one bincount."""
     n = len(ks)
-    limits = torch.tensor([min(int(k), NO_HIT) for k in ks], dtype=rank.dtype, device=rank.device)
+    limits = torch.tensor([rank_limit(k) for k in ks], dtype=rank.dtype, device=rank.device)
     outcome = torch.where(rank[None, :] < limits[:, None], 0, effective_codes(cause, no_prediction).long()[None, :])
     index = (torch.arange(n, device=rank.device)[:, None] * num_units + unit.long()[None, :]) * size + outcome
     return torch.bincount(index.view(-1), minlength=n * num_units * size).view(n, num_units, size)
@@ -146,7 +146,7 @@ def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int,
     shares = _Shares(torch.bincount(image_of, minlength=num_images), average)
     if ngc_rank is not None and len(ks):  # per K and image, the relations missed for predicate_ng
         at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)  # missed for predicate
-        limits = torch.tensor([[min(int(k), NO_HIT), min(int(k), int(ng_topk), NO_HIT)] for k in ks])
+        limits = torch.tensor([[rank_limit(k), rank_limit(min(int(k), int(ng_topk)))] for k in ks])
         ng = (rank.index_select(0, at)[None, :] >= limits[:, :1]) & (ngc_rank.index_select(0, at)[None, :] <
                                                                      limits[:, 1:])
         unit = torch.arange(len(ks))[:, None] * num_images + image_of.index_select(0, at)[None, :]

@@ -31,6 +31,7 @@ from torch import Tensor
 from .boxes import box_iou, union_boxes
 from .limits import NO_HIT
 from .ranking import pair_end_scores, positions_in_groups, prefix_topk, sortable_key
+from .recall import rank_limit
 
 #: entries of an image's OI list (PySGG's ``topk``)
 OI_LIST_LENGTH = 100
@@ -311,7 +312,7 @@ def pooled_recall(first_hit: Tensor, ks: Sequence[int], weight: Optional[Tensor]
     over all GT relations (0 when there are none)."""
     w = torch.ones(first_hit.shape, dtype=torch.float64) if weight is None else weight
     total = float(w.sum())
-    values = [float(w[first_hit.long() < min(int(k), NO_HIT)].sum()) / total if total > 0 else 0.0 for k in ks]
+    values = [float(w[first_hit.long() < rank_limit(k)].sum()) / total if total > 0 else 0.0 for k in ks]
     return torch.tensor(values, dtype=torch.float64)
 
 

@@ -25,12 +25,17 @@ def hits_per_k_columns(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) 
     bincount of the keys of the relations hit within each K."""
     # a K above NO_HIT counts every hit and no miss, as K = NO_HIT does (ranks of hits are list positions)
     key = key.long()
-    return [torch.bincount(key[rank < min(int(k), NO_HIT)], minlength=size).double() for k in ks]
+    return [torch.bincount(key[rank < rank_limit(k)], minlength=size).double() for k in ks]
+
+
+def rank_limit(k: int) -> int:
+    """The rank a first hit must be below to count at K: K, or ``NO_HIT`` for a larger K (misses never count)."""
+    return min(int(k), NO_HIT)
 
 
 def hit_within(rank: Tensor, k: int) -> Tensor:
     """[..] bool: first-hit ranks below K (misses, ``NO_HIT``, never count, whatever the K)."""
-    return rank < min(int(k), NO_HIT)
+    return rank < rank_limit(k)
 
 
 def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: Sequence[int],

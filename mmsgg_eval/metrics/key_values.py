@@ -10,11 +10,11 @@ import torch
 from torch import Tensor
 
 from ..functional import per_predicate_recall, recall_from_ranks
-from ..functional.recall import hit_within, mean_recall
+from ..functional.recall import hit_within, mean_recall, rank_limit
 from ..keys import ERROR_FAMILIES, SCENE_GRAPH_FAMILIES, KeyFamily
 from ..functional import error_causes
 from ..functional.bootstrap import ratio
-from ..functional.limits import K_ALL, NO_HIT
+from ..functional.limits import K_ALL
 from .bootstrap import Contributions, Tables, per_predicate_block, predicate_mean, put, recall_block
 
 
@@ -247,7 +247,7 @@ def _error_contributions(c: Contributions, metric: Any, rels: Relations, block: 
         denominator = e.num_gt.double() + error_causes.STAGE_REL_EPS
         rank = rels.ranks[inst.rank]
         for name, k in zip(inst.names, inst.ks):
-            found = torch.bincount(unit[rank < min(int(k), NO_HIT)], minlength=rels.num_images).double()
+            found = torch.bincount(unit[rank < rank_limit(k)], minlength=rels.num_images).double()
             num = c.add(torch.where(e.evaluated, found / denominator, torch.zeros_like(found)))
             c.blocks.append(([name], lambda t, num=num: 100.0 * ratio(t[:, num], t[:, den])))
         return

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..functional.limits import NO_HIT
+from ..functional.recall import rank_limit
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
                              oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
@@ -218,7 +219,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         rels = tables['relations']
         rank = stored_first_hits(rels['first_hit'])
         return {'relations': {'sample_idx': rels['sample_idx'],
-                              **{f'hit:{k}': rank < min(int(k), NO_HIT) for k in self.topk}}}
+                              **{f'hit:{k}': rank < rank_limit(k) for k in self.topk}}}
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         images, rels = tables['images'], tables['relations']

@@ -95,8 +95,8 @@ class SceneGraphSummary:
             warn_no_value(self, no_value)
         causes = {}
         if self.error_analysis:  # the table deferred: built when the summary or a report is read
-            table = Deferred(partial(self._cause_table, counted))
-            causes = {'per_predicate_causes': table if defer_tables else table.value(),
+            causes = {'per_predicate_causes': Deferred(partial(self._cause_table, counted)) if defer_tables
+                      else self._cause_table(counted),
                       'causes': list(counted.errors.causes)}
         return {'metrics': m, 'per_predicate': self._per_predicate_table(per_pred, pred), 'num_images': num_images,
                 'no_value': no_value, **causes,
