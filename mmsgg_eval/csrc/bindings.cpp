@@ -34,7 +34,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
         py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none(),
-        py::arg("pair_predicates") = false);
+        py::arg("pair_codes") = false);
   m.def("box_relation_end_bits", &box_relation_end_bits,
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
@@ -67,7 +67,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(scored, listed) [B, G] bool: some pair joins matching ends of each GT relation / with its predicate",
         py::arg("subject_bits"), py::arg("object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"),
         py::arg("rel_pairs"), py::arg("count"), py::arg("matrices"), py::arg("start"), py::arg("column"),
-        py::arg("num_predicates"), py::arg("pair_predicate") = py::none());
+        py::arg("num_predicates"), py::arg("pair_codes") = py::none());
   const char* gt_doc = "stable top-k of values over each image's real pairs that are GT pairs: (index [B, k'], "
                        "valid [B, k'])";
   m.def("gt_pair_list", &gt_pair_list, gt_doc, py::arg("rel_pairs"), py::arg("count"), py::arg("gt_pairs"),

@@ -117,6 +117,9 @@ static inline Key rank_key(float value, int64_t index) {
 }
 
 constexpr int64_t kMaxKeyIndex = int64_t(1) << 32;
+// The most objects an image may have for its pairs to be coded as (subject << 8) | object in 16 bits (the ranking
+// pass' pair codes, read by the error analysis' pair scan).
+constexpr int64_t kCodedObjects = 256;
 
 static inline int64_t key_index(Key key) { return static_cast<uint32_t>(~static_cast<uint32_t>(key)); }
 
@@ -238,7 +241,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
-                                              bool pair_predicates);
+                                              bool pair_codes);
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);
@@ -264,7 +267,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
                                                        int64_t num_predicates,
-                                                       const std::optional<at::Tensor>& pair_predicate);
+                                                       const std::optional<at::Tensor>& pair_codes);
 // padding.cpp
 at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
 std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>

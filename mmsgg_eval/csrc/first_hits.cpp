@@ -487,20 +487,48 @@ at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& obj
 constexpr int64_t kPairsAhead = 64;  // relation_pair_flags: pairs requested this far ahead of the scan
 constexpr size_t kRowsAhead = 8;     // and the score rows of the matching pairs, this many pairs ahead
 
+// relation_pair_flags' scan of one image's n pairs ((subject, object) = pair_at(r)) for those joining the ends of
+// some GT relation (sub_of / obj_of: each object's one word of GT-relation bits): their union into pair_bits, each
+// such pair's index and bits into matching[0, found) (room for n + 1 entries: every pair is written, the count
+// moves on only past a matching one, so the loop has no branch on the data). Returns the first pair naming an
+// object outside [0, num_obj) (-1 when none) and `found`.
+template <typename PairAt>
+std::pair<int64_t, int64_t> scan_matching_pairs(int64_t n, int64_t num_obj, const uint64_t* sub_of,
+                                                const uint64_t* obj_of, uint64_t& pair_bits,
+                                                std::pair<int64_t, uint64_t>* matching, PairAt pair_at) {
+  uint64_t bits = 0;
+  int64_t found = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto [s, o] = pair_at(r);
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
+        static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
+      pair_bits = bits;
+      return {r, found};
+    }
+    const uint64_t h = sub_of[s] & obj_of[o];
+    bits |= h;
+    matching[found] = {r, h};
+    found += h != 0;
+  }
+  pair_bits = bits;
+  return {-1, found};
+}
+
 // Error analysis (mmsgg_eval.functional.error_causes): for every GT relation, whether some predicted pair of its
 // image joins a predicted object matching its subject to one matching its object (scored), and whether such a
 // pair's graph-constrained predicate (first maximal score column) is its own (listed). One pass over each image's
-// first count[b] pairs (no index list) finds the pairs that match both ends of some GT relation; then the score
-// row of such a pair is read (requested kRowsAhead pairs before) only when it may list a GT relation not yet
-// listed, or its predicate is taken from `pair_predicate` [B, W] int32 when given (each pair's first maximal
-// column, e.g. from ranked_relation_lists: no row read). Returns (scored [B, G] bool, listed [B, G] bool).
+// first count[b] pairs (no index list) finds the pairs that match both ends of some GT relation: it reads
+// `pair_codes` [B, W] int16 when given (each pair's (subject << 8) | object as a uint16 bit pattern, written by
+// ranked_relation_lists: 2 bytes per pair), else the int64 pair list (16 bytes per pair, requested kPairsAhead
+// pairs ahead); then the score row of such a pair is read (requested kRowsAhead pairs before) only when it may
+// list a GT relation not yet listed. Returns (scored [B, G] bool, listed [B, G] bool).
 std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                                                        const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                        const std::vector<at::Tensor>& matrices,
                                                        const std::optional<at::Tensor>& start, int64_t column,
                                                        int64_t num_predicates,
-                                                       const std::optional<at::Tensor>& pair_predicate) {
+                                                       const std::optional<at::Tensor>& pair_codes) {
   check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "relation_pair_flags");
   check_cpu(count, at::kLong, 1, "relation_pair_flags: count must be int64 [B] on the CPU");
   const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
@@ -511,14 +539,15 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "relation_pair_flags: the batch fields do not have matching shapes");
   check_score_source(matrices, start, batch, column, num_predicates, "relation_pair_flags");
-  at::Tensor given_c;  // each pair's first maximal predicate column, when the caller has it (no row read then)
-  if (pair_predicate.has_value()) {
-    check_cpu(*pair_predicate, at::kInt, 2, "relation_pair_flags: pair_predicate must be int32 [B, W] on the CPU");
-    TORCH_CHECK(pair_predicate->size(0) == batch, "relation_pair_flags: pair_predicate must have one row per image");
-    given_c = pair_predicate->contiguous();
+  at::Tensor codes_c;  // each pair's (subject << 8) | object, when the caller has them (no pair list read then)
+  if (pair_codes.has_value()) {
+    check_cpu(*pair_codes, at::kShort, 2, "relation_pair_flags: pair_codes must be int16 [B, W] on the CPU");
+    TORCH_CHECK(pair_codes->size(0) == batch, "relation_pair_flags: pair_codes must have one row per image");
+    codes_c = pair_codes->contiguous();
   }
-  const int32_t* given_ptr = given_c.defined() ? given_c.data_ptr<int32_t>() : nullptr;
-  const int64_t given_width = given_c.defined() ? given_c.size(1) : 0;
+  const uint16_t* codes_ptr = codes_c.defined() ? reinterpret_cast<const uint16_t*>(codes_c.data_ptr<int16_t>())
+                                                : nullptr;
+  const int64_t codes_width = codes_c.defined() ? codes_c.size(1) : 0;
   at::Tensor bits_s = subject_bits.contiguous(), bits_o = object_bits.contiguous(), gp = gt_predicates.contiguous(),
              gv = gt_valid.contiguous(), count_c = count.contiguous();
   at::Tensor start_c = start.has_value() ? start->contiguous() : at::Tensor();
@@ -550,54 +579,49 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
       const float* rows = m.data_ptr<float>() + (start_ptr ? start_ptr[b] * cols : 0);
       const int64_t rows_count = start_ptr ? m.size(0) - start_ptr[b] : m.size(0);
       const int64_t n = count_ptr[b];
-      if (n < 0 || n > pairs.slots(b) || n > rows_count || (given_ptr && n > given_width)) {
+      if (n < 0 || n > pairs.slots(b) || n > rows_count || (codes_ptr && n > codes_width)) {
         bad[b] = n;
         continue;
       }
-      const int32_t* given = given_ptr ? given_ptr + b * given_width : nullptr;
-      auto top_predicate = [&](int64_t r) -> int64_t {  // the pair's graph-constrained predicate, -1: none
-        const int64_t p = given ? given[r] : first_max_column(rows + r * cols + column, num_predicates);
-        return p >= 0 && p < num_predicates ? p : -1;  // a given predicate outside [0, P) carries no GT relation
+      auto top_predicate = [&](int64_t r) -> int64_t {  // the pair's graph-constrained predicate
+        return first_max_column(rows + r * cols + column, num_predicates);
       };
       const int64_t* pr = pairs.pairs(b);
+      const uint16_t* codes = codes_ptr ? codes_ptr + b * codes_width : nullptr;
       if (words == 1) {  // up to 64 GT relations (the common case): a scan of the pairs, then the row reads
         const uint64_t* sub_of = s_ptr + b * num_obj;
         const uint64_t* obj_of = o_ptr + b * num_obj;
         uint64_t pair_bits = 0, listed_bits = 0;
-        matching.clear();  // the pairs joining the ends of some GT relation, with those relations' bits
-        for (int64_t r = 0; r < n; ++r) {
-          if ((r & 3) == 0 && r + kPairsAhead < n) {  // the pair list streams from memory: a few lines ahead
-            prefetch_bytes(pr + 2 * (r + kPairsAhead), 64);
-          }
-          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
-          if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
-              static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {  // negative indices included
-            bad[b] = r;
-            break;
-          }
-          const uint64_t h = sub_of[s] & obj_of[o];
-          pair_bits |= h;
-          if (h) {
-            matching.emplace_back(r, h);
-          }
+        if (static_cast<int64_t>(matching.size()) <= n) {  // the pairs joining the ends of some GT relation
+          matching.resize(n + 1);
         }
+        auto [bad_pair, found] = codes ?  // 2 bytes per pair, written by the ranking pass moments before
+            scan_matching_pairs(n, num_obj, sub_of, obj_of, pair_bits, matching.data(), [&](int64_t r) {
+              return std::pair<int64_t, int64_t>(codes[r] >> 8, codes[r] & 0xff);
+            }) :  // else the int64 pair list streams from memory: requested a few lines ahead
+            scan_matching_pairs(n, num_obj, sub_of, obj_of, pair_bits, matching.data(), [&](int64_t r) {
+              if ((r & 3) == 0 && r + kPairsAhead < n) {
+                prefetch_bytes(pr + 2 * (r + kPairsAhead), 64);
+              }
+              return std::pair<int64_t, int64_t>(pr[2 * r], pr[2 * r + 1]);
+            });
+        bad[b] = bad_pair;
         // the score rows of the matching pairs are scattered: each is requested a few pairs before it is read
-        for (size_t i = 0; i < matching.size() && bad[b] < 0; ++i) {
-          if (!given && i + kRowsAhead < matching.size()) {
+        for (int64_t i = 0; i < found && bad_pair < 0; ++i) {
+          if (i + static_cast<int64_t>(kRowsAhead) < found) {
             prefetch_bytes(rows + matching[i + kRowsAhead].first * cols + column,
                            num_predicates * static_cast<int64_t>(sizeof(float)));
           }
           const uint64_t h = matching[i].second;
           if (h & ~listed_bits) {
-            const int64_t p = top_predicate(matching[i].first);
-            listed_bits |= p >= 0 ? h & carries[p] : 0;
+            listed_bits |= h & carries[top_predicate(matching[i].first)];
           }
         }
         any_pair[0] = pair_bits;
         any_listed[0] = listed_bits;
       } else {
         for (int64_t r = 0; r < n; ++r) {
-          const int64_t s = pr[2 * r], o = pr[2 * r + 1];
+          const int64_t s = codes ? codes[r] >> 8 : pr[2 * r], o = codes ? codes[r] & 0xff : pr[2 * r + 1];
           if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(num_obj) ||
               static_cast<uint64_t>(o) >= static_cast<uint64_t>(num_obj)) {
             bad[b] = r;
@@ -615,7 +639,7 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
             continue;
           }
           const int64_t p = top_predicate(r);
-          for (int64_t w = 0; w < words && p >= 0; ++w) {
+          for (int64_t w = 0; w < words; ++w) {
             any_listed[w] |= sub[w] & obj[w] & carries[p * words + w];
           }
         }

@@ -205,10 +205,10 @@ namespace {
 // pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
 // `listed`. Returns the first pair with an object index outside [0, objects), -1 when none (`listed` empty then).
 // `range` (when given): the (min, max) of all the image's pair indices (0, -1 without pairs), for the caller's
-// index check.
+// index check; `codes` (when given): each pair's (subject << 8) | object up to the first bad pair.
 int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const float* scores, int64_t objects,
                        const float* best, float* triplet, float* pair_score, int64_t k, TopScratch& scratch,
-                       std::vector<Key>& listed, int64_t* range = nullptr) {
+                       std::vector<Key>& listed, int64_t* range = nullptr, uint16_t* codes = nullptr) {
   std::fill(pair_score + real, pair_score + width, 0.0f);
   std::fill(triplet + real, triplet + width, 0.0f);
   int64_t least = real > 0 ? pairs[0] : 0, most = real > 0 ? pairs[0] : -1, bad = -1;
@@ -223,6 +223,9 @@ int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const 
     const float subject = scores[s], object = scores[o];
     pair_score[r] = subject * object;
     triplet[r] = (best[r] * subject) * object;
+    if (codes != nullptr) {  // objects <= kCodedObjects: both indices fit a byte
+      codes[r] = static_cast<uint16_t>((s << 8) | o);
+    }
   }
   if (range != nullptr) {
     for (int64_t i = bad < 0 ? 2 * real : 2 * bad; i < 2 * real; ++i) {  // the rest of a bad image's indices
@@ -304,15 +307,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 // ngc predicate [B, L], ngc valid [B, L], bad [B], pair index range [B, 2] (min, max; 0, -1 without pairs),
 // gc predicate [B, k']: each listed pair's first maximal predicate column, 0 on empty slots, gc ends [B, k', 2] and
 // ngc ends [B, L, 2]: the (subject, object) indices of each list's entries, 0 on empty slots, pair predicate
-// [B, W] int32: with pair_predicates, every pair's first maximal predicate column, read while its row is in cache
-// (the error analysis' pair flags need no second read of the rows), else [0, W]);
+// codes [B, W] int16: with pair_codes and at most kCodedObjects objects, every pair's (subject << 8) | object as a
+// uint16 bit pattern, 0 on padding, written while the pair list streams by (the error analysis' pair scan then
+// reads 2 bytes per pair instead of 16), else [0, W]);
 // best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
 // when it is given.
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
-                                              bool pair_predicates) {
+                                              bool pair_codes) {
   TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
               "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
   check_matrices(matrices, column, num_predicates);
@@ -352,9 +356,10 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   int64_t* gc_predicate_ptr = gc_predicate.data_ptr<int64_t>();
   at::Tensor gc_ends = at::zeros({batch, listed_width, 2}, at::kLong);  // the listed pairs' (subject, object)
   int64_t* gc_ends_ptr = gc_ends.data_ptr<int64_t>();
-  // with pair_predicates: every pair's first maximal predicate column, read while its row is in cache ([B, W])
-  at::Tensor pair_predicate = at::zeros({pair_predicates ? batch : 0, width}, at::kInt);
-  int32_t* pair_predicate_ptr = pair_predicate.data_ptr<int32_t>();
+  // with pair_codes: every pair's (subject << 8) | object ([B, W] uint16 bit patterns), when the objects fit a byte
+  const bool coded = pair_codes && objects <= kCodedObjects;
+  at::Tensor codes = at::zeros({coded ? batch : 0, width}, at::kShort);
+  uint16_t* codes_ptr = reinterpret_cast<uint16_t*>(codes.data_ptr<int16_t>());
   std::vector<std::vector<int64_t>> ngc_ends(batch);  // the no-graph-constraint entries' (subject, object)
   float* best_ptr = best.data_ptr<float>();
   bool* passed_ptr = passed.data_ptr<bool>();
@@ -378,15 +383,9 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
                                        reinterpret_cast<int32_t*>(image_best));
       std::fill(image_best + rows, image_best + width, 0.0f);
-      if (pair_predicates) {
-        int32_t* image_predicate = pair_predicate_ptr + b * width;
-        for (int64_t r = 0; r < rows; ++r) {
-          image_predicate[r] = static_cast<int32_t>(first_max_column(data + r * m.size(1) + column, num_predicates));
-        }
-      }
       bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
                                   image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
-                                  scratch, listed, range_ptr + 2 * b);
+                                  scratch, listed, range_ptr + 2 * b, coded ? codes_ptr + b * width : nullptr);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
       const int64_t* image_pairs = pairs.pairs(b);
       for (size_t i = 0; i < listed.size(); ++i) {  // rows and pairs still in cache
@@ -420,7 +419,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
     std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
   }
   return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range,
-          gc_predicate, gc_ends, ngc_ends_t, pair_predicate};
+          gc_predicate, gc_ends, ngc_ends_t, codes};
 }
 
 // The graph-constrained sub-list of the pairs that are GT pairs: for every image, the stable descending top-k of

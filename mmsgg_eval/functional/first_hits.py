@@ -179,10 +179,10 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
                                        order, valid, None, None, [], None, 0, num_pred, True)
 
     if hasattr(kernels, 'relation_pair_flags'):  # one pass over every pair for the error analysis
-        def pair_flags():  # each pair's predicate from the ranking pass where it gave them (no second row read)
-            given = getattr(getattr(batch, 'ranked_lists', None), 'pair_predicate', None)
+        def pair_flags():  # the pairs as the ranking pass' 2-byte codes where it wrote them (not the int64 list)
+            codes = getattr(getattr(batch, 'ranked_lists', None), 'pair_codes', None)
             return kernels.relation_pair_flags(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
-                                               batch.num_rel_preds, matrices, start, column, num_pred, given)
+                                               batch.num_rel_preds, matrices, start, column, num_pred, codes)
         first_hits.pair_flags = pair_flags
     return first_hits, pair_ranks, (subject_bits, object_bits)
 

@@ -211,7 +211,7 @@ class RankedLists:
     gc_predicate: Tensor  # [B, k'] each listed pair's graph-constrained predicate (first maximal column; 0 unlisted)
     gc_ends: Tensor     # [B, k', 2] each listed pair's (subject, object) indices
     ng_ends: Tensor     # [B, L, 2] each no-graph-constraint entry's (subject, object) indices
-    pair_predicate: Optional[Tensor] = None  # [B, R] int32 every pair's first maximal predicate column, when asked
+    pair_codes: Optional[Tensor] = None  # [B, R] int16 every pair's (subject << 8) | object (uint16 bits), when asked
 
     def serves(self, k: int, ng_topk: int, rank_by: str) -> bool:
         """Whether these are the lists of ``(k, ng_topk)`` ranked by score."""
@@ -220,15 +220,16 @@ class RankedLists:
 
 def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: int, rel_pairs: List[Tensor],
                           object_scores: Tensor, num_rel: Tensor, k: int, ng_topk: int, out: Optional[Tensor] = None,
-                          pair_predicates: bool = False):
+                          pair_codes: bool = False):
     """The compiled layout's row maxima and value check with both ranked lists, one pass per image while its
     matrix is in cache (``mmsgg_eval._ext.ranked_relation_lists``). ``matrices``: each image's contiguous
     float32 [R_b, column + P] input; ``rel_pairs``: each image's int64 [R_b, 2] pairs (0-based object indices),
     or one padded [B, R, 2] int64 tensor in a list (a batch's ``pair_rows``); ``object_scores``
     [B, N] float32, ``num_rel`` [B] the R_b; ``out``: a float32 [3, B, R] buffer for the row maxima, triplet and
-    pair scores (a pool's buffer reused by its owner), else new tensors; ``pair_predicates``: also every pair's
-    first maximal predicate column (``lists.pair_predicate`` [B, R] int32, read while its row is in cache, for the
-    error analysis' pair flags). Values are not checked here (the reader
+    pair scores (a pool's buffer reused by its owner), else new tensors; ``pair_codes``: also every pair's
+    ``(subject << 8) | object`` (``lists.pair_codes`` [B, R] int16 holding uint16 bit patterns, 0 on padding; None
+    with more than 256 objects), written while the pairs stream by, what the error analysis' pair scan reads
+    instead of the int64 pairs. Values are not checked here (the reader
     validates the batch before the lists are used). Returns ``(lists, (best [B, R], passed [B]), bad [B],
     (min [B], max [B]))``: ``bad[b]`` >= 0 is the first pair of image b with an object index outside [0, N), -1
     when none (its lists are empty then); the last pair is each image's (min, max) pair index (0, -1 without
@@ -239,9 +240,9 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
             or object_scores.dtype != torch.float32):
         return None
     (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad, pair_range,
-     gc_predicate, gc_ends, ng_ends, pair_predicate) = kernels.ranked_relation_lists(
+     gc_predicate, gc_ends, ng_ends, codes) = kernels.ranked_relation_lists(
         matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k), int(ng_topk), out,
-        bool(pair_predicates))
+        bool(pair_codes))
     lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,
-                        ng_valid, gc_predicate, gc_ends, ng_ends, pair_predicate if pair_predicates else None)
+                        ng_valid, gc_predicate, gc_ends, ng_ends, codes if codes.shape[0] else None)
     return lists, (best, passed), bad, (pair_range[:, 0], pair_range[:, 1])

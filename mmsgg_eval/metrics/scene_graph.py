@@ -337,7 +337,8 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
                                      with_masks=self.match == 'mask', counts=self.object_counts,
                                      workspace=self._workspace, score_layout=self.score_layout,
-                                     ranking=(max(self.topk), self.ng_topk) if self.rank == 'score' else None)
+                                     ranking=(max(self.topk), self.ng_topk, self.error_analysis)
+                                     if self.rank == 'score' else None)
         if batch.ids_missing:  # known on the host: no device read otherwise
             self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, host_tensor(missing, torch.bool, batch.device), samples

@@ -125,8 +125,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     returned then lives in it until the workspace's next batch). ``score_layout``: how score columns are read
     (:data:`SCORE_LAYOUTS`). ``ranking``: ``(k, ng_topk)`` of the ranked lists to build while the score matrices
     are read, where the compiled kernels read them (``batch.ranked_lists``, else None: the caller ranks);
-    ``(k, ng_topk, True)`` also gives every pair's first maximal predicate column (``ranked_lists.pair_predicate``,
-    what the error analysis' pair flags read instead of the score rows).
+    ``(k, ng_topk, True)`` also gives every pair's (subject, object) in two bytes (``ranked_lists.pair_codes``,
+    what the error analysis' pair scan reads instead of the pair list).
     """
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
@@ -199,4 +199,4 @@ def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int,
         if workspace is not None and padded.num_rel else None
     return compiled_ranked_lists(padded.raw_scores, padded.background[0], num_predicates,
                                  padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
-                                 pair_predicates=len(ranking) > 2 and bool(ranking[2]))
+                                 pair_codes=len(ranking) > 2 and bool(ranking[2]))

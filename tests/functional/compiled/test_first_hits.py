@@ -742,3 +742,37 @@ def test_matrices_suit_only_contiguous_float32_cpu_matrices_of_few_entries():
     assert not ext.matrices_suit([torch.rand(5, 4)], 3, 15)
     assert compiled.suits(good, [1, 1, 1], [False] * 3, 3)
     assert not compiled.suits(good[:2] + [torch.rand(3, 4).double()], [1, 1, 1], [False] * 3, 3)
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_pair_flags_from_pair_codes_equal_those_from_the_pair_list(seed):
+    """relation_pair_flags reads each pair as the ranking pass' 2-byte code ((subject << 8) | object, uint16 bits
+    in int16: indices of 128-255 make negative int16 values) or as the int64 pair list: the same (scored, listed)
+    flags, also with more than 64 GT relations (several words) and padded pair slots; a code naming an object
+    beyond the image's objects is refused like a bad pair index."""
+    from mmsgg_eval.functional import compiled
+    ext = compiled.kernels()
+    if ext is None or not hasattr(ext, 'relation_pair_flags'):
+        pytest.skip('the compiled kernels are not built')
+    g = torch.Generator().manual_seed(seed)
+    batch, objects, num_pred = 5, 256, 6
+    num_rel = 40 if seed % 2 else 100  # one word / two words of GT-relation bits
+    words = (num_rel + 63) // 64
+    bits = [torch.randint(-2 ** 62, 2 ** 62, (batch, objects, words), generator=g) &
+            torch.randint(-2 ** 62, 2 ** 62, (batch, objects, words), generator=g) for _ in range(2)]
+    gt_predicates = torch.randint(0, num_pred, (batch, num_rel), generator=g)
+    gt_valid = torch.rand(batch, num_rel, generator=g) < 0.8
+    count = torch.randint(0, 300, (batch,), generator=g)
+    width = int(count.max()) + 3
+    pairs = torch.randint(0, objects, (batch, width, 2), generator=g)
+    matrices = [torch.rand(int(n), num_pred + 1, generator=g) for n in count]
+    codes = (pairs[..., 0] * 256 + pairs[..., 1]).to(torch.int32).to(torch.int16)  # wraps above 32767
+    assert (codes < 0).any()
+    args = (bits[0], bits[1], gt_predicates, gt_valid, [pairs], count, matrices, None, 1, num_pred)
+    from_pairs = ext.relation_pair_flags(*args)
+    from_codes = ext.relation_pair_flags(*args, codes)
+    assert all(torch.equal(a, b) for a, b in zip(from_pairs, from_codes))
+    assert from_pairs[0].any() and from_pairs[1].any() and not from_pairs[1].all()
+    narrow = [b[:, :200].contiguous() for b in bits]  # 200 objects: a code of object 200-255 points outside
+    with pytest.raises(RuntimeError, match='points outside its objects'):
+        ext.relation_pair_flags(narrow[0], narrow[1], *args[2:], codes)

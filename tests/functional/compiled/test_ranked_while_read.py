@@ -115,16 +115,19 @@ def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
         padded[b, :len(p)] = p
     again = ext.ranked_relation_lists(matrices, background, 5, [padded], object_scores, count, k, ng_topk)
     assert all(torch.equal(a, b) for a, b in zip(got, again))
-    assert got[14].shape == (0, int(count.max()))  # not asked: no pair predicates
-    # asked: every pair's first maximal predicate column (argmax), 0 on padding; the other outputs unchanged
-    with_predicates = ext.ranked_relation_lists(matrices, background, 5, pairs, object_scores, count, k, ng_topk,
-                                                pair_predicates=True)
-    assert all(torch.equal(a, b) for a, b in zip(got[:14], with_predicates[:14]))
-    expected_predicate = torch.zeros(len(pairs), int(count.max()), dtype=torch.int32)
-    for b, m in enumerate(matrices):
-        if len(m):
-            expected_predicate[b, :len(m)] = m[:, background:].argmax(1).int()
-    assert torch.equal(with_predicates[14], expected_predicate)
+    assert got[14].shape == (0, int(count.max()))  # not asked: no pair codes
+    # asked: every pair's (subject << 8) | object as uint16 bits in int16, 0 on padding; the other outputs unchanged
+    with_codes = ext.ranked_relation_lists(matrices, background, 5, pairs, object_scores, count, k, ng_topk,
+                                           pair_codes=True)
+    assert all(torch.equal(a, b) for a, b in zip(got[:14], with_codes[:14]))
+    expected_codes = torch.zeros(len(pairs), int(count.max()), dtype=torch.int32)
+    for b, p in enumerate(pairs):
+        expected_codes[b, :len(p)] = p[:, 0].int() * 256 + p[:, 1].int()
+    assert torch.equal(with_codes[14].int() & 0xFFFF, expected_codes)
+    # more than 256 objects: no codes (the pair scan reads the int64 pairs)
+    wide = torch.cat([object_scores, object_scores.new_zeros(len(pairs), 257 - object_scores.shape[1])], 1)
+    assert ext.ranked_relation_lists(matrices, background, 5, pairs, wide, count, k, ng_topk,
+                                     pair_codes=True)[14].shape == (0, int(count.max()))
 
 
 @needs_kernels

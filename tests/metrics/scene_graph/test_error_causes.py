@@ -405,14 +405,15 @@ def test_compiled_pair_flags_equal_the_torch_path(monkeypatch):
         monkeypatch.setattr(kernels, name, lambda *a, _f=getattr(kernels, name), _n=name: used.append(_n) or _f(*a))
     on = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
     assert used == ['box_overlap_flags', 'relation_pair_flags']
-    # the ranking pass's pair predicates (what the metrics ask for with error_analysis=True): no score row read
+    # the ranking pass's 2-byte pair codes (what the metrics ask for with error_analysis=True): the pair scan reads
+    # them instead of the int64 pair list
     given = []
     monkeypatch.setattr(kernels, 'relation_pair_flags', lambda *a, _f=kernels.relation_pair_flags:
                         given.append(a[-1]) or _f(*a))
     batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7, True))
-    with_predicates = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
-    assert len(given) == 1 and given[0] is not None and given[0].dtype == torch.int32
-    assert all(torch.equal(on[name], with_predicates[name]) for name in on)
+    with_codes = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert len(given) == 1 and given[0] is not None and given[0].dtype == torch.int16
+    assert all(torch.equal(on[name], with_codes[name]) for name in on)
     with compiled.disabled():
         batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES)
         off = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
