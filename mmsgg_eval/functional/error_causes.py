@@ -74,7 +74,7 @@ def miss_causes(subject_located: Tensor, object_located: Tensor, subject_matched
     for flag, value in ((in_list, PREDICATE), (pair_scored, PAIR), (object_matched, OBJECT_CLS),
                         (subject_matched, SUBJECT_CLS), (object_located | object_matched, OBJECT_LOC),
                         (subject_located | subject_matched, SUBJECT_LOC)):
-        code = torch.where(flag, code, torch.full((), value, dtype=torch.int8, device=code.device))
+        code = torch.where(flag, code, value)  # a Python scalar keeps the int8 dtype
     return code
 
 
