@@ -34,6 +34,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -251,6 +252,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
     const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
     bool plus_one);
+std::tuple<at::Tensor, at::Tensor> image_diagnostics(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& original, const at::Tensor& resized,
+    const at::Tensor& label_images, double label_iou, bool plus_one, double tolerance_px, double tolerance_rel,
+    double downscale_limit, double unit_min_side);
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                            const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                            const std::vector<at::Tensor>& rel_pairs,
