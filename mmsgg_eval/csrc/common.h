@@ -21,7 +21,7 @@
 //                        the GT-pair sub-list;
 //   * ngc.cpp            the no-graph-constraint list;
 //   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
-//                        box_overlap_flags;
+//                        box_overlap_flags, image_diagnostics (the input diagnostics' box flags and label offsets);
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and

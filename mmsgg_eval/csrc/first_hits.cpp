@@ -3,8 +3,9 @@
 // subject, its object matches g's GT object (same class and box IoU >= thr) and the predicates are equal. The
 // matched GT relations are bit sets of 64-bit words (bit g % 64 of word g / 64), as in the torch path.
 // Here: box matching into per-object bit sets of GT relations (box_relation_end_bits), the first-hit rank of
-// every GT relation in a ranked list (first_hit_ranks) and the error analysis' per-GT-relation flags
-// (relation_pair_flags).
+// every GT relation in a ranked list (first_hit_ranks), the error analysis' per-GT-relation flags
+// (relation_pair_flags, box_overlap_flags) and the input diagnostics of a pool (image_diagnostics: the box-frame
+// flags and label-offset counts, with the same IoU).
 #include "common.h"
 
 using namespace mmsgg_ext;
