@@ -19,6 +19,11 @@ needs_kernels = pytest.mark.skipif(not compiled.built() or compiled.kernels() is
 f32 = np.float32
 
 
+def _tol(extent):
+    """The box tolerance of an image side (pixels, float32 as the metric rounds it)."""
+    return f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * extent
+
+
 def _reference(pred_boxes, pred_labels, gt_boxes, gt_labels, original, resized, label_images, plus_one):
     """Loop reference: per image, the flags of the module docstring and the four label counts."""
     flags, offsets = [], []
@@ -31,7 +36,7 @@ def _reference(pred_boxes, pred_labels, gt_boxes, gt_labels, original, resized, 
         w, h = (ow, oh) if known else (f32(1), f32(1))
 
         def inside(box, ew, eh):
-            tw, th = f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * ew, f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * eh
+            tw, th = _tol(ew), _tol(eh)
             return box[0] >= -tw and box[1] >= -th and box[2] <= ew + tw and box[3] <= eh + th
 
         boxes = [[f32(v) for v in pred_boxes[b, n]] for n in real]
@@ -88,7 +93,8 @@ def _batch(seed, batch=24, num_pred=9, num_gt=6):
     pred[..., 2:] = np.maximum(pred[..., 2:], pred[..., :2])
     pred = pred.astype(np.float32)
     gt_labels = g.integers(0, 5, (batch, num_gt))
-    pred_labels = np.take_along_axis(gt_labels, pick, 1) + g.integers(-1, 2, (batch, num_pred)) * (g.random((batch, num_pred)) < 0.5)
+    shifted = g.integers(-1, 2, (batch, num_pred)) * (g.random((batch, num_pred)) < 0.5)  # labels off by one
+    pred_labels = np.take_along_axis(gt_labels, pick, 1) + shifted
     pred_labels = np.maximum(pred_labels, 0)
     resized = sizes.copy()
     for b in range(batch):
@@ -108,7 +114,7 @@ def _batch(seed, batch=24, num_pred=9, num_gt=6):
         elif kind == 6:  # shrunk to exactly the limit (in float32), boxes on the tolerance edge of that frame
             resized[b] = sizes[b] * f32(DOWNSCALE_LIMIT)
             rw, rh = resized[b]
-            tw, th = f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * rw, f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * rh
+            tw, th = _tol(rw), _tol(rh)
             pred[b] = [0, 0, rw, rh]
             pred[b, 0] = [-tw, -th, rw + tw, rh + th]
             if b % 24 == 18:  # one float32 step past the tolerance
@@ -117,7 +123,7 @@ def _batch(seed, batch=24, num_pred=9, num_gt=6):
             resized[b] = np.nan
         elif kind == 8:  # boxes on, and one step past, the original frame's tolerance
             w, h = sizes[b]
-            tw, th = f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * w, f32(BOX_TOLERANCE_PX) + f32(BOX_TOLERANCE_REL) * h
+            tw, th = _tol(w), _tol(h)
             pred[b, : num_pred // 2] = [-tw, -th, w + tw, h + th]
             pred[b, num_pred // 2:] = [np.nextafter(-tw, f32(-np.inf)), 0, w, h]
         elif kind == 9:  # a tiny image (sides <= 16) with normalised-looking boxes
