@@ -139,6 +139,19 @@ def image_diagnostics(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor,
     return flags, offsets
 
 
+def label_offsets(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
+                  plus_one: bool) -> Tensor:
+    """:func:`label_offset_counts` [B, 4] int32 of every image of a padded batch (box IoU at :data:`LABEL_IOU`; labels
+    -1 = padding): the compiled kernel of :func:`image_diagnostics` on the CPU where built, else the torch
+    operations."""
+    kernels = compiled.kernels()
+    if kernels is not None and pred_boxes.device.type == 'cpu' and hasattr(kernels, 'image_diagnostics'):
+        unknown = torch.full((pred_boxes.shape[0], 2), float('nan'))  # no image size: no box-frame flag
+        return image_diagnostics(pred_boxes, pred_labels, gt_boxes, gt_labels, unknown, unknown,
+                                 torch.ones(pred_boxes.shape[0], dtype=torch.bool), plus_one)[1]
+    return label_offset_counts(box_iou(pred_boxes, gt_boxes, plus_one), pred_labels, gt_labels)
+
+
 def box_frame_warnings(flags: Tensor) -> List[str]:
     """The warnings the per-image ``flags`` [I] of the evaluated images add up to (empty when none)."""
     flags = flags.to(torch.int32)

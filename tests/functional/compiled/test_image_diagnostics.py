@@ -227,3 +227,36 @@ def test_metric_diagnostic_rows_with_the_kernels_on_and_off(workload):
     for name in on:
         assert torch.equal(on[name], off[name]), name
     assert int((on['label_offsets'][:, 0] > 0).sum()) > 10 and int((on['box_flags'] & 1).sum()) == 39
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+@pytest.mark.parametrize('plus_one', [False, True])
+def test_label_offsets_of_every_image(seed, plus_one):
+    """label_offsets (DetectionAP's diagnostic: every image checked) equals the reference with every image marked,
+    whichever path computes it."""
+    from mmsgg_eval.functional.diagnostics import label_offsets
+    pred, pred_labels, gt, gt_labels, original, resized, _ = _batch(seed)
+    every = torch.ones(len(pred), dtype=torch.bool)
+    expected = _reference(pred.numpy(), pred_labels.numpy(), gt.numpy(), gt_labels.numpy(), original.numpy(),
+                          resized.numpy(), every.numpy(), plus_one)[1]
+    assert torch.equal(label_offsets(pred, pred_labels, gt, gt_labels, plus_one), expected)
+    with compiled.disabled():
+        assert torch.equal(label_offsets(pred, pred_labels, gt, gt_labels, plus_one), expected)
+
+
+def test_detection_ap_label_offsets_with_the_kernels_on_and_off():
+    from mmsgg_eval.benchmarks.workloads import make_workload, meta
+    from mmsgg_eval.metrics import DetectionAP
+    samples = make_workload('variable', 24, seed=5)
+
+    def rows():
+        metric = DetectionAP()
+        metric.dataset_meta = meta('variable')
+        return metric.compute_rows(list(samples))
+    on = rows()
+    with compiled.disabled():
+        off = rows()
+    for table in on:
+        for name in on[table]:
+            assert torch.equal(on[table][name], off[table][name]), (table, name)
+    assert int(on['images']['label_offsets'][:, 0].sum()) > 50
