@@ -21,7 +21,7 @@
 //                        the GT-pair sub-list;
 //   * ngc.cpp            the no-graph-constraint list;
 //   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
-//                        box_overlap_flags;
+//                        box_overlap_flags, image_diagnostics (the input diagnostics' box flags and label offsets);
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
@@ -34,6 +34,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -254,6 +255,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
     const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid, double iou_thr,
     bool plus_one);
+std::tuple<at::Tensor, at::Tensor> image_diagnostics(
+    const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+    const at::Tensor& gt_labels, const at::Tensor& original, const at::Tensor& resized,
+    const at::Tensor& label_images, double label_iou, bool plus_one, double tolerance_px, double tolerance_rel,
+    double downscale_limit, double unit_min_side);
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                            const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                            const std::vector<at::Tensor>& rel_pairs,

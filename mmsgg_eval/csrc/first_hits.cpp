@@ -3,8 +3,9 @@
 // subject, its object matches g's GT object (same class and box IoU >= thr) and the predicates are equal. The
 // matched GT relations are bit sets of 64-bit words (bit g % 64 of word g / 64), as in the torch path.
 // Here: box matching into per-object bit sets of GT relations (box_relation_end_bits), the first-hit rank of
-// every GT relation in a ranked list (first_hit_ranks) and the error analysis' per-GT-relation flags
-// (relation_pair_flags).
+// every GT relation in a ranked list (first_hit_ranks), the error analysis' per-GT-relation flags
+// (relation_pair_flags, box_overlap_flags) and the input diagnostics of a pool (image_diagnostics: the box-frame
+// flags and label-offset counts, with the same IoU).
 #include "common.h"
 
 using namespace mmsgg_ext;
@@ -316,6 +317,142 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     }
   });
   return {located, detected, in.subject_bits, in.object_bits};
+}
+
+// The input diagnostics of a batch (mmsgg_eval.functional.diagnostics, image_diagnostics), image by image in
+// one pass, as the torch path computes them: flags [B] uint8, box_frame_flags of the predicted boxes (labels < 0
+// are padding) given each image's original and resized (width, height) [B, 2] (NaN where unknown), and offsets
+// [B, 4] int32, label_offset_counts of the images marked in label_images [B] (zeros elsewhere): the predicted
+// objects whose box IoU (box_iou_unchecked's operation order; NaN never reaches the threshold) with some GT box is
+// >= label_iou, and among them those overlapping one of class label, label - 1 and label + 1. The constants are
+// the Python module's (tolerance = px + rel * extent, rounded to float32 as torch rounds a scalar operand).
+std::tuple<at::Tensor, at::Tensor> image_diagnostics(
+    const at::Tensor& pred_boxes_in, const at::Tensor& pred_labels_in, const at::Tensor& gt_boxes_in,
+    const at::Tensor& gt_labels_in, const at::Tensor& original_in, const at::Tensor& resized_in,
+    const at::Tensor& label_images_in, double label_iou, bool plus_one, double tolerance_px, double tolerance_rel,
+    double downscale_limit, double unit_min_side) {
+  const std::string kernel = "image_diagnostics";
+  check_cpu(pred_boxes_in, at::kFloat, 3, "image_diagnostics: pred_boxes must be float32 [B, N, 4] on the CPU");
+  check_cpu(gt_boxes_in, at::kFloat, 3, "image_diagnostics: gt_boxes must be float32 [B, M, 4] on the CPU");
+  check_cpu(pred_labels_in, at::kLong, 2, "image_diagnostics: pred_labels must be int64 [B, N] on the CPU");
+  check_cpu(gt_labels_in, at::kLong, 2, "image_diagnostics: gt_labels must be int64 [B, M] on the CPU");
+  check_cpu(original_in, at::kFloat, 2, "image_diagnostics: original must be float32 [B, 2] on the CPU");
+  check_cpu(resized_in, at::kFloat, 2, "image_diagnostics: resized must be float32 [B, 2] on the CPU");
+  check_cpu(label_images_in, at::kBool, 1, "image_diagnostics: label_images must be bool [B] on the CPU");
+  const int64_t batch = pred_boxes_in.size(0), num_pred = pred_boxes_in.size(1), num_gt = gt_boxes_in.size(1);
+  TORCH_CHECK(pred_boxes_in.size(2) == 4 && gt_boxes_in.size(2) == 4 && pred_labels_in.size(0) == batch &&
+                  pred_labels_in.size(1) == num_pred && gt_boxes_in.size(0) == batch && gt_labels_in.size(0) == batch &&
+                  gt_labels_in.size(1) == num_gt && original_in.size(0) == batch && original_in.size(1) == 2 &&
+                  resized_in.size(0) == batch && resized_in.size(1) == 2 && label_images_in.size(0) == batch,
+              kernel, ": the batch fields do not have matching shapes");
+  const at::Tensor pred_boxes = pred_boxes_in.contiguous(), pred_labels = pred_labels_in.contiguous();
+  const at::Tensor gt_boxes = gt_boxes_in.contiguous(), gt_labels = gt_labels_in.contiguous();
+  const at::Tensor original = original_in.contiguous(), resized = resized_in.contiguous();
+  const at::Tensor label_images = label_images_in.contiguous();
+  const float* pb = pred_boxes.data_ptr<float>();
+  const int64_t* pl = pred_labels.data_ptr<int64_t>();
+  const float* gb = gt_boxes.data_ptr<float>();
+  const int64_t* gl = gt_labels.data_ptr<int64_t>();
+  const float* ori = original.data_ptr<float>();
+  const float* res = resized.data_ptr<float>();
+  const bool* checked_labels = label_images.data_ptr<bool>();
+  at::Tensor flags = at::zeros({batch}, at::kByte), offsets = at::zeros({batch, 4}, at::kInt);
+  uint8_t* flags_ptr = flags.data_ptr<uint8_t>();
+  int32_t* offsets_ptr = offsets.data_ptr<int32_t>();
+  const float thr = static_cast<float>(label_iou), extra = plus_one ? 1.0f : 0.0f;
+  const float tol_px = static_cast<float>(tolerance_px), tol_rel = static_cast<float>(tolerance_rel);
+  const float limit = static_cast<float>(downscale_limit), min_side = static_cast<float>(unit_min_side);
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    GtCoordinates gt;
+    for (std::vector<float>* v : {&gt.x1, &gt.y1, &gt.x2, &gt.y2, &gt.area, &gt.iou}) {
+      v->resize(num_gt);
+    }
+    float *gt_x1 = gt.x1.data(), *gt_y1 = gt.y1.data(), *gt_x2 = gt.x2.data(), *gt_y2 = gt.y2.data();
+    float *gt_area = gt.area.data(), *iou = gt.iou.data();
+    for (int64_t b = begin; b < end; ++b) {
+      const float* boxes = pb + b * num_pred * 4;
+      const int64_t* labels = pl + b * num_pred;
+      // box frames: known size, then each real box against the original extent, the resized one and [0, 1]
+      const float ow = ori[2 * b], oh = ori[2 * b + 1], rw = res[2 * b], rh = res[2 * b + 1];
+      const bool known = std::isfinite(ow) && std::isfinite(oh) && ow > 0.0f && oh > 0.0f;
+      const float w = known ? ow : 1.0f, h = known ? oh : 1.0f;
+      const float tol_w = tol_px + tol_rel * w, tol_h = tol_px + tol_rel * h;
+      const float ratio_w = rw / w, ratio_h = rh / h;
+      // amax over (width, height) propagates NaN
+      const float ratio = (ratio_w != ratio_w || ratio_h != ratio_h) ? ratio_w + ratio_h : std::max(ratio_w, ratio_h);
+      int64_t count = 0, outside = 0;
+      bool fits_resized = true, in_unit = true;
+      const bool maybe_downscaled = std::isfinite(ratio) && ratio <= limit;
+      const float ew = maybe_downscaled ? rw : w, eh = maybe_downscaled ? rh : h;
+      const float rtol_w = tol_px + tol_rel * ew, rtol_h = tol_px + tol_rel * eh;
+      for (int64_t n = 0; n < num_pred; ++n) {
+        if (labels[n] < 0) {
+          continue;
+        }
+        const float* box = boxes + n * 4;
+        ++count;
+        if (!(box[0] >= -tol_w && box[1] >= -tol_h && box[2] <= w + tol_w && box[3] <= h + tol_h)) {
+          ++outside;
+        }
+        if (!(box[0] >= -rtol_w && box[1] >= -rtol_h && box[2] <= ew + rtol_w && box[3] <= eh + rtol_h)) {
+          fits_resized = false;
+        }
+        for (int c = 0; c < 4; ++c) {
+          in_unit = in_unit && box[c] >= 0.0f && box[c] <= 1.0f;
+        }
+      }
+      const bool checked = known && count > 0;
+      const bool downscaled = checked && maybe_downscaled;
+      uint8_t flag = 0;
+      if (checked) {
+        flag |= 1;  // BOX_CHECKED
+        flag |= 2 * outside > count ? 2 : 0;  // BOX_OUTSIDE
+        flag |= downscaled && fits_resized ? 4 : 0;  // BOX_FITS_RESIZED
+        flag |= downscaled ? 8 : 0;  // BOX_DOWNSCALED
+        flag |= w > min_side && h > min_side && in_unit ? 16 : 0;  // BOX_UNIT
+      }
+      flags_ptr[b] = flag;
+      if (!checked_labels[b]) {
+        continue;
+      }
+      // label offsets: each real predicted object against every real GT box
+      const int64_t* gt_lab = gl + b * num_gt;
+      for (int64_t m = 0; m < num_gt; ++m) {
+        const float* g = gb + (b * num_gt + m) * 4;
+        gt_x1[m] = g[0];
+        gt_y1[m] = g[1];
+        gt_x2[m] = g[2];
+        gt_y2[m] = g[3];
+        gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      }
+      int32_t* counts = offsets_ptr + b * 4;
+      for (int64_t n = 0; n < num_pred; ++n) {
+        const int64_t label = labels[n];
+        if (label < 0) {
+          continue;
+        }
+        const float* a = boxes + n * 4;
+        const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
+        const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+        overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt, iou);
+        bool over = false, own = false, below = false, above = false;
+        for (int64_t m = 0; m < num_gt; ++m) {
+          if (gt_lab[m] < 0 || !(iou[m] >= thr)) {
+            continue;
+          }
+          over = true;
+          own = own || gt_lab[m] == label;
+          below = below || gt_lab[m] == label - 1;
+          above = above || gt_lab[m] == label + 1;
+        }
+        counts[0] += over;
+        counts[1] += own;
+        counts[2] += below;
+        counts[3] += above;
+      }
+    }
+  });
+  return {flags, offsets};
 }
 
 // The matching bit sets and GT relations a first-hit kernel reads (types and ranks; shapes are checked by the

@@ -38,10 +38,13 @@ wins every pair (a real model ranks several predicates in its first entries, and
 predicate favours a common one, which it recalls).
 """
 from collections import Counter
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from . import compiled
+from .boxes import box_iou
 
 BOX_CHECKED = 1       # the image has predicted boxes and a known original size
 BOX_OUTSIDE = 2
@@ -110,6 +113,43 @@ def box_frame_flags(boxes: Tensor, valid: Tensor, original_wh: Tensor, resized_w
     flags |= torch.where(checked & big & in_unit, BOX_UNIT, 0).to(torch.uint8)
     flags |= torch.where(checked, BOX_CHECKED, 0).to(torch.uint8)
     return flags
+
+
+def image_diagnostics(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
+                      original_wh: Tensor, resized_wh: Tensor, label_images: Tensor,
+                      plus_one: bool) -> Tuple[Tensor, Tensor]:
+    """The per-image input diagnostics of a padded batch: ``(flags [B] uint8, offsets [B, 4] int32)``, the
+    :func:`box_frame_flags` of the predicted boxes ``pred_boxes`` [B, N, 4] (real where ``pred_labels`` [B, N] >= 0;
+    ``original_wh`` / ``resized_wh`` [B, 2] (width, height) pixels, NaN where unknown) and the
+    :func:`label_offset_counts` (box IoU at :data:`LABEL_IOU`, legacy +1 pixel when ``plus_one``) of the images
+    marked in ``label_images`` [B] bool against the GT ``gt_boxes`` [B, M, 4] / ``gt_labels`` [B, M] (-1 padding),
+    zeros for the others. On the CPU the compiled kernels compute both in one pass over the images where they are
+    built (the same numbers); elsewhere the torch operations above run."""
+    kernels = compiled.kernels()
+    if kernels is not None and pred_boxes.device.type == 'cpu' and hasattr(kernels, 'image_diagnostics'):
+        return kernels.image_diagnostics(
+            pred_boxes.float(), pred_labels.long(), gt_boxes.float(), gt_labels.long(), original_wh.float(),
+            resized_wh.float(), label_images.bool(), LABEL_IOU, bool(plus_one), BOX_TOLERANCE_PX, BOX_TOLERANCE_REL,
+            DOWNSCALE_LIMIT, UNIT_MIN_IMAGE_SIDE)
+    flags = box_frame_flags(pred_boxes, pred_labels >= 0, original_wh, resized_wh)
+    checked = label_images.nonzero().squeeze(1)
+    offsets = torch.zeros((pred_boxes.shape[0], 4), dtype=torch.int32, device=pred_boxes.device)
+    offsets[checked] = label_offset_counts(box_iou(pred_boxes[checked], gt_boxes[checked], plus_one),
+                                           pred_labels[checked], gt_labels[checked])
+    return flags, offsets
+
+
+def label_offsets(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor, gt_labels: Tensor,
+                  plus_one: bool) -> Tensor:
+    """:func:`label_offset_counts` [B, 4] int32 of every image of a padded batch (box IoU at :data:`LABEL_IOU`; labels
+    -1 = padding): the compiled kernel of :func:`image_diagnostics` on the CPU where built, else the torch
+    operations."""
+    kernels = compiled.kernels()
+    if kernels is not None and pred_boxes.device.type == 'cpu' and hasattr(kernels, 'image_diagnostics'):
+        unknown = torch.full((pred_boxes.shape[0], 2), float('nan'))  # no image size: no box-frame flag
+        return image_diagnostics(pred_boxes, pred_labels, gt_boxes, gt_labels, unknown, unknown,
+                                 torch.ones(pred_boxes.shape[0], dtype=torch.bool), plus_one)[1]
+    return label_offset_counts(box_iou(pred_boxes, gt_boxes, plus_one), pred_labels, gt_labels)
 
 
 def box_frame_warnings(flags: Tensor) -> List[str]:

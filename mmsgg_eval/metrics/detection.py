@@ -17,9 +17,8 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
-from ..functional.boxes import box_iou
 from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, coco_precision, coco_summary)
-from ..functional.diagnostics import label_offset_counts, label_shift_warnings
+from ..functional.diagnostics import label_offsets, label_shift_warnings
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
 from ..user_messages import warn_user
@@ -163,9 +162,8 @@ class DetectionAP(RowMetric):
             float32_det_sizes=self.legacy_quirks, gt_unmatchable=gt_unmatchable)
         det_boxes, gt_boxes = (_pad([it[f'{n}_boxes'].float() for it in items], w, 0.0, (4,))
                                for n, w in (('det', width_d), ('gt', width_g)))
-        offsets = label_offset_counts(box_iou(det_boxes, gt_boxes, self.plus_one),  # the label-shift diagnostic
-                                      _pad([it['det_labels'] for it in items], width_d, -1),
-                                      _pad([it['gt_labels'] for it in items], width_g, -1))
+        offsets = label_offsets(det_boxes, _pad([it['det_labels'] for it in items], width_d, -1),  # label shifts
+                                gt_boxes, _pad([it['gt_labels'] for it in items], width_g, -1), self.plus_one)
         kept = out['kept']
         image_of_det = torch.arange(len(items), device=device)[:, None].expand_as(kept)[kept]
         counts = out['gt_counts']

@@ -17,8 +17,7 @@ from torch import Tensor
 
 from ..functional.limits import NO_HIT, POOL_SCORE_ROWS, RANK_CAP_INT16
 from ..functional import scene_graph_ranks, triplet_keys
-from ..functional.boxes import box_iou
-from ..functional.diagnostics import box_frame_flags, head_predicate_flags, label_checked_images, label_offset_counts
+from ..functional.diagnostics import head_predicate_flags, image_diagnostics, label_checked_images
 from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
@@ -228,12 +227,10 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             offsets = torch.zeros((len(samples), 4), dtype=torch.int32, device=device)
         else:
             original, resized = image_sizes(samples, device)
-            flags = box_frame_flags(batch.pred_boxes, batch.pred_labels >= 0, original, resized)
-            checked = label_checked_images(batch.sample_idx).nonzero().squeeze(1)  # the same on every world size
-            offsets = torch.zeros((len(samples), 4), dtype=torch.int32, device=device)
-            offsets[checked] = label_offset_counts(
-                box_iou(batch.pred_boxes[checked], batch.gt_boxes[checked], self.plus_one),
-                batch.pred_labels[checked], batch.gt_labels[checked])
+            flags, offsets = image_diagnostics(batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels,
+                                               original, resized,
+                                               label_checked_images(batch.sample_idx),  # the same on every world size
+                                               self.plus_one)
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
         width = host_tensor(widths, torch.int16, device)
         return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
