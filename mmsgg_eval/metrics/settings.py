@@ -91,6 +91,8 @@ def key_value(value: Any, identity: bool = True) -> Hashable:
     if value is None or isinstance(value, (bool, int, float, str)):
         return (type(value).__name__, value)
     if isinstance(value, (list, tuple)):
+        if all(type(v) is str for v in value):  # names (classes, predicates): the rule below, at once
+            return ('sequence', tuple([('str', v) for v in value]))
         return ('sequence', tuple(key_value(v, identity) for v in value))
     if isinstance(value, (set, frozenset)):
         return ('set', tuple(sorted((key_value(v, identity) for v in value), key=repr)))
