@@ -123,7 +123,7 @@ def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predica
     key = image_of_rel * num_predicates + predicate
     size = num_images * num_predicates
     count = torch.bincount(key, minlength=size).view(num_images, num_predicates)  # integer counts
-    n_img = (count > 0).sum(0).double()  # images containing each predicate
+    n_img = count.clamp(max=1).sum(0).double()  # images containing each predicate (integer sums)
     present = n_img > 0
     columns = [(rank, k) for rank, ks in ranks for k in ks]
     if not columns:
