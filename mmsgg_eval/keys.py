@@ -39,6 +39,7 @@ the bootstrap contributions. The keys that are no function of per-image sums (th
 each bootstrap replicate's rows by the one function that gives their summary value.
 """
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Dict, Optional, Tuple
 
 #: the summation orders of a :class:`RowKey`
@@ -141,11 +142,13 @@ FAMILY_ORDER: Tuple[str, ...] = tuple(
     + [n for n in FAMILY_TITLES if n in {f.name for f in SCENE_GRAPH_FAMILIES if f.reported_by == 'mean_recall'}])
 
 
+@lru_cache(maxsize=None)
 def subset_families(subset: str) -> Tuple[str, ...]:
     """The family names counting only the GT relations of ``subset`` (``'zeroshot'``: zR, ngzR, zmR)."""
     return tuple(dict.fromkeys(f.name for f in SCENE_GRAPH_FAMILIES if f.subset == subset))
 
 
+@lru_cache(maxsize=None)
 def reported_families(reported_by: str) -> Tuple[str, ...]:
     """The family names (the part of a key before ``@``) one metric of the pair returns: ``'recall'``
     (SGRecall: its families and the error analysis') or ``'mean_recall'`` (SGMeanRecall)."""

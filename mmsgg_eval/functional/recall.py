@@ -3,7 +3,7 @@ or all), for every K at once. The ranks come from :func:`~mmsgg_eval.functional.
 a GT relation is hit within the top K when its rank is < K, so the per-image state is a few integers per GT
 relation, independent of the number of predictions.
 """
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -47,19 +47,34 @@ def recall_from_ranks(rank: Tensor, image_of_rel: Tensor, num_images: int, ks: S
     ``average='image'``: mean over images of hits/n; ``'micro'``: total hits / total GT. ``empty``: the value
     when no relation counts (0 for the whole evaluation, NaN for a subset: :data:`NO_VALUE`).
     """
-    if not len(ks):
-        return torch.zeros(0, dtype=torch.float64)
     if rel_mask is not None:
         rank, image_of_rel = rank[rel_mask], image_of_rel[rel_mask]
+    return recalls_from_ranks([(rank, ks)], image_of_rel, num_images, average, empty)[0]
+
+
+def recalls_from_ranks(ranks: Sequence[Tuple[Tensor, Sequence[int]]], image_of_rel: Tensor, num_images: int,
+                       average: str = 'image', empty: float = 0.0) -> List[Tensor]:
+    """:func:`recall_from_ranks` of several first-hit rank columns of the same GT relations, each with its Ks
+    (``ranks``: ``[(rank [G], ks), ...]``): one [len(ks)] float64 tensor per column, in the given order; the GT
+    relations per image are counted once."""
     count = torch.bincount(image_of_rel, minlength=num_images).double()
     has = count > 0
-    results = []
-    for hits in hits_per_k_columns(rank, image_of_rel, num_images, ks):  # each K's sums over contiguous [I]
-        if average == 'micro':
-            results.append(hits.sum() / count.sum() if count.sum() > 0 else hits.new_full((), empty))
-        else:
-            results.append((hits[has] / count[has]).mean() if has.any() else hits.new_full((), empty))
-    return torch.stack(results)
+    if average == 'micro':
+        total = count.sum()
+        counted = bool(total > 0)
+    else:
+        counted = bool(has.any())
+        per_image = count[has]
+    out = []
+    for rank, ks in ranks:
+        results = []
+        for hits in hits_per_k_columns(rank, image_of_rel, num_images, ks):  # each K's sums over contiguous [I]
+            if average == 'micro':
+                results.append(hits.sum() / total if counted else hits.new_full((), empty))
+            else:
+                results.append((hits[has] / per_image).mean() if counted else hits.new_full((), empty))
+        out.append(torch.stack(results) if results else torch.zeros(0, dtype=torch.float64))
+    return out
 
 
 #: The value of a key whose relations, predicates or images do not exist in the evaluation (a subset, group or
@@ -88,25 +103,46 @@ def per_predicate_recall(rank: Tensor, predicate: Tensor, image_of_rel: Tensor, 
     """Per-predicate recall [len(ks), P] (float64) and presence mask [P].
 
     ``'image'`` (legacy mR): for predicate p, mean over the images containing p of hits_p / count_p.
-    ``'micro'``: total hits of p / total GT of p.
+    ``'micro'``: total hits of p / total GT of p. (:func:`per_predicate_recalls` with one rank column.)
     """
+    tables, present = per_predicate_recalls([(rank, ks)], predicate, image_of_rel, num_images, num_predicates,
+                                            average)
+    return tables[0], present
+
+
+def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predicate: Tensor, image_of_rel: Tensor,
+                          num_images: int, num_predicates: int, average: str = 'image') -> Tuple[List[Tensor], Tensor]:
+    """:func:`per_predicate_recall` of several first-hit rank columns of the same GT relations, each with its Ks
+    (``ranks``: ``[(rank [G], ks), ...]``), in one pass: the per-(image, predicate) GT counts are read once, the hits
+    of each (column, K) are one bincount, and the per-predicate steps run on all of them at once. Returns one [len(ks), P] float64 table
+    per column (in the given order) and the presence mask [P] (predicates with a GT relation).
+
+    Each table is the same number, bit for bit, as its own call computes: per (column, K) the hits over the
+    contiguous [I, P] table of the image and predicate counts, summed over the images (``'image'``) in that
+    layout."""
     key = image_of_rel * num_predicates + predicate
     size = num_images * num_predicates
-    count = torch.bincount(key, minlength=size).double().view(num_images, num_predicates)
-    n_img = (count > 0).sum(0).double()  # images containing each predicate
+    count = torch.bincount(key, minlength=size).view(num_images, num_predicates)  # integer counts
+    n_img = count.clamp(max=1).sum(0).double()  # images containing each predicate (integer sums)
     present = n_img > 0
-    if not len(ks):
-        return torch.zeros((0, num_predicates), dtype=torch.float64), present
-    rows = []
-    divisor = count.clamp(min=1)
-    for column in hits_per_k_columns(rank, key, size, ks):  # each K's sums over contiguous [I, P] tables
-        hits = column.view(num_images, num_predicates)
-        if average == 'micro':
-            rows.append(torch.where(present, hits.sum(0) / count.sum(0).clamp(min=1), torch.zeros_like(hits[0])))
-        else:
-            ratio = hits / divisor  # 0 / 1 = 0 where the image has no relation of the predicate (no hit either)
-            rows.append(torch.where(present, ratio.sum(0) / n_img.clamp(min=1), torch.zeros_like(n_img)))
-    return torch.stack(rows), present
+    columns = [(rank, k) for rank, ks in ranks for k in ks]
+    if not columns:
+        return [torch.zeros((0, num_predicates), dtype=torch.float64) for _ in ranks], present
+    key = key.long()
+    # each (column, K): a bincount of its hit keys into a contiguous [I, P] table of integer hits
+    hits = [torch.bincount(key[rank < rank_limit(k)], minlength=size).view(num_images, num_predicates)
+            for rank, k in columns]
+    if average == 'micro':  # integer sums (exact), one division per predicate
+        values = torch.stack([h.sum(0) for h in hits]).double() / count.sum(0).clamp(min=1).double()
+    else:
+        divisor = count.clamp(min=1).double()  # 0 / 1 = 0 where the image has no relation of the predicate
+        values = torch.stack([(h / divisor).sum(0) for h in hits]) / n_img.clamp(min=1)
+    values = torch.where(present, values, torch.zeros_like(values))
+    tables, start = [], 0
+    for _, ks in ranks:
+        tables.append(values[start:start + len(ks)])
+        start += len(ks)
+    return tables, present
 
 
 def evaluated_image_rows(image_sample_idx: Tensor, evaluated: Tensor, rel_sample_idx: Tensor):

@@ -201,8 +201,7 @@ class RowMetric(BaseMetric):
         :meth:`row_facts`); None (default) = share nothing."""
         if not self.shares_work:
             return None
-        from .settings import work_key
-        return work_key(self, 'rows')
+        return self._work_key('rows')
 
     def summary_key(self) -> Optional[Hashable]:
         """Exact key of the settings :meth:`summarize` depends on besides the tables and ``dataset_meta``: the
@@ -210,8 +209,18 @@ class RowMetric(BaseMetric):
         reuse another member's summary."""
         if not self.shares_work:
             return None
+        return self._work_key('summary')
+
+    def _work_key(self, part: str) -> Optional[Hashable]:
+        """:func:`~mmsgg_eval.metrics.settings.work_key` of ``part``, computed once per :meth:`evaluate` (nothing it
+        reads changes during one: the arguments, ``dataset_meta``); outside evaluate() each call computes it."""
         from .settings import work_key
-        return work_key(self, 'summary')
+        memo = self.__dict__.get('_evaluate_keys')
+        if memo is None:
+            return work_key(self, part)
+        if part not in memo:
+            memo[part] = work_key(self, part, rows=self._work_key('rows') if part == 'summary' else None)
+        return memo[part]
 
     def row_facts(self) -> Tuple[Tuple[str, Any], ...]:
         """``(name, value)`` of what the rows depend on besides the constructor arguments: dataset facts
@@ -390,6 +399,13 @@ class RowMetric(BaseMetric):
             warn_user(f'{self.name}: evaluate() called again without new samples since the last call; returning '
                   f'the previous result')
             return dict(self._last_metrics)
+        self._evaluate_keys: Optional[Dict[str, Hashable]] = {}  # the work keys, computed once (_work_key)
+        try:
+            return self._evaluate(size)
+        finally:
+            self._evaluate_keys = None
+
+    def _evaluate(self, size: int) -> Dict[str, float]:
         self.flush()
         self._compute_group()
         with compute_threads():  # the reduce and the summary: many short ops, the same thread policy as a pool

@@ -9,8 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..functional import per_predicate_recall, recall_from_ranks
-from ..functional.recall import hit_within, mean_recall, rank_limit
+from ..functional.recall import hit_within, mean_recall, per_predicate_recalls, rank_limit, recalls_from_ranks
 from ..keys import ERROR_FAMILIES, SCENE_GRAPH_FAMILIES, KeyFamily
 from ..functional import error_causes
 from ..functional.bootstrap import ratio
@@ -57,6 +56,7 @@ class Relations:
     groups: Dict[str, Sequence[int]]
     novel_subsets: Tuple[str, ...] = ()
     tables: Dict[Any, Any] = field(default_factory=dict)  # per-predicate tables, computed once
+    selected: Dict[Any, Tensor] = field(default_factory=dict)  # the columns of a subset, selected once
     errors: Optional[ErrorRows] = None  #: the error analysis' rows (None: no error analysis, no such keys)
 
 
@@ -138,23 +138,48 @@ def key_instances(metric: Any, rels: Relations,
 
 
 def _selected(rels: Relations, inst: KeyInstance) -> Tuple[Tensor, Tensor, Tensor]:
-    """(rank, predicate, image) of the GT relations an instance counts."""
-    rank = rels.ranks[inst.rank]
+    """(rank, predicate, image) of the GT relations an instance counts (a subset's columns selected once)."""
     if inst.mask is None:
-        return rank, rels.predicate, rels.image_of
-    mask = rels.masks[inst.mask]
-    return rank[mask], rels.predicate[mask], rels.image_of[mask]
+        return rels.ranks[inst.rank], rels.predicate, rels.image_of
+    return _subset(rels, inst.rank, inst.mask), _subset(rels, 'predicate', inst.mask), \
+        _subset(rels, 'image_of', inst.mask)
+
+
+def _subset(rels: Relations, column: str, mask: str) -> Tensor:
+    """The rank ``column`` (or ``'predicate'``, ``'image_of'``) of the GT relations of the subset ``mask``."""
+    key = (column, mask)
+    if key not in rels.selected:
+        values = rels.predicate if column == 'predicate' else rels.image_of if column == 'image_of' else \
+            rels.ranks[column]
+        rels.selected[key] = values[rels.masks[mask]]
+    return rels.selected[key]
 
 
 def per_predicate_table(metric: Any, rels: Relations, inst: KeyInstance) -> Tuple[Tensor, Tensor]:
     """([K, P] per-predicate recall, [P] presence) of the relations of ``inst`` (computed once per rank, subset
-    and K: mR@K and its groups read one table)."""
+    and K: mR@K and its groups read one table; :func:`fill_tables`)."""
     key = (inst.rank, inst.mask, inst.ks)
     if key not in rels.tables:
-        rank, pred, image = _selected(rels, inst)
-        rels.tables[key] = per_predicate_recall(rank, pred, image, rels.num_images, len(metric.predicates),
-                                                inst.ks, metric.recall_average)
+        fill_tables(metric, rels, [inst])
     return rels.tables[key]
+
+
+def fill_tables(metric: Any, rels: Relations, instances: Sequence[KeyInstance]) -> None:
+    """Put the per-predicate tables of ``instances`` that ``rels.tables`` lacks there, keyed ``(rank, subset,
+    ks)``: one :func:`~mmsgg_eval.functional.recall.per_predicate_recalls` pass per subset of GT relations, for
+    every rank column and K of it at once (the counts per image and predicate read once)."""
+    missing: Dict[Optional[str], Dict[Tuple[Any, ...], KeyInstance]] = {}
+    for inst in instances:
+        key = (inst.rank, inst.mask, inst.ks)
+        if key not in rels.tables:
+            missing.setdefault(inst.mask, {})[key] = inst
+    for mask, wanted in missing.items():
+        first = next(iter(wanted.values()))
+        _, pred, image = _selected(rels, first)
+        columns = [(_selected(rels, inst)[0], inst.ks) for inst in wanted.values()]
+        tables, present = per_predicate_recalls(columns, pred, image, rels.num_images, len(metric.predicates),
+                                                metric.recall_average)
+        rels.tables.update({key: (table, present) for key, table in zip(wanted, tables)})
 
 
 def predicate_table(metric: Any, rels: Relations, families: Sequence[KeyFamily] = SCENE_GRAPH_FAMILIES) -> Tensor:
@@ -162,6 +187,21 @@ def predicate_table(metric: Any, rels: Relations, families: Sequence[KeyFamily] 
     (the graph-constrained ranks): the summary's per-predicate table."""
     family = next(f for f in families if f.kind == 'predicates')
     return per_predicate_table(metric, rels, next(_instances(family, metric, rels, None)))[0]
+
+
+def _recall_values(metric: Any, rels: Relations, instances: Sequence[KeyInstance]) -> Dict[int, Tensor]:
+    """``{id(instance): [K] recall}`` of the 'recall' instances: one
+    :func:`~mmsgg_eval.functional.recall.recalls_from_ranks` pass per subset of GT relations (and empty value)."""
+    groups: Dict[Tuple[Optional[str], str], List[KeyInstance]] = {}
+    for inst in instances:
+        groups.setdefault((inst.mask, repr(inst.family.empty)), []).append(inst)  # (NaN != NaN)
+    out: Dict[int, Tensor] = {}
+    for members in groups.values():
+        image = _selected(rels, members[0])[2]
+        values = recalls_from_ranks([(_selected(rels, inst)[0], inst.ks) for inst in members], image, rels.num_images,
+                                    metric.recall_average, members[0].family.empty)
+        out.update({id(inst): v for inst, v in zip(members, values)})
+    return out
 
 
 def _combined(family: KeyFamily, r: float, mr: float) -> float:
@@ -175,7 +215,10 @@ def summary_keys(metric: Any, rels: Relations,
     """Every declared key of ``metric`` (percent) from the evaluated relations, in the declaration order
     (``families``: a selection of the declarations, e.g. the ones the HTML report shows)."""
     m: Dict[str, float] = {}
-    for block in key_instances(metric, rels, families):
+    blocks = list(key_instances(metric, rels, families))
+    fill_tables(metric, rels, [inst for block in blocks for inst in block if inst.family.kind == 'predicates'])
+    recalls = _recall_values(metric, rels, [block[0] for block in blocks if block[0].family.kind == 'recall'])
+    for block in blocks:
         family = block[0].family
         if family.kind == 'combined':
             for k in metric.topk:
@@ -188,9 +231,7 @@ def summary_keys(metric: Any, rels: Relations,
             continue
         inst = block[0]
         if family.kind == 'recall':
-            rank, _, image = _selected(rels, inst)
-            values = recall_from_ranks(rank, image, rels.num_images, inst.ks, average=metric.recall_average,
-                                       empty=family.empty).tolist()
+            values = recalls[id(inst)].tolist()
         elif family.kind == 'pairs':  # micro over every GT relation
             rank, _, _ = _selected(rels, inst)
             total = float(rank.numel())

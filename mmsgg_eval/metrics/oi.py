@@ -27,7 +27,7 @@ from .options import one_of, positive_ints
 from .scene_graph_inputs import as_unpredicted, score_rows
 from ..keys import RowKey
 from .bootstrap import Contributions
-from .row_keys import Columns, row_key_contributions, row_key_values
+from .row_keys import Columns, row_key_contributions, row_key_value, row_key_values
 
 #: modes of the OI protocol (PySGG's PredCls / SGCls / SGDet; phrase detection is the AP_phr half of every mode)
 OI_MODES = ('predcls', 'sgcls', 'sgdet')
@@ -189,11 +189,13 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
 
     def scores_of(self, sorted_rows: Dict[str, Tensor], relations: Dict[str, Tensor],
                   row_weight: Optional[Tensor] = None, rel_weight: Optional[Tensor] = None,
-                  groups: Optional[Tuple[Tensor, Tensor]] = None) -> Dict[str, Any]:
-        """Every key (fractions) and the per-predicate APs and GT counts of sorted entry rows and GT relations,
-        optionally weighted (a bootstrap replicate's draws of each row's image: the rows are repeated as the copies
-        of the images would be swept, :func:`~mmsgg_eval.functional.oi.copied_rows`; ``groups``: the rows'
-        :func:`~mmsgg_eval.functional.oi.tie_groups` when already known)."""
+                  groups: Optional[Tuple[Tensor, Tensor]] = None, recall_50: Optional[float] = None
+                  ) -> Dict[str, Any]:
+        """The AP keys and final scores (fractions) and the per-predicate APs and GT counts of sorted entry rows and
+        GT relations, optionally weighted (a bootstrap replicate's draws of each row's image: the rows are repeated
+        as the copies of the images would be swept, :func:`~mmsgg_eval.functional.oi.copied_rows`; ``groups``: the
+        rows' :func:`~mmsgg_eval.functional.oi.tie_groups` when already known). ``recall_50``: the pooled R@50
+        (fraction) the final scores read; None: computed from the weighted relations (a replicate)."""
         num_predicates = len(self.predicates)
         pred = relations['predicate'].long()
         npos = torch.bincount(pred, weights=rel_weight, minlength=num_predicates).double() \
@@ -202,29 +204,36 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
             index = copied_rows(tie_groups(sorted_rows) if groups is None else groups, row_weight)
             sorted_rows = {n: sorted_rows[n].index_select(0, index) for n in ('predicate', 'tp_rel', 'tp_phr')}
         ap_rel, ap_phr = oi_average_precisions(sorted_rows, npos, num_predicates)
-        ks = self.recall_ks()
-        recall = pooled_recall(stored_first_hits(relations['first_hit']), ks, rel_weight)
-        values = dict(zip([f'R@{k}' for k in ks], recall.tolist()))
-        values.update(oi_scores(ap_rel, ap_phr, npos, values['R@50']))
+        if recall_50 is None:  # a replicate: the relations weighed by their image's draws, pooled
+            recall_50 = float(pooled_recall(stored_first_hits(relations['first_hit']), [50], rel_weight)[0])
+        values = oi_scores(ap_rel, ap_phr, npos, recall_50)
         return {'values': values, 'ap_rel': ap_rel, 'ap_phr': ap_phr, 'npos': npos}
 
     def row_keys(self) -> Tuple[RowKey, ...]:
         """``R@K``, declared once (:class:`~mmsgg_eval.keys.RowKey`): the GT relations hit within K over all GT
         relations, pooled over the images (0 without GT relations). The AP keys are :func:`ap_keys` of
         :meth:`scores_of`, recomputed per bootstrap replicate."""
-        return tuple(RowKey(f'R@{k}', 'relations', f'hit:{k}', empty=0.0, summation='mean') for k in self.topk)
+        return tuple(self.recall_key(k) for k in self.topk)
+
+    @staticmethod
+    def recall_key(k: int, scale: float = 100.0) -> RowKey:
+        """The declaration of the pooled ``R@{k}`` (``scale`` 1: the fraction the final scores read)."""
+        return RowKey(f'R@{k}', 'relations', f'hit:{k}', scale=scale, empty=0.0, summation='mean')
 
     def key_columns(self, tables: Tables) -> Columns:
-        """The columns :meth:`row_keys` read: per GT relation ``hit:{K}`` (its first hit is within K)."""
+        """The columns :meth:`row_keys` read: per GT relation ``hit:{K}`` (its first hit is within K), for each K of
+        :meth:`recall_ks` (R@50 of the final scores included)."""
         rels = tables['relations']
         rank = stored_first_hits(rels['first_hit'])
         return {'relations': {'sample_idx': rels['sample_idx'],
-                              **{f'hit:{k}': rank < rank_limit(k) for k in self.topk}}}
+                              **{f'hit:{k}': rank < rank_limit(k) for k in self.recall_ks()}}}
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:
         images, rels = tables['images'], tables['relations']
-        result = self.scores_of(self.sorted_entries(tables['entries']), rels)
-        m = row_key_values(self.row_keys(), self.key_columns(tables))
+        columns = self.key_columns(tables)
+        m = row_key_values(self.row_keys(), columns)
+        result = self.scores_of(self.sorted_entries(tables['entries']), rels,
+                                recall_50=row_key_value(self.recall_key(50, scale=1.0), columns))
         m.update(ap_keys(result))
         npos = result['npos'].long().tolist()
         ap_rel, ap_phr = result['ap_rel'].tolist(), result['ap_phr'].tolist()

@@ -209,12 +209,9 @@ class SceneGraphSummary:
         # (key, outcome, K index) of each column, in the row's order: R@K, then the causes at K, for each K
         columns = [c for j, k in enumerate(ks) for c in [(f'R@{k}', 'hit', j)] + [(f'miss@{k}_{c}', c, j)
                                                                                      for c in reported]]
-        per_predicate = {}
-        for i in self._predicate_order():
-            if num_gt[i]:
-                per_predicate[self.predicates[i]] = {'num_gt': num_gt[i], **{key: 100.0 * rows[outcome][j][i]
-                                                                             for key, outcome, j in columns}}
-        return per_predicate
+        names = self.predicates
+        return {names[i]: {'num_gt': num_gt[i], **{key: 100.0 * rows[outcome][j][i] for key, outcome, j in columns}}
+                for i in self._predicate_order() if num_gt[i]}
 
     def _predicate_order(self) -> List[int]:
         """Predicate indices by descending training frequency when ``predicate_counts`` is known, else in order."""
@@ -228,19 +225,12 @@ class SceneGraphSummary:
         """``{predicate: {'R@K': percent, ..., 'num_gt': GT relations}}`` from the per-predicate recalls [K, P] and
         the evaluated relations' predicates, by descending training frequency when ``predicate_counts`` is known
         (else in predicate order)."""
-        ks, num_pred_classes = self.topk, len(self.predicates)
-        counts = self._meta('predicate_counts')
-        order = list(range(num_pred_classes))
-        if counts is not None and len(counts) == num_pred_classes:
-            order.sort(key=lambda i: (-float(counts[i]), i))
+        ks, names = self.topk, self.predicates
+        order = self._predicate_order()
         per_pred_rows = per_pred.tolist()  # [K][P] floats (element-wise tensor reads are slow)
-        per_predicate = {
-            self.predicates[i]: {f'R@{k}': 100.0 * per_pred_rows[j][i] for j, k in enumerate(ks)}
-            for i in order}
-        num_gt = torch.bincount(pred, minlength=num_pred_classes).tolist()
-        for i in order:
-            per_predicate[self.predicates[i]]['num_gt'] = num_gt[i]
-        return per_predicate
+        num_gt = torch.bincount(pred, minlength=len(names)).tolist()
+        return {names[i]: {**{f'R@{k}': 100.0 * per_pred_rows[j][i] for j, k in enumerate(ks)}, 'num_gt': num_gt[i]}
+                for i in order}
 
     def novel_subsets(self, triplets: Tensor, novel: Dict[str, Any]) -> Dict[str, Tensor]:
         """[G] bool masks of the open-vocabulary subsets of GT relations (their triplet codes): 'novel_obj'

@@ -91,6 +91,8 @@ def key_value(value: Any, identity: bool = True) -> Hashable:
     if value is None or isinstance(value, (bool, int, float, str)):
         return (type(value).__name__, value)
     if isinstance(value, (list, tuple)):
+        if all(type(v) is str for v in value):  # names (classes, predicates): the rule below, at once
+            return ('sequence', tuple([('str', v) for v in value]))
         return ('sequence', tuple(key_value(v, identity) for v in value))
     if isinstance(value, (set, frozenset)):
         return ('set', tuple(sorted((key_value(v, identity) for v in value), key=repr)))
@@ -109,7 +111,7 @@ def key_value(value: Any, identity: bool = True) -> Hashable:
     return (kind, value)
 
 
-def work_key(metric: Any, part: str, identity: bool = True) -> Optional[Hashable]:
+def work_key(metric: Any, part: str, identity: bool = True, rows: Optional[Hashable] = None) -> Optional[Hashable]:
     """The key of shared work, derived (never hand-listed): ``part='rows'`` is the compute key (what
     :meth:`~mmsgg_eval.metrics.base.RowMetric.compute_rows` depends on), ``part='summary'`` the summary key.
 
@@ -119,7 +121,8 @@ def work_key(metric: Any, part: str, identity: bool = True) -> Optional[Hashable
     dataset facts and derived values the rows read: class and predicate names, zero-shot codes by content,
     ...). Summary: the rows' key plus the ``summary_arguments``. So an argument added to a constructor is part
     of both keys unless declared otherwise: forgetting it can cost sharing, never give a wrong shared summary.
-    None when the metric's arguments were not recorded (shares nothing). ``identity``: as :func:`key_value`."""
+    None when the metric's arguments were not recorded (shares nothing). ``identity``: as :func:`key_value`;
+    ``rows``: the rows' key when already computed (``part='summary'``)."""
     recorded = recorded_arguments(metric)
     if recorded is None:
         return None
@@ -133,7 +136,7 @@ def work_key(metric: Any, part: str, identity: bool = True) -> Optional[Hashable
         return (f'{owner.__module__}.{owner.__qualname__}', schema, arguments,
                 tuple((k, key_value(v, identity)) for k, v in metric.row_facts()))
     if part == 'summary':
-        rows = work_key(metric, 'rows', identity)
+        rows = work_key(metric, 'rows', identity) if rows is None else rows
         return (rows, tuple((k, key_value(recorded[k][0], identity) if k in recorded else ('not given',))
                             for k in summary_only))
     raise ValueError(f'work_key: part must be rows or summary, got {part!r}')

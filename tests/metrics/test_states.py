@@ -39,6 +39,14 @@ def data(tmp_path_factory):
                 grounding=RSVGDDataset(data_root=grounding_root, split='test', pipeline=[]))
 
 
+@pytest.fixture(scope='module')
+def sgdet_recall(data, tmp_path_factory):
+    """One offline SGDet run of SGRecall over every record with ``save_state`` (keys, work dir, states dir), shared by
+    the tests that only read its outputs."""
+    return sg_run(data, tmp_path_factory.mktemp('sgdet_recall'), 'run', predictions_for(data['dataset']), 'sgdet',
+                  None, metrics=['SGRecall'])
+
+
 def metric_samples(dataset, records):
     """Data-sample dicts of JSONL-style records, GT from the dataset (as the JSONL reader builds them)."""
     from mmsgg_eval.io.samples import DatasetSamples
@@ -97,9 +105,9 @@ def test_from_state_and_merged_shards_equal_the_run(data, tmp_path, mode, protoc
         assert files_of(str(merged_dir)) == expected
 
 
-def test_merged_tables_equal_the_tables_of_one_run(data, tmp_path):
+def test_merged_tables_equal_the_tables_of_one_run(data, tmp_path, sgdet_recall):
     records = predictions_for(data['dataset'])
-    _, _, states = sg_run(data, tmp_path, 'full', records, 'sgdet', None, metrics=['SGRecall'])
+    _, work, states = sgdet_recall
     full = load_state(osp.join(states, 'sgdet.recall.state'))
     parts = [load_state(osp.join(sg_run(data, tmp_path, f'p{k}', part, 'sgdet', None, metrics=['SGRecall'],
                                         shard=True)[2], 'sgdet.recall.state'))
@@ -114,7 +122,7 @@ def test_merged_tables_equal_the_tables_of_one_run(data, tmp_path):
     assert missing_samples(merged) == [] and missing_samples(parts[0]) == [1, 2, 4, 5, 7, 8, 10, 11]
     keys, summary = summarize_state(merged)
     assert {f'sgdet/{k}': v for k, v in keys.items()} == {k: v for k, v in
-                                                           json.load(open(tmp_path / 'full' / 'metrics.json')).items()
+                                                           json.load(open(osp.join(work, 'metrics.json'))).items()
                                                            if k in {f'sgdet/{k}' for k in keys}}
     assert summary['num_missing_predictions'] == 0
 
@@ -425,12 +433,12 @@ def test_state_files_follow_the_umask(data, tmp_path):
     assert os.stat(tmp_path / 'c.state').st_mode & 0o777 == 0o664
 
 
-def test_output_locations_are_checked_before_any_work(data, tmp_path, capsys, monkeypatch):
+def test_output_locations_are_checked_before_any_work(data, tmp_path, capsys, monkeypatch, sgdet_recall):
     """--from-state with --save-state FILE (a file, not a directory) or an unwritable --work-dir: exit 1 with one
     line before any metric is summarised; a metric's save_state= whose folder cannot be written (or that names a
     directory) fails at the first process(), as its other outputs do."""
     records = predictions_for(data['dataset'])
-    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    _, _, states = sgdet_recall
     (tmp_path / 'a_file').write_text('x')
     import mmsgg_eval.metrics.state as state_module
     summarised = []
@@ -454,12 +462,11 @@ def test_output_locations_are_checked_before_any_work(data, tmp_path, capsys, mo
             metric.process({}, samples)
 
 
-def test_output_arguments_are_never_taken_from_a_state(data, tmp_path, capsys):
+def test_output_arguments_are_never_taken_from_a_state(data, tmp_path, capsys, sgdet_recall):
     """A state is untrusted input: output arguments in its settings (outfile_prefix, report_dir, per_image_out,
     ...) are dropped with a warning, so --from-state writes only under --work-dir; a prefix that is not a plain
     name (it names files) is refused."""
-    records = predictions_for(data['dataset'])
-    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    _, _, states = sgdet_recall
     path = osp.join(states, 'sgdet.recall.state')
     state = load_state(path)
     outside = tmp_path / 'outside'
@@ -481,12 +488,11 @@ def test_output_arguments_are_never_taken_from_a_state(data, tmp_path, capsys):
     assert not (tmp_path / 'escape.metrics.json').exists()
 
 
-def test_a_state_without_a_column_the_metric_reads_is_refused_naming_it(data, tmp_path, capsys):
+def test_a_state_without_a_column_the_metric_reads_is_refused_naming_it(data, tmp_path, capsys, sgdet_recall):
     """A state written before a row column existed (here: the first-hit rank column removed, as an older version
     would have written it) is refused with the file, the version that wrote it and the column; a column the
     metric does not read is no obstacle."""
-    records = predictions_for(data['dataset'])
-    _, _, states = sg_run(data, tmp_path, 'run', records, 'sgdet', None, metrics=['SGRecall'])
+    _, _, states = sgdet_recall
     path = osp.join(states, 'sgdet.recall.state')
     state = load_state(path)
     table, column = next((t, c) for t, cols in state.tables.items() for c in cols if c != 'sample_idx')
