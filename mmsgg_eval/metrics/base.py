@@ -199,28 +199,22 @@ class RowMetric(BaseMetric):
         :class:`ComputeGroup`): derived when :attr:`shares_work` (:func:`~mmsgg_eval.metrics.settings.work_key`:
         the constructor arguments but the output-only and :attr:`summary_arguments` ones, the row schema and
         :meth:`row_facts`); None (default) = share nothing."""
-        if not self.shares_work:
-            return None
-        return self._work_key('rows')
+        return self._work_key('rows') if self.shares_work else None
 
     def summary_key(self) -> Optional[Hashable]:
         """Exact key of the settings :meth:`summarize` depends on besides the tables and ``dataset_meta``: the
         compute key plus the :attr:`summary_arguments` (derived, as :meth:`compute_key`); None (default) = never
         reuse another member's summary."""
-        if not self.shares_work:
-            return None
-        return self._work_key('summary')
+        return self._work_key('summary') if self.shares_work else None
 
     def _work_key(self, part: str) -> Optional[Hashable]:
         """:func:`~mmsgg_eval.metrics.settings.work_key` of ``part``, computed once per :meth:`evaluate` (nothing it
         reads changes during one: the arguments, ``dataset_meta``); outside evaluate() each call computes it."""
         from .settings import work_key
         memo = self.__dict__.get('_evaluate_keys')
-        if memo is None:
-            return work_key(self, part)
-        if part not in memo:
+        if memo is not None and part not in memo:
             memo[part] = work_key(self, part, rows=self._work_key('rows') if part == 'summary' else None)
-        return memo[part]
+        return work_key(self, part) if memo is None else memo[part]
 
     def row_facts(self) -> Tuple[Tuple[str, Any], ...]:
         """``(name, value)`` of what the rows depend on besides the constructor arguments: dataset facts
