@@ -49,7 +49,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(box-frame flags [B] uint8, label offset counts [B, 4] int32) of the input diagnostics, image by image",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("original"),
         py::arg("resized"), py::arg("label_images"), py::arg("label_iou"), py::arg("plus_one"),
-        py::arg("tolerance_px"), py::arg("tolerance_rel"), py::arg("downscale_limit"), py::arg("unit_min_side"));
+        py::arg("tolerance_px"), py::arg("tolerance_rel"), py::arg("downscale_limit"), py::arg("unit_min_side"),
+        py::arg("flag_bits"));
   const char* hits_doc = "first-hit rank [B, G] int32 of every GT relation in a ranked list";
   m.def("first_hit_ranks", &first_hit_ranks, hits_doc, py::arg("subject_bits"), py::arg("object_bits"),
         py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("rel_pairs"), py::arg("index"), py::arg("valid"),

@@ -259,7 +259,7 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
     const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
     const at::Tensor& gt_labels, const at::Tensor& original, const at::Tensor& resized,
     const at::Tensor& label_images, double label_iou, bool plus_one, double tolerance_px, double tolerance_rel,
-    double downscale_limit, double unit_min_side);
+    double downscale_limit, double unit_min_side, const std::vector<int64_t>& flag_bits);
 at::Tensor first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
                            const at::Tensor& gt_predicates, const at::Tensor& gt_valid,
                            const std::vector<at::Tensor>& rel_pairs,

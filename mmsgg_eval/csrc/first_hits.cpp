@@ -325,12 +325,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
 // [B, 4] int32, label_offset_counts of the images marked in label_images [B] (zeros elsewhere): the predicted
 // objects whose box IoU (box_iou_unchecked's operation order; NaN never reaches the threshold) with some GT box is
 // >= label_iou, and among them those overlapping one of class label, label - 1 and label + 1. The constants are
-// the Python module's (tolerance = px + rel * extent, rounded to float32 as torch rounds a scalar operand).
+// the Python module's (tolerance = px + rel * extent, rounded to float32 as torch rounds a scalar operand), the flag
+// values too (flag_bits: BOX_CHECKED, BOX_OUTSIDE, BOX_FITS_RESIZED, BOX_DOWNSCALED, BOX_UNIT).
 std::tuple<at::Tensor, at::Tensor> image_diagnostics(
     const at::Tensor& pred_boxes_in, const at::Tensor& pred_labels_in, const at::Tensor& gt_boxes_in,
     const at::Tensor& gt_labels_in, const at::Tensor& original_in, const at::Tensor& resized_in,
     const at::Tensor& label_images_in, double label_iou, bool plus_one, double tolerance_px, double tolerance_rel,
-    double downscale_limit, double unit_min_side) {
+    double downscale_limit, double unit_min_side, const std::vector<int64_t>& flag_bits) {
   const std::string kernel = "image_diagnostics";
   check_cpu(pred_boxes_in, at::kFloat, 3, "image_diagnostics: pred_boxes must be float32 [B, N, 4] on the CPU");
   check_cpu(gt_boxes_in, at::kFloat, 3, "image_diagnostics: gt_boxes must be float32 [B, M, 4] on the CPU");
@@ -345,6 +346,11 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
                   gt_labels_in.size(1) == num_gt && original_in.size(0) == batch && original_in.size(1) == 2 &&
                   resized_in.size(0) == batch && resized_in.size(1) == 2 && label_images_in.size(0) == batch,
               kernel, ": the batch fields do not have matching shapes");
+  TORCH_CHECK(flag_bits.size() == 5, kernel, ": flag_bits must be the 5 flag values (checked, outside, fits resized, "
+              "downscaled, unit)");
+  const uint8_t box_checked = static_cast<uint8_t>(flag_bits[0]), box_outside = static_cast<uint8_t>(flag_bits[1]);
+  const uint8_t box_fits_resized = static_cast<uint8_t>(flag_bits[2]);
+  const uint8_t box_downscaled = static_cast<uint8_t>(flag_bits[3]), box_unit = static_cast<uint8_t>(flag_bits[4]);
   const at::Tensor pred_boxes = pred_boxes_in.contiguous(), pred_labels = pred_labels_in.contiguous();
   const at::Tensor gt_boxes = gt_boxes_in.contiguous(), gt_labels = gt_labels_in.contiguous();
   const at::Tensor original = original_in.contiguous(), resized = resized_in.contiguous();
@@ -405,11 +411,11 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
       const bool downscaled = checked && maybe_downscaled;
       uint8_t flag = 0;
       if (checked) {
-        flag |= 1;  // BOX_CHECKED
-        flag |= 2 * outside > count ? 2 : 0;  // BOX_OUTSIDE
-        flag |= downscaled && fits_resized ? 4 : 0;  // BOX_FITS_RESIZED
-        flag |= downscaled ? 8 : 0;  // BOX_DOWNSCALED
-        flag |= w > min_side && h > min_side && in_unit ? 16 : 0;  // BOX_UNIT
+        flag |= box_checked;
+        flag |= 2 * outside > count ? box_outside : 0;
+        flag |= downscaled && fits_resized ? box_fits_resized : 0;
+        flag |= downscaled ? box_downscaled : 0;
+        flag |= w > min_side && h > min_side && in_unit ? box_unit : 0;
       }
       flags_ptr[b] = flag;
       if (!checked_labels[b]) {

@@ -130,7 +130,8 @@ def image_diagnostics(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor,
         return kernels.image_diagnostics(
             pred_boxes.float(), pred_labels.long(), gt_boxes.float(), gt_labels.long(), original_wh.float(),
             resized_wh.float(), label_images.bool(), LABEL_IOU, bool(plus_one), BOX_TOLERANCE_PX, BOX_TOLERANCE_REL,
-            DOWNSCALE_LIMIT, UNIT_MIN_IMAGE_SIDE)
+            DOWNSCALE_LIMIT, UNIT_MIN_IMAGE_SIDE,
+            [BOX_CHECKED, BOX_OUTSIDE, BOX_FITS_RESIZED, BOX_DOWNSCALED, BOX_UNIT])
     flags = box_frame_flags(pred_boxes, pred_labels >= 0, original_wh, resized_wh)
     checked = label_images.nonzero().squeeze(1)
     offsets = torch.zeros((pred_boxes.shape[0], 4), dtype=torch.int32, device=pred_boxes.device)

@@ -191,12 +191,13 @@ def test_kernel_refuses_bad_arguments_naming_the_field():
                 gt_boxes=torch.rand(2, 4, 4), gt_labels=torch.zeros(2, 4, dtype=torch.long),
                 original=torch.ones(2, 2), resized=torch.ones(2, 2), label_images=torch.ones(2, dtype=torch.bool),
                 label_iou=0.5, plus_one=False, tolerance_px=1.0, tolerance_rel=0.005, downscale_limit=0.8,
-                unit_min_side=16.0)
+                unit_min_side=16.0, flag_bits=[1, 2, 4, 8, 16])
     run(**args)
     for field, value, words in (('pred_boxes', torch.rand(2, 3, 4).double(), 'pred_boxes must be float32'),
                                 ('gt_labels', torch.zeros(2, 4, dtype=torch.int32), 'gt_labels must be int64'),
                                 ('label_images', torch.ones(3, dtype=torch.bool), 'matching shapes'),
-                                ('original', torch.ones(2, 3), 'matching shapes')):
+                                ('original', torch.ones(2, 3), 'matching shapes'),
+                                ('flag_bits', [1, 2, 4], 'flag_bits must be the 5 flag values')):
         with pytest.raises(RuntimeError, match=words):
             run(**dict(args, **{field: value}))
 
