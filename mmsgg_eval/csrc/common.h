@@ -199,8 +199,43 @@ constexpr int32_t kNoHit = 1 << 30;  // the rank of a GT relation no entry hits;
                                      // functional/compiled.py checks against limits.NO_HIT at load
 
 // ------------------------------------------------------------------ stage functions shared across files
-// scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check.
-bool image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out);
+// One image's graph-constrained pair step (ranking.cpp), pair by pair: pair r = (pairs[2 r], pairs[2 r + 1]) gets
+// its pair score subject * object and its triplet score (best * subject) * object (float32, in that order, the
+// torch path's), and, with `codes`, its (subject << 8) | object (at most kCodedObjects objects). A pair with an
+// index outside [0, objects) writes nothing and the first such r is kept in `bad`; `least` / `most` run over every
+// index of the pairs stepped, for the caller's index check. Called for each row while the row maxima stream by
+// (image_row_maxima), so the pairs are read beside the score matrix, not in a second pass.
+struct GraphPairStep {
+  const int64_t* pairs;
+  const float* object_scores;
+  int64_t objects;
+  float* triplet;
+  float* pair_score;
+  uint16_t* codes;  // nullptr: no pair codes
+  int64_t least = std::numeric_limits<int64_t>::max(), most = std::numeric_limits<int64_t>::min(), bad = -1;
+
+  inline void operator()(int64_t r, float best) {
+    const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
+    least = std::min(least, std::min(s, o));
+    most = std::max(most, std::max(s, o));
+    if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(objects) ||
+        static_cast<uint64_t>(o) >= static_cast<uint64_t>(objects)) {
+      bad = bad < 0 ? r : bad;
+      return;
+    }
+    const float subject = object_scores[s], object = object_scores[o];
+    pair_score[r] = subject * object;
+    triplet[r] = (best * subject) * object;
+    if (codes != nullptr) {
+      codes[r] = static_cast<uint16_t>((s << 8) | o);
+    }
+  }
+};
+
+// scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check; with `pairs`,
+// also its graph-constrained pair step for every row r < rows, right after that row's maximum.
+bool image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
+                      GraphPairStep* pairs = nullptr);
 
 // ngc.cpp: scratch of image_ngc, reused across the images of a thread.
 struct Workspace {

@@ -200,46 +200,24 @@ std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, 
 
 namespace {
 
-// One image's graph-constrained pass (graph_constrained_pairs): for its `real` pairs (pairs[2 r], pairs[2 r + 1])
-// the pair score subject * object and the triplet score (best * subject) * object (float32, in that order) into
-// pair_score / triplet (entries real..width-1 set to 0), then the stable top-k of the triplet scores into
-// `listed`. Returns the first pair with an object index outside [0, objects), -1 when none (`listed` empty then).
-// `range` (when given): the (min, max) of all the image's pair indices (0, -1 without pairs), for the caller's
-// index check; `codes` (when given): each pair's (subject << 8) | object up to the first bad pair.
-int64_t image_gc_pairs(const int64_t* pairs, int64_t real, int64_t width, const float* scores, int64_t objects,
-                       const float* best, float* triplet, float* pair_score, int64_t k, TopScratch& scratch,
-                       std::vector<Key>& listed, int64_t* range = nullptr, uint16_t* codes = nullptr) {
-  std::fill(pair_score + real, pair_score + width, 0.0f);
-  std::fill(triplet + real, triplet + width, 0.0f);
-  int64_t least = real > 0 ? pairs[0] : 0, most = real > 0 ? pairs[0] : -1, bad = -1;
-  for (int64_t r = 0; r < real; ++r) {
-    const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
-    least = std::min(least, std::min(s, o));
-    most = std::max(most, std::max(s, o));
-    if (s < 0 || s >= objects || o < 0 || o >= objects) {
-      bad = r;
-      break;
-    }
-    const float subject = scores[s], object = scores[o];
-    pair_score[r] = subject * object;
-    triplet[r] = (best[r] * subject) * object;
-    if (codes != nullptr) {  // objects <= kCodedObjects: both indices fit a byte
-      codes[r] = static_cast<uint16_t>((s << 8) | o);
-    }
-  }
+// The end of one image's graph-constrained pass (graph_constrained_pairs), once `step` went over its `real` pairs
+// (GraphPairStep: pair and triplet scores, codes, index range): entries real..width-1 of pair_score / triplet set
+// to 0, `range` (when given) set to the (min, max) of all the image's pair indices (0, -1 without pairs), for the
+// caller's index check, and the stable top-k of the triplet scores into `listed`. Returns the first pair with an
+// object index outside [0, objects), -1 when none (`listed` empty then).
+int64_t finish_gc_pairs(const GraphPairStep& step, int64_t real, int64_t width, int64_t k, TopScratch& scratch,
+                        std::vector<Key>& listed, int64_t* range = nullptr) {
+  std::fill(step.pair_score + real, step.pair_score + width, 0.0f);
+  std::fill(step.triplet + real, step.triplet + width, 0.0f);
   if (range != nullptr) {
-    for (int64_t i = bad < 0 ? 2 * real : 2 * bad; i < 2 * real; ++i) {  // the rest of a bad image's indices
-      least = std::min(least, pairs[i]);
-      most = std::max(most, pairs[i]);
-    }
-    range[0] = least;
-    range[1] = most;
+    range[0] = real > 0 ? step.least : 0;
+    range[1] = real > 0 ? step.most : -1;
   }
-  if (bad >= 0) {
+  if (step.bad >= 0) {
     listed.clear();
-    return bad;
+    return step.bad;
   }
-  stable_top(triplet, real, k, scratch, listed);
+  stable_top(step.triplet, real, k, scratch, listed);
   return -1;
 }
 
@@ -283,9 +261,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
     TopScratch scratch;
     std::vector<Key> listed;
     for (int64_t b = begin; b < end; ++b) {
-      bad[b] = image_gc_pairs(pairs.pairs(b), count_ptr[b], width, object_ptr + b * objects, objects,
-                              best_ptr + b * width, triplet_ptr + b * width, pair_score_ptr + b * width,
-                              listed_width, scratch, listed);
+      GraphPairStep step{pairs.pairs(b), object_ptr + b * objects, objects, triplet_ptr + b * width,
+                         pair_score_ptr + b * width, nullptr};
+      const float* image_best = best_ptr + b * width;
+      for (int64_t r = 0; r < count_ptr[b]; ++r) {
+        step(r, image_best[r]);
+      }
+      bad[b] = finish_gc_pairs(step, count_ptr[b], width, listed_width, scratch, listed);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
     }
   });
@@ -380,12 +362,13 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
       const float* data = m.data_ptr<float>();
       const int64_t rows = m.size(0);
       float* image_best = best_ptr + b * width;
+      // the row maxima with each row's graph-constrained pair step: the pairs stream by beside the matrix
+      GraphPairStep step{pairs.pairs(b), object_ptr + b * objects, objects, triplet_ptr + b * width,
+                         pair_score_ptr + b * width, coded ? codes_ptr + b * width : nullptr};
       passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
-                                       reinterpret_cast<int32_t*>(image_best));
+                                       reinterpret_cast<int32_t*>(image_best), &step);
       std::fill(image_best + rows, image_best + width, 0.0f);
-      bad_ptr[b] = image_gc_pairs(pairs.pairs(b), rows, width, object_ptr + b * objects, objects,
-                                  image_best, triplet_ptr + b * width, pair_score_ptr + b * width, listed_width,
-                                  scratch, listed, range_ptr + 2 * b, coded ? codes_ptr + b * width : nullptr);
+      bad_ptr[b] = finish_gc_pairs(step, rows, width, listed_width, scratch, listed, range_ptr + 2 * b);
       write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
       const int64_t* image_pairs = pairs.pairs(b);
       for (size_t i = 0; i < listed.size(); ++i) {  // rows and pairs still in cache

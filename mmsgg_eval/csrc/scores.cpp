@@ -18,9 +18,12 @@ inline float as_float(int32_t bits) {
 // Row maxima of one image's predicate columns (into out[0, rows)) and the integer range check of all its entries,
 // in one pass over the matrix: each row is read once, as 8-lane vectors (the last one overlapping the previous
 // where the predicates are not a multiple of 8), into its maximum and the running (min, max) of every entry.
+// With kPairs, the graph-constrained pair step of each row right after its maximum.
 #if defined(__x86_64__)
+template <bool kPairs>
 __attribute__((target("avx2")))
-bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
+                           GraphPairStep* pairs) {
   const int64_t num_pred = cols - column;  // >= 8 (the caller checks)
   __m256i low = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
   __m256i high = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
@@ -54,6 +57,9 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
     half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
     half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
     out[r] = _mm_cvtsi128_si32(half);
+    if constexpr (kPairs) {
+      (*pairs)(r, as_float(out[r]));
+    }
   }
   alignas(32) int32_t lows[8], highs[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lows), low);
@@ -66,7 +72,9 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
 }
 #endif
 
-bool image_row_maxima_scalar(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+template <bool kPairs>
+bool image_row_maxima_scalar(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
+                             GraphPairStep* pairs) {
   int32_t low = std::numeric_limits<int32_t>::max();
   int32_t high = std::numeric_limits<int32_t>::min();
   for (int64_t r = 0; r < rows; ++r) {
@@ -78,20 +86,26 @@ bool image_row_maxima_scalar(const int32_t* data, int64_t rows, int64_t cols, in
       best = c >= column ? std::max(best, row[c]) : best;
     }
     out[r] = best;
+    if constexpr (kPairs) {
+      (*pairs)(r, as_float(best));
+    }
   }
   return rows == 0 || cols == 0 || (low >= 0 && high < kFiniteBits);
 }
 
 }  // namespace
 
-bool mmsgg_ext::image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out) {
+bool mmsgg_ext::image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
+                                 GraphPairStep* pairs) {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2 && cols - column >= 8) {
-    return image_row_maxima_avx2(data, rows, cols, column, out);
+    return pairs != nullptr ? image_row_maxima_avx2<true>(data, rows, cols, column, out, pairs)
+                            : image_row_maxima_avx2<false>(data, rows, cols, column, out, nullptr);
   }
 #endif
-  return image_row_maxima_scalar(data, rows, cols, column, out);
+  return pairs != nullptr ? image_row_maxima_scalar<true>(data, rows, cols, column, out, pairs)
+                          : image_row_maxima_scalar<false>(data, rows, cols, column, out, nullptr);
 }
 
 std::tuple<at::Tensor, at::Tensor> row_maxima_checked(const std::vector<at::Tensor>& matrices, int64_t column,
