@@ -34,7 +34,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
         py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none(),
-        py::arg("pair_codes") = false);
+        py::arg("pair_codes") = false,
+        py::call_guard<py::gil_scoped_release>());  // reads tensors only: a Python thread may run beside it
   m.def("box_relation_end_bits", &box_relation_end_bits,
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),

@@ -352,12 +352,16 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   int64_t* bad_ptr = bad.data_ptr<int64_t>();
   const float* object_ptr = scores_c.data_ptr<float>();
   std::vector<std::vector<Key>> lists(batch);
-  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+  // The images are handed to the threads one at a time, not in fixed halves: a thread that shares its core (with
+  // the caller's Python thread when the pass runs in the background, or another process) takes fewer images
+  // instead of keeping the others waiting at the end of the region. Each image's outputs are its own.
+  std::atomic<int64_t> next_image{0};
+  at::parallel_for(0, batch, 8, [&](int64_t, int64_t) {
     TopScratch scratch;
     Workspace work;
     std::vector<Key> listed;
     std::vector<int64_t> top;
-    for (int64_t b = begin; b < end; ++b) {
+    for (int64_t b = next_image++; b < batch; b = next_image++) {
       const at::Tensor& m = matrices[b];
       const float* data = m.data_ptr<float>();
       const int64_t rows = m.size(0);

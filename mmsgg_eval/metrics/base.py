@@ -42,13 +42,12 @@ import warnings
 from abc import abstractmethod
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
-import torch
 from mmengine.evaluator import BaseMetric
 from torch import Tensor
 
+from ..functional.overlap import Staged, beside_background, overlap_wanted
 from ..functional.threads import compute_threads
 from ..reports import check_writable
-from ..structures import get_field, sample_index
 from ..user_messages import warn_user
 from .accumulator import RankFingerprint, RowAccumulator, Schema, Tables
 from .compute_group import ComputeGroup, resolve_deferred
@@ -56,30 +55,7 @@ from .file_claims import FileClaims, file_stem_candidates, split_ending
 from .options import with_base_options
 from .state import save_state
 from .bootstrap import add_intervals, format_intervals
-
-
-def prediction_missing(sample: Any) -> bool:
-    """True when the sample is an image the user did not predict (metainfo ``prediction_missing=True``,
-    set by the readers of prediction files when a dataset sample has no prediction)."""
-    return bool(get_field(sample, 'prediction_missing'))
-
-
-def first_occurrences(samples: List[Any], index_of: Callable[[Any], Optional[int]] = sample_index) -> List[Any]:
-    """``samples`` without repeated ``sample_idx`` (the first occurrence is kept; samples without one are
-    all kept); the list itself when nothing repeats. ``index_of`` reads the index of an item."""
-    seen, keep = set(), []
-    for sample in samples:
-        idx = index_of(sample)
-        if idx is None or idx not in seen:
-            keep.append(sample)
-            if idx is not None:
-                seen.add(idx)
-    return keep if len(keep) < len(samples) else samples
-
-
-def missing_flags(samples: Sequence[Any], device: torch.device) -> Tensor:
-    """[N] bool: :func:`prediction_missing` of each sample."""
-    return torch.tensor([prediction_missing(s) for s in samples], dtype=torch.bool, device=device)
+from .samples import first_occurrences, missing_flags, prediction_missing  # noqa: F401  (their home before)
 
 
 def ensure_writable_dir(path: str, owner: str, argument: str) -> None:
@@ -124,6 +100,8 @@ class RowMetric(BaseMetric):
     #: (:data:`~mmsgg_eval.metrics.settings.NOT_IN_WORK_KEYS`), so a new argument can never make two metrics share a
     #: wrong summary.
     summary_arguments: Tuple[str, ...] = ()
+    #: :meth:`start_rows` gives the rows of a pool in two stages, the compiled pass in the background (see flush)
+    overlaps_pools = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every constructor records its arguments and takes the keywords of
@@ -143,6 +121,7 @@ class RowMetric(BaseMetric):
         self.pool_samples = int(pool_samples)
         self._pending: List[Any] = []
         self._pending_rows = 0
+        self._in_flight: Optional[Staged] = None  # the pool whose rows are being computed (overlaps_pools)
         self._accumulator: Optional[RowAccumulator] = None
         self._group: Optional[ComputeGroup] = None
         self._group_epoch: Optional[int] = None  # the group's epoch when this metric's epoch started
@@ -165,6 +144,10 @@ class RowMetric(BaseMetric):
     @abstractmethod
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Rows of a pool of data samples: ``{table: {'sample_idx': [n], column: [n, ...]}}``."""
+
+    def start_rows(self, samples: List[Any]) -> Staged:
+        """:meth:`compute_rows` with its first stage done and its compiled pass left running (``overlaps_pools``)."""
+        raise NotImplementedError
 
     @abstractmethod
     def summarize(self, tables: Tables) -> Dict[str, Any]:
@@ -341,26 +324,35 @@ class RowMetric(BaseMetric):
             self.pool_weight(data_samples)
         capacity = self.pool_capacity()
         if len(self._pending) >= self.pool_samples or (capacity is not None and self._pending_rows >= capacity):
-            self.flush()
+            self.flush(overlap=True)
 
-    def flush(self) -> None:
+    def flush(self, overlap: bool = False) -> None:
         """Turn the pooled samples into rows now (shared with the compute group when it has them). A
         ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
-        (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric."""
+        (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With ``overlap`` (a
+        pool filled in ``process()``) and two or more compute threads, a metric that ``overlaps_pools`` starts this
+        pool's compiled pass in the background and meanwhile finishes the previous pool's rows (a value error in
+        that pool is raised here); this pool's rows are finished by the next flush (``evaluate()``'s included)."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
-        if not samples:
-            return
-        if not self.compute_rows_dedupes:
+        if samples and not self.compute_rows_dedupes:
             samples = first_occurrences(samples)
         # the group chosen when the epoch opened, as process() weighs with it (its key walks every constructor
         # argument: once per epoch, not once per pool)
         group = self._group if self._epoch_open and self._group is not None else self._compute_group()
+        grouped = group is not None and self._epoch_open
         with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
-            if group is not None and self._epoch_open:
-                rows = group.rows(samples, self.compute_rows, self._group_epoch)
-            else:
-                rows = self.compute_rows(samples)
-        self.accumulator.add(rows)
+            previous, started = self._in_flight, None
+            if samples and overlap and self.overlaps_pools and overlap_wanted():
+                started = group.rows(samples, self.start_rows, self._group_epoch, staged=True) if grouped else \
+                    self.start_rows(samples)
+            self._in_flight = started if started is not None and started.in_background else None
+            if previous is not None:
+                with beside_background(self._in_flight is not None):
+                    self.accumulator.add(previous.result())
+            if samples and self._in_flight is None:
+                rows = started.result() if started is not None else \
+                    group.rows(samples, self.compute_rows, self._group_epoch) if grouped else self.compute_rows(samples)
+                self.accumulator.add(rows)
 
     def _compute_group(self) -> Optional[ComputeGroup]:
         key = self.compute_key()

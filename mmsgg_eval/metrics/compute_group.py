@@ -17,6 +17,7 @@ for every member on every rank, so no rank skips a collective that another rank 
 import weakref
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
+from ..functional.overlap import Staged
 from .accumulator import RankFingerprint, RowAccumulator, Tables, same_objects
 
 
@@ -81,15 +82,19 @@ class ComputeGroup:
             cls._registry[key] = group
         return group
 
-    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Dict[str, Any]],
-             epoch: Optional[int]) -> Dict[str, Any]:
+    def rows(self, samples: List[Any], compute: Callable[[List[Any]], Any], epoch: Optional[int],
+             staged: bool = False) -> Any:
         """The rows of ``samples``: reused when the last pool of the same epoch held the very same objects in
-        the same order, else computed."""
+        the same order, else computed. ``staged``: ``compute`` gives them in two stages (a
+        :class:`~mmsgg_eval.functional.overlap.Staged`, what is returned then; rows found already are one)."""
         if self._pool is not None and self._pool[0] == epoch and same_objects(self._pool[1], samples):
-            return self._pool[2]
-        rows = compute(samples)
-        self._pool = (epoch, samples, rows)
-        return rows
+            found = self._pool[2]
+        else:
+            found = compute(samples)
+            self._pool = (epoch, samples, found)
+        if staged:
+            return found if isinstance(found, Staged) else Staged.done(found)
+        return found.result() if isinstance(found, Staged) else found
 
     def weight(self, samples: Sequence[Any], weigh: Callable[[Sequence[Any]], int]) -> int:
         """``weigh(samples)``, reused when the last samples weighed were the very same objects in the same order

@@ -23,7 +23,8 @@ from ..open_vocab import name_indices, split_table
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
+from ..functional.overlap import Staged
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_stages
 from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
 from ..reports import dump_metric_json, write_scene_graph_reports
 from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
@@ -103,6 +104,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
     default_prefix: Optional[str] = None
     protocol_target = 'scene_graph'  # which conventions resolve_protocol applies (see metrics/protocols.py)
     compute_rows_dedupes = True  # _read_pool keeps the first occurrence of a repeated sample_idx
+    overlaps_pools = True  # start_rows: the compiled ranking pass of a pool runs beside the previous pool's rows
 
 
     def __init__(self, mode: str = 'predcls', topk: Sequence[int] = (20, 50, 100), iou_thr: float = UNSET,
@@ -170,6 +172,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
         self._workspace = ScoreWorkspace()  # the pools' score copies, one pool at a time
+        self._pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the ranking pass' outputs, taken in turn
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
         self._zs_meta: Any = None
@@ -323,19 +326,22 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         return self._zs_key[1]
 
     # ------------------------------------------------------------------ a pool becomes rows
-    def _read_pool(self, samples: List[Any]):
+    def _read_pool(self, samples: List[Any], background: bool = False):
         """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
-        order). A ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is
-        missing is read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
+        order), in two stages (a generator yielding once: :func:`~mmsgg_eval.structures.reader.collate_stages`).
+        A ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is missing
+        is read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
         samples = first_occurrences(samples)
         missing = [prediction_missing(s) for s in samples]
         if any(missing):
             samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
-        batch = collate_scene_graphs(samples, self.mode, len(self.classes), len(self.predicates),
-                                     with_masks=self.match == 'mask', counts=self.object_counts,
-                                     workspace=self._workspace, score_layout=self.score_layout,
-                                     ranking=(max(self.topk), self.ng_topk, self.error_analysis)
-                                     if self.rank == 'score' else None)
+        self._pass_outputs.reverse()  # this pool's pass writes to the buffer the previous one did not
+        batch = yield from collate_stages(samples, self.mode, len(self.classes), len(self.predicates),
+                                          with_masks=self.match == 'mask', counts=self.object_counts,
+                                          workspace=self._workspace, score_layout=self.score_layout,
+                                          ranking=(max(self.topk), self.ng_topk, self.error_analysis)
+                                          if self.rank == 'score' else None, background=background,
+                                          pass_workspace=self._pass_outputs[0])
         if batch.ids_missing:  # known on the host: no device read otherwise
             self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, host_tensor(missing, torch.bool, batch.device), samples
@@ -344,8 +350,16 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         """Rank and match a pool: per image its GT / predicted pair counts and whether its prediction is
         missing; per GT relation its predicate, triplet code, zero-shot flag and first-hit ranks. A
         ``sample_idx`` repeated within the pool (sampler padding) is processed once: the first counts."""
+        return Staged(self._row_stages(samples)).result()
+
+    def start_rows(self, samples: List[Any]) -> Staged:
+        """:meth:`compute_rows` with its compiled ranking pass started in the background thread: the rows come
+        from ``.result()`` (see :meth:`RowMetric.flush <mmsgg_eval.metrics.base.RowMetric.flush>`)."""
+        return Staged(self._row_stages(samples, background=True))  # (subclasses with their own rows opt out)
+
+    def _row_stages(self, samples: List[Any], background: bool = False):
         classes, predicates = self.classes, self.predicates
-        batch, missing, samples = self._read_pool(samples)
+        batch, missing, samples = yield from self._read_pool(samples, background)
         max_k = max(self.topk)
         ranks = scene_graph_ranks(batch, max_k, self.ng_topk, self.iou_thr, self.plus_one,
                                   phrase=self.mode == 'phrdet', use_masks=self.match == 'mask',

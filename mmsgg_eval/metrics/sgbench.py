@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..functional.overlap import Staged
 from ..functional.instance_matching import (assign_detections, deduplicate_gt_triplets, first_occurrence,
                                             matched_instances, predicate_ranks, remapped_first_hits)
 from ..functional.diagnostics import HEAD_ENTRIES
@@ -83,13 +84,15 @@ class SGBenchMetric(SceneGraphMetric):
     # compute_key() / summary_key() are derived (RowMetric.compute_key): they name the class that computes the
     # rows (this one), so an SGBenchMetric never shares rows or summaries with SGRecall / SGMeanRecall.
 
+    overlaps_pools = False  # its rows are computed in one stage (compute_rows)
+
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Instance-match a pool: per image its distinct GT triplets, predicted pairs, GT objects and matched GT
         objects; per distinct GT relation its first-hit ranks and predicate rank. A ``sample_idx`` repeated
         within the pool counts once; an image marked ``prediction_missing`` predicts nothing."""
         predicates = self.predicates
         use_masks = self.match == 'mask'
-        batch, missing, samples = self._read_pool(samples)
+        batch, missing, samples = Staged(self._read_pool(samples)).result()
         pred_valid, gt_obj_valid = batch.pred_labels >= 0, batch.gt_labels >= 0
         iou = object_iou_matrix(batch, self.plus_one, use_masks)
         assigned = assign_detections(iou, batch.pred_labels, pred_valid, batch.gt_labels, gt_obj_valid, self.iou_thr)

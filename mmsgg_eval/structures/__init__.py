@@ -10,9 +10,10 @@ contract, and the scene-graph batch reader.
 """
 from ..functional.scores import RelationScores
 from .fields import get_field, member, optional, require, sample_index, sample_name, to_tensor
-from .reader import MODES, SCORE_LAYOUTS, ObjectCounts, SceneGraphBatch, collate_scene_graphs, read_scene_graph
+from .reader import (MODES, SCORE_LAYOUTS, ObjectCounts, SceneGraphBatch, collate_scene_graphs, collate_stages,
+                     read_scene_graph)
 from .validation import check_boxes, check_finite
 
 __all__ = ['MODES', 'SCORE_LAYOUTS', 'ObjectCounts', 'RelationScores', 'SceneGraphBatch', 'check_boxes', 'check_finite',
-           'collate_scene_graphs', 'get_field', 'member', 'optional', 'read_scene_graph', 'require', 'sample_index',
-           'sample_name', 'to_tensor']
+           'collate_scene_graphs', 'collate_stages', 'get_field', 'member', 'optional', 'read_scene_graph', 'require',
+           'sample_index', 'sample_name', 'to_tensor']

@@ -31,11 +31,12 @@ is counted in :class:`ObjectCounts` (one warning per evaluation); ``ObjectCounts
 A pair index at or past the end of the list that is evaluated (PredCls: the GT list; SGCls / SGDet: the
 model's list) is a ValueError naming the sample: the legacy numpy indexing raises IndexError there.
 """
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Generator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from ..functional.overlap import Pending, Staged, run_beside
 from ..functional.ranking import compiled_ranked_lists
 from ..functional.transfer import host_tensor
 from ..functional.scores import RelationScores, ScoreWorkspace, build_relation_scores, choose_layout
@@ -128,6 +129,21 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     ``(k, ng_topk, True)`` also gives every pair's (subject, object) in two bytes (``ranked_lists.pair_codes``,
     what the error analysis' pair scan reads instead of the pair list).
     """
+    return Staged(collate_stages(samples, mode, num_classes, num_predicates, with_masks, device, counts, workspace,
+                                 score_layout, ranking)).result()
+
+
+def collate_stages(samples: Sequence[Any], mode: str, num_classes: int, num_predicates: int,
+                   with_masks: bool = False, device: Optional[torch.device] = None,
+                   counts: Optional[ObjectCounts] = None,
+                   workspace: Optional[ScoreWorkspace] = None, score_layout: str = 'auto',
+                   ranking: Optional[Tuple[int, ...]] = None, background: bool = False,
+                   pass_workspace: Optional[ScoreWorkspace] = None) -> Generator[bool, None, SceneGraphBatch]:
+    """:func:`collate_scene_graphs` in two stages (:class:`~mmsgg_eval.functional.overlap.Staged`): the samples
+    are read and padded and the compiled ranking pass is started (in the background thread with ``background``:
+    the generator then yields True), then the batch is validated and built (value errors are raised there).
+    ``pass_workspace``: where the pass writes its per-pair outputs (default ``workspace``; a caller overlapping
+    pools alternates two, as the batch of one pool lives in its buffer while the next pool's pass runs)."""
     if mode not in MODES:
         raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
     if score_layout not in SCORE_LAYOUTS:
@@ -149,8 +165,10 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     num_rel = padded.num_rel
     max_rel = max(num_rel) if num_rel else 0
     layout = _score_layout(padded, num_predicates, device)
-    read = _ranked_while_read(padded, num_predicates, ranking, workspace) \
+    pending = _ranked_while_read(padded, num_predicates, ranking, pass_workspace or workspace, background) \
         if ranking is not None and layout == 'compiled' else None
+    yield pending is not None and pending.in_background
+    read = pending.result() if pending is not None else None
     _pair_index_range(padded, read[3] if read is not None else None)
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
                                    padded.single_label, padded.given_scores, layout,
@@ -189,14 +207,15 @@ def _pair_index_range(padded: _Padded, ranked_range: Optional[Tuple[Tensor, Tens
 
 
 def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int, ...],
-                       workspace: Optional[ScoreWorkspace]):
+                       workspace: Optional[ScoreWorkspace], background: bool = False) -> Pending:
     """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
     (every image's matrix read once for its row maxima, value check and both ranked lists; the per-pair outputs
-    in ``workspace``, where given), or None."""
+    in ``workspace``, where given; its result None where the kernels do not apply), run in the background thread
+    with ``background`` (:func:`~mmsgg_eval.functional.overlap.run_beside`)."""
     k, ng_topk = ranking[:2]
     num_rel = torch.tensor(padded.num_rel, dtype=torch.long)
     out = workspace.take((3, len(padded.num_rel), max(padded.num_rel)), torch.device('cpu')) \
         if workspace is not None and padded.num_rel else None
-    return compiled_ranked_lists(padded.raw_scores, padded.background[0], num_predicates,
-                                 padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
-                                 pair_codes=len(ranking) > 2 and bool(ranking[2]))
+    return run_beside(compiled_ranked_lists, padded.raw_scores, padded.background[0], num_predicates,
+                      padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
+                      len(ranking) > 2 and bool(ranking[2]), background=background)

@@ -1,0 +1,124 @@
+"""Running a pool's compiled ranking pass beside the calling thread, and computations in two stages.
+
+The compiled ranking pass of a pool (``_ext.ranked_relation_lists``) releases the GIL. Started in a background
+thread (:func:`run_beside`), it runs on the intra-op threads while the calling thread finishes the previous
+pool's Python work (reading the lists into rows): on a machine with idle cores the two overlap instead of taking
+turns. A metric writes its pool computation as a generator that yields once, after its first stage (reading the
+samples and starting the pass), and :class:`Staged` runs the two stages at different times: the second stage of
+pool n runs after the first stage of pool n + 1. Nothing is computed differently: the same calls, in another
+order in time. Only worth it when the thread policy grants two or more threads (:func:`overlap_wanted`): on a
+busy machine a further runnable thread costs more than it hides.
+"""
+import concurrent.futures
+import contextlib
+import threading
+from typing import Any, Callable, Generator, Generic, Iterator, Optional, TypeVar
+
+import torch
+
+T = TypeVar('T')
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_executor_lock = threading.Lock()
+
+
+def overlap_wanted() -> bool:
+    """Whether to run a pass beside the calling thread: only with two or more compute threads (the thread
+    policy lowers them to one on a busy machine, and it is called around each pool)."""
+    return torch.get_num_threads() >= 2
+
+
+@contextlib.contextmanager
+def beside_background(running: bool) -> Iterator[None]:
+    """While a pass runs in the background (``running``), the calling thread's torch operations use one thread:
+    the pass has the intra-op threads, and a parallel region of the caller would wait for a thread that has no
+    core to run on. The thread count is restored after."""
+    threads = torch.get_num_threads()
+    if not running or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class Pending(Generic[T]):
+    """The result of a call, done already or running in the background thread."""
+
+    def __init__(self, value: Optional[T] = None, future: Optional['concurrent.futures.Future[T]'] = None) -> None:
+        self._value, self._future = value, future
+
+    @property
+    def in_background(self) -> bool:
+        return self._future is not None
+
+    def result(self) -> T:
+        """The call's value (waiting for it); its exception is raised here."""
+        if self._future is not None:
+            self._value = self._future.result()
+            self._future = None
+        return self._value
+
+
+def _with_threads(threads: int, call: Callable[..., T], args: tuple) -> T:
+    if torch.get_num_threads() != threads:  # (per thread: the OpenMP thread count is a per-thread setting)
+        torch.set_num_threads(threads)
+    return call(*args)
+
+
+def run_beside(call: Callable[..., T], *args: Any, background: bool = True) -> Pending[T]:
+    """``call(*args)`` in the background thread with the caller's torch thread count (one call at a time, in
+    order), or at once in the calling thread when not ``background``."""
+    global _executor
+    if not background:
+        return Pending(call(*args))
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='mmsgg_eval-pass')
+    return Pending(future=_executor.submit(_with_threads, torch.get_num_threads(), call, args))
+
+
+class Staged(Generic[T]):
+    """A computation written as a generator that yields once, between its two stages, and returns its value.
+
+    Building it runs the first stage; :meth:`result` runs the second (once: the value, or the exception, is
+    kept). ``in_background``: what the generator yielded (True when its first stage left work running in the
+    background thread, so that running the second stage later pays)."""
+
+    def __init__(self, stages: Generator[bool, None, T]) -> None:
+        self._stages: Optional[Generator[bool, None, T]] = stages
+        self._value: Optional[T] = None
+        self._error: Optional[BaseException] = None
+        try:
+            self.in_background = bool(next(stages))
+        except StopIteration as stop:  # (a generator that returned before its yield: done)
+            self._stages, self._value, self.in_background = None, stop.value, False
+
+    @classmethod
+    def done(cls, value: T) -> 'Staged[T]':
+        """A computation done already, of value ``value``."""
+        def stages() -> Generator[bool, None, T]:
+            yield False
+            return value
+        return cls(stages())
+
+    def result(self) -> T:
+        if self._stages is not None:
+            stages, self._stages = self._stages, None
+            try:
+                next(stages)
+            except StopIteration as stop:
+                self._value = stop.value
+            except BaseException as error:
+                self._error = error
+                raise
+            else:
+                stages.close()
+                raise RuntimeError('a staged computation yielded more than once')
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+__all__ = ('Pending', 'Staged', 'beside_background', 'overlap_wanted', 'run_beside')

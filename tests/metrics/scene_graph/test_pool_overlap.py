@@ -1,0 +1,191 @@
+"""Overlapping pools: a pool's compiled ranking pass runs in the background thread while the previous pool's rows
+are finished in the calling thread (``RowMetric.flush(overlap=True)``, two or more compute threads).
+
+Nothing may change but the time: every key equals the one-stage run's, bit for bit; a value error of a pool is
+raised (naming the sample) by the next flush; rows shared by SGRecall and SGMeanRecall are still computed once.
+"""
+import contextlib
+import math
+
+import pytest
+import torch
+
+from mmsgg_eval.functional import compiled, threads
+from mmsgg_eval.functional import overlap as overlap_module
+from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside
+from mmsgg_eval.metrics import SGMeanRecall, SGRecall
+from mmsgg_eval.structures import reader as reader_module
+from tests.dist_utils import comparable
+from tests.sgg_samples import META, random_dataset, scene_graph_keys
+
+pytestmark = pytest.mark.skipif(compiled.kernels() is None, reason='the compiled kernels are not built')
+
+
+@contextlib.contextmanager
+def compute_threads_fixed(count: int):
+    """The metrics' thread policy and torch's thread count set to ``count`` (restored after)."""
+    before_policy, before_torch = threads.get_setting(), torch.get_num_threads()
+    threads.set_num_threads(count)
+    torch.set_num_threads(max(count, before_torch))
+    try:
+        yield
+    finally:
+        threads.set_num_threads(before_policy)
+        torch.set_num_threads(before_torch)
+
+
+@contextlib.contextmanager
+def counting_background_passes():
+    """A list that gets one entry per pass started in the background thread."""
+    started, original = [], reader_module.run_beside
+
+    def spy(call, *args, background=True):
+        started.extend([call] if background else [])
+        return original(call, *args, background=background)
+    reader_module.run_beside = spy
+    try:
+        yield started
+    finally:
+        reader_module.run_beside = original
+
+
+def keys_with_threads(count, samples, batch_size, **kwargs):
+    with compute_threads_fixed(count):
+        keys, _ = scene_graph_keys(samples, batch_size=batch_size, **kwargs)
+    return comparable(keys)
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgcls', 'sgdet'])
+@pytest.mark.parametrize('seed', [0, 1])
+def test_overlapped_pools_give_the_keys_of_one_stage_pools(mode, seed):
+    samples, _ = random_dataset(seed, 37, mode, max_objects=9)
+    options = dict(mode=mode, zeroshot_triplets=[(0, 1, 2)], error_analysis=True, pool_samples=5)
+    one_stage = keys_with_threads(1, samples, 5, **options)
+    with counting_background_passes() as started:
+        overlapped = keys_with_threads(2, samples, 5, **options)
+    assert started, 'no pass ran in the background: the test would not test the overlap'
+    assert overlapped == one_stage
+
+
+def test_a_value_error_of_an_overlapped_pool_is_raised_by_the_next_flush_naming_the_sample():
+    samples, _ = random_dataset(3, 12, 'sgdet', max_objects=6, empty_pred_prob=0.0)
+    bad = samples[5]
+    bad['pred_relations']['scores'] = bad['pred_relations']['scores'].clone()
+    bad['pred_relations']['scores'][0, 1] = float('nan')
+    metric = SGRecall(mode='sgdet', pool_samples=4)
+    metric.dataset_meta = META
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        metric.process({}, samples[:4])
+        metric.process({}, samples[4:8])  # holds the bad sample: its rows are finished by the next flush
+        assert started
+        with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
+            metric.process({}, samples[8:])
+        assert 'pred_relations.scores' in str(error.value)
+
+
+def test_the_rows_of_a_pool_are_in_the_accumulator_after_a_flush_without_overlap():
+    samples, _ = random_dataset(4, 20, 'sgdet', max_objects=6, empty_pred_prob=0.0)
+    metric = SGRecall(mode='sgdet', pool_samples=5)
+    metric.dataset_meta = META
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        for start in range(0, 20, 5):
+            metric.process({}, samples[start:start + 5])
+        assert started and metric._in_flight is not None
+        metric.flush()
+    assert metric._in_flight is None
+    images = metric.accumulator.local()['images']['sample_idx']
+    assert sorted(images.tolist()) == list(range(20))
+
+
+def test_a_shared_overlapped_pool_is_ranked_once_for_both_metrics():
+    samples, _ = random_dataset(5, 24, 'sgdet', max_objects=7, empty_pred_prob=0.0)
+    metrics = [cls(mode='sgdet', pool_samples=6) for cls in (SGRecall, SGMeanRecall)]
+    for m in metrics:
+        m.dataset_meta = META
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        for start in range(0, 24, 6):
+            for m in metrics:
+                m.process({}, samples[start:start + 6])
+        results = {}
+        for m in metrics:
+            results.update(m.evaluate(24))
+    assert len(started) == 4  # one pass per pool, not one per metric
+    single = {}
+    with compute_threads_fixed(1):
+        for cls in (SGRecall, SGMeanRecall):
+            m = cls(mode='sgdet', pool_samples=6)
+            m.dataset_meta = META
+            for start in range(0, 24, 6):
+                m.process({}, samples[start:start + 6])
+            single.update(m.evaluate(24))
+    assert comparable(results) == comparable(single)
+
+
+def test_one_thread_runs_every_pool_in_the_calling_thread():
+    samples, _ = random_dataset(6, 12, 'sgdet', max_objects=6)
+    with counting_background_passes() as started:
+        keys_with_threads(1, samples, 3, mode='sgdet', pool_samples=3)
+    assert not started
+
+
+# ---------------------------------------------------------------------------- the two-stage helpers
+def test_staged_runs_its_second_stage_once_and_keeps_its_value():
+    log = []
+
+    def stages():
+        log.append('first')
+        yield True
+        log.append('second')
+        return 42
+    staged = Staged(stages())
+    assert staged.in_background and log == ['first']
+    assert staged.result() == 42 and staged.result() == 42
+    assert log == ['first', 'second']
+    assert Staged.done('x').result() == 'x' and not Staged.done('x').in_background
+
+
+def test_staged_keeps_the_exception_of_its_second_stage():
+    def stages():
+        yield False
+        raise ValueError('sample 3: bad')
+    staged = Staged(stages())
+    for _ in range(2):
+        with pytest.raises(ValueError, match='sample 3'):
+            staged.result()
+
+
+def test_staged_refuses_a_generator_that_yields_twice():
+    def stages():
+        yield True
+        yield True
+    with pytest.raises(RuntimeError, match='more than once'):
+        Staged(stages()).result()
+
+
+def test_run_beside_gives_the_value_or_the_exception_of_the_call():
+    assert run_beside(math.sqrt, 16.0).result() == 4.0
+    assert not run_beside(math.sqrt, 9.0, background=False).in_background
+    pending = run_beside(math.sqrt, -1.0)
+    assert isinstance(pending, Pending) and pending.in_background
+    with pytest.raises(ValueError):
+        pending.result()
+
+
+def test_the_background_pass_runs_with_the_callers_thread_count():
+    seen = []
+    with compute_threads_fixed(2):
+        torch.set_num_threads(2)
+        run_beside(lambda: seen.append(torch.get_num_threads())).result()
+        torch.set_num_threads(1)
+        run_beside(lambda: seen.append(torch.get_num_threads())).result()
+    assert seen == [2, 1]
+
+
+def test_beside_background_uses_one_thread_only_while_a_pass_runs():
+    with compute_threads_fixed(2):
+        with beside_background(True):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with beside_background(False):
+            assert torch.get_num_threads() == 2
+    assert overlap_module.overlap_wanted() == (torch.get_num_threads() >= 2)
