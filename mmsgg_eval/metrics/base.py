@@ -329,10 +329,11 @@ class RowMetric(BaseMetric):
     def flush(self, overlap: bool = False) -> None:
         """Turn the pooled samples into rows now (shared with the compute group when it has them). A
         ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
-        (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With ``overlap`` (a
-        pool filled in ``process()``) and two or more compute threads, a metric that ``overlaps_pools`` starts this
-        pool's compiled pass in the background and meanwhile finishes the previous pool's rows (a value error in
-        that pool is raised here); this pool's rows are finished by the next flush (``evaluate()``'s included)."""
+        (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With two or more
+        compute threads, a metric that ``overlaps_pools`` starts this pool's compiled pass in the background and
+        meanwhile finishes the previous pool's rows (a value error in that pool is raised here); with ``overlap``
+        (a pool filled in ``process()``) this pool's rows are left to the next flush (``evaluate()``'s included),
+        else finished now."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
         if samples and not self.compute_rows_dedupes:
             samples = first_occurrences(samples)
@@ -342,14 +343,15 @@ class RowMetric(BaseMetric):
         grouped = group is not None and self._epoch_open
         with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
             previous, started = self._in_flight, None
-            if samples and overlap and self.overlaps_pools and overlap_wanted():
+            if samples and self.overlaps_pools and overlap_wanted():
                 started = group.rows(samples, self.start_rows, self._group_epoch, staged=True) if grouped else \
                     self.start_rows(samples)
             self._in_flight = started if started is not None and started.in_background else None
             if previous is not None:
                 with beside_background(self._in_flight is not None):
                     self.accumulator.add(previous.result())
-            if samples and self._in_flight is None:
+            if samples and (self._in_flight is None or not overlap):
+                self._in_flight = None
                 rows = started.result() if started is not None else \
                     group.rows(samples, self.compute_rows, self._group_epoch) if grouped else self.compute_rows(samples)
                 self.accumulator.add(rows)
