@@ -8,7 +8,8 @@
 * ``AUTO_SAMPLE_ID_BASE``: samples without ``sample_idx`` (single process only) are numbered from here, far
   above any dataset index, so they never collide with real ones.
 * ``POOL_SCORE_ROWS``: the predicted pairs (score rows) a scene-graph metric pools before ranking them (~53 MB
-  of 51-column float32 scores), which bounds the memory a pool keeps alive; on the CPU a batch of up to that
+  of 51-column float32 scores), which bounds the memory a pool keeps alive (two pools while one pool's ranking
+  pass runs beside the previous pool's rows: :mod:`.overlap`); on the CPU a batch of up to that
   many rows has its score matrices copied into one tensor (the layout rule of :mod:`.scores`), so a pool is
   copied whole unless its images are very long (SGDet with all pairs).
 """
