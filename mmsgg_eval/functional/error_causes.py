@@ -35,6 +35,11 @@ from .recall import hit_within, hits_per_k_columns, rank_limit
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
+#: the codes the object overlaps decide alone, in their order of precedence (the compiled matching pass's
+#: ``box_match_overlap_flags`` writes one of them per GT relation); ``PAIR`` turns into PREDICATE / RANK as the
+#: pairs are scored / listed: the code + scored + listed
+OVERLAP_CAUSES = (SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR)
+assert (PREDICATE, RANK) == (PAIR + 1, PAIR + 2), 'scored then listed moves a pair cause one code on each'
 #: the causes of a miss, in code order (code = index + 1); they and ``hit`` partition the GT relations at each K
 CAUSES = ('subject_loc', 'object_loc', 'subject_cls', 'object_cls', 'pair', 'predicate', 'rank', 'no_prediction')
 #: causes that can occur in PredCls (its objects are the GT objects themselves)
@@ -220,17 +225,31 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     Returns, per GT relation [B, G]: ``'cause'`` int8 (:func:`miss_causes`), the stage-wise first-hit ranks in the
     GC list ``'rank_pair_loc'`` (both ends overlapped, classes and predicate ignored), ``'rank_pair_det'`` (both ends
     matched with their classes: the metric's pair ranks), ``'rank_pred_cls'`` (both ends overlapped and the
-    predicate); the evidence ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end,
+    predicate), int32, also as one tensor ``'stage_ranks'`` [3, B, G] in :data:`STAGE_RANKS` order; the evidence ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end,
     float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
     and ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per
-    image [B]: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
-    object, without / with its class)."""
+    image [B] int32: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
+    object, without / with its class). With the compiled kernels the overlaps come from the matching's own pass
+    (``first_hits.overlaps``, :func:`~.first_hits._compiled_first_hit_ranker`): the codes before the pairs, then
+    + scored + listed (:data:`OVERLAP_CAUSES`)."""
     gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
     gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
     subject_bits, object_bits = end_bits
     gt_object_valid = batch.gt_labels >= 0
     pair_flags = getattr(first_hits, 'pair_flags', None)
     kernels = compiled.kernels() if pair_flags is not None and not use_masks else None
+    overlaps = getattr(first_hits, 'overlaps', None) if kernels is not None else None
+    if overlaps is not None:  # the matching's own pass gave the overlaps: few tensor operations
+        located_ends, cause, (num_objects, inst_loc, inst_det) = overlaps
+        pair_scored, in_list = pair_flags()  # a scored pair has matched ends: only PAIR codes move on
+        cause = cause.add_(pair_scored).add_(in_list)
+        stages = stage_ranks(batch, kernels, located_ends, end_bits, pair_ranks, gc_order, gc_valid, gc_predicate,
+                             gc_ends)
+        out = {'cause': cause, **_stage_outputs(stages), 'num_gt_objects': num_objects, 'inst_loc': inst_loc,
+               'inst_det': inst_det}
+        if evidence:
+            out.update(end_evidence(batch, _object_overlaps(batch, plus_one, use_masks), gt_sub, gt_obj))
+        return out
     iou = None
     if kernels is not None and hasattr(kernels, 'box_overlap_flags'):
         # the compiled kernels: every (predicted, GT) object pair once, no [B, N, M] IoU tensor
@@ -261,15 +280,12 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
 
     # PySGG's stage-wise ranks in the graph-constrained list (overlap: located, or matched whatever the rounding)
     loc_subject, loc_object = loc_subject | subject_bits, loc_object | object_bits
-    rank_pair_loc, rank_pred_cls, rank_pair_det = stage_ranks(batch, kernels, (loc_subject, loc_object), end_bits,
-                                                              pair_ranks, gc_order, gc_valid, gc_predicate, gc_ends)
-    out = {'cause': cause,
-           'rank_pair_loc': rank_pair_loc,
-           'rank_pair_det': rank_pair_det,
-           'rank_pred_cls': rank_pred_cls,
-           'num_gt_objects': gt_object_valid.sum(1),
-           'inst_loc': (located_any & gt_object_valid).sum(1),
-           'inst_det': (detected_any & gt_object_valid).sum(1)}
+    stages = stage_ranks(batch, kernels, (loc_subject, loc_object), end_bits, pair_ranks, gc_order, gc_valid,
+                         gc_predicate, gc_ends)
+    out = {'cause': cause, **_stage_outputs(stages),
+           'num_gt_objects': gt_object_valid.sum(1, dtype=torch.int32),
+           'inst_loc': (located_any & gt_object_valid).sum(1, dtype=torch.int32),
+           'inst_det': (detected_any & gt_object_valid).sum(1, dtype=torch.int32)}
 
     if evidence:
         out.update(end_evidence(batch, iou if iou is not None else _object_overlaps(batch, plus_one, use_masks),
@@ -277,13 +293,24 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     return out
 
 
+def _stage_outputs(stages: Tensor) -> Dict[str, Tensor]:
+    """``'stage_ranks'`` [3, B, G] and its rows by their :data:`STAGE_RANKS` column names."""
+    return {'stage_ranks': stages, **{column: stages[i] for i, (_, column) in enumerate(STAGE_RANKS)}}
+
+
 def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: Tuple[Tensor, Tensor], pair_ranks,
                 gc_order: Tensor, gc_valid: Tensor, gc_predicate: Optional[Tensor],
-                gc_ends: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    """PySGG's stage-wise first-hit ranks [B, G] in the graph-constrained list: ``rank_pair_loc`` (both ends in
-    ``located_ends``' bit sets), ``rank_pred_cls`` (and the listed predicate) and ``rank_pair_det`` (both ends
-    matched with their classes: the metric's pair ranks); the compiled first-hit kernel on the listed entries' own
-    ends when ``kernels`` and the list's ends and predicates are given, else the torch bit sets."""
+                gc_ends: Optional[Tensor]) -> Tensor:
+    """PySGG's stage-wise first-hit ranks [3, B, G] int32 in the graph-constrained list, in :data:`STAGE_RANKS`
+    order: ``rank_pair_loc`` (both ends in ``located_ends``' bit sets), ``rank_pair_det`` (both ends matched with
+    their classes: the metric's pair ranks) and ``rank_pred_cls`` (located ends and the listed predicate); the
+    compiled kernels on the listed entries' own ends when ``kernels`` and the list's ends and predicates are given
+    (``stage_first_hit_ranks``: one pass for the three), else the torch bit sets."""
+    if kernels is not None and gc_ends is not None and gc_predicate is not None and \
+            hasattr(kernels, 'stage_first_hit_ranks'):
+        return kernels.stage_first_hit_ranks(end_bits[0], end_bits[1], located_ends[0], located_ends[1],
+                                             batch.gt_predicates, batch.gt_valid, gc_ends, gc_valid, gc_predicate,
+                                             batch.scores.num_predicates)
     if kernels is not None and gc_ends is not None and gc_predicate is not None:
         # the compiled first-hit kernel on the listed entries' own (subject, object): no [B, J, W] bit tensors
         positions = torch.arange(gc_ends.shape[1], device=gc_ends.device).expand(gc_ends.shape[0], -1).contiguous()
@@ -308,7 +335,7 @@ def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: T
         rank_pred_cls = first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid),
                                             batch.gt_predicates.shape[1])
         rank_pair_det = pair_ranks(gc_order, gc_valid)
-    return rank_pair_loc, rank_pred_cls, rank_pair_det
+    return torch.stack([rank_pair_loc, rank_pair_det, rank_pred_cls])
 
 
 def _object_overlaps(batch, plus_one: bool, use_masks: bool) -> Tensor:
