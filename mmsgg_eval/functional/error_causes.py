@@ -225,17 +225,13 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     Returns, per GT relation [B, G]: ``'cause'`` int8 (:func:`miss_causes`), the stage-wise first-hit ranks in the
     GC list ``'rank_pair_loc'`` (both ends overlapped, classes and predicate ignored), ``'rank_pair_det'`` (both ends
     matched with their classes: the metric's pair ranks), ``'rank_pred_cls'`` (both ends overlapped and the
-    predicate), int32, also as one tensor ``'stage_ranks'`` [3, B, G] in :data:`STAGE_RANKS` order; the evidence ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end,
-    float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
+    predicate), int32, also as one tensor ``'stage_ranks'`` [3, B, G] in :data:`STAGE_RANKS` order; the evidence
+    ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end, float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
     and ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per
     image [B] int32: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
     object, without / with its class). With the compiled kernels the overlaps come from the matching's own pass
     (``first_hits.overlaps``, :func:`~.first_hits._compiled_first_hit_ranker`): the codes before the pairs, then
     + scored + listed (:data:`OVERLAP_CAUSES`)."""
-    gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
-    gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
-    subject_bits, object_bits = end_bits
-    gt_object_valid = batch.gt_labels >= 0
     pair_flags = getattr(first_hits, 'pair_flags', None)
     kernels = compiled.kernels() if pair_flags is not None and not use_masks else None
     overlaps = getattr(first_hits, 'overlaps', None) if kernels is not None else None
@@ -248,8 +244,13 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
         out = {'cause': cause, **_stage_outputs(stages), 'num_gt_objects': num_objects, 'inst_loc': inst_loc,
                'inst_det': inst_det}
         if evidence:
-            out.update(end_evidence(batch, _object_overlaps(batch, plus_one, use_masks), gt_sub, gt_obj))
+            out.update(end_evidence(batch, _object_overlaps(batch, plus_one, use_masks), batch.gt_pairs[..., 0],
+                                    batch.gt_pairs[..., 1]))
         return out
+    gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
+    gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
+    subject_bits, object_bits = end_bits
+    gt_object_valid = batch.gt_labels >= 0
     iou = None
     if kernels is not None and hasattr(kernels, 'box_overlap_flags'):
         # the compiled kernels: every (predicted, GT) object pair once, no [B, N, M] IoU tensor
@@ -295,7 +296,7 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
 
 def _stage_outputs(stages: Tensor) -> Dict[str, Tensor]:
     """``'stage_ranks'`` [3, B, G] and its rows by their :data:`STAGE_RANKS` column names."""
-    return {'stage_ranks': stages, **{column: stages[i] for i, (_, column) in enumerate(STAGE_RANKS)}}
+    return {'stage_ranks': stages, **dict(zip((column for _, column in STAGE_RANKS), stages.unbind(0)))}
 
 
 def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: Tuple[Tensor, Tensor], pair_ranks,
