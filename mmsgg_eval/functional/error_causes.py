@@ -117,12 +117,13 @@ class _Shares:
         self.held = total.index_select(0, self.rows).double()[:, None]
 
     def __call__(self, counts: Tensor) -> Tensor:
-        """[C] shares of ``counts`` [U, C] (int64)."""
+        """[..., C] shares of ``counts`` [..., U, C] (int64; e.g. [K, U, C]: every K at once)."""
         if self.average == 'micro':
-            return counts.sum(0).double() / self.all if self.any else torch.zeros(counts.shape[1], dtype=torch.float64)
+            return counts.sum(-2).double() / self.all if self.any else \
+                torch.zeros(counts.shape[:-2] + counts.shape[-1:], dtype=torch.float64)
         if not self.rows.numel():
-            return torch.zeros(counts.shape[1], dtype=torch.float64)
-        return (counts.index_select(0, self.rows).double() / self.held).mean(0)
+            return torch.zeros(counts.shape[:-2] + counts.shape[-1:], dtype=torch.float64)
+        return (counts.index_select(-2, self.rows).double() / self.held).mean(-2)
 
 
 def outcome_counts(rank: Tensor, cause: Tensor, unit: Tensor, num_units: int, ks: Sequence[int],
@@ -145,27 +146,22 @@ def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int,
     ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is below min(K,
     ``ng_topk``) (a subset of ``predicate``). The counts of every K from :func:`outcome_counts`."""
     names = ('hit',) + CAUSES
-    out = {name: [] for name in names + ('predicate_ng',)}
     image_of = image_of.long()
-    counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))
+    counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))  # [K, I, outcomes]
     shares = _Shares(torch.bincount(image_of, minlength=num_images), average)
-    if ngc_rank is not None and len(ks):  # per K and image, the relations missed for predicate_ng
+    out = dict(zip(names, shares(counted).t().contiguous().unbind(0)))  # every K and outcome at once
+    if ngc_rank is not None and not len(ks):
+        out['predicate_ng'] = torch.zeros(0, dtype=torch.float64)
+    elif ngc_rank is not None:  # per K and image, the relations missed for predicate_ng
         at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)  # missed for predicate
         limits = torch.tensor([[rank_limit(k), rank_limit(min(int(k), int(ng_topk)))] for k in ks])
         ng = (rank.index_select(0, at)[None, :] >= limits[:, :1]) & (ngc_rank.index_select(0, at)[None, :] <
                                                                      limits[:, 1:])
         unit = torch.arange(len(ks))[:, None] * num_images + image_of.index_select(0, at)[None, :]
         ng_count = torch.bincount(unit[ng], minlength=len(ks) * num_images).view(len(ks), num_images)
-    for j in range(len(ks)):
-        values = shares(counted[j])
-        for i, name in enumerate(names):
-            out[name].append(values[i:i + 1])
-        if ngc_rank is not None:  # the share of the subset among ALL the image's relations: [rest, subset]
-            subset = ng_count[j]
-            out['predicate_ng'].append(shares(torch.stack([counted[j].sum(1) - subset, subset], 1))[1:])
-    if ngc_rank is None:
-        del out['predicate_ng']
-    return {name: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for name, v in out.items()}
+        # the share of the subset among ALL the image's relations: [rest, subset] per K and image
+        out['predicate_ng'] = shares(torch.stack([counted.sum(2) - ng_count, ng_count], 2))[:, 1].contiguous()
+    return out
 
 
 def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, image_of: Tensor, num_images: int,
