@@ -778,6 +778,57 @@ def test_pair_flags_from_pair_codes_equal_those_from_the_pair_list(seed):
         ext.relation_pair_flags(narrow[0], narrow[1], *args[2:], codes)
 
 
+
+@pytest.mark.parametrize('seed', range(6))
+def test_pair_flags_from_sparse_pair_codes_equal_the_pair_list_and_refuse_the_same_pair(seed):
+    """Few objects matching some end, as in real pools: the pair codes give the flags of the int64 pair list at
+    every count (0, 1, 7, 8, 203, 2,700 pairs), objects 0-255 named; a code naming an object beyond the image's
+    objects is refused at the same image and pair as the pair list refuses it (first, middle, last pairs)."""
+    ext = compiled.kernels()
+    if ext is None or not hasattr(ext, 'relation_pair_flags'):
+        pytest.skip('the compiled kernels are not built')
+    g = torch.Generator().manual_seed(seed)
+    batch, objects, num_pred, num_rel = 6, 256, 2, 40 if seed % 2 else 90
+    words = (num_rel + 63) // 64
+    bits = []
+    for _ in range(2):  # each object matches an end of some GT relation with probability 0.15
+        b = torch.zeros(batch, objects, words, dtype=torch.long)
+        some = torch.rand(batch, objects, generator=g) < 0.15
+        rel = torch.where(torch.rand(batch, objects, generator=g) < 0.6, torch.randint(0, 4, (batch, objects),
+                          generator=g), torch.randint(num_rel - 4, num_rel, (batch, objects), generator=g))
+        b[..., 0] = torch.where(some & (rel < 64), torch.ones_like(rel) << rel.clamp(max=63), 0)
+        if words > 1:
+            b[..., 1] = torch.where(some & (rel >= 64), torch.ones_like(rel) << (rel - 64).clamp(min=0), 0)
+        bits.append(b)
+    gt_predicates = torch.randint(0, num_pred, (batch, num_rel), generator=g)
+    gt_valid = torch.rand(batch, num_rel, generator=g) < 0.9
+    count = torch.tensor([0, 1, 7, 8, 203, 2700])[torch.randperm(6, generator=g)]
+    width = int(count.max()) + 5
+    pairs = torch.randint(0, objects, (batch, width, 2), generator=g)
+    matrices = [torch.rand(int(n), num_pred + 1, generator=g) for n in count]
+    codes = (pairs[..., 0] * 256 + pairs[..., 1]).to(torch.int32).to(torch.int16)
+    args = (bits[0], bits[1], gt_predicates, gt_valid, [pairs], count, matrices, None, 1, num_pred)
+    from_pairs = ext.relation_pair_flags(*args)
+    from_codes = ext.relation_pair_flags(*args, codes)
+    assert all(torch.equal(a, b) for a, b in zip(from_pairs, from_codes))
+    assert from_pairs[0].any() and from_pairs[1].any()
+    # 100 objects: pairs naming objects 100-255 are refused; the same image and pair either way
+    narrow_pairs = torch.randint(0, 100, (batch, width, 2), generator=g)
+    big = int(count.argmax())
+    for at in (0, 5, 8, 13, int(count[big]) - 1, int(count[big]) - 9):
+        bad_pairs = narrow_pairs.clone()
+        bad_pairs[big, at, int(torch.randint(0, 2, (1,), generator=g))] = 100 + int(torch.randint(0, 156, (1,),
+                                                                                                  generator=g))
+        bad_codes = (bad_pairs[..., 0] * 256 + bad_pairs[..., 1]).to(torch.int32).to(torch.int16)
+        narrow = [b[:, :100].contiguous() for b in bits]
+        messages = []
+        for extra in ((), (bad_codes,)):
+            with pytest.raises(RuntimeError, match='points outside its objects') as err:
+                ext.relation_pair_flags(narrow[0], narrow[1], gt_predicates, gt_valid, [bad_pairs], count, matrices,
+                                        None, 1, num_pred, *extra)
+            messages.append(str(err.value).splitlines()[0])
+        assert messages[0] == messages[1] and f'image {big} pair {at} ' in messages[0]
+
 # ------------------------------------------------------------------ the error analysis' one-pass kernels
 @needs_kernels
 @pytest.mark.parametrize('shape', [(5, 9, 6, 20), (3, 12, 8, 130), (4, 7, 5, 64), (3, 20, 19, 70), (2, 9, 33, 12),
