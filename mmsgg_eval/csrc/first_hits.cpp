@@ -344,6 +344,7 @@ void overlap_mask_avx2(float ax1, float ay1, float ax2, float ay2, float area_a,
   const __m256 area = _mm256_set1_ps(area_a), plus = _mm256_set1_ps(extra), zero = _mm256_setzero_ps();
   const __m256 limit = _mm256_set1_ps(thr);
   int64_t i = 0;
+  uint64_t word = 0;  // the bits of the current 64 GT boxes
   for (; i + 8 <= n; i += 8) {  // overlap_row_avx2's operations; 8 divides 64: a vector never spans two words
     __m256 w = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gx2 + i), x2),
                                            _mm256_max_ps(_mm256_loadu_ps(gx1 + i), x1)), plus);
@@ -354,7 +355,14 @@ void overlap_mask_avx2(float ax1, float ay1, float ax2, float ay2, float area_a,
     const __m256 inter = _mm256_mul_ps(w, h);
     const __m256 iou = _mm256_div_ps(inter, _mm256_sub_ps(_mm256_add_ps(area, _mm256_loadu_ps(garea + i)), inter));
     const uint64_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(iou, limit, _CMP_GE_OQ)));
-    mask[i / 64] |= bits << (i % 64);  // iou >= thr, NaN false (ordered compare)
+    word |= bits << (i % 64);  // iou >= thr, NaN false (ordered compare); in a register: no chain through memory
+    if (i % 64 == 56) {
+      mask[i / 64] = word;
+      word = 0;
+    }
+  }
+  if (i % 64) {
+    mask[i / 64] = word;
   }
   for (; i < n; ++i) {  // the tail here, in VEX code: a call to SSE code with the upper halves dirty is slow
     float w = (std::min(ax2, gx2[i]) - std::max(ax1, gx1[i])) + extra;
