@@ -1019,8 +1019,8 @@ at::Tensor stage_first_hit_ranks(const at::Tensor& subject_bits, const at::Tenso
                   ends.size(0) == batch && ends.size(1) == length && ends.size(2) == 2 &&
                   words >= std::max<int64_t>((num_rel + 63) / 64, 1),
               "stage_first_hit_ranks: the batch fields do not have matching shapes");
-  at::Tensor ms_c = subject_bits.contiguous(), mo_c = object_bits.contiguous(), ls_c = located_subject_bits.contiguous(),
-             lo_c = located_object_bits.contiguous(), gp = gt_predicates.contiguous(), gv = gt_valid.contiguous(),
+  at::Tensor ms_c = subject_bits.contiguous(), mo_c = object_bits.contiguous(),
+             ls_c = located_subject_bits.contiguous(), lo_c = located_object_bits.contiguous(), gp = gt_predicates.contiguous(), gv = gt_valid.contiguous(),
              ends_c = ends.contiguous(), ok = valid.contiguous(), pred_c = predicate.contiguous();
   at::Tensor out = at::full({3, batch, num_rel}, kNoHit, at::kInt);
   const uint64_t* ms = reinterpret_cast<const uint64_t*>(ms_c.data_ptr<int64_t>());

@@ -222,10 +222,11 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     GC list ``'rank_pair_loc'`` (both ends overlapped, classes and predicate ignored), ``'rank_pair_det'`` (both ends
     matched with their classes: the metric's pair ranks), ``'rank_pred_cls'`` (both ends overlapped and the
     predicate), int32, also as one tensor ``'stage_ranks'`` [3, B, G] in :data:`STAGE_RANKS` order; the evidence
-    ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end, float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
-    and ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per
-    image [B] int32: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
-    object, without / with its class). With the compiled kernels the overlaps come from the matching's own pass
+    ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end, float32, 0 without one),
+    ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one) and
+    ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per image [B] int32:
+    ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted object, without
+    / with its class). With the compiled kernels the overlaps come from the matching's own pass
     (``first_hits.overlaps``, :func:`~.first_hits._compiled_first_hit_ranker`): the codes before the pairs, then
     + scored + listed (:data:`OVERLAP_CAUSES`)."""
     pair_flags = getattr(first_hits, 'pair_flags', None)
@@ -234,7 +235,7 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     if overlaps is not None:  # the matching's own pass gave the overlaps: few tensor operations
         located_ends, cause, (num_objects, inst_loc, inst_det) = overlaps
         pair_scored, in_list = pair_flags()  # a scored pair has matched ends: only PAIR codes move on
-        cause = cause.add_(pair_scored).add_(in_list)
+        cause = torch.add(cause, pair_scored).add_(in_list)  # a new tensor: the ranker's outputs stay as they are
         stages = stage_ranks(batch, kernels, located_ends, end_bits, pair_ranks, gc_order, gc_valid, gc_predicate,
                              gc_ends)
         out = {'cause': cause, **_stage_outputs(stages), 'num_gt_objects': num_objects, 'inst_loc': inst_loc,
