@@ -31,7 +31,7 @@ from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predic
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
 from .matching import object_iou_matrix
-from .recall import hit_within, hits_per_k_columns, rank_limit
+from .recall import hit_within, rank_limit
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
@@ -195,11 +195,13 @@ def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, i
 def stage_recall(rank: Tensor, image_of: Tensor, num_images: int, count: Tensor, ks: Sequence[int]) -> Tensor:
     """[len(ks)] PySGG's stage-wise recall of first-hit ranks ``rank`` [G]: per image the relations found within K
     over (its GT relations ``count`` [I] + 1e-5), then the mean over the ``num_images`` images."""
-    if not num_images:
+    if not num_images or not len(ks):
         return torch.zeros(len(ks), dtype=torch.float64)
+    image_of = image_of.long()
     denominator = count.double() + STAGE_REL_EPS
-    return torch.stack([(found / denominator).mean() for found in hits_per_k_columns(rank, image_of, num_images, ks)]) \
-        if len(ks) else torch.zeros(0, dtype=torch.float64)
+    # the relations found within K per image: a bincount weighted by the hits (no index list of them)
+    return torch.stack([(torch.bincount(image_of, hit_within(rank, k).double(), num_images) / denominator).mean()
+                        for k in ks])
 
 
 def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:
