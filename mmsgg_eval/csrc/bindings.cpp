@@ -93,4 +93,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("lengths"), py::arg("width"));
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
         py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
+  m.def("box_match_overlap_flags", &box_match_overlap_flags,
+        "(subject / object bits, located subject / object bits [B, N, W], pre-pair cause code [B, G] int8, valid GT "
+        "objects, overlapped, matched [B] int32): box_relation_end_bits and the error analysis' overlaps in one pass",
+        py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
+        py::arg("gt_valid"), py::arg("iou_thr"), py::arg("plus_one"), py::arg("cause_codes"));
+  m.def("stage_first_hit_ranks", &stage_first_hit_ranks,
+        "[3, B, G] int32 stage-wise first-hit ranks (pair_loc, pair_det, pred_cls) in a list of (subject, object) ends",
+        py::arg("subject_bits"), py::arg("object_bits"), py::arg("located_subject_bits"),
+        py::arg("located_object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("ends"),
+        py::arg("valid"), py::arg("predicate"), py::arg("num_predicates"));
 }

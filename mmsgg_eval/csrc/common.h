@@ -315,3 +315,12 @@ at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
 std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>
 pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, bool ranges);
 at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width);
+// first_hits.cpp (the error analysis' one-pass kernels)
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+                        const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                        double iou_thr, bool plus_one, const std::vector<int64_t>& cause_codes);
+at::Tensor stage_first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                 const at::Tensor& located_subject_bits, const at::Tensor& located_object_bits,
+                                 const at::Tensor& gt_predicates, const at::Tensor& gt_valid, const at::Tensor& ends,
+                                 const at::Tensor& valid, const at::Tensor& predicate, int64_t num_predicates);

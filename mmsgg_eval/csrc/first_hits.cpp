@@ -4,8 +4,9 @@
 // matched GT relations are bit sets of 64-bit words (bit g % 64 of word g / 64), as in the torch path.
 // Here: box matching into per-object bit sets of GT relations (box_relation_end_bits), the first-hit rank of
 // every GT relation in a ranked list (first_hit_ranks), the error analysis' per-GT-relation flags
-// (relation_pair_flags, box_overlap_flags) and the input diagnostics of a pool (image_diagnostics: the box-frame
-// flags and label-offset counts, with the same IoU).
+// (relation_pair_flags, box_overlap_flags; box_match_overlap_flags: the box matching and the overlap flags in one
+// pass; stage_first_hit_ranks: the three stage-wise ranks in one pass) and the input diagnostics of a pool
+// (image_diagnostics: the box-frame flags and label-offset counts, with the same IoU).
 #include "common.h"
 
 using namespace mmsgg_ext;
@@ -317,6 +318,201 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     }
   });
   return {located, detected, in.subject_bits, in.object_bits};
+}
+
+namespace {
+
+// overlap_row's IoUs compared with thr (> 0; NaN never reaches it): bit i % 64 of mask[i / 64] is set when the box
+// overlaps GT box i at the threshold, for i in [0, n); mask holds ceil(n / 64) words, written here. The IoUs are
+// overlap_row's (the same operations and order, 8 boxes per AVX2 vector where available), not stored.
+void overlap_mask_scalar(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                         const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t begin,
+                         int64_t n, float thr, uint64_t* mask) {
+  for (int64_t i = begin; i < n; ++i) {
+    float iou;
+    overlap_row_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1 + i, gy1 + i, gx2 + i, gy2 + i, garea + i, 1, &iou);
+    mask[i / 64] |= uint64_t(iou >= thr) << (i % 64);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+void overlap_mask_avx2(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                       const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n, float thr,
+                       uint64_t* mask) {
+  const __m256 x1 = _mm256_set1_ps(ax1), y1 = _mm256_set1_ps(ay1), x2 = _mm256_set1_ps(ax2), y2 = _mm256_set1_ps(ay2);
+  const __m256 area = _mm256_set1_ps(area_a), plus = _mm256_set1_ps(extra), zero = _mm256_setzero_ps();
+  const __m256 limit = _mm256_set1_ps(thr);
+  int64_t i = 0;
+  uint64_t word = 0;  // the bits of the current 64 GT boxes
+  for (; i + 8 <= n; i += 8) {  // overlap_row_avx2's operations; 8 divides 64: a vector never spans two words
+    __m256 w = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gx2 + i), x2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gx1 + i), x1)), plus);
+    __m256 h = _mm256_add_ps(_mm256_sub_ps(_mm256_min_ps(_mm256_loadu_ps(gy2 + i), y2),
+                                           _mm256_max_ps(_mm256_loadu_ps(gy1 + i), y1)), plus);
+    w = _mm256_blendv_ps(w, zero, _mm256_cmp_ps(w, zero, _CMP_LT_OQ));
+    h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
+    const __m256 inter = _mm256_mul_ps(w, h);
+    const __m256 iou = _mm256_div_ps(inter, _mm256_sub_ps(_mm256_add_ps(area, _mm256_loadu_ps(garea + i)), inter));
+    const uint64_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(iou, limit, _CMP_GE_OQ)));
+    word |= bits << (i % 64);  // iou >= thr, NaN false (ordered compare); in a register: no chain through memory
+    if (i % 64 == 56) {
+      mask[i / 64] = word;
+      word = 0;
+    }
+  }
+  if (i % 64) {
+    mask[i / 64] = word;
+  }
+  for (; i < n; ++i) {  // the tail here, in VEX code: a call to SSE code with the upper halves dirty is slow
+    float w = (std::min(ax2, gx2[i]) - std::max(ax1, gx1[i])) + extra;
+    float h = (std::min(ay2, gy2[i]) - std::max(ay1, gy1[i])) + extra;
+    w = w < 0.0f ? 0.0f : w;
+    h = h < 0.0f ? 0.0f : h;
+    const float inter = w * h;
+    mask[i / 64] |= uint64_t(inter / ((area_a + garea[i]) - inter) >= thr) << (i % 64);
+  }
+  _mm256_zeroupper();  // back to the caller's SSE code without the transition penalty
+}
+#endif
+
+void overlap_mask(float ax1, float ay1, float ax2, float ay2, float area_a, float extra, const float* gx1,
+                  const float* gy1, const float* gx2, const float* gy2, const float* garea, int64_t n, float thr,
+                  uint64_t* mask) {
+  std::fill(mask, mask + (n + 63) / 64, uint64_t(0));
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    overlap_mask_avx2(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, n, thr, mask);
+    return;
+  }
+#endif
+  overlap_mask_scalar(ax1, ay1, ax2, ay2, area_a, extra, gx1, gy1, gx2, gy2, garea, 0, n, thr, mask);
+}
+
+// box_match_overlap_flags' per-thread workspace: the GT boxes by coordinate, the valid GT objects and one row of
+// overlap bits (words of 64 GT objects), and which GT objects some predicted object overlaps / matches.
+struct OverlapScratch {
+  std::vector<float> x1, y1, x2, y2, area;
+  std::vector<uint64_t> valid, row;
+  std::vector<uint8_t> located, detected;
+};
+
+}  // namespace
+
+// The metric's box matching and the error analysis' overlaps in one pass over every (predicted, GT) object pair of
+// each image (mmsgg_eval.functional.error_causes): with thr > 0, predicted object n "overlaps" GT object m when
+// both labels are >= 0 and their box IoU (overlap_row's operations, as box_iou_f32 and box_iou_unchecked order
+// them; NaN, of two empty boxes, never reaches thr) is >= thr; it "matches" m when it also has m's class.
+// Returns (subject bits, object bits [B, N, W]: the GT relations whose subject / object each predicted object
+// matches, = box_relation_end_bits; located subject / object bits [B, N, W]: those whose ends it overlaps (a
+// superset: a match overlaps); pre_cause [B, G] int8: each GT relation's code among cause_codes = (subject_loc,
+// object_loc, subject_cls, object_cls, pair) by the first that applies (no overlapping predicted object for the
+// subject, for the object, no matching one for the subject, for the object, else `pair`; an invalid GT relation
+// whose ends are outside [0, M) gets subject_loc); and per image [B] int32 its valid GT objects, those some
+// predicted object overlaps, those some predicted object matches). W = max(ceil(G / 64), 1).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,
+                        const at::Tensor& gt_labels, const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
+                        double iou_thr, bool plus_one, const std::vector<int64_t>& cause_codes) {
+  const BoxInputs in(pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid, "box_match_overlap_flags");
+  TORCH_CHECK(iou_thr > 0, "box_match_overlap_flags: iou_thr must be > 0, got ", iou_thr);
+  TORCH_CHECK(cause_codes.size() == 5, "box_match_overlap_flags: cause_codes must hold 5 codes (subject_loc, "
+              "object_loc, subject_cls, object_cls, pair), got ", cause_codes.size());
+  for (int64_t c : cause_codes) {
+    TORCH_CHECK(c >= -128 && c < 128, "box_match_overlap_flags: a cause code must fit int8, got ", c);
+  }
+  const int8_t subject_loc = static_cast<int8_t>(cause_codes[0]), object_loc = static_cast<int8_t>(cause_codes[1]),
+               subject_cls = static_cast<int8_t>(cause_codes[2]), object_cls = static_cast<int8_t>(cause_codes[3]),
+               pair_code = static_cast<int8_t>(cause_codes[4]);
+  const int64_t batch = in.batch, num_pred = in.num_pred, num_gt_obj = in.num_gt_obj, num_rel = in.num_rel;
+  const int64_t words = in.words, obj_words = (num_gt_obj + 63) / 64;
+  at::Tensor loc_subject = at::zeros({batch, num_pred, words}, at::kLong);
+  at::Tensor loc_object = at::zeros({batch, num_pred, words}, at::kLong);
+  at::Tensor pre_cause = at::empty({batch, num_rel}, at::kChar);
+  at::Tensor num_objects = at::empty({batch}, at::kInt), inst_loc = at::empty({batch}, at::kInt),
+             inst_det = at::empty({batch}, at::kInt);
+  uint64_t* loc_sub_ptr = reinterpret_cast<uint64_t*>(loc_subject.data_ptr<int64_t>());
+  uint64_t* loc_obj_ptr = reinterpret_cast<uint64_t*>(loc_object.data_ptr<int64_t>());
+  int8_t* cause_ptr = pre_cause.data_ptr<int8_t>();
+  int32_t* objects_ptr = num_objects.data_ptr<int32_t>();
+  int32_t* loc_count_ptr = inst_loc.data_ptr<int32_t>();
+  int32_t* det_count_ptr = inst_det.data_ptr<int32_t>();
+  const float thr = static_cast<float>(iou_thr), extra = plus_one ? 1.0f : 0.0f;
+  in.for_each_image<OverlapScratch>("box_match_overlap_flags", [&](int64_t b, const std::vector<uint64_t>& subject_of,
+                                                                   const std::vector<uint64_t>& object_of,
+                                                                   OverlapScratch& gt) {
+    for (std::vector<float>* v : {&gt.x1, &gt.y1, &gt.x2, &gt.y2, &gt.area}) {
+      v->resize(num_gt_obj);
+    }
+    gt.valid.assign(std::max<int64_t>(obj_words, 1), 0);
+    gt.row.resize(std::max<int64_t>(obj_words, 1));
+    gt.located.assign(num_gt_obj, 0);
+    gt.detected.assign(num_gt_obj, 0);
+    float *gt_x1 = gt.x1.data(), *gt_y1 = gt.y1.data(), *gt_x2 = gt.x2.data(), *gt_y2 = gt.y2.data();
+    float* gt_area = gt.area.data();
+    uint64_t *valid = gt.valid.data(), *row = gt.row.data();
+    uint8_t *located = gt.located.data(), *detected = gt.detected.data();
+    const int64_t* labels = in.pl + b * num_pred;
+    const int64_t* gt_lab = in.gl + b * num_gt_obj;
+    int32_t objects = 0;
+    for (int64_t m = 0; m < num_gt_obj; ++m) {
+      const float* g = in.gb + (b * num_gt_obj + m) * 4;
+      gt_x1[m] = g[0];
+      gt_y1[m] = g[1];
+      gt_x2[m] = g[2];
+      gt_y2[m] = g[3];
+      gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      if (gt_lab[m] >= 0) {
+        valid[m / 64] |= uint64_t(1) << (m % 64);
+        ++objects;
+      }
+    }
+    for (int64_t n = 0; n < num_pred; ++n) {
+      const int64_t label = labels[n];
+      if (label < 0) {
+        continue;
+      }
+      const float* a = in.pb + (b * num_pred + n) * 4;
+      const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
+      const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+      overlap_mask(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt_obj, thr, row);
+      const int64_t at_n = (b * num_pred + n) * words;
+      for (int64_t v = 0; v < obj_words; ++v) {
+        uint64_t word = row[v] & valid[v];
+        while (word) {
+          const int64_t m = v * 64 + __builtin_ctzll(word);
+          word &= word - 1;
+          located[m] = 1;
+          add_relation_ends(loc_sub_ptr + at_n, loc_obj_ptr + at_n, subject_of, object_of, m, words);
+          if (gt_lab[m] == label) {
+            detected[m] = 1;
+            add_relation_ends(in.sub + at_n, in.obj + at_n, subject_of, object_of, m, words);
+          }
+        }
+      }
+    }
+    int32_t found = 0, matched = 0;
+    for (int64_t m = 0; m < num_gt_obj; ++m) {
+      found += located[m];
+      matched += detected[m];
+    }
+    objects_ptr[b] = objects;
+    loc_count_ptr[b] = found;
+    det_count_ptr[b] = matched;
+    const int64_t* pairs = in.gp + b * num_rel * 2;
+    int8_t* cause = cause_ptr + b * num_rel;
+    for (int64_t g = 0; g < num_rel; ++g) {
+      const int64_t s = pairs[2 * g], o = pairs[2 * g + 1];
+      if (s < 0 || s >= num_gt_obj || o < 0 || o >= num_gt_obj) {  // an invalid relation (valid ones are checked)
+        cause[g] = subject_loc;
+        continue;
+      }
+      cause[g] = !located[s] ? subject_loc : !located[o] ? object_loc : !detected[s] ? subject_cls :
+                 !detected[o] ? object_cls : pair_code;
+    }
+  });
+  return {in.subject_bits, in.object_bits, loc_subject, loc_object, pre_cause, num_objects, inst_loc, inst_det};
 }
 
 // The input diagnostics of a batch (mmsgg_eval.functional.diagnostics, image_diagnostics), image by image in
@@ -798,4 +994,103 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
                 " points outside its objects or score rows");
   }
   return {scored, listed};
+}
+
+// PySGG's stage-wise first-hit ranks (mmsgg_eval.functional.error_causes.stage_ranks) of every GT relation in one
+// pass over a ranked list whose entries [B, J] are given by their own (subject, object) ends [B, J, 2], predicates
+// and validity (the position of entry j is j): [3, B, G] int32, NO_HIT where no entry hits, in the order
+// rank_pair_loc (both ends in the located bit sets: first_hit_ranks with ends_only), rank_pair_det (both ends in
+// the matched bit sets, ends_only) and rank_pred_cls (located ends and the entry's predicate; one outside
+// [0, num_predicates) hits nothing) - the three first_hit_ranks calls of the torch-free path in one.
+at::Tensor stage_first_hit_ranks(const at::Tensor& subject_bits, const at::Tensor& object_bits,
+                                 const at::Tensor& located_subject_bits, const at::Tensor& located_object_bits,
+                                 const at::Tensor& gt_predicates, const at::Tensor& gt_valid, const at::Tensor& ends,
+                                 const at::Tensor& valid, const at::Tensor& predicate, int64_t num_predicates) {
+  check_relation_bits(subject_bits, object_bits, gt_predicates, gt_valid, "stage_first_hit_ranks");
+  check_relation_bits(located_subject_bits, located_object_bits, gt_predicates, gt_valid, "stage_first_hit_ranks");
+  check_cpu(ends, at::kLong, 3, "stage_first_hit_ranks: ends must be int64 [B, J, 2] on the CPU");
+  check_cpu(valid, at::kBool, 2, "stage_first_hit_ranks: valid must be bool [B, J] on the CPU");
+  check_cpu(predicate, at::kLong, 2, "stage_first_hit_ranks: predicate must be int64 [B, J] on the CPU");
+  const int64_t batch = subject_bits.size(0), num_obj = subject_bits.size(1), words = subject_bits.size(2);
+  const int64_t num_rel = gt_predicates.size(1), length = valid.size(1);
+  TORCH_CHECK(object_bits.sizes() == subject_bits.sizes() && located_subject_bits.sizes() == subject_bits.sizes() &&
+                  located_object_bits.sizes() == subject_bits.sizes() && gt_valid.sizes() == gt_predicates.sizes() &&
+                  gt_predicates.size(0) == batch && valid.size(0) == batch && predicate.sizes() == valid.sizes() &&
+                  ends.size(0) == batch && ends.size(1) == length && ends.size(2) == 2 &&
+                  words >= std::max<int64_t>((num_rel + 63) / 64, 1),
+              "stage_first_hit_ranks: the batch fields do not have matching shapes");
+  at::Tensor ms_c = subject_bits.contiguous(), mo_c = object_bits.contiguous(),
+             ls_c = located_subject_bits.contiguous(), lo_c = located_object_bits.contiguous(), gp = gt_predicates.contiguous(), gv = gt_valid.contiguous(),
+             ends_c = ends.contiguous(), ok = valid.contiguous(), pred_c = predicate.contiguous();
+  at::Tensor out = at::full({3, batch, num_rel}, kNoHit, at::kInt);
+  const uint64_t* ms = reinterpret_cast<const uint64_t*>(ms_c.data_ptr<int64_t>());
+  const uint64_t* mo = reinterpret_cast<const uint64_t*>(mo_c.data_ptr<int64_t>());
+  const uint64_t* ls = reinterpret_cast<const uint64_t*>(ls_c.data_ptr<int64_t>());
+  const uint64_t* lo = reinterpret_cast<const uint64_t*>(lo_c.data_ptr<int64_t>());
+  const int64_t* gp_ptr = gp.data_ptr<int64_t>();
+  const bool* gv_ptr = gv.data_ptr<bool>();
+  const int64_t* ends_ptr = ends_c.data_ptr<int64_t>();
+  const bool* ok_ptr = ok.data_ptr<bool>();
+  const int64_t* pred_ptr = pred_c.data_ptr<int64_t>();
+  int32_t* out_ptr = out.data_ptr<int32_t>();
+  std::vector<int64_t> bad(batch, -1);  // an entry whose ends are out of range
+  at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
+    // carries [P, W]: the valid GT relations carrying each predicate; open_*: those no entry hit yet, per stage
+    std::vector<uint64_t> carries, open_loc(words), open_det(words), open_pred(words);
+    for (int64_t b = begin; b < end; ++b) {
+      carries.assign(std::max<int64_t>(num_predicates, 1) * words, 0);
+      std::fill(open_loc.begin(), open_loc.end(), 0);
+      for (int64_t g = 0; g < num_rel; ++g) {
+        if (!gv_ptr[b * num_rel + g]) {
+          continue;
+        }
+        open_loc[g / 64] |= uint64_t(1) << (g % 64);
+        const int64_t p = gp_ptr[b * num_rel + g];
+        if (p >= 0 && p < num_predicates) {
+          carries[p * words + g / 64] |= uint64_t(1) << (g % 64);
+        }
+      }
+      open_det = open_loc;
+      open_pred = open_loc;
+      int32_t* rank_loc = out_ptr + b * num_rel;
+      int32_t* rank_det = out_ptr + (batch + b) * num_rel;
+      int32_t* rank_pred = out_ptr + (2 * batch + b) * num_rel;
+      auto mark = [](uint64_t word, int64_t w, int32_t* rank, int64_t position) {
+        while (word) {
+          rank[w * 64 + __builtin_ctzll(word)] = static_cast<int32_t>(position);
+          word &= word - 1;
+        }
+      };
+      for (int64_t j = 0; j < length; ++j) {
+        const int64_t e = b * length + j;
+        if (!ok_ptr[e]) {
+          continue;
+        }
+        const int64_t s = ends_ptr[2 * e], o = ends_ptr[2 * e + 1];
+        if (s < 0 || s >= num_obj || o < 0 || o >= num_obj) {
+          bad[b] = j;
+          break;
+        }
+        const int64_t p = pred_ptr[e];
+        const uint64_t* carried = (p >= 0 && p < num_predicates) ? carries.data() + p * words : nullptr;
+        const int64_t at_s = (b * num_obj + s) * words, at_o = (b * num_obj + o) * words;
+        for (int64_t w = 0; w < words; ++w) {
+          const uint64_t loc = ls[at_s + w] & lo[at_o + w];
+          const uint64_t new_loc = loc & open_loc[w];
+          const uint64_t new_det = ms[at_s + w] & mo[at_o + w] & open_det[w];
+          const uint64_t new_pred = carried ? loc & carried[w] & open_pred[w] : 0;
+          open_loc[w] &= ~new_loc;
+          open_det[w] &= ~new_det;
+          open_pred[w] &= ~new_pred;
+          mark(new_loc, w, rank_loc, j);
+          mark(new_det, w, rank_det, j);
+          mark(new_pred, w, rank_pred, j);
+        }
+      }
+    }
+  });
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(bad[b] < 0, "stage_first_hit_ranks: image ", b, " entry ", bad[b], " points outside its objects");
+  }
+  return out;
 }

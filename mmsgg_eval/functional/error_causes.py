@@ -31,10 +31,15 @@ from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predic
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
 from .matching import object_iou_matrix
-from .recall import hit_within, hits_per_k_columns, rank_limit
+from .recall import hit_within, rank_limit
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
 HIT, SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR, PREDICATE, RANK, NO_PREDICTION = range(9)
+#: the codes the object overlaps decide alone, in their order of precedence (the compiled matching pass's
+#: ``box_match_overlap_flags`` writes one of them per GT relation); ``PAIR`` turns into PREDICATE / RANK as the
+#: pairs are scored / listed: the code + scored + listed
+OVERLAP_CAUSES = (SUBJECT_LOC, OBJECT_LOC, SUBJECT_CLS, OBJECT_CLS, PAIR)
+assert (PREDICATE, RANK) == (PAIR + 1, PAIR + 2), 'scored then listed moves a pair cause one code on each'
 #: the causes of a miss, in code order (code = index + 1); they and ``hit`` partition the GT relations at each K
 CAUSES = ('subject_loc', 'object_loc', 'subject_cls', 'object_cls', 'pair', 'predicate', 'rank', 'no_prediction')
 #: causes that can occur in PredCls (its objects are the GT objects themselves)
@@ -112,12 +117,13 @@ class _Shares:
         self.held = total.index_select(0, self.rows).double()[:, None]
 
     def __call__(self, counts: Tensor) -> Tensor:
-        """[C] shares of ``counts`` [U, C] (int64)."""
+        """[..., C] shares of ``counts`` [..., U, C] (int64; e.g. [K, U, C]: every K at once)."""
         if self.average == 'micro':
-            return counts.sum(0).double() / self.all if self.any else torch.zeros(counts.shape[1], dtype=torch.float64)
+            return counts.sum(-2).double() / self.all if self.any else \
+                torch.zeros(counts.shape[:-2] + counts.shape[-1:], dtype=torch.float64)
         if not self.rows.numel():
-            return torch.zeros(counts.shape[1], dtype=torch.float64)
-        return (counts.index_select(0, self.rows).double() / self.held).mean(0)
+            return torch.zeros(counts.shape[:-2] + counts.shape[-1:], dtype=torch.float64)
+        return (counts.index_select(-2, self.rows).double() / self.held).mean(-2)
 
 
 def outcome_counts(rank: Tensor, cause: Tensor, unit: Tensor, num_units: int, ks: Sequence[int],
@@ -140,27 +146,22 @@ def cause_shares(rank: Tensor, cause: Tensor, image_of: Tensor, num_images: int,
     ``predicate_ng``: relations missed for ``predicate`` whose no-graph-constraint rank is below min(K,
     ``ng_topk``) (a subset of ``predicate``). The counts of every K from :func:`outcome_counts`."""
     names = ('hit',) + CAUSES
-    out = {name: [] for name in names + ('predicate_ng',)}
     image_of = image_of.long()
-    counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))
+    counted = outcome_counts(rank, cause, image_of, num_images, ks, no_prediction, len(names))  # [K, I, outcomes]
     shares = _Shares(torch.bincount(image_of, minlength=num_images), average)
-    if ngc_rank is not None and len(ks):  # per K and image, the relations missed for predicate_ng
+    out = dict(zip(names, shares(counted).t().contiguous().unbind(0)))  # every K and outcome at once
+    if ngc_rank is not None and not len(ks):
+        out['predicate_ng'] = torch.zeros(0, dtype=torch.float64)
+    elif ngc_rank is not None:  # per K and image, the relations missed for predicate_ng
         at = (effective_codes(cause, no_prediction) == PREDICATE).nonzero().squeeze(1)  # missed for predicate
         limits = torch.tensor([[rank_limit(k), rank_limit(min(int(k), int(ng_topk)))] for k in ks])
         ng = (rank.index_select(0, at)[None, :] >= limits[:, :1]) & (ngc_rank.index_select(0, at)[None, :] <
                                                                      limits[:, 1:])
         unit = torch.arange(len(ks))[:, None] * num_images + image_of.index_select(0, at)[None, :]
         ng_count = torch.bincount(unit[ng], minlength=len(ks) * num_images).view(len(ks), num_images)
-    for j in range(len(ks)):
-        values = shares(counted[j])
-        for i, name in enumerate(names):
-            out[name].append(values[i:i + 1])
-        if ngc_rank is not None:  # the share of the subset among ALL the image's relations: [rest, subset]
-            subset = ng_count[j]
-            out['predicate_ng'].append(shares(torch.stack([counted[j].sum(1) - subset, subset], 1))[1:])
-    if ngc_rank is None:
-        del out['predicate_ng']
-    return {name: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for name, v in out.items()}
+        # the share of the subset among ALL the image's relations: [rest, subset] per K and image
+        out['predicate_ng'] = shares(torch.stack([counted.sum(2) - ng_count, ng_count], 2))[:, 1].contiguous()
+    return out
 
 
 def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, image_of: Tensor, num_images: int,
@@ -194,11 +195,13 @@ def per_predicate_cause_shares(rank: Tensor, cause: Tensor, predicate: Tensor, i
 def stage_recall(rank: Tensor, image_of: Tensor, num_images: int, count: Tensor, ks: Sequence[int]) -> Tensor:
     """[len(ks)] PySGG's stage-wise recall of first-hit ranks ``rank`` [G]: per image the relations found within K
     over (its GT relations ``count`` [I] + 1e-5), then the mean over the ``num_images`` images."""
-    if not num_images:
+    if not num_images or not len(ks):
         return torch.zeros(len(ks), dtype=torch.float64)
+    image_of = image_of.long()
     denominator = count.double() + STAGE_REL_EPS
-    return torch.stack([(found / denominator).mean() for found in hits_per_k_columns(rank, image_of, num_images, ks)]) \
-        if len(ks) else torch.zeros(0, dtype=torch.float64)
+    # the relations found within K per image: a bincount weighted by the hits (no index list of them)
+    return torch.stack([(torch.bincount(image_of, hit_within(rank, k).double(), num_images) / denominator).mean()
+                        for k in ks])
 
 
 def instance_recall(found: Tensor, num_objects: Tensor) -> Tensor:
@@ -220,17 +223,33 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     Returns, per GT relation [B, G]: ``'cause'`` int8 (:func:`miss_causes`), the stage-wise first-hit ranks in the
     GC list ``'rank_pair_loc'`` (both ends overlapped, classes and predicate ignored), ``'rank_pair_det'`` (both ends
     matched with their classes: the metric's pair ranks), ``'rank_pred_cls'`` (both ends overlapped and the
-    predicate); the evidence ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end,
-    float32, 0 without one), ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one)
-    and ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per
-    image [B]: ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted
-    object, without / with its class)."""
+    predicate), int32, also as one tensor ``'stage_ranks'`` [3, B, G] in :data:`STAGE_RANKS` order; the evidence
+    ``'subject_iou'`` / ``'object_iou'`` (best IoU of any predicted object with the end, float32, 0 without one),
+    ``'subject_det_label'`` / ``'object_det_label'`` (that object's class, -1 without one) and
+    ``'subject_det_score'`` / ``'object_det_score'`` (its score, 0 without one); per image [B] int32:
+    ``'num_gt_objects'``, ``'inst_loc'`` / ``'inst_det'`` (GT objects overlapped by some predicted object, without
+    / with its class). With the compiled kernels the overlaps come from the matching's own pass
+    (``first_hits.overlaps``, :func:`~.first_hits._compiled_first_hit_ranker`): the codes before the pairs, then
+    + scored + listed (:data:`OVERLAP_CAUSES`)."""
+    pair_flags = getattr(first_hits, 'pair_flags', None)
+    kernels = compiled.kernels() if pair_flags is not None and not use_masks else None
+    overlaps = getattr(first_hits, 'overlaps', None) if kernels is not None else None
+    if overlaps is not None:  # the matching's own pass gave the overlaps: few tensor operations
+        located_ends, cause, (num_objects, inst_loc, inst_det) = overlaps
+        pair_scored, in_list = pair_flags()  # a scored pair has matched ends: only PAIR codes move on
+        cause = torch.add(cause, pair_scored).add_(in_list)  # a new tensor: the ranker's outputs stay as they are
+        stages = stage_ranks(batch, kernels, located_ends, end_bits, pair_ranks, gc_order, gc_valid, gc_predicate,
+                             gc_ends)
+        out = {'cause': cause, **_stage_outputs(stages), 'num_gt_objects': num_objects, 'inst_loc': inst_loc,
+               'inst_det': inst_det}
+        if evidence:
+            out.update(end_evidence(batch, _object_overlaps(batch, plus_one, use_masks), batch.gt_pairs[..., 0],
+                                    batch.gt_pairs[..., 1]))
+        return out
     gt_pairs, gt_valid = batch.gt_pairs, batch.gt_valid
     gt_sub, gt_obj = gt_pairs[..., 0], gt_pairs[..., 1]
     subject_bits, object_bits = end_bits
     gt_object_valid = batch.gt_labels >= 0
-    pair_flags = getattr(first_hits, 'pair_flags', None)
-    kernels = compiled.kernels() if pair_flags is not None and not use_masks else None
     iou = None
     if kernels is not None and hasattr(kernels, 'box_overlap_flags'):
         # the compiled kernels: every (predicted, GT) object pair once, no [B, N, M] IoU tensor
@@ -261,15 +280,12 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
 
     # PySGG's stage-wise ranks in the graph-constrained list (overlap: located, or matched whatever the rounding)
     loc_subject, loc_object = loc_subject | subject_bits, loc_object | object_bits
-    rank_pair_loc, rank_pred_cls, rank_pair_det = stage_ranks(batch, kernels, (loc_subject, loc_object), end_bits,
-                                                              pair_ranks, gc_order, gc_valid, gc_predicate, gc_ends)
-    out = {'cause': cause,
-           'rank_pair_loc': rank_pair_loc,
-           'rank_pair_det': rank_pair_det,
-           'rank_pred_cls': rank_pred_cls,
-           'num_gt_objects': gt_object_valid.sum(1),
-           'inst_loc': (located_any & gt_object_valid).sum(1),
-           'inst_det': (detected_any & gt_object_valid).sum(1)}
+    stages = stage_ranks(batch, kernels, (loc_subject, loc_object), end_bits, pair_ranks, gc_order, gc_valid,
+                         gc_predicate, gc_ends)
+    out = {'cause': cause, **_stage_outputs(stages),
+           'num_gt_objects': gt_object_valid.sum(1, dtype=torch.int32),
+           'inst_loc': (located_any & gt_object_valid).sum(1, dtype=torch.int32),
+           'inst_det': (detected_any & gt_object_valid).sum(1, dtype=torch.int32)}
 
     if evidence:
         out.update(end_evidence(batch, iou if iou is not None else _object_overlaps(batch, plus_one, use_masks),
@@ -277,13 +293,24 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
     return out
 
 
+def _stage_outputs(stages: Tensor) -> Dict[str, Tensor]:
+    """``'stage_ranks'`` [3, B, G] and its rows by their :data:`STAGE_RANKS` column names."""
+    return {'stage_ranks': stages, **dict(zip((column for _, column in STAGE_RANKS), stages.unbind(0)))}
+
+
 def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: Tuple[Tensor, Tensor], pair_ranks,
                 gc_order: Tensor, gc_valid: Tensor, gc_predicate: Optional[Tensor],
-                gc_ends: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    """PySGG's stage-wise first-hit ranks [B, G] in the graph-constrained list: ``rank_pair_loc`` (both ends in
-    ``located_ends``' bit sets), ``rank_pred_cls`` (and the listed predicate) and ``rank_pair_det`` (both ends
-    matched with their classes: the metric's pair ranks); the compiled first-hit kernel on the listed entries' own
-    ends when ``kernels`` and the list's ends and predicates are given, else the torch bit sets."""
+                gc_ends: Optional[Tensor]) -> Tensor:
+    """PySGG's stage-wise first-hit ranks [3, B, G] int32 in the graph-constrained list, in :data:`STAGE_RANKS`
+    order: ``rank_pair_loc`` (both ends in ``located_ends``' bit sets), ``rank_pair_det`` (both ends matched with
+    their classes: the metric's pair ranks) and ``rank_pred_cls`` (located ends and the listed predicate); the
+    compiled kernels on the listed entries' own ends when ``kernels`` and the list's ends and predicates are given
+    (``stage_first_hit_ranks``: one pass for the three), else the torch bit sets."""
+    if kernels is not None and gc_ends is not None and gc_predicate is not None and \
+            hasattr(kernels, 'stage_first_hit_ranks'):
+        return kernels.stage_first_hit_ranks(end_bits[0], end_bits[1], located_ends[0], located_ends[1],
+                                             batch.gt_predicates, batch.gt_valid, gc_ends, gc_valid, gc_predicate,
+                                             batch.scores.num_predicates)
     if kernels is not None and gc_ends is not None and gc_predicate is not None:
         # the compiled first-hit kernel on the listed entries' own (subject, object): no [B, J, W] bit tensors
         positions = torch.arange(gc_ends.shape[1], device=gc_ends.device).expand(gc_ends.shape[0], -1).contiguous()
@@ -308,7 +335,7 @@ def stage_ranks(batch, kernels, located_ends: Tuple[Tensor, Tensor], end_bits: T
         rank_pred_cls = first_hit_rank_bits(predicate_hit_bits(loc_ends, carries, gc_predicate, gc_valid),
                                             batch.gt_predicates.shape[1])
         rank_pair_det = pair_ranks(gc_order, gc_valid)
-    return rank_pair_loc, rank_pred_cls, rank_pair_det
+    return torch.stack([rank_pair_loc, rank_pair_det, rank_pred_cls])
 
 
 def _object_overlaps(batch, plus_one: bool, use_masks: bool) -> Tensor:

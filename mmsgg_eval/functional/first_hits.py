@@ -11,6 +11,7 @@ from torch import Tensor
 
 from . import compiled
 from .diagnostics import HEAD_ENTRIES
+from .error_causes import OVERLAP_CAUSES
 from .limits import NO_HIT
 from .matching import (first_hit_rank, first_hit_rank_bits, gt_pair_sublist, object_match_list, object_match_matrix,
                        pair_end_bits, predicate_bits, predicate_hit_bits, relation_end_bits, triplet_hits)
@@ -44,7 +45,8 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     if analysis is not None and phrase:
         raise ValueError('error analysis is not defined for phrase detection (union-box matching)')
     scores = batch.scores  # the predicate scores, in the layout the reader chose
-    first_hits, pair_ranks, end_bits = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks)
+    first_hits, pair_ranks, end_bits = _first_hit_ranker(batch, iou_thr, plus_one, phrase, use_masks,
+                                                         overlaps=analysis is not None)
 
     # the graph-constrained list (real pairs first); both lists may have been built while the scores were read
     ranked = getattr(batch, 'ranked_lists', None)
@@ -89,7 +91,7 @@ def scene_graph_ranks(batch, max_k: int, ng_topk: int, iou_thr: float = 0.5, plu
     return out
 
 
-def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_masks: bool):
+def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_masks: bool, overlaps: bool = False):
     """``(first_hits, pair_ranks, end_bits)`` for the ranked lists of ``batch``.
 
     ``first_hits(pair_index, valid, predicate, list_valid, ends=None)``: the [B, G] first-hit rank of each GT
@@ -105,7 +107,9 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
     ``end_bits``: ``(subject_bits, object_bits)`` [B, N, W], the GT relations whose subject / object each predicted
     object matches (:func:`~.matching.relation_end_bits`; None for ``phrase``). The compiled ranker's ``first_hits``
     also has ``pair_flags()``: ``(scored, listed)`` [B, G] bool over every pair of each image in one pass
-    (:func:`~.error_causes.error_analysis_rows`)."""
+    (:func:`~.error_causes.error_analysis_rows`), and with ``overlaps`` (the error analysis asks) ``overlaps``: the
+    error analysis' overlap flags from the same pass over the object pairs as the matching
+    (:func:`_compiled_first_hit_ranker`)."""
     scores = batch.scores
     gt_sub, gt_obj = batch.gt_pairs[..., 0], batch.gt_pairs[..., 1]
     num_gt = batch.gt_predicates.shape[1]
@@ -121,7 +125,7 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
             return first_hit_rank(hits, list_valid)
         return phrase_hits, None, None
     if not use_masks:
-        ranker = _compiled_first_hit_ranker(batch, iou_thr, plus_one)
+        ranker = _compiled_first_hit_ranker(batch, iou_thr, plus_one, overlaps)
         if ranker is not None:
             return ranker
     # the match list (sparse), or the matrix where the host must not wait (no list to size)
@@ -146,10 +150,14 @@ def _first_hit_ranker(batch, iou_thr: float, plus_one: bool, phrase: bool, use_m
         (subject_bits, object_bits)
 
 
-def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
+def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool, overlaps: bool = False):
     """:func:`_first_hit_ranker` of box matching by the compiled kernels (the same bit sets and ranks, image by
     image, reading each looked-up score row in place), or None where they do not apply (not built or switched
-    off, not on the CPU, or score rows the kernels cannot address: views of non-contiguous inputs)."""
+    off, not on the CPU, or score rows the kernels cannot address: views of non-contiguous inputs). With
+    ``overlaps`` (and ``iou_thr`` > 0) the matching pass also gives the error analysis' overlaps
+    (``box_match_overlap_flags``): ``first_hits.overlaps`` = ``((located subject bits, located object bits)
+    [B, N, W], cause code before the pairs [B, G] int8, (valid GT objects, overlapped, matched) [B] int32)``
+    (:func:`~.error_causes.error_analysis_rows`)."""
     kernels = compiled.kernels()
     source = _score_row_source(batch.scores) if kernels is not None and batch.device.type == 'cpu' else None
     if source is None:
@@ -157,9 +165,16 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
     matrices, start, column = source
     scores = batch.scores
     gt_valid = batch.gt_valid
-    subject_bits, object_bits = kernels.box_relation_end_bits(
-        batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, batch.gt_pairs,
-        gt_valid, float(iou_thr), bool(plus_one))
+    found = None  # the error analysis' overlaps, from the matching's own pass
+    if overlaps and iou_thr > 0 and hasattr(kernels, 'box_match_overlap_flags'):
+        subject_bits, object_bits, loc_subject, loc_object, pre_cause, *counts = kernels.box_match_overlap_flags(
+            batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, batch.gt_pairs,
+            gt_valid, float(iou_thr), bool(plus_one), list(OVERLAP_CAUSES))
+        found = ((loc_subject, loc_object), pre_cause, tuple(counts))
+    else:
+        subject_bits, object_bits = kernels.box_relation_end_bits(
+            batch.pred_boxes.float(), batch.pred_labels, batch.gt_boxes.float(), batch.gt_labels, batch.gt_pairs,
+            gt_valid, float(iou_thr), bool(plus_one))
     num_pred = scores.num_predicates
     pair_rows = batch.pair_rows
 
@@ -184,6 +199,8 @@ def _compiled_first_hit_ranker(batch, iou_thr: float, plus_one: bool):
             return kernels.relation_pair_flags(subject_bits, object_bits, batch.gt_predicates, gt_valid, pair_rows,
                                                batch.num_rel_preds, matrices, start, column, num_pred, codes)
         first_hits.pair_flags = pair_flags
+    if found is not None:
+        first_hits.overlaps = found
     return first_hits, pair_ranks, (subject_bits, object_bits)
 
 

@@ -407,8 +407,11 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
                 rows.setdefault(table, {}).update(columns)
         if self.error_analysis:
             rows['relations']['cause'] = real(ranks['cause'])
-            for _, column in error_causes.STAGE_RANKS:
-                rows['relations'][column] = real(ranks[column]).clamp(max=self._rank_cap)
+            # the three stage-wise rank columns in one gather, clamped and in the stored dtype (no copy per column)
+            stages = ranks['stage_ranks'].reshape(len(error_causes.STAGE_RANKS), -1).index_select(1, slot)
+            stages = stages.clamp_(max=self._rank_cap).to(torch.int16 if self._rank_cap == RANK_CAP_INT16 else
+                                                          torch.int32)
+            rows['relations'].update(zip((column for _, column in error_causes.STAGE_RANKS), stages.unbind(0)))
             for name in ('num_gt_objects', 'inst_loc', 'inst_det'):
                 rows['images'][name] = ranks[name]
             if self._list_length:

@@ -776,3 +776,184 @@ def test_pair_flags_from_pair_codes_equal_those_from_the_pair_list(seed):
     narrow = [b[:, :200].contiguous() for b in bits]  # 200 objects: a code of object 200-255 points outside
     with pytest.raises(RuntimeError, match='points outside its objects'):
         ext.relation_pair_flags(narrow[0], narrow[1], *args[2:], codes)
+
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_pair_flags_from_sparse_pair_codes_equal_the_pair_list_and_refuse_the_same_pair(seed):
+    """Few objects matching some end, as in real pools: the pair codes give the flags of the int64 pair list at
+    every count (0, 1, 7, 8, 203, 2,700 pairs), objects 0-255 named; a code naming an object beyond the image's
+    objects is refused at the same image and pair as the pair list refuses it (first, middle, last pairs)."""
+    ext = compiled.kernels()
+    if ext is None or not hasattr(ext, 'relation_pair_flags'):
+        pytest.skip('the compiled kernels are not built')
+    g = torch.Generator().manual_seed(seed)
+    batch, objects, num_pred, num_rel = 6, 256, 2, 40 if seed % 2 else 90
+    words = (num_rel + 63) // 64
+    bits = []
+    for _ in range(2):  # each object matches an end of some GT relation with probability 0.15
+        b = torch.zeros(batch, objects, words, dtype=torch.long)
+        some = torch.rand(batch, objects, generator=g) < 0.15
+        rel = torch.where(torch.rand(batch, objects, generator=g) < 0.6, torch.randint(0, 4, (batch, objects),
+                          generator=g), torch.randint(num_rel - 4, num_rel, (batch, objects), generator=g))
+        b[..., 0] = torch.where(some & (rel < 64), torch.ones_like(rel) << rel.clamp(max=63), 0)
+        if words > 1:
+            b[..., 1] = torch.where(some & (rel >= 64), torch.ones_like(rel) << (rel - 64).clamp(min=0), 0)
+        bits.append(b)
+    gt_predicates = torch.randint(0, num_pred, (batch, num_rel), generator=g)
+    gt_valid = torch.rand(batch, num_rel, generator=g) < 0.9
+    count = torch.tensor([0, 1, 7, 8, 203, 2700])[torch.randperm(6, generator=g)]
+    width = int(count.max()) + 5
+    pairs = torch.randint(0, objects, (batch, width, 2), generator=g)
+    matrices = [torch.rand(int(n), num_pred + 1, generator=g) for n in count]
+    codes = (pairs[..., 0] * 256 + pairs[..., 1]).to(torch.int32).to(torch.int16)
+    args = (bits[0], bits[1], gt_predicates, gt_valid, [pairs], count, matrices, None, 1, num_pred)
+    from_pairs = ext.relation_pair_flags(*args)
+    from_codes = ext.relation_pair_flags(*args, codes)
+    assert all(torch.equal(a, b) for a, b in zip(from_pairs, from_codes))
+    assert from_pairs[0].any() and from_pairs[1].any()
+    # 100 objects: pairs naming objects 100-255 are refused; the same image and pair either way
+    narrow_pairs = torch.randint(0, 100, (batch, width, 2), generator=g)
+    big = int(count.argmax())
+    for at in (0, 5, 8, 13, int(count[big]) - 1, int(count[big]) - 9):
+        bad_pairs = narrow_pairs.clone()
+        bad_pairs[big, at, int(torch.randint(0, 2, (1,), generator=g))] = 100 + int(torch.randint(0, 156, (1,),
+                                                                                                  generator=g))
+        bad_codes = (bad_pairs[..., 0] * 256 + bad_pairs[..., 1]).to(torch.int32).to(torch.int16)
+        narrow = [b[:, :100].contiguous() for b in bits]
+        messages = []
+        for extra in ((), (bad_codes,)):
+            with pytest.raises(RuntimeError, match='points outside its objects') as err:
+                ext.relation_pair_flags(narrow[0], narrow[1], gt_predicates, gt_valid, [bad_pairs], count, matrices,
+                                        None, 1, num_pred, *extra)
+            messages.append(str(err.value).splitlines()[0])
+        assert messages[0] == messages[1] and f'image {big} pair {at} ' in messages[0]
+
+# ------------------------------------------------------------------ the error analysis' one-pass kernels
+@needs_kernels
+@pytest.mark.parametrize('shape', [(5, 9, 6, 20), (3, 12, 8, 130), (4, 7, 5, 64), (3, 20, 19, 70), (2, 9, 33, 12),
+                                   (2, 11, 70, 9), (3, 0, 4, 5), (3, 5, 4, 0), (2, 4, 0, 0), (0, 3, 3, 2),
+                                   (1, 1, 1, 1)])
+@pytest.mark.parametrize('seed', [0, 1])
+def test_box_match_overlap_flags_equal_the_two_box_kernels_and_the_cause_rule(seed, shape):
+    """The matching and overlap pass in one: its match bits are box_relation_end_bits', its located bits
+    box_overlap_flags' (a match overlaps: they hold the match bits too), its codes before the pairs miss_causes'
+    with no pair scored, its counts the valid GT objects and those overlapped / matched; at thresholds > 0 and both
+    conventions, with an empty predicted box on an empty GT box (NaN IoU), padding on both sides, invalid GT
+    relations, 1 to 3 words of relations, 1 or 2 words of GT objects (M = 70), N = 0, G = 0, M = 0, B = 0."""
+    from mmsgg_eval.functional import error_causes as ec
+    ext = compiled.kernels()
+    pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid = _end_bits_batch(seed, *shape)
+    if shape[1] >= 2 and shape[2] >= 1:
+        pred_boxes[:, 1] = gt_boxes[:, 0] = torch.tensor([3.0, 3.0, 3.0, 3.0])
+    args = (pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid)
+    for plus_one in (False, True):
+        for thr in (0.5, 0.3, 0.7, 1.0, 1e-6):
+            sub, obj, loc_sub, loc_obj, pre, objects, inst_loc, inst_det = ext.box_match_overlap_flags(
+                *args, thr, plus_one, list(ec.OVERLAP_CAUSES))
+            r_sub, r_obj = ext.box_relation_end_bits(*args, thr, plus_one)
+            located_any, detected_any, r_loc_sub, r_loc_obj = ext.box_overlap_flags(*args, thr, plus_one)
+            assert torch.equal(sub, r_sub) and torch.equal(obj, r_obj), (plus_one, thr)
+            assert torch.equal(loc_sub, r_loc_sub | r_sub) and torch.equal(loc_obj, r_loc_obj | r_obj)
+            assert torch.equal(loc_sub, r_loc_sub) and torch.equal(loc_obj, r_loc_obj)  # thr > 0: match => overlap
+            valid_objects = gt_labels >= 0
+            assert objects.dtype == inst_loc.dtype == inst_det.dtype == torch.int32
+            assert objects.tolist() == valid_objects.sum(1).tolist()
+            assert inst_loc.tolist() == (located_any & valid_objects).sum(1).tolist()
+            assert inst_det.tolist() == (detected_any & valid_objects).sum(1).tolist()
+            assert pre.dtype == torch.int8 and pre.shape == gt_valid.shape
+            if shape[2]:  # every GT pair in range: the torch rule on every entry, valid or not
+                none = torch.zeros_like(gt_valid)
+                s_loc, o_loc = ec.end_flags(located_any, gt_pairs)
+                s_det, o_det = ec.end_flags(detected_any, gt_pairs)
+                assert torch.equal(pre, ec.miss_causes(s_loc, o_loc, s_det, o_det, none, none)), (plus_one, thr)
+            else:
+                assert (pre == ec.SUBJECT_LOC).all()
+
+
+@needs_kernels
+@pytest.mark.parametrize('shape', [(5, 9, 6, 20, 12), (3, 12, 8, 130, 30), (4, 7, 5, 64, 9), (2, 6, 4, 3, 0),
+                                   (3, 5, 4, 0, 6), (0, 3, 3, 2, 4)])
+@pytest.mark.parametrize('seed', [0, 1])
+def test_stage_first_hit_ranks_equal_three_first_hit_rank_passes(seed, shape):
+    """The three stage-wise ranks in one pass equal first_hit_ranks on the list's own ends: located ends only
+    (pair_loc), matched ends only (pair_det), located ends and the entry's predicate (pred_cls; -1 and P hit
+    nothing); with invalid entries, repeated entries, GT predicates outside [0, P) and invalid GT relations."""
+    batch, num_pred, num_gt_obj, num_rel, length = shape
+    ext = compiled.kernels()
+    pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid = _end_bits_batch(seed, *shape[:4])
+    args = (pred_boxes, pred_labels, gt_boxes, gt_labels, gt_pairs, gt_valid)
+    sub, obj = ext.box_relation_end_bits(*args, 0.5, False)
+    _, _, loc_sub, loc_obj = ext.box_overlap_flags(*args, 0.3, False)
+    g = np.random.default_rng(seed + 10)
+    gt_predicates = torch.from_numpy(g.integers(0, NUM_PREDICATES, (batch, num_rel)))
+    gt_predicates[torch.from_numpy(g.random((batch, num_rel)) < 0.1)] = NUM_PREDICATES  # outside [0, P)
+    gt_predicates[torch.from_numpy(g.random((batch, num_rel)) < 0.05)] = -1
+    ends = torch.from_numpy(g.integers(0, max(num_pred, 1), (batch, length, 2)))
+    predicate = torch.from_numpy(g.integers(-1, NUM_PREDICATES + 1, (batch, length)))
+    for b in range(batch):  # most entries on objects overlapping the ends of some GT relation: many hits
+        for j in range(length):
+            rel = int(g.integers(0, max(num_rel, 1)))
+            bit = (loc_sub[b, :, rel // 64] >> (rel % 64)) & 1, (loc_obj[b, :, rel // 64] >> (rel % 64)) & 1
+            subjects, objects = bit[0].nonzero().flatten(), bit[1].nonzero().flatten()
+            if num_rel and len(subjects) and len(objects) and g.random() < 0.7:
+                ends[b, j] = torch.stack([subjects[int(g.integers(0, len(subjects)))],
+                                          objects[int(g.integers(0, len(objects)))]])
+                if g.random() < 0.6:  # and its predicate
+                    predicate[b, j] = gt_predicates[b, rel]
+    if length >= 2:
+        ends[:, 1] = ends[:, 0]  # a repeated pair
+    valid = torch.from_numpy(g.random((batch, length)) < 0.85) if num_pred else \
+        torch.zeros(batch, length, dtype=torch.bool)
+    positions = torch.arange(length).expand(batch, -1).contiguous()
+
+    def ranks(s, o, p):
+        return ext.first_hit_ranks(s, o, gt_predicates, gt_valid, [ends], positions, valid, p, None, [], None, 0,
+                                   NUM_PREDICATES, p is None)
+    out = ext.stage_first_hit_ranks(sub, obj, loc_sub, loc_obj, gt_predicates, gt_valid, ends, valid, predicate,
+                                    NUM_PREDICATES)
+    assert out.dtype == torch.int32 and out.shape == (3, batch, num_rel)
+    assert torch.equal(out[0], ranks(loc_sub, loc_obj, None))
+    assert torch.equal(out[1], ranks(sub, obj, None))
+    assert torch.equal(out[2], ranks(loc_sub, loc_obj, predicate))
+    if batch and num_rel and length and num_pred:
+        assert (out[0] < NO_HIT).any() and (out[2] < NO_HIT).any()  # hits: not a comparison of empty results
+
+
+@needs_kernels
+def test_error_analysis_kernels_refuse_bad_arguments_naming_the_problem():
+    """box_match_overlap_flags: the box kernels' checks, a threshold > 0 and five int8 cause codes;
+    stage_first_hit_ranks: types, shapes and an entry outside its image's objects, naming the image and entry."""
+    ext = compiled.kernels()
+    args = dict(pred_boxes=torch.rand(2, 3, 4), pred_labels=torch.zeros(2, 3, dtype=torch.long),
+                gt_boxes=torch.rand(2, 4, 4), gt_labels=torch.zeros(2, 4, dtype=torch.long),
+                gt_pairs=torch.zeros(2, 5, 2, dtype=torch.long), gt_valid=torch.ones(2, 5, dtype=torch.bool),
+                iou_thr=0.5, plus_one=False, cause_codes=[1, 2, 3, 4, 5])
+    sub, obj, loc_sub, loc_obj, *_ = ext.box_match_overlap_flags(**args)
+    bad_pairs = torch.zeros(2, 5, 2, dtype=torch.long)
+    bad_pairs[1, 3, 1] = 4
+    for change, message in [(dict(iou_thr=0.0), 'iou_thr must be > 0'),
+                            (dict(cause_codes=[1, 2, 3]), 'cause_codes must hold 5 codes'),
+                            (dict(cause_codes=[1, 2, 3, 4, 500]), 'a cause code must fit int8'),
+                            (dict(gt_labels=torch.zeros(2, 4, dtype=torch.int32)), 'gt_labels must be int64'),
+                            (dict(gt_boxes=torch.rand(1, 4, 4)), 'the batch fields do not have matching shapes'),
+                            (dict(gt_pairs=bad_pairs), r'image 1 GT relation 3 has an object index outside \[0, 4\)')]:
+        with pytest.raises(RuntimeError, match=f'box_match_overlap_flags: .*{message}'):
+            ext.box_match_overlap_flags(**{**args, **change})
+    stage = dict(subject_bits=sub, object_bits=obj, located_subject_bits=loc_sub, located_object_bits=loc_obj,
+                 gt_predicates=torch.zeros(2, 5, dtype=torch.long), gt_valid=torch.ones(2, 5, dtype=torch.bool),
+                 ends=torch.zeros(2, 4, 2, dtype=torch.long), valid=torch.ones(2, 4, dtype=torch.bool),
+                 predicate=torch.zeros(2, 4, dtype=torch.long), num_predicates=3)
+    assert ext.stage_first_hit_ranks(**stage).shape == (3, 2, 5)
+    outside = torch.zeros(2, 4, 2, dtype=torch.long)
+    outside[1, 2, 0] = 3
+    for change, message in [(dict(ends=torch.zeros(2, 4, 2, dtype=torch.int32)), 'ends must be int64'),
+                            (dict(predicate=torch.zeros(2, 3, dtype=torch.long)), 'do not have matching shapes'),
+                            (dict(located_subject_bits=sub[:, :2]), 'do not have matching shapes'),
+                            (dict(valid=torch.ones(2, 4, dtype=torch.long)), 'valid must be bool'),
+                            (dict(ends=outside), 'image 1 entry 2 points outside its objects')]:
+        with pytest.raises(RuntimeError, match=f'stage_first_hit_ranks: .*{message}'):
+            ext.stage_first_hit_ranks(**{**stage, **change})
+    # an invalid entry is never looked at
+    ext.stage_first_hit_ranks(**{**stage, 'ends': outside, 'valid': torch.tensor([[True] * 4, [True, True, False,
+                                                                                                 True]])})

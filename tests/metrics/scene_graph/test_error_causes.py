@@ -401,19 +401,36 @@ def test_compiled_pair_flags_equal_the_torch_path(monkeypatch):
     first_hits, _, _ = _first_hit_ranker(batch, 0.5, True, False, False)
     assert callable(getattr(first_hits, 'pair_flags', None))
     kernels, used = compiled.kernels(), []
-    for name in ('box_overlap_flags', 'relation_pair_flags'):  # the overlaps and stage ranks too: no IoU tensor
+    names = ('box_match_overlap_flags', 'box_relation_end_bits', 'box_overlap_flags', 'relation_pair_flags',
+             'stage_first_hit_ranks')
+    for name in names:  # the overlaps from the matching's own pass, the stage ranks in one pass: no IoU tensor
         monkeypatch.setattr(kernels, name, lambda *a, _f=getattr(kernels, name), _n=name: used.append(_n) or _f(*a))
     on = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
-    assert used == ['box_overlap_flags', 'relation_pair_flags']
+    assert used == ['box_match_overlap_flags', 'relation_pair_flags', 'stage_first_hit_ranks']
+    # the kernels before the one-pass overlaps (separate matching and overlap passes): the same outputs
+    monkeypatch.delattr(kernels, 'box_match_overlap_flags')
+    used.clear()
+    separate = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert used == ['box_relation_end_bits', 'box_overlap_flags', 'relation_pair_flags', 'stage_first_hit_ranks']
+    assert all(torch.equal(on[name], separate[name]) for name in on)
+    monkeypatch.undo()
     # the ranking pass's 2-byte pair codes (what the metrics ask for with error_analysis=True): the pair scan reads
     # them instead of the int64 pair list
     given = []
     monkeypatch.setattr(kernels, 'relation_pair_flags', lambda *a, _f=kernels.relation_pair_flags:
                         given.append(a[-1]) or _f(*a))
     batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES, ranking=(20, 7, True))
+    stage_calls = []
+    monkeypatch.setattr(kernels, 'stage_first_hit_ranks', lambda *a, _f=kernels.stage_first_hit_ranks:
+                        stage_calls.append(1) or _f(*a))
     with_codes = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
     assert len(given) == 1 and given[0] is not None and given[0].dtype == torch.int16
+    assert stage_calls == [1]  # the list's own ends: the three stage ranks in one pass
     assert all(torch.equal(on[name], with_codes[name]) for name in on)
+    monkeypatch.delattr(kernels, 'stage_first_hit_ranks')  # three first_hit_ranks passes: the same ranks
+    three = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
+    assert all(torch.equal(three[name], with_codes[name]) for name in on)
+    monkeypatch.undo()
     with compiled.disabled():
         batch = collate_scene_graphs(samples, 'sgdet', NUM_CLASSES, NUM_PREDICATES)
         off = scene_graph_ranks(batch, 20, 7, 0.5, True, analysis=error_causes.error_analysis_rows)
