@@ -198,7 +198,8 @@ class RowAccumulator:
                 if tuple(value.shape) != (idx.numel(),) + tuple(shape):
                     raise ValueError(f'table {table!r} column {name!r}: shape {list(value.shape)} '
                                      f'!= {[idx.numel(), *shape]}')
-                chunk[name] = value.to(dtype)
+                # cast once: the members of a compute group add the very same row dicts (later casts are no-ops)
+                chunk[name] = columns[name] = value.to(dtype)
             self._chunks[table].append(chunk)
         self._calls += 1
         self._sources.append(rows)

@@ -40,7 +40,9 @@ class FieldRule:
     index field are 0, which passes the rule wherever an image has entries, so no padding mask is needed.
     ``value_range``: the (min, max) of each image's real entries of an integer index field when the reader has
     them (0 and -1 for an image without entries): the rule then reads no entry. ``values`` may then be None
-    (a field the reader kept unpadded) with ``padded`` giving them, read only to describe a bad entry.
+    (a field the reader kept unpadded) with ``padded`` giving them, read only to describe a bad entry. ``bad``:
+    the [B] bool result of the rule when the reader already read it (boxes and scores padded by the compiled
+    kernels): the rule then reads no entry.
     """
     path: str
     kind: str
@@ -52,6 +54,7 @@ class FieldRule:
     zero_padded: bool = False
     value_range: Optional[Tuple[Tensor, Tensor]] = None  # integer index field: (min, max) [B] of real entries
     padded: Optional[Callable[[], Tensor]] = None  # the padded values when ``values`` is None
+    bad: Optional[Tensor] = None  # [B] bool: images breaking the rule, when the reader read it
 
     def has_entries(self) -> bool:
         if self.values is not None:
@@ -83,6 +86,8 @@ def bad_images(rule: FieldRule) -> Tensor:
     Per-image reductions (min / max of each image's entries), so a valid batch costs about one pass over
     each field.
     """
+    if rule.bad is not None:
+        return rule.bad
     v = rule.values
     # a zero-padded index field needs no padding mask: a padding 0 is never below the range and is at or above
     # the bound only where the bound is 0, i.e. the image has no object to point to (then only images with
@@ -141,18 +146,49 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     ``extra_messages[i](b)`` building their message.
     """
     checked = [r for r in rules if r.has_entries()]
-    flags = [bad_images(r) for r in checked]
+    ranged = [i for i, r in enumerate(checked) if _reads_range(r)]
+    order = [i for i in range(len(checked)) if i not in ranged]
+    flags = [bad_images(checked[i]) for i in order]
+    order += [len(checked) + i for i in range(len(extra or []))]
     flags += list(extra or [])
-    if not flags:
+    if not flags and not ranged:
         return
-    table = torch.stack([f.to(flags[0].device) for f in flags])  # [F, B]
+    table = torch.stack([f.to(flags[0].device) for f in flags]) if flags else None  # [F, B], rows in ``order``
+    if ranged:  # the index rules that read the reader's value ranges, in one batch of operations
+        group = _outside_bounds([checked[i] for i in ranged])
+        table = group if table is None else torch.cat([table, group.to(table.device)])
+        order += ranged
     if not bool(table.any()):  # the one host synchronisation of a valid batch
         return
     image = int(table.any(0).nonzero()[0, 0])
-    field = int(table[:, image].nonzero()[0, 0])
+    field = min(order[int(row)] for row in table[:, image].nonzero()[:, 0])  # the first rule in ``rules`` order
     if field >= len(checked):
         raise ValueError(extra_messages[field - len(checked)](image))
     raise ValueError(describe(checked[field], image, samples[image]))
+
+
+def _reads_range(rule: FieldRule) -> bool:
+    """Whether :func:`bad_images` of ``rule`` reads only the reader's value ranges on the CPU (the compiled
+    padding's index fields), which :func:`_outside_bounds` then decides with the other such rules at once."""
+    v = rule.values
+    return (rule.kind == 'index' and rule.bad is None and rule.value_range is not None
+            and rule.value_range[0].device.type == 'cpu' and (v is None or (not v.is_floating_point()
+                                                                           and v.device.type == 'cpu')))
+
+
+def _outside_bounds(rules: List[FieldRule]) -> Tensor:
+    """[F, B] bool: :func:`_outside_bound` of each index rule's value range (:func:`_reads_range`), in one batch
+    of operations on the CPU."""
+    batch = rules[0].value_range[0].shape[0]
+    low = torch.stack([r.value_range[0] for r in rules])
+    high = torch.stack([r.value_range[1] for r in rules])
+    bounds = [[r.bound] * batch if isinstance(r.bound, int) else list(r.bound) for r in rules]
+    # a zero-padded field counts as above its bound only in images with entries (see bad_images)
+    counted = [[n > 0 for n in r.lengths] if r.zero_padded and r.lengths is not None else [True] * batch
+               for r in rules]
+    cpu = torch.device('cpu')
+    above = (high >= host_tensor(bounds, torch.long, cpu)) & host_tensor(counted, torch.bool, cpu)
+    return (low < 0) | above
 
 
 def describe(rule: FieldRule, image: int, sample: Any) -> str:

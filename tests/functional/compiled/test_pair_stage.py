@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pad_sequence
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.ranking import graph_constrained_ranking, prefix_topk
 from mmsgg_eval.functional.scores import build_relation_scores
+from mmsgg_eval.structures.padded import _fast_padded
 from mmsgg_eval.structures.reader import collate_scene_graphs
 
 needs_kernels = pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
@@ -137,6 +138,113 @@ def test_pad_int64_rows_gives_each_images_index_range_and_length(value):
 ])
 def test_pad_int64_rows_leaves_other_tensors_to_the_general_path(tensors):
     assert compiled.kernels().pad_int64_rows(tensors, 0) is None
+
+
+@needs_kernels
+@pytest.mark.parametrize('value', [0, -1])
+def test_pad_int64_rows_reads_strided_rows_when_asked(value):
+    """The columns of one [G, 3] array (GT pairs and predicates as a dataset may give them): with strided=True the
+    same padding and ranges as of their contiguous copies; without it they are left to the general path."""
+    g = torch.Generator().manual_seed(3)
+    arrays = [torch.randint(-5, 40, (n, 3), generator=g) for n in (12, 0, 7, 1)]
+    for columns in ([a[:, :2] for a in arrays], [a[:, 2] for a in arrays], [a[::2, 1:] for a in arrays]):
+        got = compiled.kernels().pad_int64_rows(columns, value, strided=True)
+        expected = compiled.kernels().pad_int64_rows([c.contiguous() for c in columns], value)
+        assert all(torch.equal(x, y) for x, y in zip(got, expected))
+        assert torch.equal(got[0], pad_sequence(columns, batch_first=True, padding_value=value))
+        assert compiled.kernels().pad_int64_rows(columns, value) is None
+    assert compiled.kernels().pad_int64_rows([torch.zeros(2, 2, 2, dtype=torch.long).transpose(0, 1)], 0,
+                                             strided=True) is None  # rank 3: only contiguous
+
+
+@needs_kernels
+@pytest.mark.parametrize('kind', ['boxes', 'score'])
+def test_pad_float_rows_checked_equals_the_padding_and_the_torch_rule(kind):
+    """Zero padding as pad_sequence, and per image the value rule of :mod:`mmsgg_eval.structures.validation`
+    (its torch path on the padded batch): NaN, inf, negative scores, -0.0, x2 < x1 or y2 < y1 (also by one ulp),
+    empty images."""
+    from mmsgg_eval.structures.validation import FieldRule, bad_images
+    g = np.random.default_rng(7 if kind == 'boxes' else 8)
+    lengths = [5, 0, 9, 9, 3, 1, 9, 4, 2, 6]
+    trailing = (4,) if kind == 'boxes' else ()
+    tensors = []
+    for n in lengths:
+        t = torch.tensor(g.random((n,) + trailing).astype(np.float32) * 100)
+        if kind == 'boxes':
+            t[:, 2:] += t[:, :2]
+        tensors.append(t)
+    at = (lambda row, col: (row, col)) if kind == 'boxes' else (lambda row, col: row)  # an entry of a row
+    tensors[2][at(3, 0)] = float('nan')
+    tensors[3][at(8, -1)] = float('inf')
+    tensors[4][0, ...] = -0.0
+    if kind == 'boxes':
+        tensors[5][0, 2] = torch.nextafter(tensors[5][0, 0], torch.tensor(-1.0))  # x2 just below x1
+        tensors[6][1, 3] = tensors[6][1, 1] - 3
+        tensors[7][2] = torch.tensor([-5.0, -5.0, -5.0, -5.0])  # a point: accepted
+    else:
+        tensors[5][0] = -1e-30
+        tensors[6][1] = -float('inf')
+    out, bad, got_lengths = compiled.kernels().pad_float_rows_checked(tensors, 1 if kind == 'boxes' else 0)
+    padded = pad_sequence(tensors, batch_first=True)
+    assert torch.equal(out.view(torch.int32), padded.view(torch.int32)) and got_lengths.tolist() == lengths  # bits: NaN
+    reference = bad_images(FieldRule('field', kind, padded, lengths))
+    assert bad.tolist() == reference.tolist() == [False, False, True, True, False, True, True, False, False, False]
+
+
+@needs_kernels
+@pytest.mark.parametrize('tensors,kind', [
+    ([torch.zeros(2, 4, dtype=torch.float64)], 1),              # another dtype
+    ([torch.zeros(2, 4), torch.zeros(4, 2).t()], 1),            # not contiguous
+    ([torch.zeros(2, 5)], 1),                                   # boxes of another trailing shape
+    ([torch.zeros(4)], 1),                                      # boxes of rank 1
+    ([torch.zeros(3), torch.zeros(3, 1)], 0),                   # another rank
+    ([torch.tensor(1.0)], 0),                                   # 0-d
+    ([], 0),
+    ([torch.zeros(3)], 2),                                      # no such rule
+])
+def test_pad_float_rows_checked_leaves_other_tensors_to_the_general_path(tensors, kind):
+    assert compiled.kernels().pad_float_rows_checked(tensors, kind) is None
+
+
+@needs_kernels
+@pytest.mark.parametrize('field,value', [('gt_instances.bboxes', float('nan')), ('pred_instances.bboxes', -1.0),
+                                         ('pred_instances.scores', -0.5), ('gt_relations.pair_idxs', 99),
+                                         ('gt_relations.labels', -3)])
+def test_bad_values_read_by_the_padding_kernels_are_named_alike_with_and_without_them(field, value):
+    """Boxes and object scores ruled on while they are padded, GT pairs and predicates as columns of one [G, 3]
+    array (strided rows, padded by the compiled kernel): the same error as the torch path, naming the sample and
+    the field; a valid batch of such columns is read alike (the same padded fields)."""
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(11, 6, 'sgdet', score_format='bg', num_classes=7, num_predicates=5)
+    for s in samples:  # GT relations as column views of one [G, 3] array
+        rel = s['gt_relations']
+        joined = torch.cat([rel['pair_idxs'], rel['labels'][:, None]], 1).long()
+        rel['pair_idxs'], rel['labels'] = joined[:, :2], joined[:, 2]
+    with compiled.disabled():
+        plain = collate_scene_graphs(samples, 'sgdet', 7, 5)
+    fast = collate_scene_graphs(samples, 'sgdet', 7, 5)
+    for name in ('gt_boxes', 'gt_labels', 'gt_pairs', 'gt_predicates', 'pred_boxes', 'pred_scores', 'gt_valid'):
+        assert torch.equal(getattr(fast, name), getattr(plain, name)), name
+    read = _fast_padded(samples, 'sgdet', 5, None)  # the kernels read the rules and ranges of these fields
+    assert set(read.value_flags) == {'gt_boxes', 'pred_boxes', 'pred_scores'}
+    assert all(read.value_ranges[name] is not None for name in ('gt_labels', 'gt_pairs', 'gt_predicates'))
+    target = next(s for s in samples[2:] if s['gt_relations']['labels'].numel())
+    container, key = field.split('.')
+    entry = target[container][key]
+    if key == 'bboxes':
+        entry[0, 2 if value == -1.0 else 1] = value
+    elif entry.dim() == 2:
+        entry[0, 0] = value
+    else:
+        entry[0] = value
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert f'`{field}`' in messages[0] and f'sample_idx={target["sample_idx"]}' in messages[0]
 
 
 @needs_kernels
