@@ -18,6 +18,7 @@ accepted or refused the same way whatever path it took. The rules:
 One host synchronisation decides the whole batch; only when a rule fails is the first offending sample (in
 batch order), field and entry looked up, for a ValueError that names them.
 """
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -146,6 +147,8 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     ``extra_messages[i](b)`` building their message.
     """
     checked = [r for r in rules if r.has_entries()]
+    if _passes_on_host(checked, extra or []):  # the CPU reader's kernels read every rule already
+        return
     ranged = [i for i, r in enumerate(checked) if _reads_range(r)]
     order = [i for i in range(len(checked)) if i not in ranged]
     flags = [bad_images(checked[i]) for i in order]
@@ -165,6 +168,33 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     if field >= len(checked):
         raise ValueError(extra_messages[field - len(checked)](image))
     raise ValueError(describe(checked[field], image, samples[image]))
+
+
+def _passes_on_host(rules: List[FieldRule], extra: List[Tensor]) -> bool:
+    """True when every rule and flag is known to pass from host values alone: CPU tensors of per-image results the
+    compiled reader gave (``bad`` flags, index value ranges within bounds; no torch operation). False when any is
+    not such a value or some image may break a rule: the batch then takes the rules' torch path, which decides it
+    (and names the first offending sample and field). A host read costs nothing on the CPU; a device's batch never
+    has these CPU values, so this adds no synchronisation there."""
+    for flags in [r.bad for r in rules if r.kind != 'index'] + extra:
+        if flags is None or flags.device.type != 'cpu' or True in flags.tolist():
+            return False
+    for rule in rules:
+        if rule.kind != 'index':
+            continue
+        if not _reads_range(rule):
+            return False
+        low, high = rule.value_range[0].tolist(), rule.value_range[1].tolist()
+        if low and min(low) < 0:
+            return False
+        bound = rule.bound
+        if isinstance(bound, int):
+            if high and max(high) >= bound:
+                return False
+        elif (not isinstance(bound, (list, tuple)) or len(bound) != len(high)
+              or not all(map(operator.lt, high, bound))):  # (an image without entries has max -1)
+            return False
+    return True
 
 
 def _reads_range(rule: FieldRule) -> bool:

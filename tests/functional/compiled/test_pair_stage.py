@@ -297,3 +297,43 @@ def test_row_maxima_at_every_predicate_count_equal_the_torch_path(num_predicates
     assert scores.bad_images.tolist() == [False, False, True, False, True, False]
     good = ~reference.bad_images
     assert torch.equal(scores.best[good], reference.best[good])
+
+
+@pytest.mark.parametrize('case', ['valid', 'negative', 'at_bound', 'at_image_bound', 'flagged', 'extra', 'float'])
+def test_the_host_decision_of_value_rules_accepts_only_valid_batches(case):
+    """The value rules decided from the compiled reader's host values (flags, index ranges) without a torch
+    operation: a valid batch passes; any breaking value (a negative index, an index at an int or per-image bound,
+    a flagged box, a flagged score matrix) or a value it cannot decide (float indices) goes to the torch rules,
+    which raise naming the first bad sample and field, as without the host decision."""
+    from mmsgg_eval.structures.validation import FieldRule, validate_padded
+    values = torch.tensor([[0, 2, 1], [3, 0, 0]])  # image 1: one real entry
+    low, high = torch.tensor([0, 3]), torch.tensor([2, 3])
+    boxes = torch.zeros(2, 3, 4)
+    box_flags, score_flags = torch.tensor([False, False]), torch.tensor([False, False])
+    bound = [3, 4]
+    if case == 'negative':
+        values[1, 0], low[1] = -1, -1
+    elif case == 'at_bound':
+        values[1, 0], high[1] = 5, 5
+    elif case == 'at_image_bound':
+        values[1, 0], high[1] = 4, 4
+    elif case == 'flagged':
+        boxes[1, 0, 0], box_flags = float('nan'), torch.tensor([False, True])
+    elif case == 'extra':
+        score_flags = torch.tensor([False, True])
+    elif case == 'float':
+        values = values.float()
+        values[1, 0] = 1.5
+    rules = [FieldRule('gt_instances.bboxes', 'boxes', boxes, [3, 1], bad=box_flags),
+             FieldRule('gt_instances.labels', 'index', values, [3, 1], 5, 'class', value_range=(low, high)),
+             FieldRule('gt_relations.pair_idxs', 'index', values, [3, 1], bound, 'object', zero_padded=True,
+                       value_range=(low, high))]
+    samples = [{'sample_idx': 7}, {'sample_idx': 9}]
+    if case == 'valid':
+        validate_padded(rules, samples, [score_flags], [lambda b: 'scores'])
+        return
+    expected = {'negative': 'gt_instances.labels', 'at_bound': 'gt_instances.labels', 'flagged': 'bboxes',
+                'at_image_bound': 'gt_relations.pair_idxs', 'extra': 'scores', 'float': 'must be integers'}[case]
+    with pytest.raises(ValueError, match=expected) as err:
+        validate_padded(rules, samples, [score_flags], [lambda b: 'scores'])
+    assert case == 'extra' or 'sample_idx=9' in str(err.value)
