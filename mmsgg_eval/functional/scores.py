@@ -320,8 +320,9 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
         layout = 'concatenated'
-    if layout == 'compiled' and not compiled.suits(raw, background, single_label, num_predicates, device):
-        layout = 'views'
+    if layout == 'compiled' and checked_maxima is None and not compiled.suits(raw, background, single_label,
+                                                                             num_predicates, device):
+        layout = 'views'  # (checked maxima: the kernels read these very matrices already)
     dense = flat = start = mats = whole = sources = None
     if not batch_size:
         best = torch.zeros((0, 0), device=device)
@@ -348,7 +349,9 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     if layout == 'compiled':  # one pass over each matrix, in place
         best, passed = checked_maxima if checked_maxima is not None else \
             compiled.kernels().row_maxima_checked(raw, bg, num_predicates, max(num_rel))
-        bad = _flags_from_checks(passed, raw, device)
+        # every image passed the bit check (the usual case): no image to look at again
+        bad = torch.zeros(batch_size, dtype=torch.bool, device=device) if False not in passed.tolist() else \
+            _flags_from_checks(passed, raw, device)
     elif flat is not None:
         lengths = host_tensor(list(num_rel), torch.long, device)
         start = torch.cumsum(lengths, 0) - lengths

@@ -232,8 +232,8 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
                                                label_checked_images(batch.sample_idx),  # the same on every world size
                                                self.plus_one)
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
-        width = host_tensor(widths, torch.int16, device)
-        return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
+        num_rel = batch.rel_lengths or [batch.rel_width] * len(widths)  # (host ints: 0 for an image without pairs)
+        return {'score_width': host_tensor([w if n > 0 else 0 for w, n in zip(widths, num_rel)], torch.int16, device),
                 'top_predicate': ranks['top_predicate'].to(torch.int16), 'box_flags': flags,
                 'head_predicates': head_predicate_flags(ranks['head_predicate'], ranks['head_valid']),
                 'label_offsets': offsets}
