@@ -198,8 +198,9 @@ class RowAccumulator:
                 if tuple(value.shape) != (idx.numel(),) + tuple(shape):
                     raise ValueError(f'table {table!r} column {name!r}: shape {list(value.shape)} '
                                      f'!= {[idx.numel(), *shape]}')
-                # cast once: the members of a compute group add the very same row dicts (later casts are no-ops)
-                chunk[name] = columns[name] = value.to(dtype)
+                chunk[name] = value.to(dtype)
+                if type(columns) is dict:  # cast once: a compute group's members add the very same row dicts
+                    columns[name] = chunk[name]
             self._chunks[table].append(chunk)
         self._calls += 1
         self._sources.append(rows)

@@ -259,7 +259,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         return self.summary_key()
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
-        return sum(_score_rows(s) for s in samples)
+        return sum(map(_score_rows, samples))
 
     def pool_capacity(self) -> Optional[int]:
         return POOL_SCORE_ROWS
@@ -380,8 +380,10 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             zeroshot = torch.zeros_like(codes, dtype=torch.bool)
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         rows = {
-            'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing, **self.diagnostic_rows(samples, batch, ranks)},
+            'images': {'sample_idx': batch.sample_idx,
+                       'num_gt': valid.sum(1) if batch.gt_counts is None else  # (host ints where known)
+                       host_tensor(batch.gt_counts, torch.long, batch.device),
+                       'num_pred': batch.num_rel_preds, 'missing': missing, **self.diagnostic_rows(samples, batch, ranks)},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
                           'triplet': codes, 'zeroshot': zeroshot,
                           'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),
