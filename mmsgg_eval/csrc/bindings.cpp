@@ -97,4 +97,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(zero-padded [B, W, ...] float32, bad [B] bool: an entry breaks the value rule of kind 0 scores / 1 xyxy boxes, "
         "lengths [B]) of contiguous float32 CPU tensors, or None for other tensors",
         py::arg("tensors"), py::arg("kind"));
+  m.def("matrix_shapes", &matrix_shapes,
+        "(rows, columns, all float32, all on the first one's device) of 2-D tensors, or None when one is not 2-D",
+        py::arg("tensors"));
 }

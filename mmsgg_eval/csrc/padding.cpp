@@ -189,6 +189,26 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> pad_float_rows_che
   return std::make_tuple(out, bad, lengths);
 }
 
+// (rows [B], columns [B], every matrix float32, every matrix on the first one's device) of B 2-D tensors, read from
+// their metadata in one call (a reader's shape check of the score matrices); None when one is not 2-D.
+std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, bool, bool>> matrix_shapes(
+    const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> rows, columns;
+  rows.reserve(tensors.size());
+  columns.reserve(tensors.size());
+  bool float32 = true, one_device = true;
+  for (const at::Tensor& t : tensors) {
+    if (t.dim() != 2) {
+      return std::nullopt;
+    }
+    rows.push_back(t.size(0));
+    columns.push_back(t.size(1));
+    float32 = float32 && t.scalar_type() == at::kFloat;
+    one_device = one_device && t.device() == tensors[0].device();
+  }
+  return std::make_tuple(rows, columns, float32, one_device);
+}
+
 // [B, width] bool, true on the first lengths[b] entries of row b (lengths clamped to [0, width]).
 at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width) {
   TORCH_CHECK(width >= 0, "lengths_mask: width must be >= 0");

@@ -232,10 +232,21 @@ def _all_detached(values: List[Any]) -> List[Any]:
 def _score_shapes(scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]):
     """``(score columns of each image, all float32, all on one device)`` when every score matrix is a 2-D tensor
     of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader reads the
-    batch and names what does not fit). One pass over the matrices."""
+    batch and names what does not fit). One compiled call reads the matrices' metadata where the kernels are
+    built, else one pass in Python."""
+    if set(map(type, scores_list)) - {Tensor}:
+        return None
+    kernels = compiled.kernels()
+    if kernels is not None:
+        read = kernels.matrix_shapes(scores_list)
+        if read is None:
+            return None
+        rows, given, float32, one_device = read
+        allowed = set(widths) - {1}
+        return (given, float32, one_device) if rows == list(num_rel) and set(given) <= allowed else None
     given, float32, device, one_device = [], True, None, True
     for t, rows in zip(scores_list, num_rel):
-        if type(t) is not Tensor or t.dim() != 2:
+        if t.dim() != 2:
             return None
         count, width = t.shape
         if count != rows or width not in widths or width == 1:

@@ -337,3 +337,32 @@ def test_the_host_decision_of_value_rules_accepts_only_valid_batches(case):
     with pytest.raises(ValueError, match=expected) as err:
         validate_padded(rules, samples, [score_flags], [lambda b: 'scores'])
     assert case == 'extra' or 'sample_idx=9' in str(err.value)
+
+
+@needs_kernels
+def test_matrix_shapes_reads_the_metadata_the_reader_checks():
+    """Rows, columns, float32-ness and one device of 2-D tensors in one call; None when one is not 2-D; the reader
+    gives the same padded batch with and without it (a float64 matrix is cast, an unfitting one is refused by
+    the per-sample reader naming the sample, as without the kernels)."""
+    ext = compiled.kernels()
+    mats = [torch.zeros(3, 6), torch.zeros(0, 5), torch.zeros(7, 6).t().contiguous().t()]
+    assert ext.matrix_shapes(mats) == ([3, 0, 7], [6, 5, 6], True, True)
+    assert ext.matrix_shapes(mats + [torch.zeros(2, 6, dtype=torch.float64)])[2] is False
+    assert ext.matrix_shapes(mats + [torch.zeros(6)]) is None
+    assert ext.matrix_shapes([]) == ([], [], True, True)
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(5, 4, 'sgdet', score_format='bg', num_classes=7, num_predicates=5)
+    samples[1]['pred_relations']['scores'] = samples[1]['pred_relations']['scores'].double()
+    fast = _fast_padded(samples, 'sgdet', 5, None)
+    with compiled.disabled():
+        plain = _fast_padded(samples, 'sgdet', 5, None)
+    assert fast.score_width == plain.score_width and fast.background == plain.background
+    assert all(a.dtype == torch.float32 and torch.equal(a, b) for a, b in zip(fast.raw_scores, plain.raw_scores))
+    samples[3]['pred_relations']['scores'] = samples[3]['pred_relations']['scores'][:-1]  # one row short
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and 'pred_relations' in messages[0]
