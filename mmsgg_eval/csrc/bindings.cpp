@@ -94,8 +94,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
         py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
   m.def("pad_float_rows_checked", &pad_float_rows_checked,
-        "(zero-padded [B, W, ...] float32, bad [B] bool: an entry breaks the value rule of kind 0 scores / 1 xyxy boxes, "
-        "lengths [B]) of contiguous float32 CPU tensors, or None for other tensors",
+        "(zero-padded [B, W, ...] float32, bad [B] bool: an entry breaks the value rule of kind 0 scores / 1 xyxy "
+        "boxes, lengths [B]) of contiguous float32 CPU tensors, or None for other tensors",
         py::arg("tensors"), py::arg("kind"));
   m.def("matrix_shapes", &matrix_shapes,
         "(rows, columns, all float32, all on the first one's device) of 2-D tensors, or None when one is not 2-D",

@@ -383,7 +383,8 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             'images': {'sample_idx': batch.sample_idx,
                        'num_gt': valid.sum(1) if batch.gt_counts is None else  # (host ints where known)
                        host_tensor(batch.gt_counts, torch.long, batch.device),
-                       'num_pred': batch.num_rel_preds, 'missing': missing, **self.diagnostic_rows(samples, batch, ranks)},
+                       'num_pred': batch.num_rel_preds, 'missing': missing,
+                       **self.diagnostic_rows(samples, batch, ranks)},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
                           'triplet': codes, 'zeroshot': zeroshot,
                           'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),

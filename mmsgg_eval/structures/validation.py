@@ -15,8 +15,9 @@ accepted or refused the same way whatever path it took. The rules:
 * self-pairs (subject index == object index) are accepted in predictions and GT: the legacy evaluator
   neither filters nor refuses them (a predicted self-pair can hit a GT self-pair like any other pair).
 
-One host synchronisation decides the whole batch; only when a rule fails is the first offending sample (in
-batch order), field and entry looked up, for a ValueError that names them.
+One host synchronisation decides the whole batch (none on the CPU when the compiled reader already read every
+rule: its per-image flags and value ranges decide a valid batch on the host); only when a rule fails is the first
+offending sample (in batch order), field and entry looked up, for a ValueError that names them.
 """
 import operator
 from dataclasses import dataclass
