@@ -87,8 +87,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("k"));
   m.def("pad_int64_rows", &pad_int64_rows,
         "(padded [B, W, ...] or None without pad, min [B], max [B] or None without ranges, lengths [B]) of int64 "
-        "CPU tensors, or None for other tensors",
-        py::arg("tensors"), py::arg("value"), py::arg("pad") = true, py::arg("ranges") = true);
+        "CPU tensors (strided = true: also strided ones of rank 1 or 2), or None for other tensors",
+        py::arg("tensors"), py::arg("value"), py::arg("pad") = true, py::arg("ranges") = true,
+        py::arg("strided") = false);
   m.def("lengths_mask", &lengths_mask, "[B, width] bool: true on the first lengths[b] entries of each row",
         py::arg("lengths"), py::arg("width"));
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
@@ -103,4 +104,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("subject_bits"), py::arg("object_bits"), py::arg("located_subject_bits"),
         py::arg("located_object_bits"), py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("ends"),
         py::arg("valid"), py::arg("predicate"), py::arg("num_predicates"));
+  m.def("pad_float_rows_checked", &pad_float_rows_checked,
+        "(zero-padded [B, W, ...] float32, bad [B] bool: an entry breaks the value rule of kind 0 scores / 1 xyxy "
+        "boxes, lengths [B]) of contiguous float32 CPU tensors, or None for other tensors",
+        py::arg("tensors"), py::arg("kind"));
+  m.def("matrix_shapes", &matrix_shapes,
+        "(rows, columns, all float32, all on the first one's device) of 2-D tensors, or None when one is not 2-D",
+        py::arg("tensors"));
 }

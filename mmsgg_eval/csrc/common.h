@@ -22,7 +22,7 @@
 //   * ngc.cpp            the no-graph-constraint list;
 //   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
 //                        box_overlap_flags, image_diagnostics (the input diagnostics' box flags and label offsets);
-//   * padding.cpp        pad_zero_rows, pad_int64_rows, lengths_mask;
+//   * padding.cpp        pad_zero_rows, pad_int64_rows, pad_float_rows_checked, matrix_shapes, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
 // the per-entry helpers several stages call in their inner loops (static inline, so every file inlines them as
@@ -313,7 +313,11 @@ std::tuple<at::Tensor, at::Tensor> relation_pair_flags(const at::Tensor& subject
 // padding.cpp
 at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width);
 std::optional<std::tuple<std::optional<at::Tensor>, std::optional<at::Tensor>, std::optional<at::Tensor>, at::Tensor>>
-pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, bool ranges);
+pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, bool ranges, bool strided);
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> pad_float_rows_checked(
+    const std::vector<at::Tensor>& tensors, int64_t kind);
+std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, bool, bool>> matrix_shapes(
+    const std::vector<at::Tensor>& tensors);
 at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width);
 // first_hits.cpp (the error analysis' one-pass kernels)
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>

@@ -267,6 +267,8 @@ def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.devi
     """[B] bad-image flags from each image's :func:`_bits_in_range` result ``passed`` [B] bool (True for an
     empty matrix): the images that fail it are looked at again on their values."""
     flags = torch.zeros(len(raw), dtype=torch.bool, device=device)
+    if not sync_free(passed.device) and False not in passed.tolist():  # all passed (a host read is free there)
+        return flags
     failed = (~passed).nonzero().squeeze(1).tolist()
     if failed:
         flags[failed] = _range_flags(_ranges_per_image([raw[b] for b in failed], [False] * len(failed), (), device))
@@ -320,8 +322,8 @@ def build_relation_scores(raw: Sequence[Tensor], background: Sequence[int], num_
     bg = background[0] if batch_size else 0
     if layout == 'stacked' and not (uniform_bg and all(m.shape == raw[0].shape for m in raw)):
         layout = 'concatenated'
-    if layout == 'compiled' and not compiled.suits(raw, background, single_label, num_predicates, device):
-        layout = 'views'
+    if layout == 'compiled' and checked_maxima is None:  # (else the kernels read these very matrices already)
+        layout = layout if compiled.suits(raw, background, single_label, num_predicates, device) else 'views'
     dense = flat = start = mats = whole = sources = None
     if not batch_size:
         best = torch.zeros((0, 0), device=device)

@@ -199,6 +199,8 @@ class RowAccumulator:
                     raise ValueError(f'table {table!r} column {name!r}: shape {list(value.shape)} '
                                      f'!= {[idx.numel(), *shape]}')
                 chunk[name] = value.to(dtype)
+                if type(columns) is dict:  # cast once: a compute group's members add the very same row dicts
+                    columns[name] = chunk[name]
             self._chunks[table].append(chunk)
         self._calls += 1
         self._sources.append(rows)

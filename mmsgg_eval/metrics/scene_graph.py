@@ -235,8 +235,8 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
                                                label_checked_images(batch.sample_idx),  # the same on every world size
                                                self.plus_one)
         widths = batch.score_width if batch.score_width is not None else [0] * len(samples)
-        width = host_tensor(widths, torch.int16, device)
-        return {'score_width': torch.where(batch.num_rel_preds > 0, width, torch.zeros_like(width)),
+        num_rel = batch.rel_lengths or [batch.rel_width] * len(widths)  # (host ints: 0 for an image without pairs)
+        return {'score_width': host_tensor([w if n > 0 else 0 for w, n in zip(widths, num_rel)], torch.int16, device),
                 'top_predicate': ranks['top_predicate'].to(torch.int16), 'box_flags': flags,
                 'head_predicates': head_predicate_flags(ranks['head_predicate'], ranks['head_valid']),
                 'label_offsets': offsets}
@@ -262,7 +262,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         return self.summary_key()
 
     def pool_weight(self, samples: Sequence[Any]) -> int:
-        return sum(_score_rows(s) for s in samples)
+        return sum(map(_score_rows, samples))
 
     def pool_capacity(self) -> Optional[int]:
         return POOL_SCORE_ROWS
@@ -394,8 +394,11 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             zeroshot = torch.zeros_like(codes, dtype=torch.bool)
         pair_rank = ranks.get('pair_acc', torch.full_like(ranks['gc'], NO_HIT))
         rows = {
-            'images': {'sample_idx': batch.sample_idx, 'num_gt': valid.sum(1), 'num_pred': batch.num_rel_preds,
-                       'missing': missing, **self.diagnostic_rows(samples, batch, ranks)},
+            'images': {'sample_idx': batch.sample_idx,
+                       'num_gt': valid.sum(1) if batch.gt_counts is None else  # (host ints where known)
+                       host_tensor(batch.gt_counts, torch.long, batch.device),
+                       'num_pred': batch.num_rel_preds, 'missing': missing,
+                       **self.diagnostic_rows(samples, batch, ranks)},
             'relations': {'sample_idx': batch.sample_idx.index_select(0, image_of), 'predicate': pred,
                           'triplet': codes, 'zeroshot': zeroshot,
                           'rank_gc': real(ranks['gc']).clamp(max=self._rank_cap),

@@ -2,7 +2,7 @@
 (one validated, padded batch), :class:`ObjectCounts` (images whose object list differs from the GT), and the
 small padding and per-sample checks both readers use (:mod:`.reader`)."""
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -97,7 +97,7 @@ class SceneGraphBatch:
     gt_predicates: Tensor       # [B, G]
     gt_valid: Tensor            # [B, G] bool
     pairs: RelationPairs        # the predicted pairs (``rel_pairs`` [B, R, 2] padded on first use)
-    rel_valid: Tensor           # [B, R] bool
+    rel_width: int              # R
     num_rel_preds: Tensor       # [B] int64
     scores: RelationScores
     pred_masks: Optional[List[Tensor]] = None
@@ -106,10 +106,20 @@ class SceneGraphBatch:
     ranked_lists: Optional[RankedLists] = None  # both ranked lists, when built while the scores were read
     gt_counts: Optional[List[int]] = None  # GT relations of each image (host ints: sizes known without a sync)
     ids_missing: bool = False  # some sample has no ``sample_idx`` (-1 in ``sample_idx``; known on the host)
+    rel_lengths: Optional[List[int]] = None  # predicted pairs of each image (None: every image has R)
+    _rel_valid: Optional[Tensor] = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def device(self) -> torch.device:
-        return self.rel_valid.device
+        return self.gt_valid.device
+
+    @property
+    def rel_valid(self) -> Tensor:
+        """[B, R] bool, True on real pairs; built on first use (the compiled path, which reads each image's pairs
+        up to its count, never asks)."""
+        if self._rel_valid is None:
+            self._rel_valid = _valid_mask(self.rel_lengths, self.sample_idx.shape[0], self.rel_width, self.device)
+        return self._rel_valid
 
     @property
     def rel_pairs(self) -> Tensor:

@@ -37,7 +37,8 @@ def get_field(obj: Any, key: str, default: Any = None) -> Any:
             return value
         for nested in _NESTED:
             inner = obj.get(nested)
-            if isinstance(inner, Mapping) and key in inner:
+            # (None, the usual absence, is no mapping: skip the abstract-class check, the cost of a missing field)
+            if inner is not None and (type(inner) is dict or isinstance(inner, Mapping)) and key in inner:
                 return inner[key]
         return default
     extra = getattr(obj, 'extra_fields', None)

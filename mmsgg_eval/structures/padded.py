@@ -1,6 +1,7 @@
 """The field-wise reader of well-formed dict batches (what MMEngine's evaluator passes): each field of a pool
 concatenated once and scattered into its padded tensor (:class:`_Padded`); a batch it cannot take raises
 :class:`_NotFast` and goes to the per-sample reader (:mod:`.sample_reader`)."""
+import operator
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -39,6 +40,7 @@ class _Padded:
     model_objects: List[int]        # PredCls / SGCls: length of the model's object list (-1: not given)
     rel_positions: Optional[Tensor] = None  # padded_positions(num_rel) when already computed
     value_ranges: Optional[dict] = None  # index field -> (min, max) [B] of each image's entries, when known
+    value_flags: Optional[dict] = None  # float field -> [B] bool: an entry breaks its value rule, when known
     score_width: Optional[List[int]] = None  # score columns as given (-1: single-label scores)
     pred_masks: Optional[List[Tensor]] = None
     gt_masks: Optional[List[Tensor]] = None
@@ -68,6 +70,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     scores_list = lists.pop('scores')
     cache: dict = {}  # fields of equal lengths share their padded positions
     ranges = {}  # index field -> (min [B], max [B]) of each image's entries, where the compiled padding gave them
+    checked = {}  # float field -> (padded, bad [B]) where the compiled padding read its value rule
     try:
         padded = {}
         for name, values in lists.items():
@@ -76,33 +79,41 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
             elif name in _INDEX_FIELDS:
                 padded[name], ranges[name] = _pad_index_field(name, values, cache)
             else:
-                padded[name] = _pad_with_lengths(values, _PAD_VALUES[name], cache)
+                padded[name], checked[name] = _pad_float_field(name, values, cache)
     except (RuntimeError, TypeError, ValueError) as err:
         raise _NotFast from err
     rel_pairs, rel_lengths = padded['rel_pairs']
     num_rel = rel_lengths or [rel_pairs.width] * rel_pairs.batch_size
-    if not _fits(padded, scores_list, num_rel, widths):
+    score_shapes = _score_shapes(scores_list, num_rel, widths)
+    if score_shapes is None or not _fits(padded):
         raise _NotFast
+    score_width, all_float32, one_device = score_shapes
     objects, model_objects = _padded_objects(mode, padded, pred_inst)
-    sample_idx = [sample_index(s) for s in samples]
+    sample_idx = [i if type(s) is dict and type(i := s.get('sample_idx')) is int and i >= 0 else sample_index(s)
+                  for s in samples]  # (sample_index's common case inlined)
     fields = [padded['gt_boxes'][0].float(), padded['gt_labels'][0], padded['gt_pairs'][0],
               padded['gt_predicates'][0], objects.boxes.float(), objects.labels, objects.scores.float()]
     target = device or scores_list[0].device
     if any(f.device != target for f in fields):
         fields = [f.to(target) for f in fields]
-    if any(t.device != target for t in scores_list):
+    if not one_device or scores_list[0].device != target:
         scores_list = [t.to(target) for t in scores_list]
     rel_pairs = rel_pairs.to(target)
     gt_boxes, gt_labels, gt_pairs, gt_predicates, pred_boxes, pred_labels, pred_scores = fields
+    flags = {name: bad for name, tensor in (('gt_boxes', gt_boxes), ('pred_boxes', pred_boxes),
+                                            ('pred_scores', pred_scores))
+             for read, bad in checked.values() if bad is not None and tensor is read}  # the tensors ruled on
     return _Padded(sample_idx=sample_idx, pred_boxes=pred_boxes, pred_labels=pred_labels,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                    gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=objects.lengths,
                    num_gt=padded['gt_boxes'][1], num_gt_rel=padded['gt_pairs'][1], num_rel=num_rel,
-                   raw_scores=[t if t.dtype == torch.float32 else t.float() for t in scores_list],
-                   background=[int(t.shape[1] == num_predicates + 1) for t in scores_list],
+                   raw_scores=scores_list if all_float32 else [t if t.dtype == torch.float32 else t.float()
+                                                               for t in scores_list],
+                   background=[int(w == num_predicates + 1) for w in score_width],
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
-                   score_width=[t.shape[1] for t in scores_list],
-                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, value_ranges=ranges)
+                   score_width=score_width,
+                   rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, value_ranges=ranges,
+                   value_flags=flags)
 
 
 def _read_pairs(values: List[Any], cache: dict):
@@ -127,13 +138,14 @@ def _read_pairs(values: List[Any], cache: dict):
 
 def _pad_index_field(name: str, values: List[Any], cache: dict):
     """``(_pad_with_lengths(values, pad value of name), (min [B], max [B]) of each image's entries or None)``:
-    contiguous int64 CPU tensors are padded by one compiled call, which also gives their value range (for the
-    index check, without another pass over the padded batch); anything else takes :func:`_pad_with_lengths`."""
+    int64 CPU tensors (contiguous, or strided rows such as the columns of one [G, 3] array) are padded by one compiled
+    call, which also gives their value range (for the index check, without another pass over the padded batch);
+    anything else takes :func:`_pad_with_lengths`."""
     kernels = compiled.kernels()
     padded = None
     if kernels is not None and values:
         try:
-            padded = kernels.pad_int64_rows(values, _PAD_VALUES[name])
+            padded = kernels.pad_int64_rows(values, _PAD_VALUES[name], strided=True)  # columns of one array too
         except TypeError:  # not all tensors (numpy arrays, lists: converted by the general path)
             padded = None
     if padded is None:
@@ -142,6 +154,26 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
     lengths = lengths.tolist()
     width = out.shape[1]
     return (out, None if lengths.count(width) == len(lengths) else lengths), (low, high)
+
+
+def _pad_float_field(name: str, values: List[Any], cache: dict):
+    """``(_pad_with_lengths(values, 0.0), bad [B] bool or None)`` of a box or score field: contiguous float32 CPU
+    tensors are padded by one compiled call that also reads each image's value rule (:mod:`.validation`: boxes
+    finite and xyxy, scores finite and >= 0; the rule then reads no entry again); anything else takes
+    :func:`_pad_with_lengths` (None: the rule reads the padded values)."""
+    kernels = compiled.kernels()
+    read = None
+    if kernels is not None and values:
+        try:
+            read = kernels.pad_float_rows_checked(values, 1 if name.endswith('boxes') else 0)
+        except TypeError:  # not all tensors
+            read = None
+    if read is None:
+        return _pad_with_lengths(values, _PAD_VALUES[name], cache), (None, None)
+    out, bad, lengths = read
+    lengths = lengths.tolist()
+    width = out.shape[1]
+    return (out, None if lengths.count(width) == len(lengths) else lengths), (out, bad)
 
 
 # the padding value of each field the field-wise reader pads
@@ -177,16 +209,61 @@ def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
                 raise _NotFast  # SGCls with and without model boxes in one batch
     except (KeyError, TypeError, AttributeError) as err:
         raise _NotFast from err
-    lists = {name: [detached(v) for v in values] for name, values in lists.items()}  # as to_tensor reads them
+    lists = {name: _all_detached(values) for name, values in lists.items()}  # as to_tensor reads them
     if any(_weaker(p, mode) for p in produced):
         raise _NotFast
     return lists, pred_inst
 
 
-def _fits(padded: dict, scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]) -> bool:
-    """Whether the padded GT fields and predicted pairs (``padded``: field -> (tensor, lengths)) and the score
-    matrices have the shapes, dtypes and counts of the data contract (else the per-sample reader reads the batch
-    and names what does not fit)."""
+_REQUIRES_GRAD = operator.attrgetter('requires_grad')
+
+
+def _all_detached(values: List[Any]) -> List[Any]:
+    """``[detached(v) for v in values]`` (:func:`~.fields.detached`): ``values`` itself when no entry requires a
+    gradient (the usual case, decided by one C-level pass over the entries)."""
+    try:
+        if not any(map(_REQUIRES_GRAD, values)):
+            return values
+    except AttributeError:  # entries that are not tensors (numpy arrays, lists)
+        pass
+    return [detached(v) for v in values]
+
+
+def _score_shapes(scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]):
+    """``(score columns of each image, all float32, all on one device)`` when every score matrix is a 2-D tensor
+    of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader reads the
+    batch and names what does not fit). One compiled call reads the matrices' metadata where the kernels are
+    built, else one pass in Python."""
+    if set(map(type, scores_list)) - {Tensor}:
+        return None
+    kernels = compiled.kernels()
+    if kernels is not None:
+        read = kernels.matrix_shapes(scores_list)
+        if read is None:
+            return None
+        rows, given, float32, one_device = read
+        allowed = set(widths) - {1}
+        return (given, float32, one_device) if rows == list(num_rel) and set(given) <= allowed else None
+    given, float32, device, one_device = [], True, None, True
+    for t, rows in zip(scores_list, num_rel):
+        if t.dim() != 2:
+            return None
+        count, width = t.shape
+        if count != rows or width not in widths or width == 1:
+            return None
+        given.append(width)
+        float32 = float32 and t.dtype == torch.float32
+        if device is None:
+            device = t.device
+        elif one_device and t.device != device:
+            one_device = False
+    return given, float32, one_device
+
+
+def _fits(padded: dict) -> bool:
+    """Whether the padded GT fields and predicted pairs (``padded``: field -> (tensor, lengths)) have the shapes,
+    dtypes and counts of the data contract (else the per-sample reader reads the batch and names what does not
+    fit; the score matrices: :func:`_score_shapes`)."""
     (gt_boxes, num_gt), (gt_labels, num_gt_labels) = padded['gt_boxes'], padded['gt_labels']
     (gt_pairs, num_gt_rel), (gt_predicates, num_gt_predicates) = padded['gt_pairs'], padded['gt_predicates']
     rel_pairs = padded['rel_pairs'][0]
@@ -194,9 +271,7 @@ def _fits(padded: dict, scores_list: List[Any], num_rel: List[int], widths: Tupl
             and gt_pairs.dim() == 3 and gt_pairs.shape[2] == 2 and gt_predicates.dim() == 2
             and not (gt_labels.is_floating_point() or gt_pairs.is_floating_point() or gt_predicates.is_floating_point())
             and num_gt_labels == num_gt and gt_labels.shape[1] == gt_boxes.shape[1]
-            and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1]
-            and all(type(t) is Tensor and t.dim() == 2 and t.shape[0] == r and t.shape[1] in widths
-                    and t.shape[1] != 1 for t, r in zip(scores_list, num_rel)))
+            and num_gt_predicates == num_gt_rel and gt_predicates.shape[1] == gt_pairs.shape[1])
 
 
 def _padded_objects(mode: str, padded: dict, pred_inst: List[Any]) -> Tuple[ObjectList, List[int]]:

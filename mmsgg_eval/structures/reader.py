@@ -74,10 +74,10 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
             return '(SGCls evaluates the model\'s objects, `pred_instances`)'
         return ''
 
-    ranges = p.value_ranges or {}
-    rules = [FieldRule('gt_instances.bboxes', 'boxes', p.gt_boxes, p.num_gt)]
+    ranges, flags = p.value_ranges or {}, p.value_flags or {}  # what the reader's compiled padding read already
+    rules = [FieldRule('gt_instances.bboxes', 'boxes', p.gt_boxes, p.num_gt, bad=flags.get('gt_boxes'))]
     if mode != 'predcls':  # (SGCls without model boxes: the GT boxes again, checked above first)
-        rules.append(FieldRule('pred_instances.bboxes', 'boxes', p.pred_boxes, p.num_pred))
+        rules.append(FieldRule('pred_instances.bboxes', 'boxes', p.pred_boxes, p.num_pred, bad=flags.get('pred_boxes')))
     rules.append(FieldRule('gt_instances.labels', 'index', p.gt_labels, p.num_gt, num_classes, 'class',
                            value_range=ranges.get('gt_labels')))
     rules.append(FieldRule('gt_relations.pair_idxs', 'index', p.gt_pairs, p.num_gt_rel, num_gt, 'object',
@@ -87,7 +87,8 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
     if mode != 'predcls':
         rules.append(FieldRule('pred_instances.labels', 'index', p.pred_labels, p.num_pred, num_classes, 'class',
                                value_range=ranges.get('pred_labels')))
-        rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred))
+        rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred,
+                               bad=flags.get('pred_scores')))
     pairs, pair_range = p.rel_pairs, ranges.get('rel_pairs')
     kept = pairs.rows is not None and pair_range is not None  # unpadded: the rule reads the value range alone
     rules.append(FieldRule('pred_relations.pair_idxs', 'index', None if kept else pairs.padded, p.num_rel, num_pred,
@@ -191,8 +192,7 @@ def collate_stages(samples: Sequence[Any], mode: str, num_classes: int, num_pred
         gt_valid=_valid_mask(padded.num_gt_rel, batch_size, padded.gt_predicates.shape[1] if batch_size else 0,
                              device),
         pairs=padded.rel_pairs.long(),
-        rel_valid=_valid_mask(None if max_rel and all(r == max_rel for r in num_rel) else num_rel, batch_size,
-                              max_rel, device),
+        rel_width=max_rel, rel_lengths=None if max_rel and all(r == max_rel for r in num_rel) else num_rel,
         num_rel_preds=num_rel_t, scores=scores, pred_masks=padded.pred_masks, gt_masks=padded.gt_masks,
         score_width=padded.score_width, ranked_lists=ranked, gt_counts=_full(padded.num_gt_rel, padded.gt_predicates),
         ids_missing=any(i is None for i in padded.sample_idx))

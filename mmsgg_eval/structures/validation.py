@@ -15,9 +15,11 @@ accepted or refused the same way whatever path it took. The rules:
 * self-pairs (subject index == object index) are accepted in predictions and GT: the legacy evaluator
   neither filters nor refuses them (a predicted self-pair can hit a GT self-pair like any other pair).
 
-One host synchronisation decides the whole batch; only when a rule fails is the first offending sample (in
-batch order), field and entry looked up, for a ValueError that names them.
+One host synchronisation decides the whole batch (none on the CPU when the compiled reader already read every
+rule: its per-image flags and value ranges decide a valid batch on the host); only when a rule fails is the first
+offending sample (in batch order), field and entry looked up, for a ValueError that names them.
 """
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -40,7 +42,9 @@ class FieldRule:
     index field are 0, which passes the rule wherever an image has entries, so no padding mask is needed.
     ``value_range``: the (min, max) of each image's real entries of an integer index field when the reader has
     them (0 and -1 for an image without entries): the rule then reads no entry. ``values`` may then be None
-    (a field the reader kept unpadded) with ``padded`` giving them, read only to describe a bad entry.
+    (a field the reader kept unpadded) with ``padded`` giving them, read only to describe a bad entry. ``bad``:
+    the [B] bool result of the rule when the reader already read it (boxes and scores padded by the compiled
+    kernels): the rule then reads no entry.
     """
     path: str
     kind: str
@@ -52,6 +56,7 @@ class FieldRule:
     zero_padded: bool = False
     value_range: Optional[Tuple[Tensor, Tensor]] = None  # integer index field: (min, max) [B] of real entries
     padded: Optional[Callable[[], Tensor]] = None  # the padded values when ``values`` is None
+    bad: Optional[Tensor] = None  # [B] bool: images breaking the rule, when the reader read it
 
     def has_entries(self) -> bool:
         if self.values is not None:
@@ -83,6 +88,8 @@ def bad_images(rule: FieldRule) -> Tensor:
     Per-image reductions (min / max of each image's entries), so a valid batch costs about one pass over
     each field.
     """
+    if rule.bad is not None:
+        return rule.bad
     v = rule.values
     # a zero-padded index field needs no padding mask: a padding 0 is never below the range and is at or above
     # the bound only where the bound is 0, i.e. the image has no object to point to (then only images with
@@ -141,18 +148,78 @@ def validate_padded(rules: List[FieldRule], samples: Sequence[Any],
     ``extra_messages[i](b)`` building their message.
     """
     checked = [r for r in rules if r.has_entries()]
-    flags = [bad_images(r) for r in checked]
-    flags += list(extra or [])
-    if not flags:
+    if _passes_on_host(checked, extra or []):  # the CPU reader's kernels read every rule already
         return
-    table = torch.stack([f.to(flags[0].device) for f in flags])  # [F, B]
+    ranged = [i for i, r in enumerate(checked) if _reads_range(r)]
+    order = [i for i in range(len(checked)) if i not in ranged]
+    flags = [bad_images(checked[i]) for i in order]
+    order += [len(checked) + i for i in range(len(extra or []))]
+    flags += list(extra or [])
+    if not flags and not ranged:
+        return
+    table = torch.stack([f.to(flags[0].device) for f in flags]) if flags else None  # [F, B], rows in ``order``
+    if ranged:  # the index rules that read the reader's value ranges, in one batch of operations
+        group = _outside_bounds([checked[i] for i in ranged])
+        table = group if table is None else torch.cat([table, group.to(table.device)])
+        order += ranged
     if not bool(table.any()):  # the one host synchronisation of a valid batch
         return
     image = int(table.any(0).nonzero()[0, 0])
-    field = int(table[:, image].nonzero()[0, 0])
+    field = min(order[int(row)] for row in table[:, image].nonzero()[:, 0])  # the first rule in ``rules`` order
     if field >= len(checked):
         raise ValueError(extra_messages[field - len(checked)](image))
     raise ValueError(describe(checked[field], image, samples[image]))
+
+
+def _passes_on_host(rules: List[FieldRule], extra: List[Tensor]) -> bool:
+    """True when every rule and flag is known to pass from host values alone: CPU tensors of per-image results the
+    compiled reader gave (``bad`` flags, index value ranges within bounds; no torch operation). False when any is
+    not such a value or some image may break a rule: the batch then takes the rules' torch path, which decides it
+    (and names the first offending sample and field). A host read costs nothing on the CPU; a device's batch never
+    has these CPU values, so this adds no synchronisation there."""
+    for flags in [r.bad for r in rules if r.kind != 'index'] + extra:
+        if flags is None or flags.device.type != 'cpu' or True in flags.tolist():
+            return False
+    for rule in rules:
+        if rule.kind != 'index':
+            continue
+        if not _reads_range(rule):
+            return False
+        low, high = rule.value_range[0].tolist(), rule.value_range[1].tolist()
+        if low and min(low) < 0:
+            return False
+        bound = rule.bound
+        if isinstance(bound, int):
+            if high and max(high) >= bound:
+                return False
+        elif (not isinstance(bound, (list, tuple)) or len(bound) != len(high)
+              or not all(map(operator.lt, high, bound))):  # (an image without entries has max -1)
+            return False
+    return True
+
+
+def _reads_range(rule: FieldRule) -> bool:
+    """Whether :func:`bad_images` of ``rule`` reads only the reader's value ranges on the CPU (the compiled
+    padding's index fields), which :func:`_outside_bounds` then decides with the other such rules at once."""
+    v = rule.values
+    return (rule.kind == 'index' and rule.bad is None and rule.value_range is not None
+            and rule.value_range[0].device.type == 'cpu' and (v is None or (not v.is_floating_point()
+                                                                           and v.device.type == 'cpu')))
+
+
+def _outside_bounds(rules: List[FieldRule]) -> Tensor:
+    """[F, B] bool: :func:`_outside_bound` of each index rule's value range (:func:`_reads_range`), in one batch
+    of operations on the CPU."""
+    batch = rules[0].value_range[0].shape[0]
+    low = torch.stack([r.value_range[0] for r in rules])
+    high = torch.stack([r.value_range[1] for r in rules])
+    bounds = [[r.bound] * batch if isinstance(r.bound, int) else list(r.bound) for r in rules]
+    # a zero-padded field counts as above its bound only in images with entries (see bad_images)
+    counted = [[n > 0 for n in r.lengths] if r.zero_padded and r.lengths is not None else [True] * batch
+               for r in rules]
+    cpu = torch.device('cpu')
+    above = (high >= host_tensor(bounds, torch.long, cpu)) & host_tensor(counted, torch.bool, cpu)
+    return (low < 0) | above
 
 
 def describe(rule: FieldRule, image: int, sample: Any) -> str:

@@ -10,6 +10,7 @@ from torch.nn.utils.rnn import pad_sequence
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.ranking import graph_constrained_ranking, prefix_topk
 from mmsgg_eval.functional.scores import build_relation_scores
+from mmsgg_eval.structures.padded import _fast_padded
 from mmsgg_eval.structures.reader import collate_scene_graphs
 
 needs_kernels = pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
@@ -140,6 +141,113 @@ def test_pad_int64_rows_leaves_other_tensors_to_the_general_path(tensors):
 
 
 @needs_kernels
+@pytest.mark.parametrize('value', [0, -1])
+def test_pad_int64_rows_reads_strided_rows_when_asked(value):
+    """The columns of one [G, 3] array (GT pairs and predicates as a dataset may give them): with strided=True the
+    same padding and ranges as of their contiguous copies; without it they are left to the general path."""
+    g = torch.Generator().manual_seed(3)
+    arrays = [torch.randint(-5, 40, (n, 3), generator=g) for n in (12, 0, 7, 1)]
+    for columns in ([a[:, :2] for a in arrays], [a[:, 2] for a in arrays], [a[::2, 1:] for a in arrays]):
+        got = compiled.kernels().pad_int64_rows(columns, value, strided=True)
+        expected = compiled.kernels().pad_int64_rows([c.contiguous() for c in columns], value)
+        assert all(torch.equal(x, y) for x, y in zip(got, expected))
+        assert torch.equal(got[0], pad_sequence(columns, batch_first=True, padding_value=value))
+        assert compiled.kernels().pad_int64_rows(columns, value) is None
+    assert compiled.kernels().pad_int64_rows([torch.zeros(2, 2, 2, dtype=torch.long).transpose(0, 1)], 0,
+                                             strided=True) is None  # rank 3: only contiguous
+
+
+@needs_kernels
+@pytest.mark.parametrize('kind', ['boxes', 'score'])
+def test_pad_float_rows_checked_equals_the_padding_and_the_torch_rule(kind):
+    """Zero padding as pad_sequence, and per image the value rule of :mod:`mmsgg_eval.structures.validation`
+    (its torch path on the padded batch): NaN, inf, negative scores, -0.0, x2 < x1 or y2 < y1 (also by one ulp),
+    empty images."""
+    from mmsgg_eval.structures.validation import FieldRule, bad_images
+    g = np.random.default_rng(7 if kind == 'boxes' else 8)
+    lengths = [5, 0, 9, 9, 3, 1, 9, 4, 2, 6]
+    trailing = (4,) if kind == 'boxes' else ()
+    tensors = []
+    for n in lengths:
+        t = torch.tensor(g.random((n,) + trailing).astype(np.float32) * 100)
+        if kind == 'boxes':
+            t[:, 2:] += t[:, :2]
+        tensors.append(t)
+    at = (lambda row, col: (row, col)) if kind == 'boxes' else (lambda row, col: row)  # an entry of a row
+    tensors[2][at(3, 0)] = float('nan')
+    tensors[3][at(8, -1)] = float('inf')
+    tensors[4][0, ...] = -0.0
+    if kind == 'boxes':
+        tensors[5][0, 2] = torch.nextafter(tensors[5][0, 0], torch.tensor(-1.0))  # x2 just below x1
+        tensors[6][1, 3] = tensors[6][1, 1] - 3
+        tensors[7][2] = torch.tensor([-5.0, -5.0, -5.0, -5.0])  # a point: accepted
+    else:
+        tensors[5][0] = -1e-30
+        tensors[6][1] = -float('inf')
+    out, bad, got_lengths = compiled.kernels().pad_float_rows_checked(tensors, 1 if kind == 'boxes' else 0)
+    padded = pad_sequence(tensors, batch_first=True)
+    assert torch.equal(out.view(torch.int32), padded.view(torch.int32)) and got_lengths.tolist() == lengths  # bits: NaN
+    reference = bad_images(FieldRule('field', kind, padded, lengths))
+    assert bad.tolist() == reference.tolist() == [False, False, True, True, False, True, True, False, False, False]
+
+
+@needs_kernels
+@pytest.mark.parametrize('tensors,kind', [
+    ([torch.zeros(2, 4, dtype=torch.float64)], 1),              # another dtype
+    ([torch.zeros(2, 4), torch.zeros(4, 2).t()], 1),            # not contiguous
+    ([torch.zeros(2, 5)], 1),                                   # boxes of another trailing shape
+    ([torch.zeros(4)], 1),                                      # boxes of rank 1
+    ([torch.zeros(3), torch.zeros(3, 1)], 0),                   # another rank
+    ([torch.tensor(1.0)], 0),                                   # 0-d
+    ([], 0),
+    ([torch.zeros(3)], 2),                                      # no such rule
+])
+def test_pad_float_rows_checked_leaves_other_tensors_to_the_general_path(tensors, kind):
+    assert compiled.kernels().pad_float_rows_checked(tensors, kind) is None
+
+
+@needs_kernels
+@pytest.mark.parametrize('field,value', [('gt_instances.bboxes', float('nan')), ('pred_instances.bboxes', -1.0),
+                                         ('pred_instances.scores', -0.5), ('gt_relations.pair_idxs', 99),
+                                         ('gt_relations.labels', -3)])
+def test_bad_values_read_by_the_padding_kernels_are_named_alike_with_and_without_them(field, value):
+    """Boxes and object scores ruled on while they are padded, GT pairs and predicates as columns of one [G, 3]
+    array (strided rows, padded by the compiled kernel): the same error as the torch path, naming the sample and
+    the field; a valid batch of such columns is read alike (the same padded fields)."""
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(11, 6, 'sgdet', score_format='bg', num_classes=7, num_predicates=5)
+    for s in samples:  # GT relations as column views of one [G, 3] array
+        rel = s['gt_relations']
+        joined = torch.cat([rel['pair_idxs'], rel['labels'][:, None]], 1).long()
+        rel['pair_idxs'], rel['labels'] = joined[:, :2], joined[:, 2]
+    with compiled.disabled():
+        plain = collate_scene_graphs(samples, 'sgdet', 7, 5)
+    fast = collate_scene_graphs(samples, 'sgdet', 7, 5)
+    for name in ('gt_boxes', 'gt_labels', 'gt_pairs', 'gt_predicates', 'pred_boxes', 'pred_scores', 'gt_valid'):
+        assert torch.equal(getattr(fast, name), getattr(plain, name)), name
+    read = _fast_padded(samples, 'sgdet', 5, None)  # the kernels read the rules and ranges of these fields
+    assert set(read.value_flags) == {'gt_boxes', 'pred_boxes', 'pred_scores'}
+    assert all(read.value_ranges[name] is not None for name in ('gt_labels', 'gt_pairs', 'gt_predicates'))
+    target = next(s for s in samples[2:] if s['gt_relations']['labels'].numel())
+    container, key = field.split('.')
+    entry = target[container][key]
+    if key == 'bboxes':
+        entry[0, 2 if value == -1.0 else 1] = value
+    elif entry.dim() == 2:
+        entry[0, 0] = value
+    else:
+        entry[0] = value
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert f'`{field}`' in messages[0] and f'sample_idx={target["sample_idx"]}' in messages[0]
+
+
+@needs_kernels
 @pytest.mark.parametrize('bad', [-1, 'objects'])
 def test_a_bad_pair_index_is_named_alike_with_and_without_the_kernels(bad):
     """The reader's index check reads the value range the padding kernel gives: the same error as the torch
@@ -189,3 +297,72 @@ def test_row_maxima_at_every_predicate_count_equal_the_torch_path(num_predicates
     assert scores.bad_images.tolist() == [False, False, True, False, True, False]
     good = ~reference.bad_images
     assert torch.equal(scores.best[good], reference.best[good])
+
+
+@pytest.mark.parametrize('case', ['valid', 'negative', 'at_bound', 'at_image_bound', 'flagged', 'extra', 'float'])
+def test_the_host_decision_of_value_rules_accepts_only_valid_batches(case):
+    """The value rules decided from the compiled reader's host values (flags, index ranges) without a torch
+    operation: a valid batch passes; any breaking value (a negative index, an index at an int or per-image bound,
+    a flagged box, a flagged score matrix) or a value it cannot decide (float indices) goes to the torch rules,
+    which raise naming the first bad sample and field, as without the host decision."""
+    from mmsgg_eval.structures.validation import FieldRule, validate_padded
+    values = torch.tensor([[0, 2, 1], [3, 0, 0]])  # image 1: one real entry
+    low, high = torch.tensor([0, 3]), torch.tensor([2, 3])
+    boxes = torch.zeros(2, 3, 4)
+    box_flags, score_flags = torch.tensor([False, False]), torch.tensor([False, False])
+    bound = [3, 4]
+    if case == 'negative':
+        values[1, 0], low[1] = -1, -1
+    elif case == 'at_bound':
+        values[1, 0], high[1] = 5, 5
+    elif case == 'at_image_bound':
+        values[1, 0], high[1] = 4, 4
+    elif case == 'flagged':
+        boxes[1, 0, 0], box_flags = float('nan'), torch.tensor([False, True])
+    elif case == 'extra':
+        score_flags = torch.tensor([False, True])
+    elif case == 'float':
+        values = values.float()
+        values[1, 0] = 1.5
+    rules = [FieldRule('gt_instances.bboxes', 'boxes', boxes, [3, 1], bad=box_flags),
+             FieldRule('gt_instances.labels', 'index', values, [3, 1], 5, 'class', value_range=(low, high)),
+             FieldRule('gt_relations.pair_idxs', 'index', values, [3, 1], bound, 'object', zero_padded=True,
+                       value_range=(low, high))]
+    samples = [{'sample_idx': 7}, {'sample_idx': 9}]
+    if case == 'valid':
+        validate_padded(rules, samples, [score_flags], [lambda b: 'scores'])
+        return
+    expected = {'negative': 'gt_instances.labels', 'at_bound': 'gt_instances.labels', 'flagged': 'bboxes',
+                'at_image_bound': 'gt_relations.pair_idxs', 'extra': 'scores', 'float': 'must be integers'}[case]
+    with pytest.raises(ValueError, match=expected) as err:
+        validate_padded(rules, samples, [score_flags], [lambda b: 'scores'])
+    assert case == 'extra' or 'sample_idx=9' in str(err.value)
+
+
+@needs_kernels
+def test_matrix_shapes_reads_the_metadata_the_reader_checks():
+    """Rows, columns, float32-ness and one device of 2-D tensors in one call; None when one is not 2-D; the reader
+    gives the same padded batch with and without it (a float64 matrix is cast, an unfitting one is refused by
+    the per-sample reader naming the sample, as without the kernels)."""
+    ext = compiled.kernels()
+    mats = [torch.zeros(3, 6), torch.zeros(0, 5), torch.zeros(7, 6).t().contiguous().t()]
+    assert ext.matrix_shapes(mats) == ([3, 0, 7], [6, 5, 6], True, True)
+    assert ext.matrix_shapes(mats + [torch.zeros(2, 6, dtype=torch.float64)])[2] is False
+    assert ext.matrix_shapes(mats + [torch.zeros(6)]) is None
+    assert ext.matrix_shapes([]) == ([], [], True, True)
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(5, 4, 'sgdet', score_format='bg', num_classes=7, num_predicates=5)
+    samples[1]['pred_relations']['scores'] = samples[1]['pred_relations']['scores'].double()
+    fast = _fast_padded(samples, 'sgdet', 5, None)
+    with compiled.disabled():
+        plain = _fast_padded(samples, 'sgdet', 5, None)
+    assert fast.score_width == plain.score_width and fast.background == plain.background
+    assert all(a.dtype == torch.float32 and torch.equal(a, b) for a, b in zip(fast.raw_scores, plain.raw_scores))
+    samples[3]['pred_relations']['scores'] = samples[3]['pred_relations']['scores'][:-1]  # one row short
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and 'pred_relations' in messages[0]
