@@ -49,6 +49,8 @@ from .validation import FieldRule, validate_padded
 
 def _check_sample_ids(samples: Sequence[Any], ids: List[Optional[int]]) -> None:
     """A ``sample_idx`` may appear once per batch (the metrics remove sampler repeats before reading)."""
+    if len(set(ids)) == len(ids):  # all distinct (the usual case, decided in one C-level pass)
+        return
     seen = {}
     for pos, idx in enumerate(ids):
         if idx is None:
@@ -178,12 +180,14 @@ def collate_stages(samples: Sequence[Any], mode: str, num_classes: int, num_pred
     _validate(samples, padded, mode, num_classes, num_predicates, scores)
     ranked = read[0] if read is not None and not bool((read[2] >= 0).any()) else None
     report = counts if counts is not None else ObjectCounts()
-    for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):
-        if listed >= 0 and listed != gt:
-            report.add(mode, sample, listed, gt)
+    if max(padded.model_objects, default=-1) >= 0:  # some image's object list is compared with the GT's
+        for sample, listed, gt in zip(samples, padded.model_objects, _full(padded.num_gt, padded.gt_boxes)):
+            if listed >= 0 and listed != gt:
+                report.add(mode, sample, listed, gt)
     if counts is None:
         report.warn(mode)
-    sample_idx = host_tensor([-1 if i is None else i for i in padded.sample_idx], torch.long, device)
+    ids = padded.sample_idx
+    sample_idx = host_tensor(ids if None not in ids else [-1 if i is None else i for i in ids], torch.long, device)
     num_rel_t = host_tensor(num_rel, torch.long, device)
     return SceneGraphBatch(
         sample_idx=sample_idx, pred_boxes=padded.pred_boxes, pred_labels=padded.pred_labels.long(),
