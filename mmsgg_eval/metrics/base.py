@@ -331,9 +331,9 @@ class RowMetric(BaseMetric):
         ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
         (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With two or more
         compute threads, a metric that ``overlaps_pools`` starts this pool's compiled pass in the background and
-        meanwhile finishes the previous pool's rows (a value error in that pool is raised here); with ``overlap``
-        (a pool filled in ``process()``) this pool's rows are left to the next flush (``evaluate()``'s included),
-        else finished now."""
+        meanwhile finishes the previous pool's rows; with ``overlap`` (a pool filled in ``process()``) this pool's
+        rows are left to the next flush (``evaluate()``'s included), else finished now. A value error the pass
+        reads (relation scores, predicted pair indices) of a pool left in flight is raised by that next flush."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
         if samples and not self.compute_rows_dedupes:
             samples = first_occurrences(samples)

@@ -62,8 +62,10 @@ def _check_sample_ids(samples: Sequence[Any], ids: List[Optional[int]]) -> None:
 
 
 def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, num_predicates: int,
-              scores: RelationScores) -> None:
-    """Every value rule of the data contract on the padded batch (see :mod:`.validation`)."""
+              scores: Optional[RelationScores], part: str = 'all') -> None:
+    """Every value rule of the data contract on the padded batch (see :mod:`.validation`); ``part``:
+    ``'before_pass'`` the rules that do not read the ranking pass (all but the predicted pairs' indices and the
+    relation scores; ``scores`` unused), ``'after_pass'`` those two."""
     num_pred, num_gt = _full(p.num_pred, p.pred_boxes), _full(p.num_gt, p.gt_boxes)
 
     def pair_note(b: int) -> str:
@@ -91,6 +93,11 @@ def _validate(samples: Sequence[Any], p: _Padded, mode: str, num_classes: int, n
                                value_range=ranges.get('pred_labels')))
         rules.append(FieldRule('pred_instances.scores', 'score', p.pred_scores, p.num_pred,
                                bad=flags.get('pred_scores')))
+    if part == 'before_pass':
+        validate_padded(rules, samples)
+        return
+    if part == 'after_pass':
+        rules = []
     pairs, pair_range = p.rel_pairs, ranges.get('rel_pairs')
     kept = pairs.rows is not None and pair_range is not None  # unpadded: the rule reads the value range alone
     rules.append(FieldRule('pred_relations.pair_idxs', 'index', None if kept else pairs.padded, p.num_rel, num_pred,
@@ -143,8 +150,11 @@ def collate_stages(samples: Sequence[Any], mode: str, num_classes: int, num_pred
                    ranking: Optional[Tuple[int, ...]] = None, background: bool = False,
                    pass_workspace: Optional[ScoreWorkspace] = None) -> Generator[bool, None, SceneGraphBatch]:
     """:func:`collate_scene_graphs` in two stages (:class:`~mmsgg_eval.functional.overlap.Staged`): the samples
-    are read and padded and the compiled ranking pass is started (in the background thread with ``background``:
-    the generator then yields True), then the batch is validated and built (value errors are raised there).
+    are read and padded, the compiled ranking pass is started (in the background thread with ``background``)
+    and the rules that do not read the pass are checked; the generator then yields True when the rest may wait
+    (a pass in the background, no error yet), then the batch is validated and built. So the values the pass
+    checks (relation scores, predicted pair indices) are the only errors a caller that defers the second stage
+    sees late.
     ``pass_workspace``: where the pass writes its per-pair outputs (default ``workspace``; a caller overlapping
     pools alternates two, as the batch of one pool lives in its buffer while the next pool's pass runs)."""
     if mode not in MODES:
@@ -170,14 +180,20 @@ def collate_stages(samples: Sequence[Any], mode: str, num_classes: int, num_pred
     layout = _score_layout(padded, num_predicates, device)
     pending = _ranked_while_read(padded, num_predicates, ranking, pass_workspace or workspace, background) \
         if ranking is not None and layout == 'compiled' else None
-    yield pending is not None and pending.in_background
+    deferred = pending is not None and pending.in_background
+    if deferred:  # the rules that need no pass now: their errors are raised by this call, as without a pass
+        try:
+            _validate(samples, padded, mode, num_classes, num_predicates, None, 'before_pass')
+        except ValueError:
+            deferred = False  # the batch's first error (in sample order, any rule) is raised below, now
+    yield deferred
     read = pending.result() if pending is not None else None
     _pair_index_range(padded, read[3] if read is not None else None)
     scores = build_relation_scores(padded.raw_scores, padded.background, num_rel, num_predicates,
                                    padded.single_label, padded.given_scores, layout,
                                    device=device, positions=padded.rel_positions, workspace=workspace,
                                    checked_maxima=read[1] if read is not None else None)
-    _validate(samples, padded, mode, num_classes, num_predicates, scores)
+    _validate(samples, padded, mode, num_classes, num_predicates, scores, 'after_pass' if deferred else 'all')
     ranked = read[0] if read is not None and not bool((read[2] >= 0).any()) else None
     report = counts if counts is not None else ObjectCounts()
     if max(padded.model_objects, default=-1) >= 0:  # some image's object list is compared with the GT's

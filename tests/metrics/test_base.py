@@ -113,17 +113,17 @@ def test_two_evaluators_alive_in_one_process():
 
 def test_second_metric_ranks_nothing_and_reduces_nothing(monkeypatch):
     calls = {'rows': 0, 'reduce': 0}
-    compute_rows, reduce = SceneGraphMetric.compute_rows, RowAccumulator.reduce
+    row_stages, reduce = SceneGraphMetric._row_stages, RowAccumulator.reduce
 
-    def counting_rows(self, samples):
+    def counting_rows(self, samples, background=False):  # the rows of a pool, in one or two stages
         calls['rows'] += 1
-        return compute_rows(self, samples)
+        return row_stages(self, samples, background)
 
     def counting_reduce(self, fingerprint=None):
         calls['reduce'] += 1
         return reduce(self, fingerprint)
 
-    monkeypatch.setattr(SceneGraphMetric, 'compute_rows', counting_rows)
+    monkeypatch.setattr(SceneGraphMetric, '_row_stages', counting_rows)
     monkeypatch.setattr(RowAccumulator, 'reduce', counting_reduce)
     samples, _ = random_dataset(2, 24, 'predcls')
     evaluator = build_evaluator(dict(type='SGRecall', mode='predcls', pool_samples=5),

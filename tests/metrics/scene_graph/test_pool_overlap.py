@@ -1,8 +1,9 @@
 """Overlapping pools: a pool's compiled ranking pass runs in the background thread while the previous pool's rows
 are finished in the calling thread (``RowMetric.flush(overlap=True)``, two or more compute threads).
 
-Nothing may change but the time: every key equals the one-stage run's, bit for bit; a value error of a pool is
-raised (naming the sample) by the next flush; rows shared by SGRecall and SGMeanRecall are still computed once.
+Nothing may change but the time: every key equals the one-stage run's, bit for bit; a value error the pass reads
+(relation scores, predicted pair indices) is raised (naming the sample) by the next flush, any other by the call
+that fills the pool; rows shared by SGRecall and SGMeanRecall are still computed once.
 """
 import contextlib
 import math
@@ -81,6 +82,21 @@ def test_a_value_error_of_an_overlapped_pool_is_raised_by_the_next_flush_naming_
         with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
             metric.process({}, samples[8:])
         assert 'pred_relations.scores' in str(error.value)
+
+
+def test_a_value_error_the_pass_does_not_read_is_raised_by_the_call_that_fills_the_pool():
+    samples, _ = random_dataset(3, 12, 'sgdet', max_objects=6, empty_pred_prob=0.0)
+    bad = samples[6]
+    assert len(bad['gt_instances']['labels'])
+    bad['gt_instances']['labels'] = bad['gt_instances']['labels'].clone()
+    bad['gt_instances']['labels'][0] = 99
+    metric = SGRecall(mode='sgdet', pool_samples=4)
+    metric.dataset_meta = META
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        metric.process({}, samples[:4])
+        with pytest.raises(ValueError, match=r"(sample_idx=6|img6).*gt_instances\.labels"):
+            metric.process({}, samples[4:8])
+        assert started
 
 
 def test_the_rows_of_a_pool_are_in_the_accumulator_after_a_flush_without_overlap():
