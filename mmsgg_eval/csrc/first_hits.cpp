@@ -28,6 +28,17 @@ inline float box_iou_f32(const float* a, const float* b, float extra) {
   return iou != iou ? 0.0f : iou;
 }
 
+// Box m of a column table (for overlap_row / overlap_mask): its xyxy float32 coordinates and its area
+// ((x2 - x1) + extra) * ((y2 - y1) + extra), in the torch path's operation order.
+inline void set_box_column(const float* box, float extra, int64_t m, float* x1, float* y1, float* x2, float* y2,
+                           float* area) {
+  x1[m] = box[0];
+  y1[m] = box[1];
+  x2[m] = box[2];
+  y2[m] = box[3];
+  area[m] = ((box[2] - box[0]) + extra) * ((box[3] - box[1]) + extra);
+}
+
 // The bit sets [M, W] of the valid GT relations of one image whose subject (resp. object) is each GT object, from
 // its GT pairs [G, 2] (0-based) and validity [G], into subject_of / object_of; returns the first valid GT relation
 // with an object index outside [0, M), -1 when none (the tables are then incomplete).
@@ -290,11 +301,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
     bool* image_detected = detected_ptr + b * num_gt_obj;
     for (int64_t m = 0; m < num_gt_obj; ++m) {
       const float* g = in.gb + (b * num_gt_obj + m) * 4;
-      gt_x1[m] = g[0];
-      gt_y1[m] = g[1];
-      gt_x2[m] = g[2];
-      gt_y2[m] = g[3];
-      gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      set_box_column(g, extra, m, gt_x1, gt_y1, gt_x2, gt_y2, gt_area);
     }
     for (int64_t n = 0; n < num_pred; ++n) {
       const int64_t label = labels[n];
@@ -458,11 +465,7 @@ box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_lab
     int32_t objects = 0;
     for (int64_t m = 0; m < num_gt_obj; ++m) {
       const float* g = in.gb + (b * num_gt_obj + m) * 4;
-      gt_x1[m] = g[0];
-      gt_y1[m] = g[1];
-      gt_x2[m] = g[2];
-      gt_y2[m] = g[3];
-      gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+      set_box_column(g, extra, m, gt_x1, gt_y1, gt_x2, gt_y2, gt_area);
       if (gt_lab[m] >= 0) {
         valid[m / 64] |= uint64_t(1) << (m % 64);
         ++objects;
@@ -621,11 +624,7 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
       const int64_t* gt_lab = gl + b * num_gt;
       for (int64_t m = 0; m < num_gt; ++m) {
         const float* g = gb + (b * num_gt + m) * 4;
-        gt_x1[m] = g[0];
-        gt_y1[m] = g[1];
-        gt_x2[m] = g[2];
-        gt_y2[m] = g[3];
-        gt_area[m] = ((g[2] - g[0]) + extra) * ((g[3] - g[1]) + extra);
+        set_box_column(g, extra, m, gt_x1, gt_y1, gt_x2, gt_y2, gt_area);
       }
       int32_t* counts = offsets_ptr + b * 4;
       for (int64_t n = 0; n < num_pred; ++n) {

@@ -42,6 +42,42 @@ at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width) 
   return out;
 }
 
+namespace {
+
+// The padded shape [B, W, ...] of B tensors [L_b, ...] (W = max L_b) and the entries of one row (the product of the
+// trailing sizes), when every tensor is a CPU tensor of `dtype` with the first one's rank and trailing sizes, laid
+// out as the caller reads it (contiguous, or with `strided` of rank 1 or 2 with any strides); nullopt otherwise.
+struct PaddedShape {
+  std::vector<int64_t> shape;
+  int64_t width;
+  int64_t row;
+};
+
+std::optional<PaddedShape> padded_shape(const std::vector<at::Tensor>& tensors, at::ScalarType dtype, bool strided) {
+  const at::Tensor& first = tensors[0];
+  int64_t width = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.device().is_cpu() || t.scalar_type() != dtype || t.dim() != first.dim() ||
+        !(t.is_contiguous() || (strided && t.dim() <= 2))) {
+      return std::nullopt;
+    }
+    for (int64_t d = 1; d < first.dim(); ++d) {
+      if (t.size(d) != first.size(d)) {
+        return std::nullopt;
+      }
+    }
+    width = std::max(width, t.size(0));
+  }
+  PaddedShape out{{static_cast<int64_t>(tensors.size()), width}, width, 1};
+  for (int64_t d = 1; d < first.dim(); ++d) {
+    out.shape.push_back(first.size(d));
+    out.row *= first.size(d);
+  }
+  return out;
+}
+
+}  // namespace
+
 // [B, W, ...] padded with `value` from B int64 CPU tensors [L_b, ...] of one trailing shape (W = max L_b; None
 // with pad = false: nothing is copied), each tensor's (min, max) over its entries (0 and -1 for an empty one; None
 // with ranges = false: no entry is read) and the lengths L_b [B]; None when the tensors are not all such tensors (the
@@ -57,25 +93,12 @@ pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, 
     return std::nullopt;
   }
   const int64_t batch = static_cast<int64_t>(tensors.size());
-  int64_t width = 0;
-  for (const at::Tensor& t : tensors) {
-    if (!t.device().is_cpu() || t.scalar_type() != at::kLong || t.dim() != first.dim() ||
-        !(t.is_contiguous() || (strided && t.dim() <= 2))) {
-      return std::nullopt;
-    }
-    for (int64_t d = 1; d < first.dim(); ++d) {
-      if (t.size(d) != first.size(d)) {
-        return std::nullopt;
-      }
-    }
-    width = std::max(width, t.size(0));
+  const std::optional<PaddedShape> padded = padded_shape(tensors, at::kLong, strided);
+  if (!padded) {
+    return std::nullopt;
   }
-  std::vector<int64_t> shape{batch, width};
-  int64_t row = 1;
-  for (int64_t d = 1; d < first.dim(); ++d) {
-    shape.push_back(first.size(d));
-    row *= first.size(d);
-  }
+  const std::vector<int64_t>& shape = padded->shape;
+  const int64_t width = padded->width, row = padded->row;
   at::Tensor out = pad ? at::empty(shape, at::kLong) : at::Tensor(), lengths = at::empty({batch}, at::kLong);
   at::Tensor low = ranges ? at::empty({batch}, at::kLong) : at::Tensor();
   at::Tensor high = ranges ? at::empty({batch}, at::kLong) : at::Tensor();
@@ -136,24 +159,12 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> pad_float_rows_che
     return std::nullopt;
   }
   const int64_t batch = static_cast<int64_t>(tensors.size());
-  int64_t width = 0;
-  for (const at::Tensor& t : tensors) {
-    if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous() || t.dim() != first.dim()) {
-      return std::nullopt;
-    }
-    for (int64_t d = 1; d < first.dim(); ++d) {
-      if (t.size(d) != first.size(d)) {
-        return std::nullopt;
-      }
-    }
-    width = std::max(width, t.size(0));
+  const std::optional<PaddedShape> padded = padded_shape(tensors, at::kFloat, false);
+  if (!padded) {
+    return std::nullopt;
   }
-  std::vector<int64_t> shape{batch, width};
-  int64_t row = 1;
-  for (int64_t d = 1; d < first.dim(); ++d) {
-    shape.push_back(first.size(d));
-    row *= first.size(d);
-  }
+  const std::vector<int64_t>& shape = padded->shape;
+  const int64_t width = padded->width, row = padded->row;
   at::Tensor out = at::empty(shape, at::kFloat), bad = at::empty({batch}, at::kBool);
   at::Tensor lengths = at::empty({batch}, at::kLong);
   float* out_ptr = out.data_ptr<float>();

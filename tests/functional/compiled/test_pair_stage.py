@@ -237,12 +237,7 @@ def test_bad_values_read_by_the_padding_kernels_are_named_alike_with_and_without
         entry[0, 0] = value
     else:
         entry[0] = value
-    messages = []
-    for switch in (False, True):
-        with compiled.disabled() if switch else _nothing():
-            with pytest.raises(ValueError) as err:
-                collate_scene_graphs(samples, 'sgdet', 7, 5)
-        messages.append(str(err.value))
+    messages = refusals_with_and_without_kernels(samples)
     assert messages[0] == messages[1]
     assert f'`{field}`' in messages[0] and f'sample_idx={target["sample_idx"]}' in messages[0]
 
@@ -257,12 +252,7 @@ def test_a_bad_pair_index_is_named_alike_with_and_without_the_kernels(bad):
     pairs = samples[3]['pred_relations']['pair_idxs']
     num_objects = samples[3]['pred_instances']['labels'].shape[0]
     pairs[-1, 1] = -1 if bad == -1 else num_objects
-    messages = []
-    for switch in (False, True):
-        with compiled.disabled() if switch else _nothing():
-            with pytest.raises(ValueError) as err:
-                collate_scene_graphs(samples, 'sgdet', 7, 5)
-        messages.append(str(err.value))
+    messages = refusals_with_and_without_kernels(samples)
     assert messages[0] == messages[1]
     assert 'pred_relations.pair_idxs' in messages[0] and 'sample_idx=' in messages[0]
 
@@ -273,6 +263,18 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def refusals_with_and_without_kernels(samples):
+    """The ValueError messages of reading ``samples`` (SGDet, 7 classes, 5 predicates) with the compiled kernels
+    and without them, in that order."""
+    messages = []
+    for switch in (False, True):
+        with compiled.disabled() if switch else _nothing():
+            with pytest.raises(ValueError) as err:
+                collate_scene_graphs(samples, 'sgdet', 7, 5)
+        messages.append(str(err.value))
+    return messages
 
 
 @needs_kernels
@@ -359,10 +361,5 @@ def test_matrix_shapes_reads_the_metadata_the_reader_checks():
     assert fast.score_width == plain.score_width and fast.background == plain.background
     assert all(a.dtype == torch.float32 and torch.equal(a, b) for a, b in zip(fast.raw_scores, plain.raw_scores))
     samples[3]['pred_relations']['scores'] = samples[3]['pred_relations']['scores'][:-1]  # one row short
-    messages = []
-    for switch in (False, True):
-        with compiled.disabled() if switch else _nothing():
-            with pytest.raises(ValueError) as err:
-                collate_scene_graphs(samples, 'sgdet', 7, 5)
-        messages.append(str(err.value))
+    messages = refusals_with_and_without_kernels(samples)
     assert messages[0] == messages[1] and 'pred_relations' in messages[0]
