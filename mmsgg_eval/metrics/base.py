@@ -55,7 +55,7 @@ from .file_claims import FileClaims, file_stem_candidates, split_ending
 from .options import with_base_options
 from .state import save_state
 from .bootstrap import add_intervals, format_intervals
-from .samples import first_occurrences, missing_flags, prediction_missing  # noqa: F401  (their home before)
+from .samples import first_occurrences
 
 
 def ensure_writable_dir(path: str, owner: str, argument: str) -> None:

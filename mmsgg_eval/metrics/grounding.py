@@ -48,7 +48,8 @@ from ..registry import METRICS
 from ..reports import dump_metric_json, write_grounding_reports
 from ..structures import check_boxes, check_finite, get_field, optional, sample_index, sample_name
 from ..user_messages import warn_user
-from .base import RowMetric, Schema, Tables, missing_flags
+from .base import RowMetric, Schema, Tables
+from .samples import missing_flags
 from .options import number_sequence
 from ..keys import RowKey
 from .bootstrap import Contributions

@@ -21,7 +21,8 @@ from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, co
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
 from ..functional.scores import ScoreWorkspace
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .base import RowMetric, Schema, Tables
+from .samples import first_occurrences, prediction_missing
 from .relation_vocabulary import RelationVocabulary
 from .options import one_of, positive_ints
 from .scene_graph_inputs import as_unpredicted, score_rows

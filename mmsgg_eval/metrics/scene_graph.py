@@ -29,7 +29,8 @@ from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
 from ..reports import dump_metric_json, write_scene_graph_reports
 from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
                         write_per_image)
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .base import RowMetric, Schema, Tables
+from .samples import first_occurrences, prediction_missing
 from .relation_vocabulary import RelationVocabulary
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from ..keys import reported_families

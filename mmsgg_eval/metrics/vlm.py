@@ -41,7 +41,8 @@ from ..functional.limits import K_ALL  # the "K" of the K-free Recall / mRecall
 from ..io.vlm import FAILURE_CODES, ParseResult, VLMAnswerParser, to_data_sample
 from ..structures import get_field
 from ..user_messages import warn_user
-from .base import RowMetric, Schema, Tables, first_occurrences, prediction_missing
+from .base import RowMetric, Schema, Tables
+from .samples import first_occurrences, prediction_missing
 from ..keys import RowKey
 from .bootstrap import Contributions
 from .key_values import scene_graph_contributions
