@@ -17,7 +17,7 @@ inline float as_float(int32_t bits) {
 
 // Row maxima of one image's predicate columns (into out[0, rows)) and the integer range check of all its entries,
 // in one pass over the matrix: each row is read once, as 8-lane vectors (the last one overlapping the previous
-// where the predicates are not a multiple of 8), into its maximum and the running (min, max) of every entry.
+// where the predicates are not a multiple of 8), into its maximum and the running unsigned maximum of every entry.
 // With kPairs, the graph-constrained pair step of each row right after its maximum.
 #if defined(__x86_64__)
 template <bool kPairs>
@@ -25,34 +25,31 @@ __attribute__((target("avx2")))
 bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
                            GraphPairStep* pairs) {
   const int64_t num_pred = cols - column;  // >= 8 (the caller checks)
-  __m256i low = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
-  __m256i high = _mm256_set1_epi32(std::numeric_limits<int32_t>::min());
-  int32_t low_lead = std::numeric_limits<int32_t>::max(), high_lead = std::numeric_limits<int32_t>::min();
+  // The check compares entries as unsigned: a valid entry (finite, >= 0) lies below kFiniteBits, an invalid one
+  // (sign bit set: negative or -0.0; inf, NaN) at or above it, so one running unsigned maximum of every entry
+  // checks them all. The row maximum stays a signed one (-0.0, which the reader accepts on a second look, is
+  // then below every positive entry).
+  __m256i high = _mm256_setzero_si256();
+  uint32_t high_lead = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* row = data + r * cols;
     for (int64_t c = 0; c < column; ++c) {  // the background column(s): checked, not maxed
-      low_lead = std::min(low_lead, row[c]);
-      high_lead = std::max(high_lead, row[c]);
+      high_lead = std::max(high_lead, static_cast<uint32_t>(row[c]));
     }
     const int32_t* pred = row + column;
     __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred));
+    high = _mm256_max_epu32(high, best);
     int64_t c = 8;
     for (; c + 8 <= num_pred; c += 8) {
-      best = _mm256_max_epi32(best, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c)));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c));
+      best = _mm256_max_epi32(best, v);
+      high = _mm256_max_epu32(high, v);
     }
     if (c < num_pred) {
-      best = _mm256_max_epi32(best, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8)));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8));
+      best = _mm256_max_epi32(best, v);
+      high = _mm256_max_epu32(high, v);
     }
-    // every predicate entry went into `best` (the maximum) and the minimum of the same loads is taken again
-    __m256i least = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred));
-    for (c = 8; c + 8 <= num_pred; c += 8) {
-      least = _mm256_min_epi32(least, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c)));
-    }
-    if (c < num_pred) {
-      least = _mm256_min_epi32(least, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8)));
-    }
-    low = _mm256_min_epi32(low, least);
-    high = _mm256_max_epi32(high, best);
     __m128i half = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
     half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
     half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -61,14 +58,12 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
       (*pairs)(r, as_float(out[r]));
     }
   }
-  alignas(32) int32_t lows[8], highs[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lows), low);
+  alignas(32) uint32_t highs[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(highs), high);
   for (int i = 0; i < 8; ++i) {
-    low_lead = std::min(low_lead, lows[i]);
     high_lead = std::max(high_lead, highs[i]);
   }
-  return rows == 0 || (low_lead >= 0 && high_lead < kFiniteBits);
+  return rows == 0 || high_lead < static_cast<uint32_t>(kFiniteBits);
 }
 #endif
 

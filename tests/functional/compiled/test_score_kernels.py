@@ -201,6 +201,45 @@ def test_kernels_refuse_bad_arguments_naming_the_image():
 
 
 @needs_kernels
+@pytest.mark.parametrize('num_predicates', [8, 9, 15, 16, 17, 50, 63])
+def test_row_maxima_and_value_check_equal_a_loop_reference_on_special_values(num_predicates):
+    """The compiled reader's row maxima and bit check (each image's entries, background column included, are the
+    bit patterns of finite floats >= 0: negative values, -0.0, inf and NaN fail it) against a loop: special values
+    at every column (first, middle, the overlapping last vector, the background). An image that fails only on
+    -0.0 is accepted by the reader's second look at its values and its maxima are used: they must be the maxima
+    of the values (-0.0 below every positive entry), also in the fused ranking pass."""
+    ext = compiled.kernels()
+    g = np.random.default_rng(num_predicates)
+    specials = [-0.0, float('nan'), float('inf'), -1.0, -float('inf'), 0.0]
+    matrices = []
+    for trial in range(40):
+        rows = int(g.integers(0, 12))
+        m = g.random((rows, num_predicates + 1)).astype(np.float32)
+        m[g.random(m.shape) < 0.3] = 0.0
+        for _ in range(int(g.integers(0, 3)) if rows else 0):
+            m[g.integers(rows), g.integers(num_predicates + 1)] = specials[trial % len(specials)]
+        if trial % 7 == 3 and rows:  # a row of zeros and -0.0 only
+            m[0, 1:] = np.where(g.random(num_predicates) < 0.5, -0.0, 0.0)
+        matrices.append(torch.from_numpy(m))
+    width = max(m.shape[0] for m in matrices)
+    best, passed = ext.row_maxima_checked(matrices, 1, num_predicates, width)
+    object_scores = torch.rand(len(matrices), 4)
+    pairs = [torch.randint(0, 4, (m.shape[0], 2)) for m in matrices]
+    count = torch.tensor([m.shape[0] for m in matrices])
+    fused = ext.ranked_relation_lists(matrices, 1, num_predicates, pairs, object_scores, count, 5, 5)
+    for b, m in enumerate(matrices):
+        bits = m.numpy().view(np.int32)
+        assert bool(passed[b]) == bool(((bits >= 0) & (bits < 0x7F800000)).all()), b
+        assert bool(fused[1][b]) == bool(passed[b]), b
+        values_ok = bool((np.isfinite(m.numpy()) & (m.numpy() >= 0)).all())
+        if values_ok:  # (only -0.0 can fail the bits and pass the values)
+            for r in range(m.shape[0]):
+                expected = max(float(v) for v in m[r, 1:])
+                assert float(best[b, r]) == expected and float(fused[0][b, r]) == expected, (b, r)
+                assert not (expected > 0 and np.signbit(best[b, r].numpy())), (b, r)
+
+
+@needs_kernels
 @pytest.mark.parametrize('workload,images', [('variable', 24), ('variable-nobg', 24), ('sgdet-variable', 6),
                                              ('triplets', 24)])
 def test_metrics_equal_the_torch_implementation_on_realistic_workloads(workload, images):
