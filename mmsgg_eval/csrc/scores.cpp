@@ -19,16 +19,18 @@ inline float as_float(int32_t bits) {
 // in one pass over the matrix: each row is read once, as 8-lane vectors (the last one overlapping the previous
 // where the predicates are not a multiple of 8), into its maximum and the running unsigned maximum of every entry.
 // With kPairs, the graph-constrained pair step of each row right after its maximum.
+// The check compares entries as unsigned: a valid entry (finite, >= 0) lies below kFiniteBits, an invalid one
+// (sign bit set: negative or -0.0; inf, NaN) at or above it, so the unsigned maximum of every entry checks them all.
+// kUnsigned: each row's maximum is an unsigned one too (one max per load): the maxima where the check passes (on
+// non-negative bit patterns both orders agree). Else each row's maximum is a signed one beside the unsigned one
+// of the check: -0.0 (an image the reader accepts on a second look at its values) is then below every positive
+// entry of its row.
 #if defined(__x86_64__)
-template <bool kPairs>
+template <bool kPairs, bool kUnsigned>
 __attribute__((target("avx2")))
 bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
                            GraphPairStep* pairs) {
   const int64_t num_pred = cols - column;  // >= 8 (the caller checks)
-  // The check compares entries as unsigned: a valid entry (finite, >= 0) lies below kFiniteBits, an invalid one
-  // (sign bit set: negative or -0.0; inf, NaN) at or above it, so one running unsigned maximum of every entry
-  // checks them all. The row maximum stays a signed one (-0.0, which the reader accepts on a second look, is
-  // then below every positive entry).
   __m256i high = _mm256_setzero_si256();
   uint32_t high_lead = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -38,21 +40,39 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
     }
     const int32_t* pred = row + column;
     __m256i best = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred));
-    high = _mm256_max_epu32(high, best);
+    if constexpr (!kUnsigned) {
+      high = _mm256_max_epu32(high, best);
+    }
     int64_t c = 8;
     for (; c + 8 <= num_pred; c += 8) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c));
-      best = _mm256_max_epi32(best, v);
-      high = _mm256_max_epu32(high, v);
+      if constexpr (kUnsigned) {
+        best = _mm256_max_epu32(best, v);
+      } else {
+        best = _mm256_max_epi32(best, v);
+        high = _mm256_max_epu32(high, v);
+      }
     }
     if (c < num_pred) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8));
-      best = _mm256_max_epi32(best, v);
-      high = _mm256_max_epu32(high, v);
+      if constexpr (kUnsigned) {
+        best = _mm256_max_epu32(best, v);
+      } else {
+        best = _mm256_max_epi32(best, v);
+        high = _mm256_max_epu32(high, v);
+      }
     }
-    __m128i half = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
-    half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
-    half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m128i half;
+    if constexpr (kUnsigned) {
+      high = _mm256_max_epu32(high, best);
+      half = _mm_max_epu32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
+      half = _mm_max_epu32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
+      half = _mm_max_epu32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
+    } else {
+      half = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
+      half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
+      half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
+    }
     out[r] = _mm_cvtsi128_si32(half);
     if constexpr (kPairs) {
       (*pairs)(r, as_float(out[r]));
@@ -64,6 +84,15 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
     high_lead = std::max(high_lead, highs[i]);
   }
   return rows == 0 || high_lead < static_cast<uint32_t>(kFiniteBits);
+}
+
+// image_row_maxima_avx2 with unsigned row maxima, read again with signed ones where the check fails (the pair
+// step's outputs are written again and its index range and first bad pair are the same).
+template <bool kPairs>
+bool image_row_maxima_vector(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
+                             GraphPairStep* pairs) {
+  return image_row_maxima_avx2<kPairs, true>(data, rows, cols, column, out, pairs) ||
+         image_row_maxima_avx2<kPairs, false>(data, rows, cols, column, out, pairs);
 }
 #endif
 
@@ -95,8 +124,8 @@ bool mmsgg_ext::image_row_maxima(const int32_t* data, int64_t rows, int64_t cols
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2 && cols - column >= 8) {
-    return pairs != nullptr ? image_row_maxima_avx2<true>(data, rows, cols, column, out, pairs)
-                            : image_row_maxima_avx2<false>(data, rows, cols, column, out, nullptr);
+    return pairs != nullptr ? image_row_maxima_vector<true>(data, rows, cols, column, out, pairs)
+                            : image_row_maxima_vector<false>(data, rows, cols, column, out, nullptr);
   }
 #endif
   return pairs != nullptr ? image_row_maxima_scalar<true>(data, rows, cols, column, out, pairs)

@@ -207,7 +207,8 @@ def test_row_maxima_and_value_check_equal_a_loop_reference_on_special_values(num
     bit patterns of finite floats >= 0: negative values, -0.0, inf and NaN fail it) against a loop: special values
     at every column (first, middle, the overlapping last vector, the background). An image that fails only on
     -0.0 is accepted by the reader's second look at its values and its maxima are used: they must be the maxima
-    of the values (-0.0 below every positive entry), also in the fused ranking pass."""
+    of the values (-0.0 below every positive entry), also in the fused ranking pass, whose pair step (first bad
+    pair, index range) is the same where a failed check reads the image twice."""
     ext = compiled.kernels()
     g = np.random.default_rng(num_predicates)
     specials = [-0.0, float('nan'), float('inf'), -1.0, -float('inf'), 0.0]
@@ -225,8 +226,15 @@ def test_row_maxima_and_value_check_equal_a_loop_reference_on_special_values(num
     best, passed = ext.row_maxima_checked(matrices, 1, num_predicates, width)
     object_scores = torch.rand(len(matrices), 4)
     pairs = [torch.randint(0, 4, (m.shape[0], 2)) for m in matrices]
+    for b in range(0, len(pairs), 3):  # every third image: an index outside [0, 4) at a random place or none
+        if len(pairs[b]) and b % 2:
+            pairs[b][g.integers(len(pairs[b])), g.integers(2)] = int(g.choice([-1, 4, 9]))
     count = torch.tensor([m.shape[0] for m in matrices])
     fused = ext.ranked_relation_lists(matrices, 1, num_predicates, pairs, object_scores, count, 5, 5)
+    for b, p in enumerate(pairs):  # the pair step's first bad pair and index range (read once or twice)
+        outside = ((p < 0) | (p >= 4)).any(1).nonzero().flatten().tolist()
+        assert int(fused[9][b]) == (outside[0] if outside else -1), b
+        assert fused[10][b].tolist() == ([int(p.min()), int(p.max())] if len(p) else [0, -1]), b
     for b, m in enumerate(matrices):
         bits = m.numpy().view(np.int32)
         assert bool(passed[b]) == bool(((bits >= 0) & (bits < 0x7F800000)).all()), b
