@@ -15,7 +15,9 @@ job, a kernel thread) that takes a core for a moment; acting on it runs a pool o
 machine, about 10% slower. So each decision takes the smallest of a few readings (microseconds apart), and
 this process remembers its last decisions: the thread count is lowered only when other threads were seen
 runnable in most of the last three decisions (two pools under load), and raised back only after six quiet
-ones. The two mistakes differ in cost: one thread on an idle machine is ~10% slower, two threads on busy
+ones. A decision within :data:`DECISION_SPACING` (2 ms) of the last reading reuses its decision: the metrics
+that share a pool decide a fraction of a millisecond apart, and one passing task seen by both would otherwise
+count as two pools under load (measured: pools of a quiet machine run on one thread for three pools at a time). The two mistakes differ in cost: one thread on an idle machine is ~10% slower, two threads on busy
 cores two to five times slower, hence the quick lowering and the slow raising. The process's first decision
 has no history and follows its reading alone (once: a short evaluation started on a busy machine would
 otherwise run its first pool, ~4x slower, on contended threads). A decision costs about ten microseconds on a
@@ -32,7 +34,8 @@ import collections
 import contextlib
 import os
 import threading
-from typing import Callable, Dict, Iterator, Optional, Sequence, Union
+import time
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -142,20 +145,34 @@ class SustainedLoad:
     contended threads (2-5x slower), and a passing task caught then costs that one pool only."""
 
     def __init__(self, sampler: Callable[[], Optional[int]] = runnable_now, window: int = 3, most: int = 2,
-                 quiet: int = 6) -> None:
-        if not 1 <= most <= window or quiet < 1:
-            raise ValueError(f'SustainedLoad needs 1 <= most <= window and quiet >= 1, got most={most}, '
-                             f'window={window}, quiet={quiet}')
+                 quiet: int = 6, spacing: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 1 <= most <= window or quiet < 1 or spacing < 0:
+            raise ValueError(f'SustainedLoad needs 1 <= most <= window, quiet >= 1 and spacing >= 0, got '
+                             f'most={most}, window={window}, quiet={quiet}, spacing={spacing}')
         self._sampler = sampler
         self._window, self._most, self._quiet = window, most, quiet
+        self._spacing, self._clock = spacing, clock
         self._seen: 'collections.deque[int]' = collections.deque(maxlen=max(window, quiet))
+        self._last: Optional[Tuple[float, int]] = None  # (clock, decision) of the last reading, with a spacing
         self.level = 0
 
     def observe(self) -> Optional[int]:
-        """Take one reading and return the sustained count (None, the history unchanged, where it is unknown)."""
+        """Take one reading and return the sustained count (None, the history unchanged, where it is unknown).
+        With a ``spacing`` (seconds), a decision less than that after the last reading is the same observation:
+        it returns that reading's decision and takes none (the metrics that share a pool decide one after the
+        other, a fraction of a millisecond apart: what one of them saw must not count twice)."""
+        at = self._clock() if self._spacing > 0 else 0.0
+        if self._last is not None and at - self._last[0] < self._spacing:
+            return self._last[1]
         now = self._sampler()
         if now is None:
             return None
+        decision = self._decide(now)
+        if self._spacing > 0:
+            self._last = (at, decision)
+        return decision
+
+    def _decide(self, now: int) -> int:
         self._seen.append(now)
         recent = list(self._seen)
         latest = sorted(recent[-self._window:], reverse=True)
@@ -168,7 +185,13 @@ class SustainedLoad:
         return self.level
 
 
-_load = SustainedLoad()
+#: Decisions of the policy closer than this (seconds) to its last reading reuse that reading's decision: the metrics
+#: sharing a pool (SGRecall + SGMeanRecall) decide within a millisecond, pools follow each other every few
+#: milliseconds or more.
+DECISION_SPACING = 0.002
+
+
+_load = SustainedLoad(spacing=DECISION_SPACING)
 
 
 def _after_fork_in_child() -> None:

@@ -172,6 +172,44 @@ def test_sustained_load_follows_the_rule_on_random_sequences(window, most, quiet
         assert [load.observe() for _ in counts] == reference_levels(counts, window, most, quiet), (trial, counts)
 
 
+class Clock:
+    """A settable clock (seconds) for the tracker's spacing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_decisions_within_the_spacing_are_one_observation():
+    """The metrics that share a pool (SGRecall + SGMeanRecall) decide a fraction of a millisecond apart: with a
+    spacing, the second decision of a pool reuses the first's reading, so a passing task seen at one pool counts
+    once (no lowering; read twice it would count as two pools under load), while a load seen at two pools still
+    lowers the count, and the rule is otherwise the same."""
+    for per_pool, lowered in (([1, 0, 0, 0], False), ([2, 2, 0, 0], True), ([0, 3, 3, 3], True)):
+        clock, script = Clock(), Script(per_pool)
+        load = threads.SustainedLoad(script, spacing=0.002, clock=clock)
+        decisions = []
+        for pool in range(len(per_pool)):
+            clock.now = 0.01 * pool
+            decisions.append(load.observe())  # the first metric of the pool
+            clock.now += 0.0004
+            decisions.append(load.observe())  # the second, 0.4 ms later: no new reading
+        assert script.calls == len(per_pool)
+        expected = reference_levels(per_pool, 3, 2, 6)
+        assert decisions == [level for level in expected for _ in range(2)], per_pool
+        assert (max(expected[1:]) > 0) == lowered, per_pool
+        unspaced = threads.SustainedLoad(Script([c for c in per_pool for _ in range(2)]))
+        read_twice = [unspaced.observe() for _ in range(2 * len(per_pool))]
+        assert read_twice == reference_levels([c for c in per_pool for _ in range(2)], 3, 2, 6)
+        if not lowered:  # what the spacing prevents: one passing task read by both metrics lowers the count
+            assert max(read_twice[2:]) > 0
+    assert threads._load._spacing == threads.DECISION_SPACING > 0  # the policy's own tracker spaces its readings
+    with pytest.raises(ValueError, match='spacing >= 0'):
+        threads.SustainedLoad(Script([]), spacing=-1.0)
+
+
 def test_sustained_load_refuses_bad_parameters():
     for kwargs in (dict(window=2, most=3), dict(most=0), dict(quiet=0)):
         with pytest.raises(ValueError, match='SustainedLoad needs'):
