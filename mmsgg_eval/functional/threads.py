@@ -12,16 +12,19 @@ may use. The numbers never depend on it.
 Only sustained load counts. The kernel's count of runnable threads (``/proc/loadavg``, less this process's
 running threads) is read at every pool, but a single reading often catches a passing task (a shell, a cron
 job, a kernel thread) that takes a core for a moment; acting on it runs a pool on one thread of an idle
-machine, about 10% slower. So each decision takes the smallest of a few readings (microseconds apart), and
-this process remembers its last decisions: the thread count is lowered only when other threads were seen
-runnable in most of the last three decisions (two pools under load), and raised back only after six quiet
-ones. A decision within :data:`DECISION_SPACING` (2 ms) of the last reading reuses its decision: the metrics
-that share a pool decide a fraction of a millisecond apart, and one passing task seen by both would otherwise
-count as two pools under load (measured: pools of a quiet machine run on one thread for three pools at a time). The two mistakes differ in cost: one thread on an idle machine is ~10% slower, two threads on busy
-cores two to five times slower, hence the quick lowering and the slow raising. The process's first decision
-has no history and follows its reading alone (once: a short evaluation started on a busy machine would
-otherwise run its first pool, ~4x slower, on contended threads). A decision costs about ten microseconds on a
-quiet machine and a few tens under load (files kept open, re-read).
+machine, about 10% slower. So each decision takes the smallest of a few readings (microseconds apart, this
+process's own threads read before and after the machine's count; where they show other threads, the smallest
+with a second reading 0.3 ms later: :data:`SETTLE_SECONDS`), and this process remembers its last decisions:
+the thread count is lowered only when other threads were seen runnable in most of the last three decisions
+(two pools under load), and raised back only after six quiet ones. A decision within :data:`DECISION_SPACING`
+(2 ms) of the last reading reuses its decision: the metrics that share a pool decide a fraction of a
+millisecond apart, and one passing task seen by both would otherwise count as two pools under load (measured:
+pools of a quiet machine ran on one thread for three pools at a time). The two mistakes differ in cost: one
+thread on an idle machine is ~10% slower, two threads on busy cores two to five times slower, hence the quick
+lowering and the slow raising. The process's first decision has no history and follows its reading alone
+(once: a short evaluation started on a busy machine would otherwise run its first pool, ~4x slower, on
+contended threads). A decision costs about ten microseconds on a quiet machine and about 0.3 ms under load
+(files kept open, re-read after the settle time), against pools of several milliseconds or more.
 
 The setting: ``MMSGG_EVAL_NUM_THREADS`` in the environment (``auto``, or a positive integer: at most that
 many threads, whatever the load; read at the first use, where anything else is a ValueError naming the
@@ -121,14 +124,39 @@ def _own_running(tasks: str) -> int:
     return own
 
 
-def runnable_now(loadavg: str = '/proc/loadavg', tasks: str = '/proc/self/task', reads: int = 3) -> Optional[int]:
+def _others_once(loadavg: str, tasks: str, reads: int) -> int:
+    """One reading of :func:`runnable_now` (its arguments; raises where /proc is unreadable)."""
+    with _reading:
+        running = _machine_running(loadavg, reads)
+        if running <= 1:
+            return 0
+        own = _own_running(tasks)
+        running = min(running, _machine_running(loadavg, reads))
+        return max(running - max(own, _own_running(tasks)), 0)
+
+
+#: How long (seconds) :func:`runnable_now` waits before it reads again a count that showed other threads.
+SETTLE_SECONDS = 0.0003
+
+
+def runnable_now(loadavg: str = '/proc/loadavg', tasks: str = '/proc/self/task', reads: int = 3,
+                 settle: float = SETTLE_SECONDS) -> Optional[int]:
     """Threads of other processes that are runnable at this moment (running or waiting for a core), or None where
     the kernel does not tell (no ``/proc``): the machine's count (the smallest of ``reads`` readings) less this
-    process's running threads, which are only listed when the machine counts more than the caller."""
+    process's running threads, which are only listed when the machine counts more than the caller. The two
+    counts are not read at one instant, and this process's own threads change state in between (a pass's
+    threads sleep and wake at every image): the machine is read again after this process's threads and they
+    again after it, and the smaller machine count less the larger own count is taken, so that an own thread that
+    ran during one reading and slept during the other is not taken for another process's. A count that shows
+    other threads is read again ``settle`` seconds later and the smaller kept: on a quiet machine the count shows
+    an extra runnable thread for well under a millisecond now and then (seen on the 2-core VM about once in 20
+    pools, at two pools in a row often enough to lower the thread count for three pools)."""
     try:
-        with _reading:
-            running = _machine_running(loadavg, reads)
-            return 0 if running <= 1 else max(running - _own_running(tasks), 0)
+        others = _others_once(loadavg, tasks, reads)
+        if others and settle > 0:
+            time.sleep(settle)
+            others = min(others, _others_once(loadavg, tasks, reads))
+        return others
     except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no os.pread (Windows)
         return None
 

@@ -140,6 +140,35 @@ def test_runnable_now_reads_the_machines_count_less_this_processs_running_thread
     assert read() == 0  # 2 running, 3 here: never negative
 
 
+def test_runnable_now_brackets_its_own_threads_and_reads_a_busy_count_again(monkeypatch):
+    """This process's threads change state between the machine's count and its own (a pass's threads sleep and
+    wake at every image): the machine is read before and after its own threads, they before and after it, and
+    the smaller machine count less the larger own count is taken; a count that still shows other threads is read
+    again after ``settle`` seconds and the smaller kept (a thread runnable for a moment is not load)."""
+    def scripted(machine, own):
+        machine, own, slept = list(machine), list(own), []
+        monkeypatch.setattr(threads, '_machine_running', lambda path, reads: machine.pop(0))
+        monkeypatch.setattr(threads, '_own_running', lambda tasks: own.pop(0))
+        monkeypatch.setattr(threads.time, 'sleep', slept.append)
+        return machine, own, slept
+
+    # an own thread counted by the machine, asleep when this process's threads are read: not another's
+    machine, own, slept = scripted([4, 3], [2, 3])
+    assert threads.runnable_now(settle=0.0) == 0 and not machine and not own
+    # ... and one that woke between the two machine readings
+    scripted([3, 4], [2, 3])
+    assert threads.runnable_now(settle=0.0) == 0
+    # another process's thread seen in both readings: counted, then read again after the settle time
+    machine, own, slept = scripted([4, 4, 3, 3], [3, 3, 3, 3])
+    assert threads.runnable_now(settle=0.0005) == 0 and slept == [0.0005] and not machine
+    machine, own, slept = scripted([5, 5, 5, 5], [3, 3, 3, 3])
+    assert threads.runnable_now(settle=0.0005) == 2 and slept == [0.0005]
+    machine, own, slept = scripted([5, 5], [3, 3])
+    assert threads.runnable_now(settle=0.0) == 2 and slept == []  # no settle: one reading
+    machine, own, slept = scripted([1], [])
+    assert threads.runnable_now() == 0 and slept == []  # the caller alone: nothing else is read
+
+
 def reference_levels(counts: List[int], window: int = 3, most: int = 2, quiet: int = 6) -> List[int]:
     """The rule in words, as loops: the level rises to the largest count reached in ``most`` of the last
     ``window`` readings, and falls only after ``quiet`` readings in a row below it, to the largest of them;
