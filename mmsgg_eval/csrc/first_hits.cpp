@@ -39,6 +39,20 @@ inline void set_box_column(const float* box, float extra, int64_t m, float* x1, 
   area[m] = ((box[2] - box[0]) + extra) * ((box[3] - box[1]) + extra);
 }
 
+// Calls row(n, label, x1, y1, x2, y2, area) for each predicted object n < count whose label is >= 0: its xyxy float32
+// box (boxes[4 n, 4 n + 4)) and area ((x2 - x1) + extra) * ((y2 - y1) + extra), in the torch path's operation
+// order (the row that overlap_row / overlap_mask compare with a column table of set_box_column).
+template <typename Row>
+inline void for_each_labelled_box(const int64_t* labels, const float* boxes, int64_t count, float extra, Row&& row) {
+  for (int64_t n = 0; n < count; ++n) {
+    if (labels[n] < 0) {
+      continue;
+    }
+    const float* a = boxes + n * 4;
+    row(n, labels[n], a[0], a[1], a[2], a[3], ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra));
+  }
+}
+
 // The bit sets [M, W] of the valid GT relations of one image whose subject (resp. object) is each GT object, from
 // its GT pairs [G, 2] (0-based) and validity [G], into subject_of / object_of; returns the first valid GT relation
 // with an object index outside [0, M), -1 when none (the tables are then incomplete).
@@ -303,14 +317,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
       const float* g = in.gb + (b * num_gt_obj + m) * 4;
       set_box_column(g, extra, m, gt_x1, gt_y1, gt_x2, gt_y2, gt_area);
     }
-    for (int64_t n = 0; n < num_pred; ++n) {
-      const int64_t label = labels[n];
-      if (label < 0) {
-        continue;
-      }
-      const float* a = in.pb + (b * num_pred + n) * 4;
-      const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
-      const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+    for_each_labelled_box(labels, in.pb + b * num_pred * 4, num_pred, extra,
+                          [&](int64_t n, int64_t label, float ax1, float ay1, float ax2, float ay2, float area_a) {
       overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt_obj, iou);
       uint64_t* sub = in.sub + (b * num_pred + n) * words;
       uint64_t* obj = in.obj + (b * num_pred + n) * words;
@@ -322,7 +330,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> box_overlap_flags(
         image_detected[m] = image_detected[m] || gt_lab[m] == label;
         add_relation_ends(sub, obj, subject_of, object_of, m, words);
       }
-    }
+    });
   });
   return {located, detected, in.subject_bits, in.object_bits};
 }
@@ -471,14 +479,8 @@ box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_lab
         ++objects;
       }
     }
-    for (int64_t n = 0; n < num_pred; ++n) {
-      const int64_t label = labels[n];
-      if (label < 0) {
-        continue;
-      }
-      const float* a = in.pb + (b * num_pred + n) * 4;
-      const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
-      const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+    for_each_labelled_box(labels, in.pb + b * num_pred * 4, num_pred, extra,
+                          [&](int64_t n, int64_t label, float ax1, float ay1, float ax2, float ay2, float area_a) {
       overlap_mask(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt_obj, thr, row);
       const int64_t at_n = (b * num_pred + n) * words;
       for (int64_t v = 0; v < obj_words; ++v) {
@@ -494,7 +496,7 @@ box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_lab
           }
         }
       }
-    }
+    });
     int32_t found = 0, matched = 0;
     for (int64_t m = 0; m < num_gt_obj; ++m) {
       found += located[m];
@@ -627,14 +629,8 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
         set_box_column(g, extra, m, gt_x1, gt_y1, gt_x2, gt_y2, gt_area);
       }
       int32_t* counts = offsets_ptr + b * 4;
-      for (int64_t n = 0; n < num_pred; ++n) {
-        const int64_t label = labels[n];
-        if (label < 0) {
-          continue;
-        }
-        const float* a = boxes + n * 4;
-        const float ax1 = a[0], ay1 = a[1], ax2 = a[2], ay2 = a[3];
-        const float area_a = ((ax2 - ax1) + extra) * ((ay2 - ay1) + extra);
+      for_each_labelled_box(labels, boxes, num_pred, extra,
+                            [&](int64_t n, int64_t label, float ax1, float ay1, float ax2, float ay2, float area_a) {
         overlap_row(ax1, ay1, ax2, ay2, area_a, extra, gt_x1, gt_y1, gt_x2, gt_y2, gt_area, num_gt, iou);
         bool over = false, own = false, below = false, above = false;
         for (int64_t m = 0; m < num_gt; ++m) {
@@ -650,7 +646,7 @@ std::tuple<at::Tensor, at::Tensor> image_diagnostics(
         counts[1] += own;
         counts[2] += below;
         counts[3] += above;
-      }
+      });
     }
   });
   return {flags, offsets};
