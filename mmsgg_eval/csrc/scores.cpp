@@ -26,6 +26,17 @@ inline float as_float(int32_t bits) {
 // of the check: -0.0 (an image the reader accepts on a second look at its values) is then below every positive
 // entry of its row.
 #if defined(__x86_64__)
+// The lane-wise maximum of 8 (max8) or 4 (max4) int32 bit patterns, compared as unsigned or as signed.
+template <bool kUnsigned>
+__attribute__((target("avx2"))) inline __m256i max8(__m256i a, __m256i b) {
+  return kUnsigned ? _mm256_max_epu32(a, b) : _mm256_max_epi32(a, b);
+}
+
+template <bool kUnsigned>
+__attribute__((target("avx2"))) inline __m128i max4(__m128i a, __m128i b) {
+  return kUnsigned ? _mm_max_epu32(a, b) : _mm_max_epi32(a, b);
+}
+
 template <bool kPairs, bool kUnsigned>
 __attribute__((target("avx2")))
 bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
@@ -46,33 +57,24 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
     int64_t c = 8;
     for (; c + 8 <= num_pred; c += 8) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + c));
-      if constexpr (kUnsigned) {
-        best = _mm256_max_epu32(best, v);
-      } else {
-        best = _mm256_max_epi32(best, v);
+      best = max8<kUnsigned>(best, v);
+      if constexpr (!kUnsigned) {
         high = _mm256_max_epu32(high, v);
       }
     }
     if (c < num_pred) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pred + num_pred - 8));
-      if constexpr (kUnsigned) {
-        best = _mm256_max_epu32(best, v);
-      } else {
-        best = _mm256_max_epi32(best, v);
+      best = max8<kUnsigned>(best, v);
+      if constexpr (!kUnsigned) {
         high = _mm256_max_epu32(high, v);
       }
     }
-    __m128i half;
     if constexpr (kUnsigned) {
       high = _mm256_max_epu32(high, best);
-      half = _mm_max_epu32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
-      half = _mm_max_epu32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
-      half = _mm_max_epu32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
-    } else {
-      half = _mm_max_epi32(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
-      half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
-      half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
     }
+    __m128i half = max4<kUnsigned>(_mm256_castsi256_si128(best), _mm256_extracti128_si256(best, 1));
+    half = max4<kUnsigned>(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
+    half = max4<kUnsigned>(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
     out[r] = _mm_cvtsi128_si32(half);
     if constexpr (kPairs) {
       (*pairs)(r, as_float(out[r]));
