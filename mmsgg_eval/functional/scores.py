@@ -32,7 +32,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 from . import compiled
-from .limits import POOL_SCORE_ROWS
+from .limits import STACK_SCORE_ROWS
 from .transfer import host_tensor, known_nonzero, sync_free
 
 LAYOUTS = ('stacked', 'concatenated', 'views', 'compiled')
@@ -275,11 +275,11 @@ def _flags_from_checks(passed: Tensor, raw: Sequence[Tensor], device: torch.devi
     return flags
 
 
-# The layout rule (:func:`choose_layout`). On the CPU a batch of up to POOL_SCORE_ROWS score rows (a whole pool of
-# the metrics) is stacked / concatenated once (one copy of its score matrices, read by whole-batch kernels) unless
-# its images have more than VIEW_ROWS_PER_IMAGE rows on average (SGDet with all pairs): per-image kernels are then
-# long enough to amortise their dispatch, and copying the matrices would cost more than it saves; above, each
-# image's matrix stays a view. On a GPU whole-batch kernels win up to memory limits (SMALL_BATCH_ROWS_GPU).
+# The layout rule (:func:`choose_layout`). On the CPU a batch of up to STACK_SCORE_ROWS score rows (a pool of the
+# metrics) is stacked / concatenated once (one copy of its score matrices, read by whole-batch kernels) unless its
+# images have more than VIEW_ROWS_PER_IMAGE rows on average (SGDet with all pairs): per-image kernels are then long
+# enough to amortise their dispatch, and copying the matrices would cost more than it saves; above, each image's
+# matrix stays a view. On a GPU whole-batch kernels win up to memory limits (SMALL_BATCH_ROWS_GPU).
 VIEW_ROWS_PER_IMAGE = 2048
 SMALL_BATCH_ROWS_GPU = 1 << 22  # ~850 MB of 51-column float32 scores
 
@@ -294,7 +294,7 @@ def choose_layout(raw: Sequence[Tensor], background: Sequence[int], single_label
         return 'compiled'
     total = sum(num_rel)
     if not sync_free(device):
-        small = total <= POOL_SCORE_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
+        small = total <= STACK_SCORE_ROWS and total <= VIEW_ROWS_PER_IMAGE * max(len(num_rel), 1)
     else:
         small = total <= SMALL_BATCH_ROWS_GPU
     return 'stacked' if small else 'views'

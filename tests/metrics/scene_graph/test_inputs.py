@@ -276,7 +276,7 @@ def test_value_rules_do_not_depend_on_reader_or_batch_size(monkeypatch, mutate, 
     from mmsgg_eval.functional import scores as layouts
     from mmsgg_eval.structures import reader
     if large:
-        monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)  # per-image score views
+        monkeypatch.setattr(layouts, 'STACK_SCORE_ROWS', 0)  # per-image score views
     bad = good_sample()
     mutate(bad)
     for mode in ('predcls', 'sgcls', 'sgdet') if 'pred_instances' not in field else ('sgcls', 'sgdet'):

@@ -250,10 +250,10 @@ def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
                                                            ('sgcls', 'single', None), ('sgdet', 'bg', 15),
                                                            ('phrdet', 'bg', None)])
 def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_format, fixed_pairs, torch_scores):
-    """Batches above POOL_SCORE_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
+    """Batches above STACK_SCORE_ROWS score rows (SGDet with all pairs) are not concatenated: per-image views,
     row maxima per image, pruned no-graph-constraint candidates. Forced here on small data."""
     from mmsgg_eval.functional import scores as layouts
-    monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)
+    monkeypatch.setattr(layouts, 'STACK_SCORE_ROWS', 0)
     samples, refs = random_dataset(77, 40, mode, score_format=score_format, fixed_pairs=fixed_pairs,
                                    num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES)
     batch = collate_scene_graphs(samples[:8], mode, NUM_CLASSES, NUM_PREDICATES)
@@ -269,7 +269,7 @@ def test_differential_large_batches_keep_score_views(monkeypatch, mode, score_fo
 @pytest.mark.parametrize('bad', [float('nan'), float('inf')])
 def test_large_batches_still_reject_nan_and_inf_scores(monkeypatch, bad, score_kernels):
     from mmsgg_eval.functional import scores as layouts
-    monkeypatch.setattr(layouts, 'POOL_SCORE_ROWS', 0)
+    monkeypatch.setattr(layouts, 'STACK_SCORE_ROWS', 0)
     samples, _ = random_dataset(78, 12, 'sgdet', fixed_pairs=6, num_classes=NUM_CLASSES,
                                 num_predicates=NUM_PREDICATES)
     samples[9]['pred_relations']['scores'][4, 2] = bad
