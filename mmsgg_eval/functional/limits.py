@@ -12,9 +12,10 @@
   pass runs beside the previous pool's rows: :mod:`.overlap`). SGDet with all pairs of 80 detections (6,320 per
   image) is ranked in pools of 128 images when ``process()`` gets 64: on two cores, pools of 64 took ~15% longer
   (each pool's pass starts and ends beside the previous pool's Python work).
-* ``STACK_SCORE_ROWS``: on the CPU without the compiled kernels, a batch of up to that many score rows (~53 MB of
-  51-column float32 scores) has its score matrices copied into one tensor (the layout rule of :mod:`.scores`),
-  unless its images are very long (SGDet with all pairs).
+* ``STACK_SCORE_ROWS``: on the CPU where the compiled kernels do not read the score matrices in place (not built,
+  or inputs they do not take), a batch of up to that many score rows (~53 MB of 51-column float32 scores) has its
+  score matrices copied into one tensor (the layout rule of :mod:`.scores`), unless its images are very long (SGDet
+  with all pairs).
 """
 
 NO_HIT = 2 ** 30
