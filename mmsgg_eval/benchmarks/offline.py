@@ -16,7 +16,8 @@ The offline command line itself (``python -m mmsgg_eval.eval``, each run a fresh
   metrics.json with the file's SHA-256): what one more image costs, the start-up left out (on a shared
   machine its noise would swamp the difference) and the fixed report writing cancelled; beside it, the
   reading bound: one pass that reads and SHA-256-hashes the same file (:func:`read_and_hash`, what the
-  provenance needs; the CLI hashes the bytes while it reads them), the marginal rate as a share of it, and the
+  provenance needs; for a stream this large the CLI runs this same pass in a process of its own beside its
+  reading), the marginal rate as a share of it, and the
   projected time of a VG150-test-sized stream (26,446 images: the start-up plus that many at the marginal rate);
 * :func:`run_cli_startup`: start-up of the CLI on the bundled VG150 sample (``configs/demo``, the real dataset
   class, a JSONL file of 13 PredCls predictions): the time to the first sample and the total.
@@ -95,14 +96,11 @@ def _read_file(path: str) -> None:
 
 
 def read_and_hash(path: str) -> str:
-    """One pass that reads ``path`` in 4 MiB blocks and SHA-256 hashes it (what the provenance of
-    ``metrics.json`` needs): the reading bound of offline evaluation. Returns the hex digest."""
-    import hashlib
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 22), b''):
-            digest.update(block)
-    return digest.hexdigest()
+    """One pass that reads ``path`` and SHA-256 hashes it (what the provenance of ``metrics.json`` needs; the
+    pass of :func:`mmsgg_eval.io.filehash.sha256_file`, in blocks of 1 MiB into one reused buffer, the
+    hashing process of the offline CLI): the reading bound of offline evaluation. Returns the hex digest."""
+    from ..io.filehash import sha256_file
+    return sha256_file(path)
 
 
 #: Images of the VG150 test split, whose offline evaluation time :func:`run_cli` projects.

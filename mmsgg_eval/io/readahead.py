@@ -1,24 +1,37 @@
-"""Reading a file once: its SHA-256 taken from the bytes as they are read, and records read ahead by a thread.
+"""Reading a file once: its SHA-256 taken while it is read, and records read ahead by a thread.
 
 The offline CLI reads a prediction stream front to back and records the file's SHA-256 in ``metrics.json``'s
-provenance. A separate hashing pass read every byte twice (for a VG150-test-sized SGDet stream, ~34 GB, that
-pass alone is about as long as the evaluation); :class:`HashingReader` hashes the bytes the reader reads, and
-when it has read the whole file :func:`known_sha256` gives that digest (for the file as it is on disk then:
-path, size, modification time and inode must still match) to
-:func:`mmsgg_eval.runner.results.file_fingerprint`, which hashes the file itself otherwise.
+provenance. A separate hashing pass afterwards read every byte twice (for a VG150-test-sized SGDet stream,
+~34 GB, that pass alone is about as long as the evaluation). Two readers take the digest while the file is read
+and remember it for :func:`known_sha256`, which gives it (for the file as it is on disk then: path, size,
+modification time and inode must still match) to :func:`mmsgg_eval.runner.results.file_fingerprint`, which
+hashes the file itself otherwise:
 
-:func:`read_ahead` runs a reader (reading, hashing, unpickling) in a thread, a bounded number of records ahead
-of the consumer (the evaluation), so that the disk, the hash and the evaluation overlap: file reads and hashing
-release the GIL, as torch's kernels do. Errors of the reader reach the consumer unchanged (same type and
+* :class:`ProcessHashingReader` (:func:`open_hashing_reader` picks it for files of at least
+  :data:`HASH_PROCESS_MIN_BYTES` on POSIX systems): a process of its own (:mod:`mmsgg_eval.io.filehash`, standard
+  library only) reads and hashes the same file beside the reader, at most :data:`HASH_PROCESS_LEAD_BYTES` ahead
+  of the reader's position (a file larger than the page cache is read from the disk once: the hashing process
+  reads it first, the reader finds its pages cached). Hashing is then off the reading process: a hashing thread
+  there would need the interpreter lock between blocks and waits for it while the evaluation runs Python code
+  (measured: SHA-256 at less than half its speed);
+* :class:`HashingReader`: the bytes hashed in the reading thread as they are read (small files, other systems).
+
+:func:`read_ahead` runs a reader (reading, unpickling) in a thread, a bounded number of records ahead of the
+consumer (the evaluation), so that the disk and the evaluation overlap: file reads and hashing release the GIL,
+as torch's kernels do. Errors of the reader reach the consumer unchanged (same type and
 message), in order after the records read before them; warnings are re-issued by the consumer's thread.
 """
 import hashlib
 import os
 import queue
+import subprocess
+import sys
 import threading
 import warnings
 from collections import OrderedDict
-from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
+from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar, Union
+
+from . import filehash
 
 T = TypeVar('T')
 
@@ -26,6 +39,11 @@ T = TypeVar('T')
 REMEMBERED_FILES = 64
 #: Records :func:`read_ahead` reads ahead of the consumer by default (SGDet with all pairs: ~1.3 MB each).
 READ_AHEAD_RECORDS = 8
+#: Files of at least this many bytes are hashed by a process of their own (:class:`ProcessHashingReader`; it
+#: starts in ~20 ms, the time of hashing ~30 MB).
+HASH_PROCESS_MIN_BYTES = 32 << 20
+#: How many bytes the hashing process may read ahead of the reader's position.
+HASH_PROCESS_LEAD_BYTES = 256 << 20
 
 _digests: 'OrderedDict[Tuple[Any, ...], str]' = OrderedDict()
 _lock = threading.Lock()
@@ -33,7 +51,15 @@ _lock = threading.Lock()
 
 def _identity(path: str, stat: os.stat_result) -> Tuple[Any, ...]:
     """What must not change for a remembered digest to hold: absolute path, size, mtime (ns), inode, device."""
-    return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev)
+    return (os.path.abspath(path),) + filehash.file_identity(stat)
+
+
+def _remember(key: Tuple[Any, ...], digest: str) -> None:
+    with _lock:
+        _digests[key] = digest
+        _digests.move_to_end(key)
+        while len(_digests) > REMEMBERED_FILES:
+            _digests.popitem(last=False)
 
 
 def known_sha256(path: str) -> Optional[str]:
@@ -53,63 +79,178 @@ def forget_digests() -> None:
         _digests.clear()
 
 
-class HashingReader:
-    """A binary file opened for reading front to back whose bytes are SHA-256 hashed as they are read (``read``,
-    ``readinto``, ``readline``: what an unpickler calls). When it has read the whole file, the digest is kept
-    for :func:`known_sha256`. Seeking is not offered (the hash would no longer be of the file)."""
+class _ReadOnce:
+    """A binary file opened for reading front to back (``read``, ``readinto``, ``readline``: what an unpickler
+    calls; ``tell``); each piece read goes to :meth:`_took`. Closing remembers :attr:`digest` for
+    :func:`known_sha256` when the whole file was read and nothing was appended meanwhile. Seeking is not offered
+    (the digest would no longer be of the file)."""
 
     def __init__(self, path: str) -> None:
         self._file = open(path, 'rb')
-        self._key = _identity(path, os.fstat(self._file.fileno()))
-        self.size = self._key[1]
-        self._hash = hashlib.sha256()
+        self._stat = os.fstat(self._file.fileno())
+        self._key = _identity(path, self._stat)
+        self.size = self._stat.st_size
         self._position = 0
+
+    def _took(self, data: Any) -> None:
+        """The bytes just read (``bytes`` or a byte ``memoryview``), after ``_position`` counted them."""
+
+    def _stop(self) -> None:
+        """Closing: stop what hashes the file (after :attr:`digest` was taken)."""
+
+    @property
+    def digest(self) -> Optional[str]:
+        """The hex SHA-256 of the file once every byte was read (else None)."""
+        raise NotImplementedError
 
     def read(self, size: int = -1) -> bytes:
         data = self._file.read(size)
-        self._hash.update(data)
         self._position += len(data)
+        self._took(data)
         return data
 
     def readinto(self, buffer: Any) -> int:
         count = self._file.readinto(buffer)
         if count:
-            with memoryview(buffer) as view:
-                self._hash.update(view.cast('B')[:count])
             self._position += count
+            with memoryview(buffer) as view, view.cast('B') as flat:
+                self._took(flat[:count])
         return count
 
     def readline(self, size: int = -1) -> bytes:
         data = self._file.readline(size)
-        self._hash.update(data)
         self._position += len(data)
+        self._took(data)
         return data
 
     def tell(self) -> int:
         return self._position
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        digest = self.digest
+        self._stop()
+        if digest is not None and not self._file.read(1):  # the whole file, and nothing was appended meanwhile
+            _remember(self._key, digest)
+        self._file.close()
+
+    def __enter__(self) -> '_ReadOnce':
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class HashingReader(_ReadOnce):
+    """A binary file read front to back whose bytes are SHA-256 hashed as they are read, in the reading thread
+    (see :class:`_ReadOnce`)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._hash = hashlib.sha256()
+
+    def _took(self, data: Any) -> None:
+        self._hash.update(data)
 
     @property
     def digest(self) -> Optional[str]:
         """The hex SHA-256 of the file once every byte was read (else None)."""
         return self._hash.hexdigest() if self._position == self.size else None
 
-    def close(self) -> None:
-        if self._file.closed:
+
+class ProcessHashingReader(_ReadOnce):
+    """A binary file read front to back (see :class:`_ReadOnce`) while a process of its own reads and
+    SHA-256-hashes the same file (:mod:`mmsgg_eval.io.filehash`), at most ``lead`` bytes ahead of this reader
+    (the reader reports its position every ``lead // 8`` bytes). When this reader has read the whole file,
+    :attr:`digest` waits for the process and gives its digest (None if the file it hashed was not the one opened
+    here, or it could not hash all of it). Closing before the end stops the process. ``OSError`` when the process
+    cannot start.
+    """
+
+    def __init__(self, path: str, lead: int = HASH_PROCESS_LEAD_BYTES) -> None:
+        if not sys.executable:
+            raise OSError('no Python executable to run the hashing process')
+        super().__init__(path)
+        self._lead = max(int(lead), 1)
+        self._next_report = self._lead // 8
+        self._result: Optional[str] = None
+        self._finished = False
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, '-I', '-S', filehash.__file__, os.path.abspath(path),
+                 *map(str, filehash.file_identity(self._stat)), str(self._lead)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except BaseException:
+            self._file.close()
+            raise
+        os.set_blocking(self._process.stdin.fileno(), False)  # a report never waits (see _took)
+
+    def _took(self, data: Any) -> None:
+        """Tell the process the position (when it advanced ``lead // 8`` bytes since the last report). A full
+        pipe means the process is not waiting for a report (it reads them only when ahead): that one is left."""
+        if self._position >= self._next_report:
+            self._next_report = self._position + self._lead // 8
+            try:
+                os.write(self._process.stdin.fileno(), b'%d\n' % self._position)
+            except OSError:  # BlockingIOError: the pipe is full; else the process ended
+                pass
+
+    def _finish(self, wait: bool) -> None:
+        """End the process: with ``wait``, tell it the reader is done and take its result; else stop it."""
+        if self._finished:
             return
-        digest = self.digest
-        if digest is not None and not self._file.read(1):  # the whole file, and nothing was appended meanwhile
-            with _lock:
-                _digests[self._key] = digest
-                _digests.move_to_end(self._key)
-                while len(_digests) > REMEMBERED_FILES:
-                    _digests.popitem(last=False)
-        self._file.close()
+        self._finished = True
+        process = self._process
+        if wait:
+            try:
+                os.set_blocking(process.stdin.fileno(), True)
+                process.stdin.write(b'end\n')
+                process.stdin.close()
+            except OSError:  # the process ended
+                pass
+            out = process.stdout.read().decode('ascii', 'replace').split()
+            if len(out) == 3 and out[0] == 'sha256' and out[2] == str(self.size):
+                self._result = out[1]
+        else:
+            process.kill()
+        process.wait()
+        for pipe in (process.stdin, process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
-    def __enter__(self) -> 'HashingReader':
-        return self
+    def _stop(self) -> None:
+        self._finish(wait=False)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    @property
+    def digest(self) -> Optional[str]:
+        """The hex SHA-256 of the file once every byte was read (else None); waits for the hashing process."""
+        if self._position != self.size:
+            return None
+        self._finish(wait=True)
+        return self._result
+
+
+def hashed_by_a_process(path: str) -> bool:
+    """Whether :func:`open_hashing_reader` gives ``path`` a hashing process (a file of at least
+    :data:`HASH_PROCESS_MIN_BYTES`, on a POSIX system)."""
+    try:
+        return os.name == 'posix' and os.path.getsize(path) >= HASH_PROCESS_MIN_BYTES
+    except OSError:
+        return False
+
+
+def open_hashing_reader(path: str) -> Union[HashingReader, ProcessHashingReader]:
+    """A :class:`ProcessHashingReader` of ``path`` where :func:`hashed_by_a_process` (a :class:`HashingReader`
+    when its process cannot start), else a :class:`HashingReader`."""
+    if hashed_by_a_process(path):
+        try:
+            return ProcessHashingReader(path)
+        except OSError:
+            pass
+    return HashingReader(path)
 
 
 Warn = Callable[[str], None]

@@ -26,14 +26,15 @@ unpickler of :mod:`mmsgg_eval.io.pickles`; ``unsafe=True`` lifts that for files 
 import datetime
 import os
 import pickle
-from typing import Any, Dict, Iterator, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
 
 from .errors import InputFileError, TruncatedStreamError, UnsafePickleError, describe
 from .pickles import unpickler
-from .readahead import HashingReader, Warn, read_ahead
+from .readahead import HashingReader, Warn, hashed_by_a_process, open_hashing_reader, read_ahead
 
 FORMAT_VERSION = 2
 #: Key marking the header and closing records (never a key of a data sample).
@@ -142,6 +143,11 @@ class StreamWriter:
             self.abort()
 
 
+def _warn(message: str) -> None:
+    """A UserWarning issued where the records are consumed."""
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
 def _mark(obj: Any) -> Optional[str]:
     return obj.get(MARK) if isinstance(obj, dict) else None
 
@@ -156,11 +162,15 @@ class PredictionStream:
             warning instead of :class:`~mmsgg_eval.io.errors.TruncatedStreamError`.
 
     After iterating, ``header`` (None for older files), ``num_records`` and ``complete`` (the closing record
-    was read, or the older format has no way to tell) describe the file. The records are read and unpickled by a
-    thread a few records ahead of the loop that consumes them (:func:`~mmsgg_eval.io.readahead.read_ahead`:
-    reading overlaps the evaluation; its errors and warnings reach the loop as they were raised), and the file's
-    bytes are SHA-256 hashed as they are read (:class:`~mmsgg_eval.io.readahead.HashingReader`: the provenance of
-    ``metrics.json`` then needs no second pass over the file). ``header`` is set before the first record arrives.
+    was read, or the older format has no way to tell) describe the file. The file's SHA-256 is taken while it is
+    read (the provenance of ``metrics.json`` then needs no second pass over the file): for a large file on a POSIX
+    system by a process of its own a bounded distance ahead, which also brings the file's pages from the disk
+    before they are read (:class:`~mmsgg_eval.io.readahead.ProcessHashingReader`), and the records are read
+    and unpickled in the thread that iterates; otherwise the bytes are hashed as they are read
+    (:class:`~mmsgg_eval.io.readahead.HashingReader`) by a thread a few records ahead of the loop that consumes
+    them (:func:`~mmsgg_eval.io.readahead.read_ahead`: reading overlaps the evaluation). Either way errors and
+    warnings reach the loop as they were raised, after the records before them. ``header`` is set before the
+    first record arrives.
     """
 
     def __init__(self, path: str, unsafe: bool = False, allow_truncated: bool = False):
@@ -206,13 +216,17 @@ class PredictionStream:
         warn(f'{self.path}: {problem}; evaluating the {self.num_records} records present')
 
     def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        if hashed_by_a_process(self.path):
+            return self._records(_warn, open_hashing_reader)
         return read_ahead(self._records)
 
-    def _records(self, warn: Warn) -> Iterator[Tuple[int, Dict[str, Any]]]:
-        """The records, read in the calling thread (``warn``: how warnings are issued)."""
+    def _records(self, warn: Warn, open_reader: Callable[[str], Any] = HashingReader
+                 ) -> Iterator[Tuple[int, Dict[str, Any]]]:
+        """The records, read in the calling thread (``warn``: how warnings are issued; ``open_reader(path)``:
+        the hashing reader of the file)."""
         self.header, self.num_records, self.complete = None, 0, False
         last: Optional[Dict[str, Any]] = None
-        with HashingReader(self.path) as f:
+        with open_reader(self.path) as f:
             size = f.size
             state, first = self._load(f, size, 0)
             if state == 'eof':

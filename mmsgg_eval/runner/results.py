@@ -13,7 +13,6 @@ have the same keys:
   conventions, UTC date), in one key so that the metric keys stay flat.
 """
 import datetime
-import hashlib
 import json
 import os
 import os.path as osp
@@ -23,8 +22,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..reports import OutputNotWritableError, check_writable, json_safe  # noqa: F401  (first two re-exported)
 
-#: Bytes read at a time when hashing a file (checkpoints can be several GB: never read whole).
-HASH_CHUNK_BYTES = 1 << 22
+#: Bytes read at a time (into one reused buffer) when hashing a file (checkpoints can be several GB: never read
+#: whole).
+HASH_CHUNK_BYTES = 1 << 20
 #: Seconds a ``git`` call may take before the commit is recorded as unknown.
 GIT_TIMEOUT_S = 10.0
 #: Installed distributions whose versions are recorded (read from their metadata: nothing is imported).
@@ -100,15 +100,10 @@ def file_fingerprint(path: str, chunk_bytes: int = HASH_CHUNK_BYTES) -> Dict[str
     """``{'path': absolute path, 'size': bytes, 'sha256': hex digest}`` of a file, hashed in chunks of
     ``chunk_bytes`` (memory does not grow with the file), or the digest taken while the prediction stream reader
     read the same file whole (:func:`mmsgg_eval.io.readahead.known_sha256`: no second pass)."""
+    from ..io.filehash import sha256_file
     from ..io.readahead import known_sha256
-    known = known_sha256(path)
-    if known is not None:
-        return {'path': osp.abspath(path), 'size': osp.getsize(path), 'sha256': known}
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(chunk_bytes), b''):
-            digest.update(chunk)
-    return {'path': osp.abspath(path), 'size': osp.getsize(path), 'sha256': digest.hexdigest()}
+    digest = known_sha256(path) or sha256_file(path, chunk_bytes)
+    return {'path': osp.abspath(path), 'size': osp.getsize(path), 'sha256': digest}
 
 
 def _git(directory: str, *args: str) -> Optional[str]:

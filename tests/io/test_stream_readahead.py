@@ -1,6 +1,8 @@
-"""Reading a prediction stream once: the SHA-256 of provenance taken while reading, records read ahead by a thread
-(:mod:`mmsgg_eval.io.readahead`), with the same records, errors and warnings as a reader in the calling thread."""
+"""Reading a prediction stream once: the SHA-256 of provenance taken while reading (by the reader, or by a process
+of its own beside it for large files), records read ahead by a thread (:mod:`mmsgg_eval.io.readahead`), with the
+same records, errors and warnings as a reader in the calling thread."""
 import hashlib
+import json
 import os
 import pickle
 import threading
@@ -8,12 +10,15 @@ import time
 import warnings
 
 import pytest
+import torch
 
 from mmsgg_eval.benchmarks.workloads import make_workload
+from mmsgg_eval.io import readahead
 from mmsgg_eval.io.errors import InputFileError, TruncatedStreamError
 from mmsgg_eval.io.readahead import HashingReader, forget_digests, known_sha256, read_ahead
 from mmsgg_eval.io.stream import PredictionStream, StreamWriter
 from mmsgg_eval.runner.results import file_fingerprint
+from tests.offline.test_eval_cli import sample  # noqa: F401  (module fixture)
 
 
 def _write(path, samples):
@@ -158,3 +163,187 @@ def test_offline_benchmark_reports_the_reading_bound(tmp_path):
     path = _write(tmp_path / 's.pkl', make_workload('triplets', 3))
     assert read_and_hash(path) == _separate_pass(path)
     assert os.path.getsize(path) > 0
+
+
+# --- the hashing process (large files on POSIX systems) ---------------------------------------------------------
+
+posix_only = pytest.mark.skipif(os.name != 'posix', reason='the hashing process is used on POSIX systems')
+
+
+@pytest.fixture
+def hashed_by_process(monkeypatch):
+    """Every file counts as large: PredictionStream reads in the calling thread beside a hashing process."""
+    monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
+    started = []
+    real = readahead.ProcessHashingReader.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        started.append(self._process)
+
+    monkeypatch.setattr(readahead.ProcessHashingReader, '__init__', spy)
+    return started
+
+
+def _same_records(a, b):
+    assert [i for i, _ in a] == [i for i, _ in b]
+    for (_, x), (_, y) in zip(a, b):
+        assert x.keys() == y.keys()
+        assert all(torch.equal(x['pred_relations'][k], y['pred_relations'][k]) for k in x['pred_relations'])
+
+
+@posix_only
+def test_process_hashed_stream_reads_the_same_records_and_digest(stream, hashed_by_process):
+    reference, _, _ = _in_thread_records(stream)
+    forget_digests()
+    records = list(PredictionStream(stream))
+    assert len(hashed_by_process) == 1 and hashed_by_process[0].returncode == 0
+    _same_records(records, reference)
+    assert known_sha256(stream) == _separate_pass(stream)
+
+
+@posix_only
+def test_process_hashed_stream_stopped_early_stops_the_process(stream, hashed_by_process):
+    for _ in PredictionStream(stream):
+        break
+    process = hashed_by_process[0]
+    assert process.returncode is not None  # waited for: no process left behind
+    assert known_sha256(stream) is None
+
+
+@posix_only
+def test_process_hashed_truncated_stream_is_the_same_error(stream, tmp_path, hashed_by_process):
+    cut = tmp_path / 'cut.pkl'
+    cut.write_bytes(open(stream, 'rb').read()[:-5000])
+    _, err, _ = _read_ahead_records(str(cut))
+    _, ref, _ = _in_thread_records(str(cut))
+    assert type(err) is TruncatedStreamError and str(err) == str(ref)
+    records, err, messages = _read_ahead_records(str(cut), allow_truncated=True)
+    ref_records, _, ref_messages = _in_thread_records(str(cut), allow_truncated=True)
+    assert err is None and len(records) == len(ref_records) and messages == ref_messages
+    assert known_sha256(str(cut)) == _separate_pass(str(cut))  # every byte was read
+    assert all(p.returncode is not None for p in hashed_by_process)
+
+
+@posix_only
+@pytest.mark.parametrize('lead', [1, 1000, 1 << 30])
+def test_hashing_process_paced_by_the_reader(tmp_path, lead):
+    """However far the process may run ahead (1 byte: it waits for every report), reading every kind of call
+    gives the digest of the file; the process ends."""
+    path = tmp_path / 'bytes.bin'
+    data = os.urandom(300_000) + b'\nline\n' + os.urandom(5_000)
+    path.write_bytes(data)
+    forget_digests()
+    with readahead.ProcessHashingReader(str(path), lead=lead) as f:
+        parts = [f.read(1000)]
+        buf = bytearray(290_000)
+        parts.append(bytes(buf[:f.readinto(buf)]))
+        while True:
+            line = f.readline()
+            parts.append(line)
+            if line.endswith(b'line\n'):
+                break
+        parts.append(f.read())
+        assert f.tell() == len(data) and f.digest == hashlib.sha256(data).hexdigest()
+    assert b''.join(parts) == data
+    assert known_sha256(str(path)) == hashlib.sha256(data).hexdigest()
+    assert f._process.returncode == 0
+
+
+@posix_only
+def test_hashing_process_refuses_another_file(tmp_path, monkeypatch):
+    """The process hashes only the file the reader opened (size, mtime, inode, device): else no digest."""
+    path = tmp_path / 'bytes.bin'
+    path.write_bytes(os.urandom(10_000))
+    forget_digests()
+    real = readahead.filehash.file_identity
+    monkeypatch.setattr(readahead.filehash, 'file_identity', lambda stat: (real(stat)[0] + 1,) + real(stat)[1:])
+    with readahead.ProcessHashingReader(str(path)) as f:
+        f.read()
+        assert f.digest is None
+    assert known_sha256(str(path)) is None
+    monkeypatch.undo()
+    assert file_fingerprint(str(path))['sha256'] == _separate_pass(str(path))
+
+
+@posix_only
+def test_hashing_process_killed_means_a_separate_pass(tmp_path):
+    path = tmp_path / 'bytes.bin'
+    path.write_bytes(os.urandom(50_000))
+    forget_digests()
+    with readahead.ProcessHashingReader(str(path), lead=1) as f:  # waits for the first report
+        f._process.kill()
+        f.read()
+        assert f.digest is None
+    assert known_sha256(str(path)) is None
+    assert file_fingerprint(str(path))['sha256'] == _separate_pass(str(path))
+
+
+def test_without_a_python_executable_the_reader_hashes_itself(tmp_path, monkeypatch):
+    path = tmp_path / 'bytes.bin'
+    data = os.urandom(20_000)
+    path.write_bytes(data)
+    forget_digests()
+    monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
+    monkeypatch.setattr(readahead.sys, 'executable', '')
+    with readahead.open_hashing_reader(str(path)) as f:
+        assert isinstance(f, HashingReader)
+        assert f.read() == data
+    assert known_sha256(str(path)) == hashlib.sha256(data).hexdigest()
+
+
+def test_small_files_and_other_systems_are_hashed_by_the_reader(tmp_path, monkeypatch):
+    path = tmp_path / 'bytes.bin'
+    path.write_bytes(b'x' * 100)
+    assert not readahead.hashed_by_a_process(str(path))  # below HASH_PROCESS_MIN_BYTES
+    monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
+    assert readahead.hashed_by_a_process(str(path)) == (os.name == 'posix')
+    monkeypatch.setattr(readahead.os, 'name', 'nt')
+    assert not readahead.hashed_by_a_process(str(path))
+
+
+def test_pacing_waits_for_the_reader_and_stops_when_it_gives_up():
+    import io
+    from mmsgg_eval.io.filehash import _Pacing
+    pacing = _Pacing(io.BytesIO(b'100\n250\n'), lead=100)
+    assert pacing.may_read(50)  # within the lead of position 0
+    assert pacing.may_read(150) and pacing.reader_at == 100  # read one report
+    assert pacing.may_read(340) and pacing.reader_at == 250
+    assert not pacing.may_read(400)  # no more reports and no 'end': the reader gave up
+    done = _Pacing(io.BytesIO(b'10\nend\n'), lead=5)
+    assert done.may_read(10 ** 12) and done.reader_done  # the reader read everything: no more waiting
+
+
+def test_sha256_file_is_hashlib_for_any_block_size(tmp_path):
+    from mmsgg_eval.io.filehash import sha256_file
+    path = tmp_path / 'bytes.bin'
+    for size in (0, 1, 4095, 4096, 100_001):
+        data = os.urandom(size)
+        path.write_bytes(data)
+        for block in (1, 4096, 1 << 20):
+            assert sha256_file(str(path), block) == hashlib.sha256(data).hexdigest()
+
+
+@posix_only
+def test_offline_cli_with_a_hashing_process(sample, tmp_path, monkeypatch):  # noqa: F811  (module fixture)
+    """The offline CLI on a stream hashed by a process: the same metrics as with the reader hashing, and the
+    provenance digest from that process (no separate pass over the file)."""
+    from mmsgg_eval.eval import main
+    from mmsgg_eval.io import filehash
+    from tests.io.test_inputs import write_stream
+    from tests.offline.test_eval_cli import CONFIG
+    from tests.offline.test_record_identity import options, stream_records
+    path = tmp_path / 'test.pkl'
+    write_stream(path, stream_records(sample['dataset']), expected=len(sample['dataset']))
+    args = [CONFIG, str(path), '--metrics', 'SGRecall', 'SGMeanRecall', '--mode', 'sgdet', '--no-progress',
+            *options(sample)]
+    forget_digests()
+    by_reader = main(args + ['--work-dir', str(tmp_path / 'reader')])
+    forget_digests()
+    monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
+    monkeypatch.setattr(filehash, 'sha256_file', None)  # a separate pass would fail
+    by_process = main(args + ['--work-dir', str(tmp_path / 'process')])
+    assert by_process == by_reader and by_process['sgdet/R@50'] > 20
+    provenance = [json.load(open(tmp_path / run / 'metrics.json'))['provenance']['predictions']
+                  for run in ('reader', 'process')]
+    assert provenance[0] == provenance[1] and provenance[1]['sha256'] == _separate_pass(str(path))
