@@ -14,7 +14,10 @@ Modules (each importable alone; the package imports nothing above it: no metric,
 * :mod:`~mmsgg_eval.io.samples`: GT samples from a dataset, identity resolution and dataset coverage, for all
   formats;
 * :mod:`~mmsgg_eval.io.pickles`: the restricted unpickler; :mod:`~mmsgg_eval.io.errors`: the error types
-  (every message names the file, line or record, sample and field).
+  (every message names the file, line or record, sample and field);
+* :mod:`~mmsgg_eval.io.readahead`: a file's SHA-256 (for ``metrics.json``'s provenance) taken while the stream
+  is read, by the reader or by a hashing process beside it that runs :mod:`~mmsgg_eval.io.filehash` (standard
+  library only); records read ahead by a thread.
 """
 from .errors import InputFileError, MissingSamplesError, TruncatedStreamError, UnsafePickleError
 
