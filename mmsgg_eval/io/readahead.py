@@ -8,18 +8,19 @@ modification time and inode must still match) to :func:`mmsgg_eval.runner.result
 hashes the file itself otherwise:
 
 * :class:`ProcessHashingReader` (:func:`open_hashing_reader` picks it for files of at least
-  :data:`HASH_PROCESS_MIN_BYTES` on POSIX systems): a process of its own (:mod:`mmsgg_eval.io.filehash`, standard
-  library only) reads and hashes the same file beside the reader, at most :data:`HASH_PROCESS_LEAD_BYTES` ahead
-  of the reader's position (a file larger than the page cache is read from the disk once: the hashing process
-  reads it first, the reader finds its pages cached). Hashing is then off the reading process: a hashing thread
-  there would need the interpreter lock between blocks and waits for it while the evaluation runs Python code
+  :data:`HASH_PROCESS_MIN_BYTES` where :func:`can_start_a_hashing_process`: POSIX systems, unless
+  ``MMSGG_EVAL_HASH_PROCESS=0``): a process of its own (:mod:`mmsgg_eval.io.filehash`, standard library only)
+  reads and hashes the same file beside the reader, at most :data:`HASH_PROCESS_LEAD_BYTES` ahead of the
+  reader's position (a file larger than the page cache is read from the disk once: the hashing process reads it
+  first, the reader finds its pages cached). Hashing is then off the reading process: a hashing thread there
+  would need the interpreter lock between blocks and waits for it while the evaluation runs Python code
   (measured: SHA-256 at less than half its speed);
 * :class:`HashingReader`: the bytes hashed in the reading thread as they are read (small files, other systems).
 
 :func:`read_ahead` runs a reader (reading, unpickling) in a thread, a bounded number of records ahead of the
 consumer (the evaluation), so that the disk and the evaluation overlap: file reads and hashing release the GIL,
-as torch's kernels do. Errors of the reader reach the consumer unchanged (same type and
-message), in order after the records read before them; warnings are re-issued by the consumer's thread.
+as torch's kernels do. Errors of the reader reach the consumer unchanged (same type and message), in order after
+the records read before them; warnings are re-issued by the consumer's thread.
 """
 import hashlib
 import os
@@ -169,8 +170,8 @@ class ProcessHashingReader(_ReadOnce):
     """
 
     def __init__(self, path: str, lead: int = HASH_PROCESS_LEAD_BYTES) -> None:
-        if not sys.executable:
-            raise OSError('no Python executable to run the hashing process')
+        if not can_start_a_hashing_process():
+            raise OSError('this interpreter does not start the hashing process (can_start_a_hashing_process)')
         super().__init__(path)
         self._lead = max(int(lead), 1)
         self._next_report = self._lead // 8
@@ -233,11 +234,20 @@ class ProcessHashingReader(_ReadOnce):
         return self._result
 
 
+def can_start_a_hashing_process() -> bool:
+    """Whether this interpreter may start the hashing process: a POSIX system, an interpreter that is a plain
+    ``python`` / ``pypy`` executable (not a frozen application or a program embedding Python, which would not
+    run the script), and no ``MMSGG_EVAL_HASH_PROCESS=0`` in the environment."""
+    name = os.path.basename(sys.executable or '').lower()
+    return (os.name == 'posix' and not getattr(sys, 'frozen', False) and name.startswith(('python', 'pypy'))
+            and os.environ.get('MMSGG_EVAL_HASH_PROCESS', '1') != '0')
+
+
 def hashed_by_a_process(path: str) -> bool:
-    """Whether :func:`open_hashing_reader` gives ``path`` a hashing process (a file of at least
-    :data:`HASH_PROCESS_MIN_BYTES`, on a POSIX system)."""
+    """Whether :func:`open_hashing_reader` gives ``path`` a hashing process: a file of at least
+    :data:`HASH_PROCESS_MIN_BYTES` where :func:`can_start_a_hashing_process`."""
     try:
-        return os.name == 'posix' and os.path.getsize(path) >= HASH_PROCESS_MIN_BYTES
+        return os.path.getsize(path) >= HASH_PROCESS_MIN_BYTES and can_start_a_hashing_process()
     except OSError:
         return False
 

@@ -18,7 +18,7 @@ from mmsgg_eval.io.errors import InputFileError, TruncatedStreamError
 from mmsgg_eval.io.readahead import HashingReader, forget_digests, known_sha256, read_ahead
 from mmsgg_eval.io.stream import PredictionStream, StreamWriter
 from mmsgg_eval.runner.results import file_fingerprint
-from tests.offline.test_eval_cli import sample  # noqa: F401  (module fixture)
+from tests.offline.test_eval_cli import sample  # noqa: F401,F811  (module fixture)
 
 
 def _write(path, samples):
@@ -279,13 +279,24 @@ def test_hashing_process_killed_means_a_separate_pass(tmp_path):
     assert file_fingerprint(str(path))['sha256'] == _separate_pass(str(path))
 
 
-def test_without_a_python_executable_the_reader_hashes_itself(tmp_path, monkeypatch):
+@pytest.mark.parametrize('setting', [('executable', ''), ('executable', '/opt/app/uwsgi'), ('frozen', True),
+                                     ('env', '0')])
+def test_where_no_hashing_process_may_start_the_reader_hashes_itself(tmp_path, monkeypatch, setting):
+    """No Python executable, a program embedding Python, a frozen application, MMSGG_EVAL_HASH_PROCESS=0: the
+    reader hashes the bytes itself, and the digest is the same."""
     path = tmp_path / 'bytes.bin'
     data = os.urandom(20_000)
     path.write_bytes(data)
     forget_digests()
     monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
-    monkeypatch.setattr(readahead.sys, 'executable', '')
+    what, value = setting
+    if what == 'env':
+        monkeypatch.setenv('MMSGG_EVAL_HASH_PROCESS', value)
+    else:
+        monkeypatch.setattr(readahead.sys, what, value, raising=False)
+    assert not readahead.hashed_by_a_process(str(path))
+    with pytest.raises(OSError, match='does not start the hashing process'):
+        readahead.ProcessHashingReader(str(path))
     with readahead.open_hashing_reader(str(path)) as f:
         assert isinstance(f, HashingReader)
         assert f.read() == data
