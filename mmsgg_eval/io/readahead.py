@@ -41,7 +41,7 @@ REMEMBERED_FILES = 64
 #: Records :func:`read_ahead` reads ahead of the consumer by default (SGDet with all pairs: ~1.3 MB each).
 READ_AHEAD_RECORDS = 8
 #: Files of at least this many bytes are hashed by a process of their own (:class:`ProcessHashingReader`; it
-#: starts in ~20 ms, the time of hashing ~30 MB).
+#: starts in ~25 ms, about the time of hashing 32 MiB in the reading thread).
 HASH_PROCESS_MIN_BYTES = 32 << 20
 #: How many bytes the hashing process may read ahead of the reader's position.
 HASH_PROCESS_LEAD_BYTES = 256 << 20
