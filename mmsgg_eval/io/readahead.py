@@ -10,9 +10,10 @@ hashes the file itself otherwise:
 * :class:`ProcessHashingReader` (:func:`open_hashing_reader` picks it for files of at least
   :data:`HASH_PROCESS_MIN_BYTES` where :func:`can_start_a_hashing_process`: POSIX systems, unless
   ``MMSGG_EVAL_HASH_PROCESS=0``): a process of its own (:mod:`mmsgg_eval.io.filehash`, standard library only)
-  reads and hashes the same file beside the reader, at most :data:`HASH_PROCESS_LEAD_BYTES` ahead of the
-  reader's position (a file larger than the page cache is read from the disk once: the hashing process reads it
-  first, the reader finds its pages cached). Hashing is then off the reading process: a hashing thread there
+  reads and hashes the same file beside the reader, the two at most :data:`HASH_PROCESS_LEAD_BYTES` apart (a
+  file larger than the page cache is read from the disk once: the hashing process reads it first, the reader
+  finds its pages cached; where hashing is the slower, the reader waits for it, so progress shown is true
+  progress). Hashing is then off the reading process: a hashing thread there
   would need the interpreter lock between blocks and waits for it while the evaluation runs Python code
   (measured: SHA-256 at less than half its speed);
 * :class:`HashingReader`: the bytes hashed in the reading thread as they are read (small files, other systems).
@@ -43,7 +44,7 @@ READ_AHEAD_RECORDS = 8
 #: Files of at least this many bytes are hashed by a process of their own (:class:`ProcessHashingReader`; it
 #: starts in ~25 ms, about the time of hashing 32 MiB in the reading thread).
 HASH_PROCESS_MIN_BYTES = 32 << 20
-#: How many bytes the hashing process may read ahead of the reader's position.
+#: How many bytes the hashing process and the reader may be apart (either ahead).
 HASH_PROCESS_LEAD_BYTES = 256 << 20
 
 _digests: 'OrderedDict[Tuple[Any, ...], str]' = OrderedDict()
@@ -162,11 +163,12 @@ class HashingReader(_ReadOnce):
 
 class ProcessHashingReader(_ReadOnce):
     """A binary file read front to back (see :class:`_ReadOnce`) while a process of its own reads and
-    SHA-256-hashes the same file (:mod:`mmsgg_eval.io.filehash`), at most ``lead`` bytes ahead of this reader
-    (the reader reports its position every ``lead // 8`` bytes). When this reader has read the whole file,
-    :attr:`digest` waits for the process and gives its digest (None if the file it hashed was not the one opened
-    here, or it could not hash all of it). Closing before the end stops the process. ``OSError`` when the process
-    cannot start.
+    SHA-256-hashes the same file (:mod:`mmsgg_eval.io.filehash`); neither runs more than ``lead`` bytes ahead of
+    the other (their positions exchanged every ``lead // 8`` bytes): the reader waits for the hash where hashing
+    is the slower, so its progress is the true one. When this reader has read the whole file, :attr:`digest`
+    waits for the process and gives its digest (None if the file it hashed was not the one opened here, or it
+    could not hash all of it). Closing before the end stops the process. ``OSError`` when the process cannot
+    start.
     """
 
     def __init__(self, path: str, lead: int = HASH_PROCESS_LEAD_BYTES) -> None:
@@ -174,7 +176,8 @@ class ProcessHashingReader(_ReadOnce):
             raise OSError('this interpreter does not start the hashing process (can_start_a_hashing_process)')
         super().__init__(path)
         self._lead = max(int(lead), 1)
-        self._next_report = self._lead // 8
+        self._next_report = 0
+        self._hashed = 0  # the bytes the process reported hashed
         self._result: Optional[str] = None
         self._finished = False
         try:
@@ -185,17 +188,27 @@ class ProcessHashingReader(_ReadOnce):
         except BaseException:
             self._file.close()
             raise
-        os.set_blocking(self._process.stdin.fileno(), False)  # a report never waits (see _took)
+        self._channel = filehash.Channel(self._process.stdout.fileno(), self._process.stdin.fileno())
+
+    def _hear(self, wait: bool) -> None:
+        """Take the process's messages: its position, its result (then it ends), or that it refused the file."""
+        for line in self._channel.receive(wait):
+            words = line.split()
+            if len(words) in (2, 3) and words[-1].isdigit():
+                self._hashed = max(self._hashed, int(words[-1]))
+                if words[0] == b'sha256' and int(words[-1]) == self.size:
+                    self._result = words[1].decode('ascii')
 
     def _took(self, data: Any) -> None:
-        """Tell the process the position (when it advanced ``lead // 8`` bytes since the last report). A full
-        pipe means the process is not waiting for a report (it reads them only when ahead): that one is left."""
-        if self._position >= self._next_report:
-            self._next_report = self._position + self._lead // 8
-            try:
-                os.write(self._process.stdin.fileno(), b'%d\n' % self._position)
-            except OSError:  # BlockingIOError: the pipe is full; else the process ended
-                pass
+        """Every ``lead // 8`` bytes: report the position, take the process's reports, and wait while ``lead``
+        bytes ahead of its hash (until it catches up or ends)."""
+        if self._position < self._next_report:
+            return
+        self._next_report = self._position + max(self._lead // 8, 1)
+        self._channel.send(b'%d' % self._position)
+        self._hear(wait=False)
+        while not self._channel.closed and self._position >= self._hashed + self._lead:
+            self._hear(wait=True)
 
     def _finish(self, wait: bool) -> None:
         """End the process: with ``wait``, tell it the reader is done and take its result; else stop it."""
@@ -204,15 +217,10 @@ class ProcessHashingReader(_ReadOnce):
         self._finished = True
         process = self._process
         if wait:
-            try:
-                os.set_blocking(process.stdin.fileno(), True)
-                process.stdin.write(b'end\n')
-                process.stdin.close()
-            except OSError:  # the process ended
-                pass
-            out = process.stdout.read().decode('ascii', 'replace').split()
-            if len(out) == 3 and out[0] == 'sha256' and out[2] == str(self.size):
-                self._result = out[1]
+            self._channel.send(b'end', wait=True)
+            process.stdin.close()
+            while not self._channel.closed:
+                self._hear(wait=True)
         else:
             process.kill()
         process.wait()

@@ -313,16 +313,99 @@ def test_small_files_and_other_systems_are_hashed_by_the_reader(tmp_path, monkey
     assert not readahead.hashed_by_a_process(str(path))
 
 
-def test_pacing_waits_for_the_reader_and_stops_when_it_gives_up():
-    import io
+def _pipe_pair():
+    """Two Channels joined by two pipes (as the reader and the hashing process are)."""
+    from mmsgg_eval.io.filehash import Channel
+    a_to_b, b_to_a = os.pipe(), os.pipe()
+    return Channel(b_to_a[0], a_to_b[1]), Channel(a_to_b[0], b_to_a[1]), (*a_to_b, *b_to_a)
+
+
+@posix_only
+def test_channel_lines_partial_writes_and_closing():
+    a, b, fds = _pipe_pair()
+    try:
+        assert b.receive() == []  # nothing yet: no wait
+        a.send(b'12')
+        os.write(a.write_fd, b'3')  # half a line
+        assert b.receive() == [b'12']
+        os.write(a.write_fd, b'4\nend\n')
+        assert b.receive(wait=True) == [b'34', b'end']
+        os.close(a.write_fd)
+        assert b.receive(wait=True) == [] and b.closed
+        for _ in range(20000):  # a full pipe: the report is left, nothing waits
+            b.send(b'0' * 100)
+    finally:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@posix_only
+def test_pacing_reports_waits_for_the_reader_and_stops_when_it_gives_up():
     from mmsgg_eval.io.filehash import _Pacing
-    pacing = _Pacing(io.BytesIO(b'100\n250\n'), lead=100)
-    assert pacing.may_read(50)  # within the lead of position 0
-    assert pacing.may_read(150) and pacing.reader_at == 100  # read one report
-    assert pacing.may_read(340) and pacing.reader_at == 250
-    assert not pacing.may_read(400)  # no more reports and no 'end': the reader gave up
-    done = _Pacing(io.BytesIO(b'10\nend\n'), lead=5)
-    assert done.may_read(10 ** 12) and done.reader_done  # the reader read everything: no more waiting
+    reader, hasher, fds = _pipe_pair()
+    try:
+        pacing = _Pacing(hasher, lead=100)
+        assert pacing.may_read(0) and reader.receive() == [b'at 0']
+        assert pacing.may_read(10) and reader.receive() == []  # < lead // 8 since the last report
+        assert pacing.may_read(20) and reader.receive() == [b'at 20']
+        reader.send(b'100')
+        reader.send(b'250')
+        assert pacing.may_read(340) and pacing.reader_at == 250  # within the lead of the last report
+        assert pacing.may_read(345) and reader.receive() == [b'at 340']
+        waiting = threading.Thread(target=lambda: pacing.may_read(350))
+        waiting.start()
+        time.sleep(0.2)
+        assert waiting.is_alive() and reader.receive() == [b'at 350']  # waits, having said where it is
+        reader.send(b'350')
+        waiting.join(5)
+        assert not waiting.is_alive()
+        reader.send(b'end')
+        assert pacing.may_read(10 ** 12) and pacing.reader_done  # the reader read everything: no more waiting
+        gone = _Pacing(hasher, lead=5)
+        os.close(reader.write_fd)
+        assert not gone.may_read(10)  # closed without 'end': the reader gave up
+    finally:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@posix_only
+def test_reader_waits_for_a_slower_hashing_process(tmp_path):
+    """A hashing process that falls behind (stopped here) holds the reader within the lead of its hash: the
+    progress of the reading is that of the hash; once it goes on, both finish and the digest is the file's."""
+    import signal
+    path = tmp_path / 'bytes.bin'
+    data = os.urandom(4 << 20)
+    path.write_bytes(data)
+    forget_digests()
+    lead = 256 << 10
+    with readahead.ProcessHashingReader(str(path), lead=lead) as f:
+        os.kill(f._process.pid, signal.SIGSTOP)
+        parts = []
+
+        def read_all():
+            while True:
+                piece = f.read(64 << 10)
+                if not piece:
+                    return
+                parts.append(piece)
+
+        reading = threading.Thread(target=read_all)
+        reading.start()
+        time.sleep(0.5)
+        assert reading.is_alive()
+        assert f.tell() <= f._hashed + lead + lead // 8 + (64 << 10) < len(data)
+        os.kill(f._process.pid, signal.SIGCONT)
+        reading.join(10)
+        assert not reading.is_alive() and b''.join(parts) == data
+        assert f.digest == hashlib.sha256(data).hexdigest()
+    assert known_sha256(str(path)) == hashlib.sha256(data).hexdigest()
 
 
 def test_sha256_file_is_hashlib_for_any_block_size(tmp_path):
