@@ -313,66 +313,58 @@ def test_small_files_and_other_systems_are_hashed_by_the_reader(tmp_path, monkey
     assert not readahead.hashed_by_a_process(str(path))
 
 
-def _pipe_pair():
-    """Two Channels joined by two pipes (as the reader and the hashing process are)."""
+@pytest.fixture
+def channels():
+    """Two Channels joined by two pipes (as the reader and the hashing process are); the pipes closed after."""
     from mmsgg_eval.io.filehash import Channel
     a_to_b, b_to_a = os.pipe(), os.pipe()
-    return Channel(b_to_a[0], a_to_b[1]), Channel(a_to_b[0], b_to_a[1]), (*a_to_b, *b_to_a)
+    yield Channel(b_to_a[0], a_to_b[1]), Channel(a_to_b[0], b_to_a[1])
+    for fd in (*a_to_b, *b_to_a):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 @posix_only
-def test_channel_lines_partial_writes_and_closing():
-    a, b, fds = _pipe_pair()
-    try:
-        assert b.receive() == []  # nothing yet: no wait
-        a.send(b'12')
-        os.write(a.write_fd, b'3')  # half a line
-        assert b.receive() == [b'12']
-        os.write(a.write_fd, b'4\nend\n')
-        assert b.receive(wait=True) == [b'34', b'end']
-        os.close(a.write_fd)
-        assert b.receive(wait=True) == [] and b.closed
-        for _ in range(20000):  # a full pipe: the report is left, nothing waits
-            b.send(b'0' * 100)
-    finally:
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+def test_channel_lines_partial_writes_and_closing(channels):
+    a, b = channels
+    assert b.receive() == []  # nothing yet: no wait
+    a.send(b'12')
+    os.write(a.write_fd, b'3')  # half a line
+    assert b.receive() == [b'12']
+    os.write(a.write_fd, b'4\nend\n')
+    assert b.receive(wait=True) == [b'34', b'end']
+    os.close(a.write_fd)
+    assert b.receive(wait=True) == [] and b.closed
+    for _ in range(20000):  # a full pipe: the report is left, nothing waits
+        b.send(b'0' * 100)
 
 
 @posix_only
-def test_pacing_reports_waits_for_the_reader_and_stops_when_it_gives_up():
+def test_pacing_reports_waits_for_the_reader_and_stops_when_it_gives_up(channels):
     from mmsgg_eval.io.filehash import _Pacing
-    reader, hasher, fds = _pipe_pair()
-    try:
-        pacing = _Pacing(hasher, lead=100)
-        assert pacing.may_read(0) and reader.receive() == [b'at 0']
-        assert pacing.may_read(10) and reader.receive() == []  # < lead // 8 since the last report
-        assert pacing.may_read(20) and reader.receive() == [b'at 20']
-        reader.send(b'100')
-        reader.send(b'250')
-        assert pacing.may_read(340) and pacing.reader_at == 250  # within the lead of the last report
-        assert pacing.may_read(345) and reader.receive() == [b'at 340']
-        waiting = threading.Thread(target=lambda: pacing.may_read(350))
-        waiting.start()
-        time.sleep(0.2)
-        assert waiting.is_alive() and reader.receive() == [b'at 350']  # waits, having said where it is
-        reader.send(b'350')
-        waiting.join(5)
-        assert not waiting.is_alive()
-        reader.send(b'end')
-        assert pacing.may_read(10 ** 12) and pacing.reader_done  # the reader read everything: no more waiting
-        gone = _Pacing(hasher, lead=5)
-        os.close(reader.write_fd)
-        assert not gone.may_read(10)  # closed without 'end': the reader gave up
-    finally:
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    reader, hasher = channels
+    pacing = _Pacing(hasher, lead=100)
+    assert pacing.may_read(0) and reader.receive() == [b'at 0']
+    assert pacing.may_read(10) and reader.receive() == []  # < lead // 8 since the last report
+    assert pacing.may_read(20) and reader.receive() == [b'at 20']
+    reader.send(b'100')
+    reader.send(b'250')
+    assert pacing.may_read(340) and pacing.reader_at == 250  # within the lead of the last report
+    assert pacing.may_read(345) and reader.receive() == [b'at 340']
+    waiting = threading.Thread(target=lambda: pacing.may_read(350))
+    waiting.start()
+    time.sleep(0.2)
+    assert waiting.is_alive() and reader.receive() == [b'at 350']  # waits, having said where it is
+    reader.send(b'350')
+    waiting.join(5)
+    assert not waiting.is_alive()
+    reader.send(b'end')
+    assert pacing.may_read(10 ** 12) and pacing.reader_done  # the reader read everything: no more waiting
+    gone = _Pacing(hasher, lead=5)
+    os.close(reader.write_fd)
+    assert not gone.may_read(10)  # closed without 'end': the reader gave up
 
 
 @posix_only
