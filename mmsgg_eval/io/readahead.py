@@ -16,7 +16,8 @@ hashes the file itself otherwise:
   progress). Hashing is then off the reading process: a hashing thread there
   would need the interpreter lock between blocks and waits for it while the evaluation runs Python code
   (measured: SHA-256 at less than half its speed);
-* :class:`HashingReader`: the bytes hashed in the reading thread as they are read (small files, other systems).
+* :class:`HashingReader`: the bytes hashed in the reading thread as they are read (small files, other systems);
+* :class:`UnhashedReader`: no digest (a file whose digest nobody records).
 
 :func:`read_ahead` runs a reader (reading, unpickling) in a thread, a bounded number of records ahead of the
 consumer (the evaluation), so that the disk and the evaluation overlap: file reads and hashing release the GIL,
@@ -142,6 +143,14 @@ class _ReadOnce:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class UnhashedReader(_ReadOnce):
+    """A binary file read front to back without its digest (see :class:`_ReadOnce`; :attr:`digest` is None)."""
+
+    @property
+    def digest(self) -> Optional[str]:
+        return None
 
 
 class HashingReader(_ReadOnce):

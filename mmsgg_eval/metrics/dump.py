@@ -67,7 +67,8 @@ class DumpSceneGraphPredictions(BaseMetric):
                     part = self._part(rank)
                     if not os.path.exists(part):
                         continue
-                    for _, record in PredictionStream(part, unsafe=True):  # our own file: plain records
+                    # our own file (plain records); its digest is recorded nowhere
+                    for _, record in PredictionStream(part, unsafe=True, digest=False):
                         idx = record.get('sample_idx')
                         if idx is not None and idx in seen:
                             continue  # sampler padding

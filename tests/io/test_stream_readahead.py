@@ -202,6 +202,19 @@ def test_process_hashed_stream_reads_the_same_records_and_digest(stream, hashed_
     assert known_sha256(stream) == _separate_pass(stream)
 
 
+def test_stream_read_without_its_digest(stream, hashed_by_process, monkeypatch):
+    """digest=False (the rank parts a dump merges): the same records, read in the calling thread, nothing hashed
+    and no process started."""
+    reference, _, _ = _in_thread_records(stream)
+    forget_digests()
+    import mmsgg_eval.io.stream as stream_module
+    monkeypatch.setattr(stream_module, 'read_ahead', None)  # no reader thread
+    monkeypatch.setattr(readahead.hashlib, 'sha256', None)  # nothing hashed
+    records = list(PredictionStream(stream, digest=False))
+    _same_records(records, reference)
+    assert hashed_by_process == [] and known_sha256(stream) is None
+
+
 @posix_only
 def test_process_hashed_stream_stopped_early_stops_the_process(stream, hashed_by_process):
     for _ in PredictionStream(stream):
