@@ -20,11 +20,9 @@ import subprocess
 import sys
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from ..io.filehash import BLOCK_BYTES, sha256_file
 from ..reports import OutputNotWritableError, check_writable, json_safe  # noqa: F401  (first two re-exported)
 
-#: Bytes read at a time (into one reused buffer) when hashing a file (checkpoints can be several GB: never read
-#: whole).
-HASH_CHUNK_BYTES = 1 << 20
 #: Seconds a ``git`` call may take before the commit is recorded as unknown.
 GIT_TIMEOUT_S = 10.0
 #: Installed distributions whose versions are recorded (read from their metadata: nothing is imported).
@@ -96,11 +94,10 @@ def write_run_metrics(scalars: Mapping[str, Any], metrics: Sequence[Any], work_d
 
 # ---------------------------------------------------------------------------------------------- provenance
 
-def file_fingerprint(path: str, chunk_bytes: int = HASH_CHUNK_BYTES) -> Dict[str, Any]:
+def file_fingerprint(path: str, chunk_bytes: int = BLOCK_BYTES) -> Dict[str, Any]:
     """``{'path': absolute path, 'size': bytes, 'sha256': hex digest}`` of a file, hashed in chunks of
     ``chunk_bytes`` (memory does not grow with the file), or the digest taken while the prediction stream reader
     read the same file whole (:func:`mmsgg_eval.io.readahead.known_sha256`: no second pass)."""
-    from ..io.filehash import sha256_file
     from ..io.readahead import known_sha256
     digest = known_sha256(path) or sha256_file(path, chunk_bytes)
     return {'path': osp.abspath(path), 'size': osp.getsize(path), 'sha256': digest}

@@ -428,7 +428,7 @@ def test_offline_cli_with_a_hashing_process(sample, tmp_path, monkeypatch):  # n
     """The offline CLI on a stream hashed by a process: the same metrics as with the reader hashing, and the
     provenance digest from that process (no separate pass over the file)."""
     from mmsgg_eval.eval import main
-    from mmsgg_eval.io import filehash
+    from mmsgg_eval.runner import results
     from tests.io.test_inputs import write_stream
     from tests.offline.test_eval_cli import CONFIG
     from tests.offline.test_record_identity import options, stream_records
@@ -440,7 +440,7 @@ def test_offline_cli_with_a_hashing_process(sample, tmp_path, monkeypatch):  # n
     by_reader = main(args + ['--work-dir', str(tmp_path / 'reader')])
     forget_digests()
     monkeypatch.setattr(readahead, 'HASH_PROCESS_MIN_BYTES', 0)
-    monkeypatch.setattr(filehash, 'sha256_file', None)  # a separate pass would fail
+    monkeypatch.setattr(results, 'sha256_file', None)  # a separate pass would fail
     by_process = main(args + ['--work-dir', str(tmp_path / 'process')])
     assert by_process == by_reader and by_process['sgdet/R@50'] > 20
     provenance = [json.load(open(tmp_path / run / 'metrics.json'))['provenance']['predictions']
