@@ -161,7 +161,7 @@ class PredictionStream:
         unsafe: unpickle with the full unpickler (only for files you trust).
         allow_truncated: a stream without its closing record (or with a partial last record) ends with a
             warning instead of :class:`~mmsgg_eval.io.errors.TruncatedStreamError`.
-        digest: take the file's SHA-256 while reading it (False for a file whose digest nobody records, e.g.
+        with_digest: take the file's SHA-256 while reading it (False for a file whose digest nobody records, e.g.
             the per-rank parts that ``DumpSceneGraphPredictions`` merges: no hashing work).
 
     After iterating, ``header`` (None for older files), ``num_records`` and ``complete`` (the closing record
@@ -171,15 +171,16 @@ class PredictionStream:
     before they are read (:class:`~mmsgg_eval.io.readahead.ProcessHashingReader`), and the records are read
     and unpickled in the thread that iterates; otherwise the bytes are hashed as they are read
     (:class:`~mmsgg_eval.io.readahead.HashingReader`) by a thread a few records ahead of the loop that consumes
-    them (:func:`~mmsgg_eval.io.readahead.read_ahead`: reading overlaps the evaluation); with ``digest=False``,
+    them (:func:`~mmsgg_eval.io.readahead.read_ahead`: reading overlaps the evaluation); with ``with_digest=False``,
     the records are read in the calling thread and nothing is hashed. Either way errors and warnings reach the
     loop as they were raised, after the records before them. ``header`` is set before the first record arrives.
     """
 
-    def __init__(self, path: str, unsafe: bool = False, allow_truncated: bool = False, digest: bool = True):
+    def __init__(self, path: str, unsafe: bool = False, allow_truncated: bool = False, with_digest: bool = True):
         if not os.path.isfile(path):
             raise FileNotFoundError(f'predictions file not found: {os.path.abspath(path)}')
-        self.path, self.unsafe, self.allow_truncated, self.digest = path, unsafe, allow_truncated, digest
+        self.path, self.unsafe, self.allow_truncated = path, unsafe, allow_truncated
+        self.with_digest = with_digest
         self.header: Optional[Dict[str, Any]] = None
         self.num_records = 0
         self.complete = False
@@ -219,7 +220,7 @@ class PredictionStream:
         warn(f'{self.path}: {problem}; evaluating the {self.num_records} records present')
 
     def __iter__(self) -> Iterator[Tuple[int, Dict[str, Any]]]:
-        if not self.digest:
+        if not self.with_digest:
             return self._records(_warn, UnhashedReader)
         if hashed_by_a_process(self.path):
             return self._records(_warn, open_hashing_reader)

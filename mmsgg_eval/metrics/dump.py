@@ -68,7 +68,7 @@ class DumpSceneGraphPredictions(BaseMetric):
                     if not os.path.exists(part):
                         continue
                     # our own file (plain records); its digest is recorded nowhere
-                    for _, record in PredictionStream(part, unsafe=True, digest=False):
+                    for _, record in PredictionStream(part, unsafe=True, with_digest=False):
                         idx = record.get('sample_idx')
                         if idx is not None and idx in seen:
                             continue  # sampler padding

@@ -203,14 +203,14 @@ def test_process_hashed_stream_reads_the_same_records_and_digest(stream, hashed_
 
 
 def test_stream_read_without_its_digest(stream, hashed_by_process, monkeypatch):
-    """digest=False (the rank parts a dump merges): the same records, read in the calling thread, nothing hashed
-    and no process started."""
+    """with_digest=False (the rank parts a dump merges): the same records, read in the calling thread, nothing
+    hashed and no process started."""
     reference, _, _ = _in_thread_records(stream)
     forget_digests()
     import mmsgg_eval.io.stream as stream_module
     monkeypatch.setattr(stream_module, 'read_ahead', None)  # no reader thread
     monkeypatch.setattr(readahead.hashlib, 'sha256', None)  # nothing hashed
-    records = list(PredictionStream(stream, digest=False))
+    records = list(PredictionStream(stream, with_digest=False))
     _same_records(records, reference)
     assert hashed_by_process == [] and known_sha256(stream) is None
 
