@@ -225,19 +225,22 @@ class ProcessHashingReader(_ReadOnce):
             return
         self._finished = True
         process = self._process
-        if wait:
-            self._channel.send(b'end', wait=True)
-            process.stdin.close()
-            while not self._channel.closed:
-                self._hear(wait=True)
-        else:
-            process.kill()
-        process.wait()
-        for pipe in (process.stdin, process.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        ended = False
+        try:
+            if wait:
+                self._channel.send(b'end', wait=True)
+                while not self._channel.closed:
+                    self._hear(wait=True)
+                ended = True
+        finally:  # also when interrupted while waiting for the result
+            if not ended:
+                process.kill()
+            process.wait()
+            for pipe in (process.stdin, process.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
 
     def _stop(self) -> None:
         self._finish(wait=False)

@@ -292,6 +292,28 @@ def test_hashing_process_killed_means_a_separate_pass(tmp_path):
     assert file_fingerprint(str(path))['sha256'] == _separate_pass(str(path))
 
 
+@posix_only
+def test_interrupted_while_waiting_for_the_digest_stops_the_process(tmp_path):
+    """Ctrl-C while the reader waits for the hash at the end: the process is stopped and waited for."""
+    import signal
+    path = tmp_path / 'bytes.bin'
+    path.write_bytes(os.urandom(1 << 20))
+    with pytest.raises(KeyboardInterrupt):
+        with readahead.ProcessHashingReader(str(path), lead=1 << 30) as f:
+            os.kill(f._process.pid, signal.SIGSTOP)  # its result never comes
+            f.read()
+            receive = f._channel.receive
+
+            def interrupted(wait=False):
+                if wait:
+                    raise KeyboardInterrupt
+                return receive(wait)
+
+            f._channel.receive = interrupted
+            f.digest
+    assert f._process.returncode is not None
+
+
 @pytest.mark.parametrize('setting', [('executable', ''), ('executable', '/opt/app/uwsgi'), ('frozen', True),
                                      ('env', '0')])
 def test_where_no_hashing_process_may_start_the_reader_hashes_itself(tmp_path, monkeypatch, setting):
