@@ -7,8 +7,8 @@ and remember it for :func:`known_sha256`, which gives it (for the file as it is 
 modification time and inode must still match) to :func:`mmsgg_eval.runner.results.file_fingerprint`, which
 hashes the file itself otherwise:
 
-* :class:`ProcessHashingReader` (:func:`open_hashing_reader` picks it for files of at least
-  :data:`HASH_PROCESS_MIN_BYTES` where :func:`can_start_a_hashing_process`: POSIX systems, unless
+* :class:`ProcessHashingReader` (for files of at least :data:`HASH_PROCESS_MIN_BYTES` where
+  :func:`can_start_a_hashing_process`, :func:`hashed_by_a_process`: POSIX systems, unless
   ``MMSGG_EVAL_HASH_PROCESS=0``): a process of its own (:mod:`mmsgg_eval.io.filehash`, standard library only)
   reads and hashes the same file beside the reader, the two at most :data:`HASH_PROCESS_LEAD_BYTES` apart (a
   file larger than the page cache is read from the disk once: the hashing process reads it first, the reader
@@ -264,7 +264,7 @@ def can_start_a_hashing_process() -> bool:
 
 
 def hashed_by_a_process(path: str) -> bool:
-    """Whether :func:`open_hashing_reader` gives ``path`` a hashing process: a file of at least
+    """Whether ``path`` is read beside a hashing process (:func:`open_hashing_reader`): a file of at least
     :data:`HASH_PROCESS_MIN_BYTES` where :func:`can_start_a_hashing_process`."""
     try:
         return os.path.getsize(path) >= HASH_PROCESS_MIN_BYTES and can_start_a_hashing_process()
@@ -273,14 +273,12 @@ def hashed_by_a_process(path: str) -> bool:
 
 
 def open_hashing_reader(path: str) -> Union[HashingReader, ProcessHashingReader]:
-    """A :class:`ProcessHashingReader` of ``path`` where :func:`hashed_by_a_process` (a :class:`HashingReader`
-    when its process cannot start), else a :class:`HashingReader`."""
-    if hashed_by_a_process(path):
-        try:
-            return ProcessHashingReader(path)
-        except OSError:
-            pass
-    return HashingReader(path)
+    """A :class:`ProcessHashingReader` of ``path`` (for a file where :func:`hashed_by_a_process`: the caller
+    decides), or a :class:`HashingReader` when its process cannot start."""
+    try:
+        return ProcessHashingReader(path)
+    except OSError:
+        return HashingReader(path)
 
 
 Warn = Callable[[str], None]
