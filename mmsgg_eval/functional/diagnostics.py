@@ -45,6 +45,7 @@ from torch import Tensor
 
 from . import compiled
 from .boxes import box_iou
+from .transfer import sync_free
 
 BOX_CHECKED = 1       # the image has predicted boxes and a known original size
 BOX_OUTSIDE = 2
@@ -124,7 +125,8 @@ def image_diagnostics(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor,
     :func:`label_offset_counts` (box IoU at :data:`LABEL_IOU`, legacy +1 pixel when ``plus_one``) of the images
     marked in ``label_images`` [B] bool against the GT ``gt_boxes`` [B, M, 4] / ``gt_labels`` [B, M] (-1 padding),
     zeros for the others. On the CPU the compiled kernels compute both in one pass over the images where they are
-    built (the same numbers); elsewhere the torch operations above run."""
+    built (the same numbers); elsewhere the torch operations above run (on accelerators for every image, the
+    unchecked ones' counts then zeroed, so that the host never waits for the selection)."""
     kernels = compiled.kernels()
     if kernels is not None and pred_boxes.device.type == 'cpu' and hasattr(kernels, 'image_diagnostics'):
         return kernels.image_diagnostics(
@@ -133,6 +135,9 @@ def image_diagnostics(pred_boxes: Tensor, pred_labels: Tensor, gt_boxes: Tensor,
             DOWNSCALE_LIMIT, UNIT_MIN_IMAGE_SIDE,
             [BOX_CHECKED, BOX_OUTSIDE, BOX_FITS_RESIZED, BOX_DOWNSCALED, BOX_UNIT])
     flags = box_frame_flags(pred_boxes, pred_labels >= 0, original_wh, resized_wh)
+    if sync_free(pred_boxes.device):  # every image's counts, the unchecked ones' then zeroed: no host wait
+        counts = label_offset_counts(box_iou(pred_boxes, gt_boxes, plus_one), pred_labels, gt_labels)
+        return flags, torch.where(label_images[:, None], counts, 0).to(torch.int32)
     checked = label_images.nonzero().squeeze(1)
     offsets = torch.zeros((pred_boxes.shape[0], 4), dtype=torch.int32, device=pred_boxes.device)
     offsets[checked] = label_offset_counts(box_iou(pred_boxes[checked], gt_boxes[checked], plus_one),

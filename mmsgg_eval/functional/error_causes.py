@@ -31,6 +31,7 @@ from .matching import (ObjectMatches, first_hit_rank_bits, pair_end_bits, predic
                        predicate_hit_bits, relation_end_bits, same_class_matrix)
 from .boxes import box_iou_unchecked
 from .matching import object_iou_matrix
+from .transfer import sync_free
 from .recall import hit_within, rank_limit
 
 #: outcome codes (int8): 0 is a hit, then the causes in their order of precedence
@@ -261,7 +262,8 @@ def error_analysis_rows(batch, first_hits, pair_ranks, end_bits: Tuple[Tensor, T
         located = located_objects(iou, batch.pred_labels >= 0, gt_object_valid, iou_thr)
         detected = located & same_class_matrix(batch.pred_labels, batch.gt_labels)
         located_any, detected_any = located.any(1), detected.any(1)  # [B, M]: some predicted object overlaps / matches
-        loc_subject, loc_object = relation_end_bits(ObjectMatches.from_matrix(located), gt_sub, gt_obj, gt_valid)
+        overlapping = located if sync_free(located.device) else ObjectMatches.from_matrix(located)  # no list to size
+        loc_subject, loc_object = relation_end_bits(overlapping, gt_sub, gt_obj, gt_valid)
 
     # the cause of a miss: overlap, class, pair, predicate, over every predicted pair of the image
     subject_located, object_located = end_flags(located_any, gt_pairs)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from . import compiled
 from .ranking import positions_in_groups, sortable_key, stable_topk, valid_counts
+from .transfer import sync_free
 
 # the stacked layout ranks all entries of an image at once up to this many (pair, predicate) entries
 DENSE_NGC_ENTRIES = 8192
@@ -91,6 +92,8 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
         top = None if top_pairs is None else torch.where(top_valid, top_pairs, -1)  # distinct pairs, -1: none
         return compiled.kernels().no_graph_constraint_list(scores.sources, scores.column, num_pred, scores.best,
                                                            pair_score.float(), ng_topk, top)
+    if scores.flat is not None and sync_free(device):
+        return _list_from_top_rows(scores, rel_valid, ng_topk, pair_score)
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
     if rel_count is None:
         rel_count = valid_counts(rel_valid)
@@ -111,6 +114,38 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     values = entries.view(-1).index_select(0, entry_flat)
     which, valid = _ranked_entries(entry_image, entry_flat, values, batch, ng_topk)  # row * P + predicate
     return pos.index_select(0, (which // num_pred).view(-1)).view_as(which), which % num_pred, valid
+
+
+def _list_from_top_rows(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor):
+    """:func:`no_graph_constraint_list` in fixed sizes, with no host synchronisation (accelerators; ``scores`` in
+    one copy, ``flat``): the entries of each image's k = ``ng_topk`` pairs of largest best entry (ties: earlier
+    pairs first) are ranked by unique keys (score bits, then earlier (pair, predicate) entries first).
+
+    Every listed entry lies in those rows: each of the k rows has a best entry at least as large as any entry of a
+    row outside them, and earlier than it where the two are equal, so an entry outside them has k entries ranked
+    before it. Returns ``(pair index [B, L], predicate [B, L], valid [B, L])``, L = min(``ng_topk``, R * P).
+    """
+    num_pred = scores.num_predicates
+    batch, num_rel = rel_valid.shape
+    device = rel_valid.device
+    best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
+    row_k = min(ng_topk, num_rel)
+    top, top_valid = stable_topk(best, rel_valid, row_k)  # [B, row_k]
+    pos = torch.where(top_valid, top, 0)
+    row = (scores.start[:, None] + pos).clamp(max=max(scores.flat.shape[0] - 1, 0)).view(-1)
+    rows = scores.flat.index_select(0, row).view(batch, row_k, num_pred)
+    entries = rows * pair_score.gather(1, pos)[..., None]
+    valid = top_valid[..., None].expand(batch, row_k, num_pred)
+    if scores.has_single_label:  # -inf marks a non-candidate (and -inf * 0 is NaN)
+        valid = valid & (rows != float('-inf'))
+    entry = pos[..., None] * num_pred + torch.arange(num_pred, device=device)  # row-major index in the image
+    key = torch.where(valid, (sortable_key(entries) << 32) + (num_rel * num_pred - 1 - entry),
+                      torch.iinfo(torch.long).min)
+    width = min(ng_topk, row_k * num_pred)
+    top_key, at = key.view(batch, -1).topk(width, dim=1, sorted=True)
+    which = entry.view(batch, -1).gather(1, at)
+    listed = top_key != torch.iinfo(torch.long).min
+    return torch.where(listed, which // num_pred, 0), torch.where(listed, which % num_pred, 0), listed
 
 
 # the kept entries of a batch are ranked in a [B, most kept by an image] table up to this many times their

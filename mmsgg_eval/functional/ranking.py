@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
+from .transfer import sync_free
 
 
 # rows whose valid entries are at most 1 / SPARSE_FRACTION of their length are ranked on those entries alone
@@ -50,13 +51,15 @@ def stable_topk(scores: Tensor, valid: Optional[Tensor], k: int, count: Optional
     k-th is strictly above the next; the other rows (only those) give each entry a unique int64 key (score
     bits, then reversed position), so one ``topk`` gives their stable order. Rows with few valid entries (at most
     1 / ``SPARSE_FRACTION`` of L in every row) are ranked on those entries alone, moved to the front of a table.
+    On accelerators (:func:`~mmsgg_eval.functional.transfer.sync_free`) every row takes the unique keys at once:
+    the two shortcuts each read a value on the host first.
     """
     batch, length = scores.shape
     k = min(int(k), length)
     if k == 0 or batch == 0:
         empty = scores.new_zeros((batch, k), dtype=torch.long)
         return empty, empty.bool()
-    if length <= k:
+    if length <= k or sync_free(scores.device):
         return _keyed_topk(scores, valid, k)
     if count is None:
         count = valid_counts(valid) if valid is not None else torch.full((batch,), length, device=scores.device)

@@ -1,17 +1,22 @@
 """Functional layer against slow references: stable top-k, IoU conventions, no-graph-constraint pruning."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from mmsgg_eval.functional import box_iou, mask_iou, paired_box_iou, stable_topk
+from mmsgg_eval.functional.transfer import sync_free_paths
+from mmsgg_eval.testing.host_syncs import HostSyncCounter
 from tests.reference_sgg import iou as reference_iou
 
 
+@pytest.mark.parametrize('path', ['cpu', 'sync-free'])  # the host's shortcuts / the accelerators' keys at once
 @pytest.mark.parametrize('density', [0.85, 0.05])  # the float / keyed paths; rows ranked on their few valid entries
 @pytest.mark.parametrize('quantised', [False, True])
-def test_stable_topk_equals_a_stable_sort(quantised, density):
+def test_stable_topk_equals_a_stable_sort(quantised, density, path):
     g = torch.Generator().manual_seed(1)
-    for trial in range(200):
+    for trial in range(200 if path == 'cpu' else 60):
         batch = 3
         length = int(torch.randint(1, 700, (1,), generator=g))
         k = int(torch.randint(1, 160, (1,), generator=g))
@@ -20,7 +25,9 @@ def test_stable_topk_equals_a_stable_sort(quantised, density):
             tied = torch.rand(batch, 1, generator=g) < 0.5
             x = torch.where(tied, (x * 5).round() / 5, x)
         valid = torch.rand(batch, length, generator=g) < density
-        order, order_valid = stable_topk(x, valid, k)
+        with sync_free_paths() if path == 'sync-free' else contextlib.nullcontext(), HostSyncCounter() as syncs:
+            order, order_valid = stable_topk(x, valid, k)
+        assert path == 'cpu' or syncs.total == 0, syncs.report()
         assert order.shape == order_valid.shape == (batch, min(k, length))
         for b in range(batch):
             ref = sorted((i for i in range(length) if valid[b, i]), key=lambda i: -float(x[b, i]))[:k]
@@ -198,7 +205,7 @@ def _reference_ng_list(matrices, pair_scores, single_label, ng_topk):
 
 
 @pytest.mark.parametrize('layout', ['stacked', 'stacked-pruned', 'concatenated', 'concatenated-sorted', 'views',
-                                    'views-no-probe', 'compiled'])
+                                    'views-no-probe', 'compiled', 'stacked-sync-free', 'concatenated-sync-free'])
 @pytest.mark.parametrize('single_label', [False, True])
 def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layout, single_label):
     """The pruned no-graph-constraint list equals a stable sort of all entries whatever pairs bound its
@@ -219,6 +226,10 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
     if layout == 'views-no-probe':  # the threshold from the top pairs' bound alone (many pairs per image)
         monkeypatch.setattr(ngc, 'NGC_PROBE_PAIRS_PER_ENTRY', 0)
         layout = 'views'
+    sync_free = layout.endswith('-sync-free')  # the accelerators' fixed-size list from each image's top rows
+    if sync_free:
+        monkeypatch.setattr(ngc, 'DENSE_NGC_ENTRIES', 0)
+        layout = layout[:-len('-sync-free')]
     g = np.random.default_rng(7 + single_label)
     num_pred = 6
     for trial in range(60):
@@ -259,7 +270,9 @@ def test_no_graph_constraint_pruning_equals_a_full_stable_sort(monkeypatch, layo
         ref = _reference_ng_list(matrices, [pair_score[b, :r].tolist() for b, r in enumerate(num_rel)],
                                  single_label, ng_topk)
         for top_pairs, top_valid in choices:
-            pair, pred, ok = no_graph_constraint_list(scores, valid, ng_topk, pair_score, top_pairs, top_valid)
+            with sync_free_paths() if sync_free else contextlib.nullcontext(), HostSyncCounter() as syncs:
+                pair, pred, ok = no_graph_constraint_list(scores, valid, ng_topk, pair_score, top_pairs, top_valid)
+            assert not sync_free or syncs.total == 0, syncs.report()
             for b in range(batch):
                 n = int(ok[b].sum())
                 assert ok[b, :n].all()
