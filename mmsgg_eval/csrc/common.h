@@ -234,7 +234,7 @@ struct GraphPairStep {
 };
 
 // scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check; with `pairs`,
-// also its graph-constrained pair step for every row r < rows, right after that row's maximum.
+// also its graph-constrained pair step for every row r < rows, once that row's maximum is known (rows in small blocks).
 bool image_row_maxima(const int32_t* data, int64_t rows, int64_t cols, int64_t column, int32_t* out,
                       GraphPairStep* pairs = nullptr);
 

@@ -18,7 +18,7 @@ inline float as_float(int32_t bits) {
 // Row maxima of one image's predicate columns (into out[0, rows)) and the integer range check of all its entries,
 // in one pass over the matrix: each row is read once, as 8-lane vectors (the last one overlapping the previous
 // where the predicates are not a multiple of 8), into its maximum and the running unsigned maximum of every entry.
-// With kPairs, the graph-constrained pair step of each row right after its maximum.
+// With kPairs, the graph-constrained pair step of each row once its maximum is known (in blocks of rows, below).
 // The check compares entries as unsigned: a valid entry (finite, >= 0) lies below kFiniteBits, an invalid one
 // (sign bit set: negative or -0.0; inf, NaN) at or above it, so the unsigned maximum of every entry checks them all.
 // kUnsigned: each row's maximum is an unsigned one too (one max per load): the maxima where the check passes (on
@@ -26,6 +26,14 @@ inline float as_float(int32_t bits) {
 // of the check: -0.0 (an image the reader accepts on a second look at its values) is then below every positive
 // entry of its row.
 #if defined(__x86_64__)
+// With kPairs the pair steps run block by block, after the maxima of the block's kPairBlock rows: a row's loads no
+// longer wait behind the previous row's pair step (pair loads, object-score gathers, stores), and the step's index
+// range stays in registers (a local copy of the step). The rows kAheadBytes ahead of the one being read are asked
+// for (prefetch): the hardware's stream prefetch alone left the loop waiting on its loads (one thread, 512 images of
+// 6,320 x 51 scores: the pass 75 -> 58 us per image, the reader without pairs 42 -> 37 us, on a 2-core AMD EPYC VM).
+constexpr int64_t kPairBlock = 16;
+constexpr int64_t kAheadBytes = 12 << 10;
+
 // The lane-wise maximum of 8 (max8) or 4 (max4) int32 bit patterns, compared as unsigned or as signed.
 template <bool kUnsigned>
 __attribute__((target("avx2"))) inline __m256i max8(__m256i a, __m256i b) {
@@ -44,8 +52,20 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
   const int64_t num_pred = cols - column;  // >= 8 (the caller checks)
   __m256i high = _mm256_setzero_si256();
   uint32_t high_lead = 0;
+  GraphPairStep step = kPairs ? *pairs : GraphPairStep{};  // a local copy: its index range stays in registers
+  const int64_t ahead = std::max<int64_t>(1, kAheadBytes / (cols * static_cast<int64_t>(sizeof(int32_t))));
   for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (kPairs) {  // the pair steps of the previous block of rows, once its maxima are known
+      if (r % kPairBlock == 0 && r > 0) {
+        for (int64_t q = r - kPairBlock; q < r; ++q) {
+          step(q, as_float(out[q]));
+        }
+      }
+    }
     const int32_t* row = data + r * cols;
+    if (r + ahead < rows) {
+      prefetch_bytes(row + ahead * cols, cols * static_cast<int64_t>(sizeof(int32_t)));
+    }
     for (int64_t c = 0; c < column; ++c) {  // the background column(s): checked, not maxed
       high_lead = std::max(high_lead, static_cast<uint32_t>(row[c]));
     }
@@ -76,9 +96,12 @@ bool image_row_maxima_avx2(const int32_t* data, int64_t rows, int64_t cols, int6
     half = max4<kUnsigned>(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
     half = max4<kUnsigned>(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
     out[r] = _mm_cvtsi128_si32(half);
-    if constexpr (kPairs) {
-      (*pairs)(r, as_float(out[r]));
+  }
+  if constexpr (kPairs) {
+    for (int64_t q = rows > 0 ? (rows - 1) / kPairBlock * kPairBlock : 0; q < rows; ++q) {
+      step(q, as_float(out[q]));
     }
+    *pairs = step;
   }
   alignas(32) uint32_t highs[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(highs), high);
