@@ -4,11 +4,15 @@ operations, each against a loop reference written from the definitions (module d
 ``mmsgg_eval.functional.diagnostics``) in float32, with unknown / zero / NaN image sizes, boxes on and just past
 the tolerance, images shrunk to exactly the downscale limit, normalised boxes, padding, empty images and images
 whose labels are not checked; and the metric's diagnostic rows with the kernels on and off."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from mmsgg_eval.functional import compiled
+from mmsgg_eval.functional.transfer import sync_free_paths
+from mmsgg_eval.testing.host_syncs import HostSyncCounter
 from mmsgg_eval.functional.diagnostics import (BOX_TOLERANCE_PX, BOX_TOLERANCE_REL, DOWNSCALE_LIMIT, LABEL_IOU,
                                                UNIT_MIN_IMAGE_SIDE, image_diagnostics)
 
@@ -140,12 +144,15 @@ def _batch(seed, batch=24, num_pred=9, num_gt=6):
             torch.from_numpy(resized), label_images)
 
 
+@pytest.mark.parametrize('path', ['cpu', 'sync-free'])  # the checked images selected / all counted, then zeroed
 @pytest.mark.parametrize('seed', [0, 1, 2])
 @pytest.mark.parametrize('plus_one', [False, True])
-def test_torch_path_equals_the_loop_reference(seed, plus_one):
+def test_torch_path_equals_the_loop_reference(seed, plus_one, path):
     args = _batch(seed)
-    with compiled.disabled():
+    with compiled.disabled(), sync_free_paths() if path == 'sync-free' else contextlib.nullcontext(), \
+            HostSyncCounter() as syncs:
         flags, offsets = image_diagnostics(*args, plus_one)
+    assert path == 'cpu' or syncs.total == 0, syncs.report()
     ref_flags, ref_offsets = _reference(*(a.numpy() for a in args), plus_one)
     assert flags.dtype == torch.uint8 and offsets.dtype == torch.int32
     assert torch.equal(flags, ref_flags) and torch.equal(offsets, ref_offsets)
