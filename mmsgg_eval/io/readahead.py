@@ -189,15 +189,18 @@ class ProcessHashingReader(_ReadOnce):
         self._hashed = 0  # the bytes the process reported hashed
         self._result: Optional[str] = None
         self._finished = False
+        self._process: Optional[subprocess.Popen] = None
         try:
             self._process = subprocess.Popen(
                 [sys.executable, '-I', '-S', filehash.__file__, os.path.abspath(path),
                  *map(str, filehash.file_identity(self._stat)), str(self._lead)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        except BaseException:
+            self._channel = filehash.Channel(self._process.stdout.fileno(), self._process.stdin.fileno())
+        except BaseException:  # (no process left behind: stopped when it started)
             self._file.close()
+            if self._process is not None:
+                self._finish(wait=False)
             raise
-        self._channel = filehash.Channel(self._process.stdout.fileno(), self._process.stdin.fileno())
 
     def _hear(self, wait: bool) -> None:
         """Take the process's messages: its position, its result (then it ends), or that it refused the file."""

@@ -314,6 +314,40 @@ def test_interrupted_while_waiting_for_the_digest_stops_the_process(tmp_path):
     assert f._process.returncode is not None
 
 
+@posix_only
+def test_failing_after_the_process_started_stops_it(tmp_path, monkeypatch):
+    """The process started, then the reader could not be made (its channel failed): the error comes through, the
+    process is stopped and waited for, and the file is closed."""
+    import subprocess
+    path = tmp_path / 'bytes.bin'
+    path.write_bytes(os.urandom(1 << 16))
+    started = []
+    popen = subprocess.Popen
+
+    def recording(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    def failing(*args):
+        raise OSError('no channel')
+
+    monkeypatch.setattr(readahead.subprocess, 'Popen', recording)
+    monkeypatch.setattr(readahead.filehash, 'Channel', failing)
+    opened = []
+    monkeypatch.setattr(readahead._ReadOnce, '__init__', _recording_init(readahead._ReadOnce.__init__, opened))
+    with pytest.raises(OSError, match='no channel'):
+        readahead.ProcessHashingReader(str(path))
+    assert len(started) == 1 and started[0].returncode is not None
+    assert opened and opened[0]._file.closed
+
+
+def _recording_init(init, opened):
+    def recorded(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        opened.append(self)
+    return recorded
+
+
 @pytest.mark.parametrize('setting', [('executable', ''), ('executable', '/opt/app/uwsgi'), ('frozen', True),
                                      ('env', '0')])
 def test_where_no_hashing_process_may_start_the_reader_hashes_itself(tmp_path, monkeypatch, setting):
