@@ -92,9 +92,9 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
         top = None if top_pairs is None else torch.where(top_valid, top_pairs, -1)  # distinct pairs, -1: none
         return compiled.kernels().no_graph_constraint_list(scores.sources, scores.column, num_pred, scores.best,
                                                            pair_score.float(), ng_topk, top)
-    if scores.flat is not None and sync_free(device):
-        return _list_from_top_rows(scores, rel_valid, ng_topk, pair_score)
     best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
+    if scores.flat is not None and sync_free(device):
+        return _list_from_top_rows(scores, rel_valid, ng_topk, pair_score, best)
     if rel_count is None:
         rel_count = valid_counts(rel_valid)
     if top_pairs is None:
@@ -116,10 +116,11 @@ def no_graph_constraint_list(scores, rel_valid: Tensor, ng_topk: int, pair_score
     return pos.index_select(0, (which // num_pred).view(-1)).view_as(which), which % num_pred, valid
 
 
-def _list_from_top_rows(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor):
+def _list_from_top_rows(scores, rel_valid: Tensor, ng_topk: int, pair_score: Tensor, best: Tensor):
     """:func:`no_graph_constraint_list` in fixed sizes, with no host synchronisation (accelerators; ``scores`` in
-    one copy, ``flat``): the entries of each image's k = ``ng_topk`` pairs of largest best entry (ties: earlier
-    pairs first) are ranked by unique keys (score bits, then earlier (pair, predicate) entries first).
+    one copy, ``flat``): the entries of each image's k = ``ng_topk`` pairs of largest best entry ``best`` [B, R]
+    (ties: earlier pairs first) are ranked by unique keys (score bits, then earlier (pair, predicate) entries
+    first).
 
     Every listed entry lies in those rows: each of the k rows has a best entry at least as large as any entry of a
     row outside them, and earlier than it where the two are equal, so an entry outside them has k entries ranked
@@ -128,7 +129,6 @@ def _list_from_top_rows(scores, rel_valid: Tensor, ng_topk: int, pair_score: Ten
     num_pred = scores.num_predicates
     batch, num_rel = rel_valid.shape
     device = rel_valid.device
-    best = pair_score * scores.best  # == max over p of pair_score * prob_p (rounding is monotone)
     row_k = min(ng_topk, num_rel)
     top, top_valid = stable_topk(best, rel_valid, row_k)  # [B, row_k]
     pos = torch.where(top_valid, top, 0)
