@@ -4,7 +4,7 @@
                                           sgdet-variable oiv6-sgdet]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
-                              [--offline] [--baseline PATH]
+                              [--offline] [--baseline PATH] [--error-analysis] [--detection-ap]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
@@ -40,7 +40,9 @@ the other jobs, so that a regression shows in one run (``ours_vs_baseline`` rati
 per-core efficiency), interleaved with the others in every round; ``--load N`` runs every job while N CPU-bound
 busy processes compete for the cores (as dataloader workers do during ``tools/test.py``), started before the
 first round and stopped after the last one, on an error or on Ctrl-C (:mod:`mmsgg_eval.benchmarks.load`); the
-table's first line states the load.
+table's first line states the load. ``--error-analysis`` adds ``ours+errors`` (the metrics with
+``error_analysis=True``) and ``--detection-ap`` adds ``ours+detap`` (``DetectionAP`` in the same evaluator, as a
+user who also reports the detector's COCO mAP runs it): their cost is the ratio ``ours_vs_<variant>``.
 
 The runners, the job subprocesses and the table are in the package (:mod:`mmsgg_eval.benchmarks.runners`,
 :mod:`mmsgg_eval.benchmarks.report`, one timing helper :func:`mmsgg_eval.benchmarks.timing.best_of`); this tool
@@ -77,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                              'VG150 test split size (26,446 images x 50 predicates)')
     parser.add_argument('--error-analysis', action='store_true',
                         help='also ours+errors: SGRecall + SGMeanRecall with error_analysis=True (its cost)')
+    parser.add_argument('--detection-ap', action='store_true',
+                        help='also ours+detap: SGRecall + SGMeanRecall + DetectionAP in one evaluator (its cost)')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--torch-path', action='store_true',
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
@@ -110,6 +114,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
             jobs.append(('ours-torch', wl, 'cpu'))
         if args.error_analysis:
             jobs += [('ours+errors', wl, dev) for dev in devices]
+        if args.detection_ap:
+            jobs += [('ours+detap', wl, dev) for dev in devices]
         if args.baseline and 'cpu' in devices:
             jobs.append(('baseline', wl, 'cpu'))
         if not args.no_peers:

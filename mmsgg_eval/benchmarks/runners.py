@@ -49,15 +49,16 @@ def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int,
-             error_analysis: bool = False) -> Dict[str, Any]:
+             error_analysis: bool = False, detection_ap: bool = False) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
     SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
     bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel).
-    ``error_analysis``: the scene-graph metrics' option of that name (``ours+errors``)."""
+    ``error_analysis``: the scene-graph metrics' option of that name (``ours+errors``); ``detection_ap``:
+    ``DetectionAP`` in the same evaluator (``ours+detap``, what a user who also reports the detector's mAP runs)."""
     import torch
     from mmengine.logging import MMLogger
 
-    from ..metrics import OIRelationMetric, SGMeanRecall, SGRecall
+    from ..metrics import DetectionAP, OIRelationMetric, SGMeanRecall, SGRecall
     from .workloads import make_workload, meta
     MMLogger.get_instance('mmengine', log_level='WARNING')
     data = make_workload(workload, images, device=device)
@@ -69,6 +70,8 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
         else:
             extra = dict(error_analysis=True) if error_analysis else {}
             metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS, **extra) for cls in (SGRecall, SGMeanRecall)]
+        if detection_ap:
+            metrics.append(DetectionAP())
         dataset_meta = meta(workload)
         for m in metrics:  # as mmengine's Evaluator does: one dataset_meta object for all its metrics
             m.dataset_meta = dataset_meta
@@ -262,6 +265,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours-1thread': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
     'ours-torch': _ours_torch,
     'ours+errors': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], error_analysis=True),
+    'ours+detap': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], detection_ap=True),
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
     'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
     'score-floor': lambda wl, dev, o: run_score_floor(wl, o['images'], o['repeat']),

@@ -5,9 +5,12 @@ COCO matching is per image, so it splits in two steps:
 1. :func:`coco_match_detections` (any device, a padded batch of images): per detection, in COCO's evaluation
    order, whether it is kept (among the ``max_dets`` highest-scored of its class in its image), and for
    every IoU threshold 0.50:0.05:0.95 whether it matched a GT box and whether it is ignored; per image and
-   class the number of non-ignored GT boxes. These compact rows are all a distributed run has to gather.
+   class the number of non-ignored GT boxes. These compact rows are all a distributed run has to gather. On the
+   CPU the IoU and the greedy loop run image by image in the compiled kernel ``coco_greedy_match`` where it is
+   built (the same comparisons on the same float64 IoU values: the same rows).
 2. :func:`coco_precision` (CPU, float64): integrates precision over the 101 recall thresholds per class
-   exactly as ``COCOeval.accumulate`` does, from the rows of all images concatenated in image order;
+   exactly as ``COCOeval.accumulate`` does, from the rows of all images concatenated in image order (class by
+   class in the compiled kernel ``coco_precision_table`` where it is built: the same float64 operations);
    :func:`coco_summary` averages it like ``COCOeval.summarize`` (``mAP`` = stats[0], ``AP@50`` = stats[1]).
 
 Conventions (those of the legacy Scene-Graph-Benchmark detection evaluation, which feeds pycocotools):
@@ -23,6 +26,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from torch import Tensor
+
+from . import compiled
 
 # exactly the threshold vectors of pycocotools.cocoeval.Params (np.linspace values, float64)
 COCO_IOU_THRESHOLDS = np.linspace(.5, 0.95, int(np.round((0.95 - .5) / .05)) + 1, endpoint=True)
@@ -174,10 +179,16 @@ def coco_match_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Ten
     kept = det['kept']
     gt = _order_gt(gt_boxes, gt_labels, gt_valid, gt_unmatchable, plus_one, lo, hi)
 
-    iou = coco_box_iou(det['boxes'], gt['boxes'], plus_one, float32_det_sizes)
-    same = (det['labels'][:, :, None] == gt['labels'][:, None, :]) & kept[:, :, None] & gt['valid'][:, None, :]
-    iou = torch.where(same, iou, torch.full_like(iou, -1.0))
-    matched, ignored = _greedy_match(iou, kept, gt, thrs)
+    kernels = compiled.kernels()
+    if kernels is not None and det_boxes.device.type == 'cpu' and min(thrs.tolist(), default=1.0) > 0:
+        matched, ignored = kernels.coco_greedy_match(  # the IoU and the loop below, image by image
+            det['boxes'].double(), det['labels'], kept, gt['boxes'].double(), gt['labels'], gt['valid'],
+            gt['ignored'], gt['unmatchable'], thrs, plus_one, float32_det_sizes)
+    else:
+        iou = coco_box_iou(det['boxes'], gt['boxes'], plus_one, float32_det_sizes)
+        same = (det['labels'][:, :, None] == gt['labels'][:, None, :]) & kept[:, :, None] & gt['valid'][:, None, :]
+        iou = torch.where(same, iou, torch.full_like(iou, -1.0))
+        matched, ignored = _greedy_match(iou, kept, gt, thrs)
     det_area = coco_box_area(det['boxes'], plus_one, float32_det_sizes)
     outside = (det_area < lo) | (det_area > hi)
     ignored |= ~matched & outside[:, :, None]
@@ -212,6 +223,9 @@ def coco_precision(scores: Tensor, labels: Tensor, matched: Tensor, ignored: Ten
     by_class = by_score[torch.sort(labels[by_score], stable=True).indices]
     sorted_labels = labels[by_class]
     bounds = torch.searchsorted(sorted_labels, torch.arange(num_classes + 1))
+    kernels = compiled.kernels()
+    if kernels is not None and matched.dim() == 2:  # the loop below, class by class in one call
+        return kernels.coco_precision_table(matched[by_class], ignored[by_class], bounds, gt_counts, rec).numpy()
     eps = np.spacing(1)
     for k in torch.nonzero(gt_counts > 0).flatten().tolist():
         rows = by_class[int(bounds[k]):int(bounds[k + 1])]
@@ -220,15 +234,14 @@ def coco_precision(scores: Tensor, labels: Tensor, matched: Tensor, ignored: Ten
         tp = torch.cumsum(m & ~ig, dim=1).double()
         fp = torch.cumsum(~m & ~ig, dim=1).double()
         n = rows.numel()
-        q = torch.zeros(num_thr, rec.numel(), dtype=torch.float64)
         if n:
             rc = tp / npig
             pr = tp / (fp + tp + eps)
             pr = torch.cummax(pr.flip(1), dim=1).values.flip(1)                 # the monotone envelope
-            for t in range(num_thr):
-                inds = torch.searchsorted(rc[t].contiguous(), rec, right=False)
-                ok = inds < n
-                q[t, ok] = pr[t, inds[ok]]
+            inds = torch.searchsorted(rc, rec.expand(num_thr, -1).contiguous(), right=False)  # [T, R], each row
+            q = torch.where(inds < n, pr.gather(1, inds.clamp(max=n - 1)), 0.0)  # its own sorted recalls
+        else:
+            q = torch.zeros(num_thr, rec.numel(), dtype=torch.float64)
         precision[:, :, k] = q.numpy()
     return precision
 

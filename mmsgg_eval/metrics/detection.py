@@ -21,6 +21,7 @@ from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, 
 from ..functional.diagnostics import label_offsets, label_shift_warnings
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
+from ..structures.batch import pad_with_lengths
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables
 from .options import positive_int
@@ -35,13 +36,6 @@ def _field(sample: Any, group: str, key: str, device: Optional[torch.device] = N
         raise ValueError(f'{sample_name(sample)}: DetectionAP needs `{group}.{key}` (SGDet detections: '
                          f'pred_instances.bboxes / labels / scores; GT: gt_instances.bboxes / labels)')
     return to_tensor(value, sample, f'{group}.{key}', device)
-
-
-def _pad(tensors: List[torch.Tensor], width: int, fill: float, tail: Sequence[int] = ()) -> torch.Tensor:
-    out = tensors[0].new_full((len(tensors), width, *tail), fill)
-    for i, t in enumerate(tensors):
-        out[i, :t.shape[0]] = t
-    return out
 
 
 def read_detections(sample: Any, num_classes: int) -> Dict[str, Any]:
@@ -73,6 +67,58 @@ def read_detections(sample: Any, num_classes: int) -> Dict[str, Any]:
         raise ValueError(f'{sample_name(sample)}: `pred_instances.scores` has non-finite values')
     item['sample_idx'] = sample_index(sample)
     return item
+
+
+_POOL_FIELDS = (('det_boxes', 'pred_instances', 'bboxes'), ('det_labels', 'pred_instances', 'labels'),
+                ('det_scores', 'pred_instances', 'scores'), ('gt_boxes', 'gt_instances', 'bboxes'),
+                ('gt_labels', 'gt_instances', 'labels'))
+
+
+def read_pool(samples: Sequence[Any], num_classes: int) -> Dict[str, Any]:
+    """:func:`read_detections` of a pool at once: ``det_boxes`` [B, D, 4] / ``gt_boxes`` [B, G, 4] (0 on padding),
+    ``det_labels`` / ``gt_labels`` int64 [B, D] / [B, G] (-1 on padding), ``det_scores`` [B, D], ``det_valid`` /
+    ``gt_valid`` bool masks, ``sample_idx`` (list), on the device of the first sample's detections. The value rules
+    are read on the padded batch; the first sample that breaks one (in pool order, as reading them one by one
+    would find it) is read again by :func:`read_detections`, whose error names it and the field."""
+    device = None
+    fields: Dict[str, List[Tensor]] = {name: [] for name, _, _ in _POOL_FIELDS}
+    for position, sample in enumerate(samples):
+        try:
+            for name, group, key in _POOL_FIELDS:
+                value = _field(sample, group, key, device)
+                device = value.device if device is None else device
+                fields[name].append(value.reshape(-1, 4) if name.endswith('boxes') else value.reshape(-1))
+        except ValueError:
+            _raise_first_error(samples[:position + 1], num_classes)
+        det_rows = fields['det_boxes'][-1].shape[0]
+        if (fields['det_labels'][-1].numel() != det_rows or fields['det_scores'][-1].numel() != det_rows
+                or fields['gt_labels'][-1].numel() != fields['gt_boxes'][-1].shape[0]):
+            _raise_first_error(samples[:position + 1], num_classes)
+    pool: Dict[str, Any] = {}
+    for name, values in fields.items():
+        padded, lengths = pad_with_lengths(values, -1 if name.endswith('labels') else 0.0)
+        pool[name] = padded.long() if name.endswith('labels') else padded
+        if name in ('det_boxes', 'gt_boxes'):
+            width = padded.shape[1]
+            count = torch.tensor(lengths if lengths is not None else [width] * len(values), device=device)
+            pool[name.split('_')[0] + '_valid'] = torch.arange(width, device=device)[None, :] < count[:, None]
+    bad = torch.zeros(len(samples), dtype=torch.bool, device=device)
+    for what in ('det', 'gt'):
+        labels, valid = pool[f'{what}_labels'], pool[f'{what}_valid']
+        bad |= (((labels < 0) | (labels >= num_classes)) & valid).any(1)
+        bad |= ~torch.isfinite(pool[f'{what}_boxes']).flatten(1).all(1)
+    bad |= ~torch.isfinite(pool['det_scores']).all(1)
+    if bool(bad.any()):
+        _raise_first_error(samples[:int(bad.nonzero()[0, 0]) + 1], num_classes)
+    pool['sample_idx'] = [sample_index(sample) for sample in samples]
+    return pool
+
+
+def _raise_first_error(samples: Sequence[Any], num_classes: int) -> None:
+    """Read ``samples`` one by one (:func:`read_detections`): the first bad one raises its error."""
+    for sample in samples:
+        read_detections(sample, num_classes)
+    raise ValueError(f'{sample_name(samples[-1])}: DetectionAP could not read this sample\'s detections or GT boxes')
 
 
 @METRICS.register_module()
@@ -139,36 +185,29 @@ class DetectionAP(RowMetric):
     def compute_rows(self, samples: List[Any]) -> Dict[str, Dict[str, Tensor]]:
         """Read (validated) and match a pool of samples on the device of the first one's detections."""
         num_classes = self.num_classes
-        items = [read_detections(sample, num_classes) for sample in samples]
-        device = items[0]['det_boxes'].device
-        items = [{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in it.items()} for it in items]
+        pool = read_pool(samples, num_classes)
+        device = pool['det_boxes'].device
         idx = self.accumulator.number_missing(
-            torch.tensor([-1 if it['sample_idx'] is None else it['sample_idx'] for it in items], dtype=torch.long,
-                         device=device), self.name)
-        lengths_d = torch.tensor([it['det_labels'].numel() for it in items], device=device)
-        lengths_g = torch.tensor([it['gt_labels'].numel() for it in items], device=device)
-        width_d, width_g = max(int(lengths_d.max()), 1), max(int(lengths_g.max()), 1)
-        ar_d, ar_g = torch.arange(width_d, device=device), torch.arange(width_g, device=device)
-        gt_unmatchable = (idx[:, None] == 0) & (ar_g[None, :] == 0) if self.legacy_quirks else None
+            torch.tensor([-1 if i is None else i for i in pool['sample_idx']], dtype=torch.long, device=device),
+            self.name)
+        det_valid, gt_valid = pool['det_valid'], pool['gt_valid']
+        gt_unmatchable = (idx[:, None] == 0) & (torch.arange(gt_valid.shape[1], device=device)[None, :] == 0) \
+            if self.legacy_quirks else None
+        det_labels = torch.where(det_valid, pool['det_labels'], 0)
+        gt_labels = torch.where(gt_valid, pool['gt_labels'], 0)
         out = coco_match_detections(
-            _pad([it['det_boxes'].double() for it in items], width_d, 0.0, (4,)),
-            _pad([it['det_scores'].double() for it in items], width_d, 0.0),
-            _pad([it['det_labels'] for it in items], width_d, 0),
-            ar_d[None, :] < lengths_d[:, None],
-            _pad([it['gt_boxes'].double() for it in items], width_g, 0.0, (4,)),
-            _pad([it['gt_labels'] for it in items], width_g, 0),
-            ar_g[None, :] < lengths_g[:, None],
+            pool['det_boxes'].double(), pool['det_scores'].double(), det_labels, det_valid,
+            pool['gt_boxes'].double(), gt_labels, gt_valid,
             num_classes, plus_one=self.plus_one, max_dets=self.max_dets,
             float32_det_sizes=self.legacy_quirks, gt_unmatchable=gt_unmatchable)
-        det_boxes, gt_boxes = (_pad([it[f'{n}_boxes'].float() for it in items], w, 0.0, (4,))
-                               for n, w in (('det', width_d), ('gt', width_g)))
-        offsets = label_offsets(det_boxes, _pad([it['det_labels'] for it in items], width_d, -1),  # label shifts
-                                gt_boxes, _pad([it['gt_labels'] for it in items], width_g, -1), self.plus_one)
+        offsets = label_offsets(pool['det_boxes'].float(), pool['det_labels'],  # label shifts (labels -1 padded)
+                                pool['gt_boxes'].float(), pool['gt_labels'], self.plus_one)
         kept = out['kept']
-        image_of_det = torch.arange(len(items), device=device)[:, None].expand_as(kept)[kept]
+        image_of_det = torch.arange(len(samples), device=device)[:, None].expand_as(kept)[kept]
         counts = out['gt_counts']
         image_of_gt, gt_label = torch.nonzero(counts > 0, as_tuple=True)
-        return {'images': {'sample_idx': idx, 'num_det': lengths_d, 'num_gt': lengths_g, 'label_offsets': offsets},
+        return {'images': {'sample_idx': idx, 'num_det': det_valid.sum(1), 'num_gt': gt_valid.sum(1),
+                           'label_offsets': offsets},
                 'detections': {'sample_idx': idx[image_of_det], 'score': out['scores'][kept],
                                'label': out['labels'][kept], 'matched': out['matched'][kept],
                                'ignored': out['ignored'][kept]},
@@ -219,4 +258,4 @@ class DetectionAP(RowMetric):
                                        'detection', stem=stem)
 
 
-__all__ = ['DetectionAP', 'read_detections']
+__all__ = ['DetectionAP', 'read_detections', 'read_pool']

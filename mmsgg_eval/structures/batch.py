@@ -150,10 +150,10 @@ def _pad(tensors: Sequence[Any], value: float) -> Tensor:
     else padded with ``value``. Mixed dtypes are promoted first (a float field among integer ones keeps its
     fractions for the validation); mmdet boxes objects are taken by their tensors; irregular trailing shapes
     or devices raise (RuntimeError / ValueError)."""
-    return _pad_with_lengths(tensors, value)[0]
+    return pad_with_lengths(tensors, value)[0]
 
 
-def _pad_with_lengths(tensors: Sequence[Any], value: float, positions: Optional[dict] = None):
+def pad_with_lengths(tensors: Sequence[Any], value: float, positions: Optional[dict] = None):
     """:func:`_pad` and the per-image lengths L_b (None when they are all equal: no padding). ``positions``
     caches :func:`~mmsgg_eval.functional.scores.padded_positions` by lengths, for fields of equal lengths."""
     tensors = [t if type(t) is Tensor else to_tensor(t) for t in tensors]

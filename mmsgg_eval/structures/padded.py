@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..functional import compiled
-from .batch import _pad, _pad_with_lengths, _weaker
+from .batch import _pad, _weaker, pad_with_lengths
 from .fields import detached, get_field, sample_index
 from .pairs import RelationPairs
 from .sample_reader import ObjectList, evaluated_objects, model_boxes_required
@@ -137,10 +137,10 @@ def _read_pairs(values: List[Any], cache: dict):
 
 
 def _pad_index_field(name: str, values: List[Any], cache: dict):
-    """``(_pad_with_lengths(values, pad value of name), (min [B], max [B]) of each image's entries or None)``:
+    """``(pad_with_lengths(values, pad value of name), (min [B], max [B]) of each image's entries or None)``:
     int64 CPU tensors (contiguous, or strided rows such as the columns of one [G, 3] array) are padded by one compiled
     call, which also gives their value range (for the index check, without another pass over the padded batch);
-    anything else takes :func:`_pad_with_lengths`."""
+    anything else takes :func:`pad_with_lengths`."""
     kernels = compiled.kernels()
     padded = None
     if kernels is not None and values:
@@ -149,7 +149,7 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
         except TypeError:  # not all tensors (numpy arrays, lists: converted by the general path)
             padded = None
     if padded is None:
-        return _pad_with_lengths(values, _PAD_VALUES[name], cache), None
+        return pad_with_lengths(values, _PAD_VALUES[name], cache), None
     out, low, high, lengths = padded
     lengths = lengths.tolist()
     width = out.shape[1]
@@ -157,10 +157,10 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
 
 
 def _pad_float_field(name: str, values: List[Any], cache: dict):
-    """``(_pad_with_lengths(values, 0.0), bad [B] bool or None)`` of a box or score field: contiguous float32 CPU
+    """``(pad_with_lengths(values, 0.0), bad [B] bool or None)`` of a box or score field: contiguous float32 CPU
     tensors are padded by one compiled call that also reads each image's value rule (:mod:`.validation`: boxes
     finite and xyxy, scores finite and >= 0; the rule then reads no entry again); anything else takes
-    :func:`_pad_with_lengths` (None: the rule reads the padded values)."""
+    :func:`pad_with_lengths` (None: the rule reads the padded values)."""
     kernels = compiled.kernels()
     read = None
     if kernels is not None and values:
@@ -169,7 +169,7 @@ def _pad_float_field(name: str, values: List[Any], cache: dict):
         except TypeError:  # not all tensors
             read = None
     if read is None:
-        return _pad_with_lengths(values, _PAD_VALUES[name], cache), (None, None)
+        return pad_with_lengths(values, _PAD_VALUES[name], cache), (None, None)
     out, bad, lengths = read
     lengths = lengths.tolist()
     width = out.shape[1]

@@ -224,3 +224,22 @@ def test_report_files_keep_their_names_and_are_never_overwritten(tmp_path):
         assert (tmp_path / f'{stem}.tables.main.csv').exists()
     assert results[0] != results[1]  # max_dets=1 keeps fewer detections
     assert first.last_report['text'].startswith('Detection AP (toy, 7 images')
+
+
+def test_the_first_bad_sample_of_a_pool_is_named():
+    """A pool is validated at once; the error is the one reading its samples in order finds first (a value rule
+    of an earlier sample before a missing field or a count mismatch of a later one, and the other way round)."""
+    samples = [s for s in random_samples(5, 8) if len(s['pred_instances']['scores'])][:3]
+    assert len(samples) == 3
+    nan_scores = dict(samples[0], pred_instances=dict(samples[0]['pred_instances'],
+                                                      scores=samples[0]['pred_instances']['scores'] * float('nan')))
+    no_gt = {k: v for k, v in samples[1].items() if k != 'gt_instances'}
+    short = dict(samples[2], pred_instances=dict(samples[2]['pred_instances'],
+                                                 labels=samples[2]['pred_instances']['labels'][:0]))
+    name = lambda s: f"sample_idx={s['sample_idx']}"  # noqa: E731
+    for pool, sample, field in (([nan_scores, no_gt], nan_scores, 'pred_instances.scores'),
+                                ([no_gt, nan_scores], no_gt, 'gt_instances.bboxes'),
+                                ([samples[1], short, nan_scores], short, 'pred_instances.labels'),
+                                ([samples[1], nan_scores, short], nan_scores, 'pred_instances.scores')):
+        with pytest.raises(ValueError, match=rf"{name(sample)}\b.*{field}"):
+            run_metric(pool, batch_size=len(pool))

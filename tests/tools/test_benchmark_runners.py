@@ -265,3 +265,18 @@ def test_workload_dataset_and_timed_cli_helpers(tmp_path):
     write_stream('triplets', 5, str(stream))
     res = evaluate_file(str(config), str(stream), work_dir=str(tmp_path / 'o'), progress=False)
     assert 0 <= res['sgdet/R@50'] <= 100
+
+
+def test_detection_ap_job_runs_the_three_metrics(monkeypatch):
+    """``--detection-ap`` adds ``ours+detap`` (SGRecall + SGMeanRecall + DetectionAP in one evaluator) beside
+    ``ours``, compared with it; its run has the same R@50 as ``ours`` and the detector's mAP next to them."""
+    from mmsgg_eval.benchmarks import report, runners
+    tool = _tool()
+    args = tool.build_parser().parse_args(['--workload', 'sgdet-variable', '--detection-ap', '--no-peers'])
+    jobs = tool.job_list(args, ['cpu'])
+    assert jobs == [('ours', 'sgdet-variable', 'cpu'), ('ours+detap', 'sgdet-variable', 'cpu')]
+    best = {jobs[0]: dict(images_per_s=10.0), jobs[1]: dict(images_per_s=4.0)}
+    assert report.summarize(jobs, best)['ratios']['ours_vs_ours+detap_sgdet-variable_cpu'] == 2.5
+    opts = dict(images=6, batch_size=4, repeat=1)
+    plain, with_ap = (runners.RUNNERS[name]('sgdet-variable', 'cpu', opts) for name in ('ours', 'ours+detap'))
+    assert with_ap['r50'] == plain['r50'] and with_ap['num_keys'] == plain['num_keys'] + 2  # mAP, AP@50
