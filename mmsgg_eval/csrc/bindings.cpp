@@ -108,12 +108,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(zero-padded [B, W, ...] float32, bad [B] bool: an entry breaks the value rule of kind 0 scores / 1 xyxy "
         "boxes, lengths [B]) of contiguous float32 CPU tensors, or None for other tensors",
         py::arg("tensors"), py::arg("kind"));
-  m.def("coco_greedy_match", &coco_greedy_match,
-        "(matched [B, D, T], ignored [B, D, T]) bool: COCO's greedy matching of sorted detections to ordered GT boxes "
-        "(box IoU of equal classes, thresholds > 0)",
-        py::arg("det_boxes"), py::arg("det_labels"), py::arg("kept"), py::arg("gt_boxes"), py::arg("gt_labels"),
-        py::arg("gt_valid"), py::arg("gt_ignored"), py::arg("gt_unmatchable"), py::arg("thresholds"),
-        py::arg("plus_one"), py::arg("float32_det_sizes"));
+  m.def("coco_match_images", &coco_match_images,
+        "(order [B, D], kept [B, D], matched [B, D, T], ignored [B, D, T], gt_counts [B, C]): COCO's per-image "
+        "matching of a padded batch (evaluation order, max_dets per class, greedy matching at thresholds > 0)",
+        py::arg("det_boxes"), py::arg("det_scores"), py::arg("det_labels"), py::arg("det_valid"), py::arg("gt_boxes"),
+        py::arg("gt_labels"), py::arg("gt_valid"), py::arg("gt_unmatchable"), py::arg("thresholds"),
+        py::arg("num_classes"), py::arg("max_dets"), py::arg("plus_one"), py::arg("float32_det_sizes"),
+        py::arg("area_lo"), py::arg("area_hi"));
   m.def("coco_precision_table", &coco_precision_table,
         "[T, R, C] float64 interpolated precision of COCOeval.accumulate from the kept detections in class order",
         py::arg("matched"), py::arg("ignored"), py::arg("bounds"), py::arg("gt_counts"), py::arg("recall_thresholds"));

@@ -270,12 +270,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> no_graph_constraint_list(
     const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates, const at::Tensor& best,
     const at::Tensor& pair_score, int64_t ng_topk, const std::optional<at::Tensor>& top_pairs);
 // detection.cpp
-std::tuple<at::Tensor, at::Tensor> coco_greedy_match(const at::Tensor& det_boxes, const at::Tensor& det_labels,
-                                                     const at::Tensor& kept, const at::Tensor& gt_boxes,
-                                                     const at::Tensor& gt_labels, const at::Tensor& gt_valid,
-                                                     const at::Tensor& gt_ignored, const at::Tensor& gt_unmatchable,
-                                                     const at::Tensor& thresholds, bool plus_one,
-                                                     bool float32_det_sizes);
+std::vector<at::Tensor> coco_match_images(const at::Tensor& det_boxes, const at::Tensor& det_scores,
+                                          const at::Tensor& det_labels, const at::Tensor& det_valid,
+                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
+                                          const at::Tensor& gt_valid, const at::Tensor& gt_unmatchable,
+                                          const at::Tensor& thresholds, int64_t num_classes, int64_t max_dets,
+                                          bool plus_one, bool float32_det_sizes, double area_lo, double area_hi);
 at::Tensor coco_precision_table(const at::Tensor& matched, const at::Tensor& ignored, const at::Tensor& bounds,
                                 const at::Tensor& gt_counts, const at::Tensor& recall_thresholds);
 // ranking.cpp

@@ -1,6 +1,9 @@
 // COCO's per-image greedy matching of detections to GT boxes (pycocotools COCOeval.evaluateImg) for a padded
-// batch, image by image: coco_greedy_match, the compiled form of functional/detection.py's box IoU and greedy loop.
+// batch, image by image (coco_match_images: functional/detection.py's orderings, box IoU and greedy loop), and
+// COCOeval.accumulate's precision table class by class (coco_precision_table).
 #include "common.h"
+
+#include <numeric>
 
 using namespace mmsgg_ext;
 
@@ -35,107 +38,195 @@ inline double coco_iou(const CocoBox& d, const CocoBox& g) {
   return (w <= 0 || h <= 0) ? 0.0 : inter / uni;
 }
 
+// One image's detections in COCO's evaluation order and its GT boxes in pycocotools' visiting order, with the
+// per-threshold greedy matching (coco_match_images below). Scratch reused across the images of a thread.
+struct ImageMatch {
+  std::vector<int64_t> det_order, gt_order;
+  std::vector<CocoBox> gt;
+  std::vector<double> iou;
+  std::vector<char> taken, regular;
+  std::vector<int64_t> label_count;
+};
+
+// COCOeval.evaluateImg for image b of the batch (the arrays below point at its rows): see coco_match_images.
+struct MatchInputs {
+  const double *det_boxes, *det_scores, *gt_boxes, *thresholds;
+  const int64_t *det_labels, *gt_labels;
+  const bool *det_valid, *gt_valid, *gt_unmatchable;
+  int64_t dets, gts, num_thr, num_classes, max_dets;
+  double extra, area_lo, area_hi;
+  bool float32_det_sizes;
+};
+
+void match_image(const MatchInputs& in, ImageMatch& work, int64_t* order, bool* kept, bool* matched, bool* ignored,
+                 int64_t* gt_counts) {
+  const int64_t dets = in.dets, gts = in.gts, num_thr = in.num_thr;
+  // detections by descending score (padding as -inf), ties in the given order (a stable sort, as torch.sort)
+  std::vector<int64_t>& det_order = work.det_order;
+  det_order.resize(dets);
+  std::iota(det_order.begin(), det_order.end(), int64_t(0));
+  const auto score = [&](int64_t d) {
+    return in.det_valid[d] ? in.det_scores[d] : -std::numeric_limits<double>::infinity();
+  };
+  std::stable_sort(det_order.begin(), det_order.end(), [&](int64_t a, int64_t b) { return score(a) > score(b); });
+  // kept: valid and among the max_dets first of its class (padding counts as class num_classes, as the torch key)
+  work.label_count.assign(in.num_classes + 1, 0);
+  for (int64_t p = 0; p < dets; ++p) {
+    const int64_t d = det_order[p];
+    order[p] = d;
+    const int64_t key = in.det_valid[d] ? in.det_labels[d] : in.num_classes;
+    int64_t rank = 0;
+    if (key >= 0 && key <= in.num_classes) {
+      rank = work.label_count[key]++;
+    } else {  // a label outside [0, C] (the caller validates labels): counted among the earlier ones of its key
+      for (int64_t q = 0; q < p; ++q) {
+        rank += in.det_valid[det_order[q]] && in.det_labels[det_order[q]] == key;
+      }
+    }
+    kept[p] = in.det_valid[d] && rank < in.max_dets;
+  }
+  // GT boxes: the valid regular ones first, then the ignored (area outside the range) and the padding, stably
+  std::vector<int64_t>& gt_order = work.gt_order;
+  std::vector<char>& regular = work.regular;
+  regular.resize(gts);
+  work.gt.resize(gts);
+  for (int64_t g = 0; g < gts; ++g) {
+    const CocoBox box = coco_box(in.gt_boxes + 4 * g, in.extra, false);
+    const double area = box.w * box.h;
+    const bool outside = area < in.area_lo || area > in.area_hi;
+    regular[g] = in.gt_valid[g] && !outside;
+    work.gt[g] = box;
+  }
+  gt_order.clear();
+  for (int64_t g = 0; g < gts; ++g) {
+    if (regular[g]) {
+      gt_order.push_back(g);
+    }
+  }
+  for (int64_t g = 0; g < gts; ++g) {
+    if (!regular[g]) {
+      gt_order.push_back(g);
+    }
+  }
+  for (int64_t g = 0; g < gts; ++g) {  // the counted GT boxes of each class (labels clamped, as scatter_add's index)
+    if (regular[g]) {
+      gt_counts[std::min(std::max<int64_t>(in.gt_labels[g], 0), in.num_classes - 1)] += 1;
+    }
+  }
+  work.iou.resize(gts);
+  work.taken.assign(num_thr * gts, 0);
+  for (int64_t p = 0; p < dets; ++p) {
+    const int64_t d = det_order[p];
+    const CocoBox box = coco_box(in.det_boxes + 4 * d, in.extra, in.float32_det_sizes);
+    const double area = box.w * box.h;
+    const bool outside = area < in.area_lo || area > in.area_hi;
+    double highest = -1.0;  // (NaN never reaches a threshold)
+    for (int64_t j = 0; j < gts; ++j) {  // the IoU with the boxes of its class (-1 elsewhere), in visiting order
+      const int64_t g = gt_order[j];
+      work.iou[j] = kept[p] && in.gt_valid[g] && in.gt_labels[g] == in.det_labels[d] ? coco_iou(box, work.gt[g]) : -1.0;
+      highest = std::max(highest, work.iou[j]);
+    }
+    for (int64_t t = 0; t < num_thr; ++t) {
+      const double thr = in.thresholds[t];
+      if (!(highest >= thr)) {  // no candidate at this threshold: nothing taken
+        matched[p * num_thr + t] = false;
+        ignored[p * num_thr + t] = kept[p] && outside;
+        continue;
+      }
+      char* taken = work.taken.data() + t * gts;
+      bool any_regular = false;
+      for (int64_t j = 0; j < gts; ++j) {
+        any_regular |= work.iou[j] >= thr && !taken[j] && regular[gt_order[j]];
+      }
+      bool hit = false;  // a usable box: the candidates of the first kind present
+      int64_t best = 0;
+      double most = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < gts; ++j) {  // the highest IoU of a usable box (-2 elsewhere), the later on ties
+        const bool ignored_box = in.gt_valid[gt_order[j]] && !regular[gt_order[j]];
+        const bool use = work.iou[j] >= thr && !taken[j] && ignored_box != any_regular;
+        const double value = use ? work.iou[j] : -2.0;
+        hit |= use;
+        if (value >= most) {
+          most = value;
+          best = j;
+        }
+      }
+      bool took = false, took_ignored = false;
+      if (hit) {
+        taken[best] = 1;
+        const int64_t g = gt_order[best];
+        took = !in.gt_unmatchable[g];
+        took_ignored = in.gt_valid[g] && !regular[g];
+      }
+      matched[p * num_thr + t] = kept[p] && took;
+      ignored[p * num_thr + t] = kept[p] && (took_ignored || (!took && outside));
+    }
+  }
+}
+
 }  // namespace
 
-// For every kept detection d of image b (in the given order) and threshold t, as _greedy_match on the IoU matrix
-// that coco_match_detections builds (the IoU where the classes agree, d is kept and the GT box is valid, else -1):
-// the free GT boxes of IoU >= thresholds[t] are its candidates, regular boxes before ignored ones; it takes the one
-// of highest IoU (the later box on ties), which is then taken at t. matched[b, d, t]: it took a box that is not
-// unmatchable; ignored[b, d, t]: it took an ignored box. The thresholds must be > 0 (the caller's rule): then an
-// IoU of -1 is never a candidate, so detections that are not kept take nothing and are skipped.
-std::tuple<at::Tensor, at::Tensor> coco_greedy_match(const at::Tensor& det_boxes, const at::Tensor& det_labels,
-                                                     const at::Tensor& kept, const at::Tensor& gt_boxes,
-                                                     const at::Tensor& gt_labels, const at::Tensor& gt_valid,
-                                                     const at::Tensor& gt_ignored, const at::Tensor& gt_unmatchable,
-                                                     const at::Tensor& thresholds, bool plus_one,
-                                                     bool float32_det_sizes) {
-  check_cpu(det_boxes, at::kDouble, 3, "coco_greedy_match: det_boxes must be float64 [B, D, 4] on the CPU");
-  check_cpu(gt_boxes, at::kDouble, 3, "coco_greedy_match: gt_boxes must be float64 [B, G, 4] on the CPU");
-  check_cpu(det_labels, at::kLong, 2, "coco_greedy_match: det_labels must be int64 [B, D] on the CPU");
-  check_cpu(gt_labels, at::kLong, 2, "coco_greedy_match: gt_labels must be int64 [B, G] on the CPU");
-  check_cpu(kept, at::kBool, 2, "coco_greedy_match: kept must be bool [B, D] on the CPU");
-  for (const at::Tensor* flags : {&gt_valid, &gt_ignored, &gt_unmatchable}) {
-    check_cpu(*flags, at::kBool, 2, "coco_greedy_match: the GT flags must be bool [B, G] on the CPU");
-  }
-  check_cpu(thresholds, at::kDouble, 1, "coco_greedy_match: thresholds must be float64 [T] on the CPU");
+// COCO's per-image matching (pycocotools COCOeval.evaluateImg) of a padded batch, image by image, as
+// coco_match_detections' torch operations compute it: the detections in evaluation order (descending score,
+// padding last, ties in the given order: `order` [B, D], the input position of each), kept when valid and among
+// the max_dets first of their class; the GT boxes visited regular ones first (a box is ignored when its area lies
+// outside [area_lo, area_hi]); per threshold (> 0: the caller's rule) each kept detection takes the free GT box of
+// its class of highest IoU >= the threshold, regular boxes before ignored ones, the later box on ties (IoU, areas and
+// sizes in the torch path's float64 operations, detection sizes in float32 first with float32_det_sizes).
+// matched [B, D, T]: it took a box that is not unmatchable; ignored [B, D, T]: it took an ignored box, or took
+// none and its own area is outside the range; gt_counts [B, C]: the valid regular GT boxes of each class.
+std::vector<at::Tensor> coco_match_images(const at::Tensor& det_boxes, const at::Tensor& det_scores,
+                                          const at::Tensor& det_labels, const at::Tensor& det_valid,
+                                          const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
+                                          const at::Tensor& gt_valid, const at::Tensor& gt_unmatchable,
+                                          const at::Tensor& thresholds, int64_t num_classes, int64_t max_dets,
+                                          bool plus_one, bool float32_det_sizes, double area_lo, double area_hi) {
+  check_cpu(det_boxes, at::kDouble, 3, "coco_match_images: det_boxes must be float64 [B, D, 4] on the CPU");
+  check_cpu(det_scores, at::kDouble, 2, "coco_match_images: det_scores must be float64 [B, D] on the CPU");
+  check_cpu(gt_boxes, at::kDouble, 3, "coco_match_images: gt_boxes must be float64 [B, G, 4] on the CPU");
+  check_cpu(det_labels, at::kLong, 2, "coco_match_images: det_labels must be int64 [B, D] on the CPU");
+  check_cpu(gt_labels, at::kLong, 2, "coco_match_images: gt_labels must be int64 [B, G] on the CPU");
+  check_cpu(det_valid, at::kBool, 2, "coco_match_images: det_valid must be bool [B, D] on the CPU");
+  check_cpu(gt_valid, at::kBool, 2, "coco_match_images: gt_valid must be bool [B, G] on the CPU");
+  check_cpu(gt_unmatchable, at::kBool, 2, "coco_match_images: gt_unmatchable must be bool [B, G] on the CPU");
+  check_cpu(thresholds, at::kDouble, 1, "coco_match_images: thresholds must be float64 [T] on the CPU");
+  TORCH_CHECK(num_classes > 0, "coco_match_images needs at least one class");
   const int64_t batch = det_boxes.size(0), dets = det_boxes.size(1), gts = gt_boxes.size(1);
   const int64_t num_thr = thresholds.size(0);
   TORCH_CHECK(det_boxes.size(2) == 4 && gt_boxes.size(2) == 4 && gt_boxes.size(0) == batch &&
-                  det_labels.sizes() == kept.sizes() && det_labels.size(0) == batch && det_labels.size(1) == dets &&
-                  gt_labels.size(0) == batch && gt_labels.size(1) == gts && gt_valid.sizes() == gt_labels.sizes() &&
-                  gt_ignored.sizes() == gt_labels.sizes() && gt_unmatchable.sizes() == gt_labels.sizes(),
-              "coco_greedy_match: the batch fields do not have matching shapes");
-  const at::Tensor db = det_boxes.contiguous(), dl = det_labels.contiguous(), kp = kept.contiguous();
-  const at::Tensor gb = gt_boxes.contiguous(), gl = gt_labels.contiguous(), gv = gt_valid.contiguous();
-  const at::Tensor gi = gt_ignored.contiguous(), gu = gt_unmatchable.contiguous(), th = thresholds.contiguous();
-  at::Tensor matched = at::zeros({batch, dets, num_thr}, at::kBool);
-  at::Tensor ignored = at::zeros({batch, dets, num_thr}, at::kBool);
-  const double* db_ptr = db.data_ptr<double>();
-  const double* gb_ptr = gb.data_ptr<double>();
-  const int64_t* dl_ptr = dl.data_ptr<int64_t>();
-  const int64_t* gl_ptr = gl.data_ptr<int64_t>();
-  const bool* kp_ptr = kp.data_ptr<bool>();
-  const bool* gv_ptr = gv.data_ptr<bool>();
-  const bool* gi_ptr = gi.data_ptr<bool>();
-  const bool* gu_ptr = gu.data_ptr<bool>();
-  const double* th_ptr = th.data_ptr<double>();
-  bool* matched_ptr = matched.data_ptr<bool>();
-  bool* ignored_ptr = ignored.data_ptr<bool>();
-  const double extra = plus_one ? 1.0 : 0.0;
-  if (gts == 0) {
-    return {matched, ignored};
-  }
+                  det_scores.size(0) == batch && det_scores.size(1) == dets && det_labels.sizes() == det_scores.sizes() &&
+                  det_valid.sizes() == det_scores.sizes() && gt_labels.size(0) == batch && gt_labels.size(1) == gts &&
+                  gt_valid.sizes() == gt_labels.sizes() && gt_unmatchable.sizes() == gt_labels.sizes(),
+              "coco_match_images: the batch fields do not have matching shapes");
+  const at::Tensor db = det_boxes.contiguous(), ds = det_scores.contiguous(), dl = det_labels.contiguous();
+  const at::Tensor dv = det_valid.contiguous(), gb = gt_boxes.contiguous(), gl = gt_labels.contiguous();
+  const at::Tensor gv = gt_valid.contiguous(), gu = gt_unmatchable.contiguous(), th = thresholds.contiguous();
+  at::Tensor order = at::empty({batch, dets}, at::kLong);
+  at::Tensor kept = at::empty({batch, dets}, at::kBool);
+  at::Tensor matched = at::empty({batch, dets, num_thr}, at::kBool);
+  at::Tensor ignored = at::empty({batch, dets, num_thr}, at::kBool);
+  at::Tensor gt_counts = at::zeros({batch, num_classes}, at::kLong);
+  MatchInputs in{nullptr, nullptr, nullptr, th.data_ptr<double>(), nullptr, nullptr, nullptr, nullptr, nullptr,
+                 dets, gts, num_thr, num_classes, max_dets, plus_one ? 1.0 : 0.0, area_lo, area_hi,
+                 float32_det_sizes};
   at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
-    std::vector<CocoBox> gt(gts);
-    std::vector<double> iou(gts);
-    std::vector<char> taken(num_thr * gts);
+    ImageMatch work;
+    MatchInputs image = in;
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t* g_label = gl_ptr + b * gts;
-      const bool* g_valid = gv_ptr + b * gts;
-      const bool* g_ignored = gi_ptr + b * gts;
-      const bool* g_unmatchable = gu_ptr + b * gts;
-      for (int64_t g = 0; g < gts; ++g) {
-        gt[g] = coco_box(gb_ptr + (b * gts + g) * 4, extra, false);
-      }
-      std::fill(taken.begin(), taken.end(), 0);
-      for (int64_t d = 0; d < dets; ++d) {
-        const int64_t slot = b * dets + d;
-        if (!kp_ptr[slot]) {
-          continue;  // an IoU row of -1: no candidate at a positive threshold
-        }
-        const CocoBox box = coco_box(db_ptr + slot * 4, extra, float32_det_sizes);
-        for (int64_t g = 0; g < gts; ++g) {
-          iou[g] = g_valid[g] && g_label[g] == dl_ptr[slot] ? coco_iou(box, gt[g]) : -1.0;
-        }
-        for (int64_t t = 0; t < num_thr; ++t) {
-          const double thr = th_ptr[t];
-          char* free_gt = taken.data() + t * gts;
-          bool any_regular = false;
-          for (int64_t g = 0; g < gts; ++g) {
-            any_regular |= iou[g] >= thr && !free_gt[g] && !g_ignored[g];
-          }
-          bool hit = false;  // a usable box: the candidates of the first kind present
-          int64_t best = 0;
-          double most = -std::numeric_limits<double>::infinity();
-          for (int64_t g = 0; g < gts; ++g) {  // the highest IoU of a usable box (-2 elsewhere), the later on ties
-            const bool use = iou[g] >= thr && !free_gt[g] && g_ignored[g] != any_regular;
-            const double value = use ? iou[g] : -2.0;
-            hit |= use;
-            if (value >= most) {
-              most = value;
-              best = g;
-            }
-          }
-          if (hit) {
-            free_gt[best] = 1;
-            matched_ptr[slot * num_thr + t] = !g_unmatchable[best];
-            ignored_ptr[slot * num_thr + t] = g_ignored[best];
-          }
-        }
-      }
+      image.det_boxes = db.data_ptr<double>() + b * dets * 4;
+      image.det_scores = ds.data_ptr<double>() + b * dets;
+      image.det_labels = dl.data_ptr<int64_t>() + b * dets;
+      image.det_valid = dv.data_ptr<bool>() + b * dets;
+      image.gt_boxes = gb.data_ptr<double>() + b * gts * 4;
+      image.gt_labels = gl.data_ptr<int64_t>() + b * gts;
+      image.gt_valid = gv.data_ptr<bool>() + b * gts;
+      image.gt_unmatchable = gu.data_ptr<bool>() + b * gts;
+      match_image(image, work, order.data_ptr<int64_t>() + b * dets, kept.data_ptr<bool>() + b * dets,
+                  matched.data_ptr<bool>() + b * dets * num_thr, ignored.data_ptr<bool>() + b * dets * num_thr,
+                  gt_counts.data_ptr<int64_t>() + b * num_classes);
     }
   });
-  return {matched, ignored};
+  return {order, kept, matched, ignored, gt_counts};
 }
 
 // COCOeval.accumulate's interpolated precision [T, R, C] (float64; -1 for classes without GT) from the kept

@@ -6,8 +6,8 @@ COCO matching is per image, so it splits in two steps:
    order, whether it is kept (among the ``max_dets`` highest-scored of its class in its image), and for
    every IoU threshold 0.50:0.05:0.95 whether it matched a GT box and whether it is ignored; per image and
    class the number of non-ignored GT boxes. These compact rows are all a distributed run has to gather. On the
-   CPU the IoU and the greedy loop run image by image in the compiled kernel ``coco_greedy_match`` where it is
-   built (the same comparisons on the same float64 IoU values: the same rows).
+   CPU the whole matching runs image by image in the compiled kernel ``coco_match_images`` where it is built
+   (the same orders, the same comparisons on the same float64 IoU values: the same rows).
 2. :func:`coco_precision` (CPU, float64): integrates precision over the 101 recall thresholds per class
    exactly as ``COCOeval.accumulate`` does, from the rows of all images concatenated in image order (class by
    class in the compiled kernel ``coco_precision_table`` where it is built: the same float64 operations);
@@ -175,20 +175,22 @@ def coco_match_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Ten
     thrs = torch.tensor([min(float(t), 1 - 1e-10) for t in iou_thrs], dtype=torch.float64,
                         device=det_boxes.device)
     lo, hi = float(area_range[0]), float(area_range[1])
+    kernels = compiled.kernels()
+    if (kernels is not None and det_boxes.device.type == 'cpu' and min(thrs.tolist(), default=1.0) > 0
+            and bool(torch.isfinite(det_scores).all())):  # everything below, image by image
+        unmatchable = gt_unmatchable if gt_unmatchable is not None else torch.zeros_like(gt_valid)
+        order, kept, matched, ignored, gt_counts = kernels.coco_match_images(
+            det_boxes.double(), det_scores.double(), det_labels.long(), det_valid, gt_boxes.double(),
+            gt_labels.long(), gt_valid, unmatchable, thrs, num_classes, max_dets, plus_one, float32_det_sizes, lo, hi)
+        return dict(order=order, kept=kept, scores=det_scores.gather(1, order),
+                    labels=det_labels.long().gather(1, order), matched=matched, ignored=ignored, gt_counts=gt_counts)
     det = _sort_detections(det_boxes, det_scores, det_labels, det_valid, num_classes, max_dets)
     kept = det['kept']
     gt = _order_gt(gt_boxes, gt_labels, gt_valid, gt_unmatchable, plus_one, lo, hi)
-
-    kernels = compiled.kernels()
-    if kernels is not None and det_boxes.device.type == 'cpu' and min(thrs.tolist(), default=1.0) > 0:
-        matched, ignored = kernels.coco_greedy_match(  # the IoU and the loop below, image by image
-            det['boxes'].double(), det['labels'], kept, gt['boxes'].double(), gt['labels'], gt['valid'],
-            gt['ignored'], gt['unmatchable'], thrs, plus_one, float32_det_sizes)
-    else:
-        iou = coco_box_iou(det['boxes'], gt['boxes'], plus_one, float32_det_sizes)
-        same = (det['labels'][:, :, None] == gt['labels'][:, None, :]) & kept[:, :, None] & gt['valid'][:, None, :]
-        iou = torch.where(same, iou, torch.full_like(iou, -1.0))
-        matched, ignored = _greedy_match(iou, kept, gt, thrs)
+    iou = coco_box_iou(det['boxes'], gt['boxes'], plus_one, float32_det_sizes)
+    same = (det['labels'][:, :, None] == gt['labels'][:, None, :]) & kept[:, :, None] & gt['valid'][:, None, :]
+    iou = torch.where(same, iou, torch.full_like(iou, -1.0))
+    matched, ignored = _greedy_match(iou, kept, gt, thrs)
     det_area = coco_box_area(det['boxes'], plus_one, float32_det_sizes)
     outside = (det_area < lo) | (det_area > hi)
     ignored |= ~matched & outside[:, :, None]

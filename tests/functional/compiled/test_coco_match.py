@@ -1,5 +1,5 @@
-"""COCO's greedy matching (``functional.detection.coco_match_detections``): the compiled kernel
-``coco_greedy_match`` (the IoU and the greedy loop image by image) against the torch operations, bit for bit, on
+"""COCO's per-image matching (``functional.detection.coco_match_detections``): the compiled kernel
+``coco_match_images`` (orders, IoU and the greedy loop image by image) against the torch operations, bit for bit, on
 random padded batches with tied IoUs and scores, several classes, ignored GT boxes (areas outside the range),
 unmatchable GT boxes, the +1 widths and the float32 detection sizes, empty images and images without GT; and a
 loop reference of the greedy rule written from ``COCOeval.evaluateImg`` on one batch."""
@@ -11,8 +11,8 @@ from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.detection import COCO_IOU_THRESHOLDS, coco_box_iou, coco_match_detections, coco_precision
 
 needs_kernels = pytest.mark.skipif(not compiled.built() or compiled.kernels() is None
-                                   or not hasattr(compiled.kernels(), 'coco_greedy_match'),
-                                   reason='the compiled kernels (with coco_greedy_match) are not built')
+                                   or not hasattr(compiled.kernels(), 'coco_match_images'),
+                                   reason='the compiled kernels (with coco_match_images) are not built')
 
 
 def random_batch(rng, batch, dets, gts, classes):
