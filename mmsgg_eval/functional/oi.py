@@ -30,7 +30,8 @@ from torch import Tensor
 
 from .boxes import box_iou, union_boxes
 from .limits import NO_HIT
-from .ranking import pair_end_scores, positions_in_groups, prefix_topk, sortable_key
+from . import compiled
+from .ranking import pair_scores, positions_in_groups, prefix_topk, sortable_key
 from .recall import rank_limit
 
 #: entries of an image's OI list (PySGG's ``topk``)
@@ -104,17 +105,23 @@ def _rows_top_predicates(scores, image: Tensor, pos: Tensor, k: int) -> Tuple[Te
     return torch.cat(parts_v), torch.cat(parts_c)
 
 
-def candidate_pairs(first_score: Tensor, valid: Tensor, length: int) -> Tensor:
+def candidate_pairs(first_score: Tensor, valid: Tensor, length: int, count: Optional[Tensor] = None) -> Tensor:
     """[B, R] bool: the pairs that can own one of the ``length`` best entries of their image. ``first_score``
-    [B, R] is each pair's best entry score; an entry of a pair scores at most its best, and the best entries of
-    the ``length`` best pairs are ``length`` entries, so a pair whose best entry is strictly below the
+    [B, R] is each pair's best entry score (>= 0); an entry of a pair scores at most its best, and the best entries
+    of the ``length`` best pairs are ``length`` entries, so a pair whose best entry is strictly below the
     ``length``-th largest best entry of its image owns none of the image's ``length`` best entries (whatever
-    the order of ties). The others (that many pairs, and those tied with the last) are kept."""
+    the order of ties). The others (that many pairs, and those tied with the last) are kept. ``count`` [B]: when
+    the valid pairs are each image's first ``count[b]``, the compiled top-k finds that value on the CPU."""
     if first_score.shape[1] <= length:
         return valid
     minus_inf = torch.tensor(float('-inf'), device=first_score.device)
     keyed = torch.where(valid, first_score, minus_inf)
-    threshold = keyed.topk(length, dim=1).values[:, -1:]
+    kernels = compiled.kernels() if keyed.device.type == 'cpu' else None
+    if kernels is not None and count is not None and keyed.dtype == torch.float32:
+        order, listed = kernels.stable_topk_prefix(keyed, count, int(length))  # (fewer pairs: every one is kept)
+        threshold = torch.where(listed[:, -1:], keyed.gather(1, order[:, -1:]), minus_inf)
+    else:
+        threshold = keyed.topk(length, dim=1).values[:, -1:]
     return valid & (keyed >= threshold)
 
 
@@ -129,9 +136,8 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
     b_size, r_max = batch.rel_valid.shape
     k = min(int(per_pair), batch.num_predicates)
     device = batch.device
-    subject_score, object_score = pair_end_scores(batch)
-    pair_score = subject_score.float() * object_score.float()  # [B, R]
-    keep = candidate_pairs(pair_score * batch.scores.best.float(), batch.rel_valid, length)
+    pair_score = pair_scores(batch)  # [B, R]
+    keep = candidate_pairs(pair_score * batch.scores.best.float(), batch.rel_valid, length, batch.num_rel_preds)
     where = keep.nonzero()  # (image, pair) of the candidates, image by image, in pair order
     image, pair_of = where[:, 0], where[:, 1]
     count = keep.sum(1)
@@ -159,8 +165,7 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
     valid = listed & (top > torch.tensor(min_score, dtype=torch.float32, device=device))
     zero = torch.zeros_like(order)
     pair = torch.where(valid, pair.gather(1, order), zero)
-    ends = batch.rel_pairs.gather(1, pair[..., None].expand(-1, -1, 2)) if r_max else \
-        torch.zeros(pair.shape + (2,), dtype=torch.long, device=device)
+    ends = batch.pairs.take(pair) if r_max else torch.zeros(pair.shape + (2,), dtype=torch.long, device=device)
     return OIList(valid=valid, score=torch.where(valid, top, torch.zeros_like(top)),
                   predicate=torch.where(valid, predicate.gather(1, order), zero), pair=pair,
                   subject=torch.where(valid, ends[..., 0], zero), object=torch.where(valid, ends[..., 1], zero))

@@ -168,13 +168,35 @@ def graph_constrained_ranking(batch, k: int, rank_by: str = 'score', prefix: boo
     ``(order, valid, triplet_score, pair_score)``. With ``prefix`` on the CPU the compiled kernel computes the
     end scores, both products and the list in one pass over each image's real pairs (the same numbers; its
     padding entries hold 0; an unknown ``rank_by`` is refused by the torch path)."""
+    kernels = _pair_kernels(batch)
+    if kernels is not None and prefix and rank_by == 'score':
+        return kernels.graph_constrained_pairs(batch.pair_rows, batch.pred_scores, batch.scores.best,
+                                               batch.num_rel_preds, int(k))
+    return _ranked_by_end_scores(batch, k, rank_by, prefix, *pair_end_scores(batch))
+
+
+def pair_scores(batch) -> Tensor:
+    """``subject score * object score`` (float32 [B, R]) of every real pair of a padded scene-graph batch
+    (padding entries: 0 from the compiled kernel, which reads the per-image pairs on the CPU without padding
+    them; the product at object 0 from the torch operations)."""
+    kernels = _pair_kernels(batch)
+    if kernels is not None:
+        return kernels.graph_constrained_pairs(batch.pair_rows, batch.pred_scores, batch.scores.best,
+                                               batch.num_rel_preds, 0)[3]
+    subject_score, object_score = pair_end_scores(batch)
+    return subject_score.float() * object_score.float()
+
+
+def _pair_kernels(batch):
+    """The compiled kernels when their pass over each image's pairs applies to the batch (CPU, float32 object
+    scores and row maxima of the batch's shape), else None."""
     kernels = compiled.kernels() if batch.device.type == 'cpu' else None
     best, object_scores = batch.scores.best, batch.pred_scores
-    if (kernels is not None and prefix and rank_by == 'score' and object_scores.dtype == torch.float32
-            and best.dtype == torch.float32 and object_scores.dim() == 2 and object_scores.shape[1] > 0
+    if (kernels is not None and object_scores.dtype == torch.float32 and best.dtype == torch.float32
+            and object_scores.dim() == 2 and object_scores.shape[1] > 0
             and tuple(best.shape) == tuple(batch.rel_valid.shape)):
-        return kernels.graph_constrained_pairs(batch.pair_rows, object_scores, best, batch.num_rel_preds, int(k))
-    return _ranked_by_end_scores(batch, k, rank_by, prefix, *pair_end_scores(batch))
+        return kernels
+    return None
 
 
 def _ranked_by_end_scores(batch, k: int, rank_by: str, prefix: bool, subject_score: Tensor, object_score: Tensor

@@ -64,6 +64,17 @@ class RelationPairs:
             return None
         return read[1], read[2]
 
+    def take(self, pair: Tensor) -> Tensor:
+        """[B, K, 2] int64 (subject, object) of pair ``pair[b, k]`` of each image b (indices below its pair
+        count; images without pairs give zeros), read from the per-image rows where they are kept (no padded copy
+        of every pair)."""
+        if self.rows is None:
+            return self.padded.long().gather(1, pair[..., None].expand(-1, -1, 2))
+        zero = torch.zeros(pair.shape[1:] + (2,), dtype=torch.long, device=pair.device)
+        return torch.stack([rows.reshape(-1, 2).index_select(0, index) if rows.numel() else zero
+                            for rows, index in zip(self.rows, pair)]) if len(self.rows) else \
+            torch.zeros(pair.shape + (2,), dtype=torch.long, device=pair.device)
+
     def well_formed(self) -> bool:
         """Integer [B, R, 2] pairs (per-image rows are checked when kept)."""
         if self.rows is not None:

@@ -461,3 +461,20 @@ def test_states_of_disjoint_shards_merge_into_the_whole_run(tmp_path):
     keys, summary = summarize_state(merged)
     assert {f'sgdet/{k}': v for k, v in keys.items()} == whole
     assert summary['num_images'] == 20
+
+
+def test_candidate_pairs_by_the_compiled_top_k_equal_torch_topk():
+    """The pairs that can own a listed entry: the compiled prefix top-k's threshold keeps the very pairs
+    ``torch.topk``'s does (ties at the threshold, zeros, images with fewer pairs than the list, no pairs)."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.functional.oi import candidate_pairs
+    gen = torch.Generator().manual_seed(3)
+    for length in (1, 5, 40):
+        count = torch.tensor([0, 3, 40, 60, 60, 17])
+        valid = torch.arange(60)[None, :] < count[:, None]
+        first = (torch.randint(0, 6, (6, 60), generator=gen) / 5.0).float()  # many ties, zeros
+        with compiled.disabled():
+            want = candidate_pairs(first, valid, length)
+        got = candidate_pairs(first, valid, length, count)
+        assert torch.equal(got, want), length
+        assert torch.equal(candidate_pairs(first, valid, length), want)
