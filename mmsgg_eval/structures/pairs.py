@@ -70,10 +70,11 @@ class RelationPairs:
         of every pair)."""
         if self.rows is None:
             return self.padded.long().gather(1, pair[..., None].expand(-1, -1, 2))
-        zero = torch.zeros(pair.shape[1:] + (2,), dtype=torch.long, device=pair.device)
-        return torch.stack([rows.reshape(-1, 2).index_select(0, index) if rows.numel() else zero
-                            for rows, index in zip(self.rows, pair)]) if len(self.rows) else \
-            torch.zeros(pair.shape + (2,), dtype=torch.long, device=pair.device)
+        out = torch.zeros(pair.shape + (2,), dtype=torch.long, device=pair.device)
+        for b, rows in enumerate(self.rows):
+            if rows.numel():
+                out[b] = rows.reshape(-1, 2).index_select(0, pair[b])
+        return out
 
     def well_formed(self) -> bool:
         """Integer [B, R, 2] pairs (per-image rows are checked when kept)."""
