@@ -27,7 +27,7 @@ def compiled_extensions() -> dict:
             except Exception as err:  # noqa: BLE001 - any compiler failure leaves the torch implementation
                 warnings.warn(f'building {ext.name} failed ({err}); mmsgg_eval runs without its compiled kernels')
 
-    sources = ['scores.cpp', 'ranking.cpp', 'ngc.cpp', 'first_hits.cpp', 'padding.cpp', 'detection.cpp',
+    sources = ['scores.cpp', 'ranking.cpp', 'ngc.cpp', 'first_hits.cpp', 'padding.cpp', 'detection.cpp', 'oi.cpp',
                'bindings.cpp']  # common.h
     extension = CppExtension(
         'mmsgg_eval._ext', [osp.join('mmsgg_eval', 'csrc', name) for name in sources],

@@ -36,6 +36,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none(),
         py::arg("pair_codes") = false,
         py::call_guard<py::gil_scoped_release>());  // reads tensors only: a Python thread may run beside it
+  m.def("oi_ranked_lists", &oi_ranked_lists,
+        "the Open Images list of each image: (score, predicate, pair, subject, object [B, E], valid [B, E])",
+        py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
+        py::arg("object_scores"), py::arg("best"), py::arg("count"), py::arg("length"), py::arg("per_pair"),
+        py::arg("min_score"));
+  m.def("oi_match_lists", &oi_match_lists,
+        "recall first hits [B, G] and AP true positives (rel, phr) [B, E] of Open Images lists",
+        py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),
+        py::arg("gt_predicates"), py::arg("gt_valid"), py::arg("subject"), py::arg("object"), py::arg("predicate"),
+        py::arg("valid"), py::arg("plus_one"), py::arg("recall_thr"), py::arg("ap_thr"));
   m.def("box_relation_end_bits", &box_relation_end_bits,
         "bit sets [B, N, W] of the GT relations whose subject / object each predicted object matches (box IoU)",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),

@@ -22,6 +22,7 @@
 //   * ngc.cpp            the no-graph-constraint list;
 //   * first_hits.cpp     box matching into GT-relation bit sets, first-hit ranks, relation_pair_flags,
 //                        box_overlap_flags, image_diagnostics (the input diagnostics' box flags and label offsets);
+//   * oi.cpp             the Open Images protocol's lists and their matching;
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, pad_float_rows_checked, matrix_shapes, lengths_mask;
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
@@ -188,6 +189,21 @@ static inline int64_t first_max_column(const float* row, int64_t n) {
   return first_max_column_scalar(row, n);
 }
 
+// IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
+// (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
+// inter), NaN (two empty boxes) read as 0. Every operation rounds to float32 (the build disables contraction).
+static inline float box_iou_f32(const float* a, const float* b, float extra) {
+  float w = (std::min(a[2], b[2]) - std::max(a[0], b[0])) + extra;
+  float h = (std::min(a[3], b[3]) - std::max(a[1], b[1])) + extra;
+  w = w < 0.0f ? 0.0f : w;
+  h = h < 0.0f ? 0.0f : h;
+  const float inter = w * h;
+  const float area_a = ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra);
+  const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
+  const float iou = inter / ((area_a + area_b) - inter);
+  return iou != iou ? 0.0f : iou;
+}
+
 // Ask the caches for bytes [p, p + bytes) ahead of their use (one request per 64-byte line; never faults).
 static inline void prefetch_bytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -232,6 +248,19 @@ struct GraphPairStep {
     }
   }
 };
+
+// ranking.cpp: scratch of stable_top, reused across the images of a thread.
+struct TopScratch {
+  std::vector<uint32_t> codes, maxima;
+  std::vector<Key> kept;
+};
+
+// ranking.cpp: the stable descending top-k of values[0, n) (NaN last) into `listed`, best first. Long rows are cut
+// first: the maxima of m >= k disjoint blocks of entries are m distinct entries, so the k-th largest of them is at most
+// the k-th largest entry, and every listed entry reaches it; only the entries reaching it (ties included) are
+// keyed, then selected and sorted, as a stable sort of all n entries would order them. Entries are compared on
+// their value codes (the high half of rank_key: -0.0 ties with +0.0, NaN ranks as -inf).
+void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed);
 
 // scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check; with `pairs`,
 // also its graph-constrained pair step for every row r < rows, once that row's maximum is known (rows in small blocks).
@@ -278,6 +307,17 @@ std::vector<at::Tensor> coco_match_images(const at::Tensor& det_boxes, const at:
                                           bool plus_one, bool float32_det_sizes, double area_lo, double area_hi);
 at::Tensor coco_precision_table(const at::Tensor& matched, const at::Tensor& ignored, const at::Tensor& bounds,
                                 const at::Tensor& gt_counts, const at::Tensor& recall_thresholds);
+// oi.cpp
+std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
+                                        const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores,
+                                        const at::Tensor& best, const at::Tensor& count, int64_t length,
+                                        int64_t per_pair, double min_score);
+std::vector<at::Tensor> oi_match_lists(const at::Tensor& pred_boxes, const at::Tensor& pred_labels,
+                                       const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
+                                       const at::Tensor& gt_pairs, const at::Tensor& gt_predicates,
+                                       const at::Tensor& gt_valid, const at::Tensor& subject, const at::Tensor& object,
+                                       const at::Tensor& predicate, const at::Tensor& valid, bool plus_one,
+                                       double recall_thr, double ap_thr);
 // ranking.cpp
 std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pairs(

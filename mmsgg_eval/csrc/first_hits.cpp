@@ -13,21 +13,6 @@ using namespace mmsgg_ext;
 
 namespace {
 
-// IoU of two xyxy float32 boxes in the torch path's operation order (paired_box_iou): intersection sides
-// (min - max) + extra clamped at 0, areas (x2 - x1 + extra) * (y2 - y1 + extra), inter / ((area_a + area_b) -
-// inter), NaN (two empty boxes) read as 0. Every operation rounds to float32 (the build disables contraction).
-inline float box_iou_f32(const float* a, const float* b, float extra) {
-  float w = (std::min(a[2], b[2]) - std::max(a[0], b[0])) + extra;
-  float h = (std::min(a[3], b[3]) - std::max(a[1], b[1])) + extra;
-  w = w < 0.0f ? 0.0f : w;
-  h = h < 0.0f ? 0.0f : h;
-  const float inter = w * h;
-  const float area_a = ((a[2] - a[0]) + extra) * ((a[3] - a[1]) + extra);
-  const float area_b = ((b[2] - b[0]) + extra) * ((b[3] - b[1]) + extra);
-  const float iou = inter / ((area_a + area_b) - inter);
-  return iou != iou ? 0.0f : iou;
-}
-
 // Box m of a column table (for overlap_row / overlap_mask): its xyxy float32 coordinates and its area
 // ((x2 - x1) + extra) * ((y2 - y1) + extra), in the torch path's operation order.
 inline void set_box_column(const float* box, float extra, int64_t m, float* x1, float* y1, float* x2, float* y2,

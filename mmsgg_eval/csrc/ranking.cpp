@@ -119,20 +119,18 @@ int64_t keys_reaching(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) 
   return keys_reaching_scalar(codes, 0, n, bar, out);
 }
 
-// Scratch of stable_top, reused across the images of a thread.
-struct TopScratch {
-  std::vector<uint32_t> codes, maxima;
-  std::vector<Key> kept;
-};
+void write_list(const std::vector<Key>& listed, int64_t* index, bool* valid) {
+  for (size_t i = 0; i < listed.size(); ++i) {
+    index[i] = key_index(listed[i]);
+    valid[i] = true;
+  }
+}
 
-// The stable descending top-k of values[0, n) (NaN last) into `listed`, best first. Long rows are cut first:
-// the maxima of m >= k disjoint blocks of entries are m distinct entries, so the k-th largest of them is at most
-// the k-th largest entry, and every listed entry reaches it; only the entries reaching it (ties included) are
-// keyed, then selected and sorted, as a stable sort of all n entries would order them. Entries are compared on
-// their value codes (the high half of rank_key: -0.0 ties with +0.0, NaN ranks as -inf).
+}  // namespace
+
 constexpr int64_t kBlocksPerListed = 2;
 
-void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
+void mmsgg_ext::stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
   listed.clear();
   if (k <= 0 || n <= 0) {
     return;
@@ -154,15 +152,6 @@ void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, 
   select_best(kept, kept + size, k);
   listed.assign(kept, kept + std::min(size, k));
 }
-
-void write_list(const std::vector<Key>& listed, int64_t* index, bool* valid) {
-  for (size_t i = 0; i < listed.size(); ++i) {
-    index[i] = key_index(listed[i]);
-    valid[i] = true;
-  }
-}
-
-}  // namespace
 
 std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k) {
   TORCH_CHECK(values.device().is_cpu() && values.scalar_type() == at::kFloat && values.dim() == 2,

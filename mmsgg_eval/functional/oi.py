@@ -31,7 +31,7 @@ from torch import Tensor
 from .boxes import box_iou, union_boxes
 from .limits import NO_HIT
 from . import compiled
-from .ranking import pair_scores, positions_in_groups, prefix_topk, sortable_key
+from .ranking import pair_kernels, pair_scores, positions_in_groups, prefix_topk, sortable_key
 from .recall import rank_limit
 
 #: entries of an image's OI list (PySGG's ``topk``)
@@ -133,6 +133,9 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
     the GT boxes and labels with object scores 1). Returns an :class:`OIList` of ``length`` entries per image.
     Only the score rows of the pairs that can own a listed entry are read (:func:`candidate_pairs`: about
     ``length`` per image, from the per-pair best scores the reader has already computed)."""
+    compiled_lists = _compiled_ranked_lists(batch, length, per_pair, min_score)
+    if compiled_lists is not None:
+        return compiled_lists
     b_size, r_max = batch.rel_valid.shape
     k = min(int(per_pair), batch.num_predicates)
     device = batch.device
@@ -171,6 +174,20 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
                   subject=torch.where(valid, ends[..., 0], zero), object=torch.where(valid, ends[..., 1], zero))
 
 
+def _compiled_ranked_lists(batch, length: int, per_pair: int, min_score: float) -> Optional[OIList]:
+    """:func:`oi_ranked_lists` by the compiled kernel (the same tensors: each image's pairs and score rows read in
+    place, once) where it applies: on the CPU, kernels built, score matrices read in place (the 'compiled'
+    layout), float32 object scores; else None."""
+    kernels = pair_kernels(batch)
+    if kernels is None or batch.scores.layout != 'compiled' or not hasattr(kernels, 'oi_ranked_lists'):
+        return None  # (a build older than these sources lacks the kernel: the torch operations)
+    scores = batch.scores
+    score, predicate, pair, subject, obj, valid = kernels.oi_ranked_lists(
+        scores.sources, scores.column, scores.num_predicates, batch.pair_rows, batch.pred_scores, scores.best,
+        batch.num_rel_preds, int(length), int(per_pair), float(min_score))
+    return OIList(valid=valid, score=score, predicate=predicate, pair=pair, subject=subject, object=obj)
+
+
 def greedy_claims(overlap: Tensor, threshold: float = OI_AP_THRESHOLD) -> Tensor:
     """[B, E] bool true positives of the VOC greedy assignment within each image.
 
@@ -203,6 +220,14 @@ def oi_match(batch, lists: OIList, plus_one: bool) -> Dict[str, Tensor]:
                 'tp_rel': torch.zeros((b_size, e_size), dtype=torch.bool, device=device),
                 'tp_phr': torch.zeros((b_size, e_size), dtype=torch.bool, device=device)}
 
+    kernels = _match_kernels(batch, lists)
+    if kernels is not None:  # the same flags, image by image
+        first_hit, tp_rel, tp_phr = kernels.oi_match_lists(
+            batch.pred_boxes, batch.pred_labels, batch.gt_boxes, batch.gt_labels, batch.gt_pairs, batch.gt_predicates,
+            gt_valid, lists.subject, lists.object, lists.predicate, lists.valid, bool(plus_one),
+            OI_RECALL_THRESHOLD, OI_AP_THRESHOLD)
+        return {'first_hit': first_hit, 'tp_rel': tp_rel, 'tp_phr': tp_phr}
+
     def take(values: Tensor, index: Tensor) -> Tensor:
         if values.dim() == 3:
             return values.gather(1, index[..., None].expand(-1, -1, values.shape[2]))
@@ -226,6 +251,19 @@ def oi_match(batch, lists: OIList, plus_one: bool) -> Dict[str, Tensor]:
                                             union_boxes(gt_sub_box.float(), gt_obj_box.float()), plus_one), minus)
     return {'first_hit': torch.where(gt_valid, first_hit, torch.full_like(first_hit, NO_HIT)),
             'tp_rel': greedy_claims(overlap_rel) & lists.valid, 'tp_phr': greedy_claims(overlap_phr) & lists.valid}
+
+
+def _match_kernels(batch, lists: OIList):
+    """The compiled kernels when :func:`oi_match`'s kernel reads the batch (CPU, float32 boxes, int64 indices and
+    labels), else None."""
+    kernels = compiled.kernels() if batch.device.type == 'cpu' else None
+    if kernels is None or not hasattr(kernels, 'oi_match_lists'):
+        return None
+    indices = (batch.pred_labels, batch.gt_labels, batch.gt_pairs, batch.gt_predicates, lists.subject, lists.object,
+               lists.predicate)
+    if batch.pred_boxes.dtype == batch.gt_boxes.dtype == torch.float32 and all(t.dtype == torch.long for t in indices):
+        return kernels
+    return None
 
 
 def ap_order(predicate: Tensor, score: Tensor, sample_idx: Tensor, rank: Tensor) -> Tensor:

@@ -168,7 +168,7 @@ def graph_constrained_ranking(batch, k: int, rank_by: str = 'score', prefix: boo
     ``(order, valid, triplet_score, pair_score)``. With ``prefix`` on the CPU the compiled kernel computes the
     end scores, both products and the list in one pass over each image's real pairs (the same numbers; its
     padding entries hold 0; an unknown ``rank_by`` is refused by the torch path)."""
-    kernels = _pair_kernels(batch)
+    kernels = pair_kernels(batch)
     if kernels is not None and prefix and rank_by == 'score':
         return kernels.graph_constrained_pairs(batch.pair_rows, batch.pred_scores, batch.scores.best,
                                                batch.num_rel_preds, int(k))
@@ -179,7 +179,7 @@ def pair_scores(batch) -> Tensor:
     """``subject score * object score`` (float32 [B, R]) of every real pair of a padded scene-graph batch
     (padding entries: 0 from the compiled kernel, which reads the per-image pairs on the CPU without padding
     them; the product at object 0 from the torch operations)."""
-    kernels = _pair_kernels(batch)
+    kernels = pair_kernels(batch)
     if kernels is not None:
         return kernels.graph_constrained_pairs(batch.pair_rows, batch.pred_scores, batch.scores.best,
                                                batch.num_rel_preds, 0)[3]
@@ -187,7 +187,7 @@ def pair_scores(batch) -> Tensor:
     return subject_score.float() * object_score.float()
 
 
-def _pair_kernels(batch):
+def pair_kernels(batch):
     """The compiled kernels when their pass over each image's pairs applies to the batch (CPU, float32 object
     scores and row maxima of the batch's shape), else None."""
     kernels = compiled.kernels() if batch.device.type == 'cpu' else None
