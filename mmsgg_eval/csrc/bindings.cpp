@@ -40,7 +40,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "the Open Images list of each image: (score, predicate, pair, subject, object [B, E], valid [B, E])",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
         py::arg("object_scores"), py::arg("best"), py::arg("count"), py::arg("length"), py::arg("per_pair"),
-        py::arg("min_score"));
+        py::arg("min_score"), py::arg("pair_score") = py::none());
   m.def("oi_match_lists", &oi_match_lists,
         "recall first hits [B, G] and AP true positives (rel, phr) [B, E] of Open Images lists",
         py::arg("pred_boxes"), py::arg("pred_labels"), py::arg("gt_boxes"), py::arg("gt_labels"), py::arg("gt_pairs"),

@@ -261,6 +261,9 @@ struct TopScratch {
 // keyed, then selected and sorted, as a stable sort of all n entries would order them. Entries are compared on
 // their value codes (the high half of rank_key: -0.0 ties with +0.0, NaN ranks as -inf).
 void stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed);
+// ranking.cpp: the index of the k-th entry of values[0, n) in stable_top's order (its value is the k-th largest
+// value); 1 <= k <= n.
+int64_t kth_largest(const float* values, int64_t n, int64_t k, TopScratch& scratch);
 
 // scores.cpp: one image's row maxima (as int32 bit patterns into out[0, rows)) and value check; with `pairs`,
 // also its graph-constrained pair step for every row r < rows, once that row's maximum is known (rows in small blocks).
@@ -311,7 +314,8 @@ at::Tensor coco_precision_table(const at::Tensor& matched, const at::Tensor& ign
 std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
                                         const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores,
                                         const at::Tensor& best, const at::Tensor& count, int64_t length,
-                                        int64_t per_pair, double min_score);
+                                        int64_t per_pair, double min_score,
+                                        const std::optional<at::Tensor>& pair_score);
 std::vector<at::Tensor> oi_match_lists(const at::Tensor& pred_boxes, const at::Tensor& pred_labels,
                                        const at::Tensor& gt_boxes, const at::Tensor& gt_labels,
                                        const at::Tensor& gt_pairs, const at::Tensor& gt_predicates,

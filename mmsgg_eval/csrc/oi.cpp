@@ -1,7 +1,7 @@
 // The Open Images relation protocol (mmsgg_eval.functional.oi), image by image, exactly as its torch path
 // computes it:
-//   * oi_ranked_lists: each image's OI list. Its real pairs' scores subject * object (float32) and best entries
-//     pair score * row maximum; the candidate pairs (candidate_pairs: those whose best entry reaches the
+//   * oi_ranked_lists: each image's OI list. Its real pairs' scores subject * object (float32; or as the ranking
+//     pass of ranking.cpp wrote them, the same products) and best entries pair score * row maximum; the candidate pairs (candidate_pairs: those whose best entry reaches the
 //     length-th largest best entry of the image, or every real pair when the batch has at most `length` pair
 //     slots or the image fewer than `length` real pairs); the k' = min(per_pair, P) best predicates of each
 //     candidate's row (argmax repeated: ties to the lower column), scored pair score * probability (float32),
@@ -30,6 +30,7 @@ struct ListScratch {
 // One image's entries (candidate-major: entry i is slot i % k of candidate pair pair[i / k]) and its listed ones.
 struct ImageEntries {
   std::vector<int64_t> pair;             // the candidate pairs, in pair order
+  std::vector<float> pair_score;         // their pair scores
   std::vector<float> score;              // per entry
   std::vector<int64_t> predicate;        // per entry: 0-based predicate column
   std::vector<Key> listed;               // the stable top `length` entries, best first
@@ -39,6 +40,20 @@ struct ImageEntries {
 // The k best columns of row[0, n) into columns (as repeated argmax, each time without the columns taken: ties to
 // the lower column); 1 <= k <= n.
 inline void top_columns(const float* row, int64_t n, int64_t k, int64_t* columns) {
+  if (k == 2) {  // one scan: a value above the best moves the best to second; one above the second replaces it
+    int64_t first = 0, second = -1;
+    for (int64_t c = 1; c < n; ++c) {
+      if (row[c] > row[first]) {
+        second = first;
+        first = c;
+      } else if (second < 0 || row[c] > row[second]) {
+        second = c;
+      }
+    }
+    columns[0] = first;
+    columns[1] = second;
+    return;
+  }
   columns[0] = first_max_column(row, n);
   for (int64_t j = 1; j < k; ++j) {
     int64_t best = -1;
@@ -52,48 +67,63 @@ inline void top_columns(const float* row, int64_t n, int64_t k, int64_t* columns
   }
 }
 
-void image_oi_entries(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates, const int64_t* pairs,
-                      const float* object_scores, int64_t objects, const float* best, int64_t real, bool prune,
-                      int64_t length, int64_t k, ListScratch& scratch, ImageEntries& out) {
-  scratch.pair_score.resize(real);
+// One image's candidate pairs and their pair scores (`given`: the image's pair scores as the ranking pass wrote
+// them, else computed here from the pairs and object scores); their rows are asked of the caches for
+// image_oi_list.
+void image_oi_candidates(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates,
+                         const int64_t* pairs, const float* object_scores, int64_t objects, const float* best,
+                         const float* given, int64_t real, bool prune, int64_t length, ListScratch& scratch,
+                         ImageEntries& out) {
+  scratch.pair_score.resize(given == nullptr ? real : 0);
   scratch.first.resize(real);
-  scratch.columns.resize(k);
-  float* pair_score = scratch.pair_score.data();
+  const float* pair_score = given != nullptr ? given : scratch.pair_score.data();
   float* first = scratch.first.data();
   out.pair.clear();
-  out.score.clear();
-  out.predicate.clear();
+  out.pair_score.clear();
   out.listed.clear();
   out.bad = -1;
-  for (int64_t r = 0; r < real; ++r) {
+  for (int64_t r = 0; given == nullptr && r < real; ++r) {
     const int64_t s = pairs[2 * r], o = pairs[2 * r + 1];
     if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(objects) ||
         static_cast<uint64_t>(o) >= static_cast<uint64_t>(objects)) {
       out.bad = r;
       return;
     }
-    pair_score[r] = object_scores[s] * object_scores[o];
+    scratch.pair_score[r] = object_scores[s] * object_scores[o];
+  }
+  for (int64_t r = 0; r < real; ++r) {
     first[r] = pair_score[r] * best[r];
   }
   float threshold = -std::numeric_limits<float>::infinity();
   if (prune && real >= length && length > 0) {  // the length-th largest best entry (the torch path's stable top-k)
-    stable_top(first, real, length, scratch.top, out.listed);
-    threshold = first[key_index(out.listed.back())];
+    threshold = first[kth_largest(first, real, length, scratch.top)];
   }
   for (int64_t r = 0; r < real; ++r) {
     if (first[r] >= threshold) {
       out.pair.push_back(r);
-      prefetch_bytes(matrix + r * cols + column, num_predicates * 4);  // the rows read next, all loads in flight
+      out.pair_score.push_back(pair_score[r]);
+      const float* row = matrix + r * cols + column;
+      prefetch_bytes(row, num_predicates * 4);
+      __builtin_prefetch(row + num_predicates - 1);
     }
   }
+}
+
+// One image's entries (the k' best predicates of each candidate's row) and its list of the `length` best.
+void image_oi_list(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates, int64_t length,
+                   int64_t k, ListScratch& scratch, ImageEntries& out) {
+  out.score.clear();
+  out.predicate.clear();
+  if (out.bad >= 0) {
+    return;
+  }
+  scratch.columns.resize(k);
   int64_t* columns = scratch.columns.data();
-  for (const int64_t r : out.pair) {
-    const float* row = matrix + r * cols + column;
-    if (k > 0) {
-      top_columns(row, num_predicates, k, columns);
-    }
+  for (size_t i = 0; i < out.pair.size() && k > 0; ++i) {
+    const float* row = matrix + out.pair[i] * cols + column;
+    top_columns(row, num_predicates, k, columns);
     for (int64_t j = 0; j < k; ++j) {
-      out.score.push_back(pair_score[r] * row[columns[j]]);
+      out.score.push_back(out.pair_score[i] * row[columns[j]]);
       out.predicate.push_back(columns[j]);
     }
   }
@@ -105,7 +135,8 @@ void image_oi_entries(const float* matrix, int64_t cols, int64_t column, int64_t
 std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
                                         const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores,
                                         const at::Tensor& best, const at::Tensor& count, int64_t length,
-                                        int64_t per_pair, double min_score) {
+                                        int64_t per_pair, double min_score,
+                                        const std::optional<at::Tensor>& pair_score) {
   check_matrices(matrices, column, num_predicates);
   TORCH_CHECK(best.device().is_cpu() && best.scalar_type() == at::kFloat && best.dim() == 2,
               "oi_ranked_lists: best must be a float32 [B, W] CPU tensor");
@@ -130,13 +161,28 @@ std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices,
   const int64_t objects = scores_c.size(1), k = std::min(per_pair, num_predicates), cols = column + num_predicates;
   const float* object_ptr = scores_c.data_ptr<float>();
   const float* best_ptr = best_c.data_ptr<float>();
+  at::Tensor given;  // the ranking pass' pair scores: the pairs are then read for the listed entries only
+  if (pair_score.has_value()) {
+    check_cpu(*pair_score, at::kFloat, 2, "oi_ranked_lists: pair_score must be a float32 [B, W] CPU tensor");
+    TORCH_CHECK(pair_score->sizes() == best.sizes(), "oi_ranked_lists: pair_score and best differ in shape");
+    given = pair_score->contiguous();
+  }
+  const float* given_ptr = given.defined() ? given.data_ptr<float>() : nullptr;
   std::vector<ImageEntries> images(batch);
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
     ListScratch scratch;
-    for (int64_t b = begin; b < end; ++b) {
-      image_oi_entries(matrices[b].data_ptr<float>(), cols, column, num_predicates, pairs.pairs(b),
-                       object_ptr + b * objects, objects, best_ptr + b * width, count_ptr[b], width > length, length,
-                       k, scratch, images[b]);
+    const auto candidates = [&](int64_t b) {
+      image_oi_candidates(matrices[b].data_ptr<float>(), cols, column, num_predicates, pairs.pairs(b),
+                          object_ptr + b * objects, objects, best_ptr + b * width,
+                          given_ptr != nullptr ? given_ptr + b * width : nullptr, count_ptr[b], width > length,
+                          length, scratch, images[b]);
+    };
+    candidates(begin);
+    for (int64_t b = begin; b < end; ++b) {  // the next image's candidates first: their rows load meanwhile
+      if (b + 1 < end) {
+        candidates(b + 1);
+      }
+      image_oi_list(matrices[b].data_ptr<float>(), cols, column, num_predicates, length, k, scratch, images[b]);
     }
   });
   int64_t most = 0;

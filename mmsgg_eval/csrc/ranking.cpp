@@ -130,11 +130,11 @@ void write_list(const std::vector<Key>& listed, int64_t* index, bool* valid) {
 
 constexpr int64_t kBlocksPerListed = 2;
 
-void mmsgg_ext::stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
-  listed.clear();
-  if (k <= 0 || n <= 0) {
-    return;
-  }
+namespace {
+
+// The keys of the entries of values[0, n) that can be among its k largest (every entry reaching the k-th largest
+// of the block maxima, see stable_top), into scratch.kept; returns how many. k >= 1, n >= 1.
+int64_t keys_of_top_candidates(const float* values, int64_t n, int64_t k, TopScratch& scratch) {
   const bool long_row = n >= 4 * kBlocksPerListed * k;  // blocks of at least 4 entries
   scratch.codes.resize(n);
   scratch.maxima.resize(long_row ? kBlocksPerListed * k + 8 : 0);
@@ -147,10 +147,28 @@ void mmsgg_ext::stable_top(const float* values, int64_t n, int64_t k, TopScratch
     bar = maxima[k - 1];
   }
   scratch.kept.resize(n);
+  return keys_reaching(scratch.codes.data(), n, bar, scratch.kept.data());
+}
+
+}  // namespace
+
+void mmsgg_ext::stable_top(const float* values, int64_t n, int64_t k, TopScratch& scratch, std::vector<Key>& listed) {
+  listed.clear();
+  if (k <= 0 || n <= 0) {
+    return;
+  }
+  const int64_t size = keys_of_top_candidates(values, n, k, scratch);
   Key* kept = scratch.kept.data();
-  const int64_t size = keys_reaching(scratch.codes.data(), n, bar, kept);
   select_best(kept, kept + size, k);
   listed.assign(kept, kept + std::min(size, k));
+}
+
+int64_t mmsgg_ext::kth_largest(const float* values, int64_t n, int64_t k, TopScratch& scratch) {
+  TORCH_CHECK(k >= 1 && k <= n, "kth_largest: k must be in [1, n]");
+  const int64_t size = keys_of_top_candidates(values, n, k, scratch);
+  Key* kept = scratch.kept.data();
+  std::nth_element(kept, kept + (k - 1), kept + size, std::greater<Key>());
+  return key_index(kept[k - 1]);
 }
 
 std::tuple<at::Tensor, at::Tensor> stable_topk_prefix(const at::Tensor& values, const at::Tensor& count, int64_t k) {

@@ -176,15 +176,17 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
 
 def _compiled_ranked_lists(batch, length: int, per_pair: int, min_score: float) -> Optional[OIList]:
     """:func:`oi_ranked_lists` by the compiled kernel (the same tensors: each image's pairs and score rows read in
-    place, once) where it applies: on the CPU, kernels built, score matrices read in place (the 'compiled'
-    layout), float32 object scores; else None."""
+    place, once; the pair scores of the reader's ranking pass, ``batch.ranked_lists``, where it ran) where it
+    applies: on the CPU, kernels built, score matrices read in place (the 'compiled' layout), float32 object
+    scores; else None."""
     kernels = pair_kernels(batch)
     if kernels is None or batch.scores.layout != 'compiled' or not hasattr(kernels, 'oi_ranked_lists'):
         return None  # (a build older than these sources lacks the kernel: the torch operations)
-    scores = batch.scores
+    scores, ranked = batch.scores, batch.ranked_lists
     score, predicate, pair, subject, obj, valid = kernels.oi_ranked_lists(
         scores.sources, scores.column, scores.num_predicates, batch.pair_rows, batch.pred_scores, scores.best,
-        batch.num_rel_preds, int(length), int(per_pair), float(min_score))
+        batch.num_rel_preds, int(length), int(per_pair), float(min_score),
+        ranked.pair_score if ranked is not None else None)
     return OIList(valid=valid, score=score, predicate=predicate, pair=pair, subject=subject, object=obj)
 
 

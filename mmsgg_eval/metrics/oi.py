@@ -143,7 +143,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
             samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
         batch = collate_scene_graphs(samples, self.mode, len(self.classes), num_predicates,
                                      counts=self.object_counts, workspace=self._workspace,
-                                     score_layout=self.score_layout)
+                                     score_layout=self.score_layout, ranking=(0, 0))  # the pass' pair scores
         self.accumulator.number_missing(batch.sample_idx, self.name)
         lists = oi_ranked_lists(batch)
         match = oi_match(batch, lists, self.plus_one)
