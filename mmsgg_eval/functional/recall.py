@@ -119,24 +119,33 @@ def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predica
 
     Each table is the same number, bit for bit, as its own call computes: per (column, K) the hits over the
     contiguous [I, P] table of the image and predicate counts, summed over the images (``'image'``) in that
-    layout."""
-    key = image_of_rel * num_predicates + predicate
+    layout. Only the cells with a GT relation are counted and divided (the table's other entries are 0 / 1 = 0);
+    one [I, P] table of quotients serves every column in turn (fresh memory of that size costs more to map than
+    to fill)."""
+    key = (image_of_rel * num_predicates + predicate).long()
     size = num_images * num_predicates
-    count = torch.bincount(key, minlength=size).view(num_images, num_predicates)  # integer counts
-    n_img = count.clamp(max=1).sum(0).double()  # images containing each predicate (integer sums)
+    count = torch.bincount(key, minlength=size)  # integer counts per (image, predicate) cell, flat
+    cells = count.nonzero().squeeze(1)  # the cells with a GT relation, ascending
+    cell_predicate = cells % max(num_predicates, 1)
+    n_img = torch.bincount(cell_predicate, minlength=num_predicates).double()  # images containing each predicate
     present = n_img > 0
     columns = [(rank, k) for rank, ks in ranks for k in ks]
     if not columns:
         return [torch.zeros((0, num_predicates), dtype=torch.float64) for _ in ranks], present
-    key = key.long()
-    # each (column, K): a bincount of its hit keys into a contiguous [I, P] table of integer hits
-    hits = [torch.bincount(key[rank < rank_limit(k)], minlength=size).view(num_images, num_predicates)
-            for rank, k in columns]
+    cell_of = (torch.cumsum(count > 0, 0) - 1).index_select(0, key)  # each relation's cell
+
+    def cell_hits(rank: Tensor, k: int) -> Tensor:  # integer hits of each cell
+        return torch.bincount(cell_of[rank < rank_limit(k)], minlength=cells.numel())
     if average == 'micro':  # integer sums (exact), one division per predicate
-        values = torch.stack([h.sum(0) for h in hits]).double() / count.sum(0).clamp(min=1).double()
+        totals = torch.bincount(predicate.long(), minlength=num_predicates)
+        sums = [torch.bincount(cell_predicate, cell_hits(rank, k), minlength=num_predicates) for rank, k in columns]
+        values = torch.stack(sums).double() / totals.clamp(min=1).double()
     else:
-        divisor = count.clamp(min=1).double()  # 0 / 1 = 0 where the image has no relation of the predicate
-        values = torch.stack([(h / divisor).sum(0) for h in hits]) / n_img.clamp(min=1)
+        divisor = count.index_select(0, cells).double()
+        quotient = torch.zeros(size, dtype=torch.float64, device=key.device)  # 0 in the cells without a relation
+        sums = [quotient.index_copy_(0, cells, cell_hits(rank, k) / divisor).view(num_images, num_predicates).sum(0)
+                for rank, k in columns]
+        values = torch.stack(sums) / n_img.clamp(min=1)
     values = torch.where(present, values, torch.zeros_like(values))
     tables, start = [], 0
     for _, ks in ranks:
