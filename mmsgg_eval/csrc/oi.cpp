@@ -1,9 +1,10 @@
 // The Open Images relation protocol (mmsgg_eval.functional.oi), image by image, exactly as its torch path
 // computes it:
 //   * oi_ranked_lists: each image's OI list. Its real pairs' scores subject * object (float32; or as the ranking
-//     pass of ranking.cpp wrote them, the same products) and best entries pair score * row maximum; the candidate pairs (candidate_pairs: those whose best entry reaches the
-//     length-th largest best entry of the image, or every real pair when the batch has at most `length` pair
-//     slots or the image fewer than `length` real pairs); the k' = min(per_pair, P) best predicates of each
+//     pass of ranking.cpp wrote them, the same products) and best entries pair score * row maximum; the
+//     candidate pairs (candidate_pairs: those whose best entry reaches the length-th largest best entry of the
+//     image, or every real pair when the batch has at most `length` pair slots or the image fewer than `length`
+//     real pairs); the k' = min(per_pair, P) best predicates of each
 //     candidate's row (argmax repeated: ties to the lower column), scored pair score * probability (float32),
 //     candidate-major in pair order; the stable descending top `length` of those entries, kept when
 //     > min_score (compared in float32). The lists are [B, E] with E = min(length, k' * the most candidates of
@@ -177,7 +178,9 @@ std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices,
                           given_ptr != nullptr ? given_ptr + b * width : nullptr, count_ptr[b], width > length,
                           length, scratch, images[b]);
     };
-    candidates(begin);
+    if (begin < end) {
+      candidates(begin);
+    }
     for (int64_t b = begin; b < end; ++b) {  // the next image's candidates first: their rows load meanwhile
       if (b + 1 < end) {
         candidates(b + 1);

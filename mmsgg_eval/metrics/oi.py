@@ -19,7 +19,8 @@ from ..functional.recall import rank_limit
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
                              oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
-from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_scene_graphs
+from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_stages
+from ..functional.overlap import Staged
 from ..functional.scores import ScoreWorkspace
 from .base import RowMetric, Schema, Tables
 from .samples import first_occurrences, prediction_missing
@@ -57,6 +58,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
     """
 
     file_tag = 'oi'
+    overlaps_pools = True  # start_rows: the reader's compiled pass of a pool runs beside the previous pool's lists
 
     def contributions(self, tables: Tables) -> Contributions:
         """Every key per image (the bootstrap intervals and ``compare``): :func:`oi_contributions`."""
@@ -80,6 +82,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         self.score_layout = score_layout
         self.object_counts = ObjectCounts(strict=strict_counts)
         self._workspace = ScoreWorkspace()
+        self._pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the reader's pass outputs, taken in turn
         self.per_image_out = per_image_out
         from .per_image import ImageNames
         self._image_names = ImageNames()
@@ -136,14 +139,24 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         """Read a pool, build its OI lists and match them (:mod:`mmsgg_eval.functional.oi`): per image its GT and
         predicted-pair counts; per listed entry its rank, score, predicate and true-positive flags; per GT
         relation its predicate and first-hit rank (:data:`OI_NO_HIT` when no entry hits it)."""
+        return Staged(self._row_stages(samples)).result()
+
+    def start_rows(self, samples: List[Any]) -> Staged:
+        """:meth:`compute_rows` with the reader's compiled pass (row maxima, value check, pair scores) left running
+        in the background thread while the previous pool's lists are built."""
+        return Staged(self._row_stages(samples, background=True))
+
+    def _row_stages(self, samples: List[Any], background: bool = False):
         samples = first_occurrences(samples)
         missing = [prediction_missing(s) for s in samples]
         num_predicates = len(self.predicates)
         if any(missing):
             samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
-        batch = collate_scene_graphs(samples, self.mode, len(self.classes), num_predicates,
-                                     counts=self.object_counts, workspace=self._workspace,
-                                     score_layout=self.score_layout, ranking=(0, 0))  # the pass' pair scores
+        self._pass_outputs.reverse()  # this pool's pass writes to the buffer the previous one did not
+        batch = yield from collate_stages(samples, self.mode, len(self.classes), num_predicates,
+                                          counts=self.object_counts, workspace=self._workspace,
+                                          score_layout=self.score_layout, ranking=(0, 0), background=background,
+                                          pass_workspace=self._pass_outputs[0])  # (0, 0): the pass' pair scores
         self.accumulator.number_missing(batch.sample_idx, self.name)
         lists = oi_ranked_lists(batch)
         match = oi_match(batch, lists, self.plus_one)

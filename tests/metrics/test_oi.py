@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.oi import greedy_claims, oi_average_precisions, top_predicates, voc_ap
 from mmsgg_eval.metrics import OIRelationMetric
 from tests import reference_oi
+from tests.dist_utils import comparable
 from tests.metric_tester import Case, check_metric
+from tests.overlap_utils import compute_threads_fixed, counting_background_passes
 from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
@@ -177,8 +180,9 @@ def test_bad_input_names_the_sample_and_the_field():
     bad['pred_relations']['scores'] = scores
     metric = OIRelationMetric(mode='sgdet', pool_samples=2)
     metric.dataset_meta = META
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError) as err:  # (the pass reads the scores: with two threads, the next flush raises)
         metric.process({}, [samples[0], bad])
+        metric.evaluate(2)
     assert 'sample_idx=1' in str(err.value) or 'img1' in str(err.value)
     assert 'scores' in str(err.value)
     bad = dict(samples[2], pred_relations=dict(samples[2]['pred_relations']))
@@ -187,7 +191,42 @@ def test_bad_input_names_the_sample_and_the_field():
     metric.dataset_meta = META
     with pytest.raises(ValueError) as err:
         metric.process({}, [bad])
+        metric.evaluate(1)
     assert ('sample_idx=2' in str(err.value) or 'img2' in str(err.value)) and 'pair_idxs' in str(err.value)
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
+def test_overlapped_pools_give_the_keys_of_one_stage_pools(mode):
+    """With two compute threads a pool's reader pass runs in the background while the previous pool's lists are
+    built: every key equals the one-thread run's, bit for bit."""
+    if compiled.kernels() is None:
+        pytest.skip('the compiled kernels are not built')
+    samples, _ = random_dataset(4, 33, mode, num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES, max_objects=9)
+    with compute_threads_fixed(1):
+        _, one_stage = run_metric(samples, batch_size=5, mode=mode, pool_samples=5)
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        _, overlapped = run_metric(samples, batch_size=5, mode=mode, pool_samples=5)
+    assert started, 'no pass ran in the background: the test would not test the overlap'
+    assert comparable(overlapped) == comparable(one_stage)
+
+
+def test_a_value_error_of_an_overlapped_pool_is_raised_by_the_next_flush_naming_the_sample():
+    if compiled.kernels() is None:
+        pytest.skip('the compiled kernels are not built')
+    samples, _ = random_dataset(3, 12, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
+                                max_objects=6, empty_pred_prob=0.0)
+    bad = samples[5]
+    bad['pred_relations']['scores'] = bad['pred_relations']['scores'].clone()
+    bad['pred_relations']['scores'][0, 1] = float('nan')
+    metric = OIRelationMetric(mode='sgdet', pool_samples=4)
+    metric.dataset_meta = META
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        metric.process({}, samples[:4])
+        metric.process({}, samples[4:8])  # holds the bad sample: its rows are finished by the next flush
+        assert started
+        with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
+            metric.process({}, samples[8:])
+        assert 'pred_relations.scores' in str(error.value)
 
 
 @pytest.mark.parametrize('kwargs,word', [(dict(mode='phrdet'), 'mode'), (dict(topk=0), 'topk'),

@@ -5,49 +5,20 @@ Nothing may change but the time: every key equals the one-stage run's, bit for b
 (relation scores, predicted pair indices) is raised (naming the sample) by the next flush, any other by the call
 that fills the pool; rows shared by SGRecall and SGMeanRecall are still computed once.
 """
-import contextlib
 import math
 
 import pytest
 import torch
 
-from mmsgg_eval.functional import compiled, threads
+from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional import overlap as overlap_module
 from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
-from mmsgg_eval.structures import reader as reader_module
 from tests.dist_utils import comparable
+from tests.overlap_utils import compute_threads_fixed, counting_background_passes
 from tests.sgg_samples import META, random_dataset, scene_graph_keys
 
 pytestmark = pytest.mark.skipif(compiled.kernels() is None, reason='the compiled kernels are not built')
-
-
-@contextlib.contextmanager
-def compute_threads_fixed(count: int):
-    """The metrics' thread policy and torch's thread count set to ``count`` (restored after)."""
-    before_policy, before_torch = threads.get_setting(), torch.get_num_threads()
-    threads.set_num_threads(count)
-    torch.set_num_threads(max(count, before_torch))
-    try:
-        yield
-    finally:
-        threads.set_num_threads(before_policy)
-        torch.set_num_threads(before_torch)
-
-
-@contextlib.contextmanager
-def counting_background_passes():
-    """A list that gets one entry per pass started in the background thread."""
-    started, original = [], reader_module.run_beside
-
-    def spy(call, *args, background=True):
-        started.extend([call] if background else [])
-        return original(call, *args, background=background)
-    reader_module.run_beside = spy
-    try:
-        yield started
-    finally:
-        reader_module.run_beside = original
 
 
 def keys_with_threads(count, samples, batch_size, **kwargs):
