@@ -80,20 +80,10 @@ def read_pool(samples: Sequence[Any], num_classes: int) -> Dict[str, Any]:
     ``gt_valid`` bool masks, ``sample_idx`` (list), on the device of the first sample's detections. The value rules
     are read on the padded batch; the first sample that breaks one (in pool order, as reading them one by one
     would find it) is read again by :func:`read_detections`, whose error names it and the field."""
-    device = None
-    fields: Dict[str, List[Tensor]] = {name: [] for name, _, _ in _POOL_FIELDS}
-    for position, sample in enumerate(samples):
-        try:
-            for name, group, key in _POOL_FIELDS:
-                value = _field(sample, group, key, device)
-                device = value.device if device is None else device
-                fields[name].append(value.reshape(-1, 4) if name.endswith('boxes') else value.reshape(-1))
-        except ValueError:
-            _raise_first_error(samples[:position + 1], num_classes)
-        det_rows = fields['det_boxes'][-1].shape[0]
-        if (fields['det_labels'][-1].numel() != det_rows or fields['det_scores'][-1].numel() != det_rows
-                or fields['gt_labels'][-1].numel() != fields['gt_boxes'][-1].shape[0]):
-            _raise_first_error(samples[:position + 1], num_classes)
+    fields = _plain_fields(samples)
+    if fields is None:
+        fields = _fields_one_by_one(samples, num_classes)
+    device = fields['det_boxes'][0].device if samples else None
     pool: Dict[str, Any] = {}
     for name, values in fields.items():
         padded, lengths = pad_with_lengths(values, -1 if name.endswith('labels') else 0.0)
@@ -112,6 +102,57 @@ def read_pool(samples: Sequence[Any], num_classes: int) -> Dict[str, Any]:
         _raise_first_error(samples[:int(bad.nonzero()[0, 0]) + 1], num_classes)
     pool['sample_idx'] = [sample_index(sample) for sample in samples]
     return pool
+
+
+def _fields_one_by_one(samples: Sequence[Any], num_classes: int) -> Dict[str, List[Tensor]]:
+    """The five fields of a pool (``_POOL_FIELDS`` names), each sample's read by :func:`_field` (any container
+    and array-like value, moved to the device of the first sample's detections); a sample that cannot be read is
+    read again by :func:`read_detections`, whose error names it and the field."""
+    device = None
+    fields: Dict[str, List[Tensor]] = {name: [] for name, _, _ in _POOL_FIELDS}
+    for position, sample in enumerate(samples):
+        try:
+            for name, group, key in _POOL_FIELDS:
+                value = _field(sample, group, key, device)
+                device = value.device if device is None else device
+                fields[name].append(value.reshape(-1, 4) if name.endswith('boxes') else value.reshape(-1))
+        except ValueError:
+            _raise_first_error(samples[:position + 1], num_classes)
+        det_rows = fields['det_boxes'][-1].shape[0]
+        if (fields['det_labels'][-1].numel() != det_rows or fields['det_scores'][-1].numel() != det_rows
+                or fields['gt_labels'][-1].numel() != fields['gt_boxes'][-1].shape[0]):
+            _raise_first_error(samples[:position + 1], num_classes)
+    return fields
+
+
+def _plain_fields(samples: Sequence[Any]) -> Optional[Dict[str, List[Tensor]]]:
+    """The five fields of a pool (``_POOL_FIELDS`` names) when every sample is a dict (what MMEngine's evaluator
+    passes) holding them as tensors of the read shapes ([n, 4] boxes, [n] labels and scores of matching lengths)
+    on one device, none requiring a gradient: the tensors themselves, which the general reading would give.
+    None for anything else (then each sample is read field by field, with its errors)."""
+    fields: Dict[str, List[Tensor]] = {name: [] for name, _, _ in _POOL_FIELDS}
+    appends = [fields[name].append for name, _, _ in _POOL_FIELDS]
+    device = None
+    for sample in samples:
+        if type(sample) is not dict:
+            return None
+        pred, gt = sample.get('pred_instances'), sample.get('gt_instances')
+        if type(pred) is not dict or type(gt) is not dict:
+            return None
+        values = (pred.get('bboxes'), pred.get('labels'), pred.get('scores'), gt.get('bboxes'), gt.get('labels'))
+        for value in values:
+            if type(value) is not Tensor or value.requires_grad or (device is not None and value.device != device):
+                return None
+            device = value.device
+        det_boxes, det_labels, det_scores, gt_boxes, gt_labels = values
+        if (det_boxes.dim() != 2 or det_boxes.shape[1] != 4 or gt_boxes.dim() != 2 or gt_boxes.shape[1] != 4
+                or det_labels.dim() != 1 or det_scores.dim() != 1 or gt_labels.dim() != 1
+                or det_labels.shape[0] != det_boxes.shape[0] or det_scores.shape[0] != det_boxes.shape[0]
+                or gt_labels.shape[0] != gt_boxes.shape[0]):
+            return None
+        for append, value in zip(appends, values):
+            append(value)
+    return fields
 
 
 def _raise_first_error(samples: Sequence[Any], num_classes: int) -> None:

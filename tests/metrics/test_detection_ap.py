@@ -243,3 +243,26 @@ def test_the_first_bad_sample_of_a_pool_is_named():
                                 ([samples[1], nan_scores, short], nan_scores, 'pred_instances.scores')):
         with pytest.raises(ValueError, match=rf"{name(sample)}\b.*{field}"):
             run_metric(pool, batch_size=len(pool))
+
+
+def test_a_pool_of_plain_tensors_reads_as_other_containers_do():
+    """The pool reader takes dict samples of tensors as they are; other containers (numpy arrays, lists, a tensor
+    that needs a gradient) go through the per-sample reader: the same padded pool either way."""
+    from mmsgg_eval.metrics.detection import _plain_fields, read_pool
+    samples = random_samples(9, 7)
+    assert _plain_fields(samples) is not None
+    others = []
+    for i, s in enumerate(samples):
+        pred, gt = s['pred_instances'], s['gt_instances']
+        converted = dict(s, pred_instances=dict(bboxes=pred['bboxes'].numpy(), labels=pred['labels'].tolist(),
+                                                scores=pred['scores'].clone().requires_grad_(i == 3)),
+                         gt_instances=dict(bboxes=gt['bboxes'].tolist(), labels=gt['labels'].numpy()))
+        others.append(converted)
+    assert _plain_fields(others) is None
+    want, got = read_pool(others, NUM_CLASSES), read_pool(samples, NUM_CLASSES)
+    assert want.keys() == got.keys()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(got[key], value.detach().to(got[key].dtype)), key  # (lists read as float64)
+        else:
+            assert got[key] == value, key
