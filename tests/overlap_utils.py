@@ -1,8 +1,9 @@
 """Helpers of the tests of overlapped pools (a pool's compiled reader pass in the background thread while the previous
-pool's rows are finished: ``RowMetric.flush(overlap=True)``): a fixed thread count and a count of the passes started
-in the background."""
+pool's rows are finished: ``RowMetric.flush(overlap=True)``): a fixed thread count, a count of the passes started
+in the background, and the check that a value error of a pool left in flight is raised by the next flush."""
 import contextlib
 
+import pytest
 import torch
 
 from mmsgg_eval.functional import threads
@@ -35,3 +36,19 @@ def counting_background_passes():
         yield started
     finally:
         reader_module.run_beside = original
+
+
+def check_deferred_value_error(metric, samples) -> None:
+    """``metric`` (``pool_samples=4``, dataset_meta set) given ``samples`` (12 SGDet samples with predicted pairs)
+    in three calls of 4, sample 5's first relation score set to NaN: the second call's pool is left in flight
+    (its pass in the background), and the third call raises the error, naming sample 5 and the field."""
+    bad = samples[5]
+    bad['pred_relations']['scores'] = bad['pred_relations']['scores'].clone()
+    bad['pred_relations']['scores'][0, 1] = float('nan')
+    with compute_threads_fixed(2), counting_background_passes() as started:
+        metric.process({}, samples[:4])
+        metric.process({}, samples[4:8])  # holds the bad sample: its rows are finished by the next flush
+        assert started
+        with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
+            metric.process({}, samples[8:])
+        assert 'pred_relations.scores' in str(error.value)

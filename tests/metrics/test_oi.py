@@ -13,7 +13,7 @@ from mmsgg_eval.metrics import OIRelationMetric
 from tests import reference_oi
 from tests.dist_utils import comparable
 from tests.metric_tester import Case, check_metric
-from tests.overlap_utils import compute_threads_fixed, counting_background_passes
+from tests.overlap_utils import check_deferred_value_error, compute_threads_fixed, counting_background_passes
 from tests.sgg_samples import random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
@@ -215,18 +215,9 @@ def test_a_value_error_of_an_overlapped_pool_is_raised_by_the_next_flush_naming_
         pytest.skip('the compiled kernels are not built')
     samples, _ = random_dataset(3, 12, 'sgdet', num_classes=NUM_CLASSES, num_predicates=NUM_PREDICATES,
                                 max_objects=6, empty_pred_prob=0.0)
-    bad = samples[5]
-    bad['pred_relations']['scores'] = bad['pred_relations']['scores'].clone()
-    bad['pred_relations']['scores'][0, 1] = float('nan')
     metric = OIRelationMetric(mode='sgdet', pool_samples=4)
     metric.dataset_meta = META
-    with compute_threads_fixed(2), counting_background_passes() as started:
-        metric.process({}, samples[:4])
-        metric.process({}, samples[4:8])  # holds the bad sample: its rows are finished by the next flush
-        assert started
-        with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
-            metric.process({}, samples[8:])
-        assert 'pred_relations.scores' in str(error.value)
+    check_deferred_value_error(metric, samples)
 
 
 @pytest.mark.parametrize('kwargs,word', [(dict(mode='phrdet'), 'mode'), (dict(topk=0), 'topk'),

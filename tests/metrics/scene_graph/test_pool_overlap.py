@@ -15,7 +15,7 @@ from mmsgg_eval.functional import overlap as overlap_module
 from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.dist_utils import comparable
-from tests.overlap_utils import compute_threads_fixed, counting_background_passes
+from tests.overlap_utils import check_deferred_value_error, compute_threads_fixed, counting_background_passes
 from tests.sgg_samples import META, random_dataset, scene_graph_keys
 
 pytestmark = pytest.mark.skipif(compiled.kernels() is None, reason='the compiled kernels are not built')
@@ -41,18 +41,9 @@ def test_overlapped_pools_give_the_keys_of_one_stage_pools(mode, seed):
 
 def test_a_value_error_of_an_overlapped_pool_is_raised_by_the_next_flush_naming_the_sample():
     samples, _ = random_dataset(3, 12, 'sgdet', max_objects=6, empty_pred_prob=0.0)
-    bad = samples[5]
-    bad['pred_relations']['scores'] = bad['pred_relations']['scores'].clone()
-    bad['pred_relations']['scores'][0, 1] = float('nan')
     metric = SGRecall(mode='sgdet', pool_samples=4)
     metric.dataset_meta = META
-    with compute_threads_fixed(2), counting_background_passes() as started:
-        metric.process({}, samples[:4])
-        metric.process({}, samples[4:8])  # holds the bad sample: its rows are finished by the next flush
-        assert started
-        with pytest.raises(ValueError, match=r"sample_idx=5|img5") as error:
-            metric.process({}, samples[8:])
-        assert 'pred_relations.scores' in str(error.value)
+    check_deferred_value_error(metric, samples)
 
 
 def test_a_value_error_the_pass_does_not_read_is_raised_by_the_call_that_fills_the_pool():
