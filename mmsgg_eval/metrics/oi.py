@@ -19,14 +19,13 @@ from ..functional.recall import rank_limit
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
                              oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
 from ..registry import METRICS
-from ..structures import SCORE_LAYOUTS, ObjectCounts, collate_stages
+from ..structures import SCORE_LAYOUTS, ObjectCounts
 from ..functional.overlap import Staged
 from ..functional.scores import ScoreWorkspace
 from .base import RowMetric, Schema, Tables
-from .samples import first_occurrences, prediction_missing
 from .relation_vocabulary import RelationVocabulary
 from .options import one_of, positive_ints
-from .scene_graph_inputs import as_unpredicted, score_rows
+from .scene_graph_inputs import read_pool_stages, score_rows
 from ..keys import RowKey
 from .bootstrap import Contributions
 from .row_keys import Columns, row_key_contributions, row_key_value, row_key_values
@@ -147,16 +146,10 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         return Staged(self._row_stages(samples, background=True))
 
     def _row_stages(self, samples: List[Any], background: bool = False):
-        samples = first_occurrences(samples)
-        missing = [prediction_missing(s) for s in samples]
-        num_predicates = len(self.predicates)
-        if any(missing):
-            samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
-        self._pass_outputs.reverse()  # this pool's pass writes to the buffer the previous one did not
-        batch = yield from collate_stages(samples, self.mode, len(self.classes), num_predicates,
-                                          counts=self.object_counts, workspace=self._workspace,
-                                          score_layout=self.score_layout, ranking=(0, 0), background=background,
-                                          pass_workspace=self._pass_outputs[0])  # (0, 0): the pass' pair scores
+        batch, missing, samples = yield from read_pool_stages(
+            samples, self.mode, len(self.classes), len(self.predicates), counts=self.object_counts,
+            workspace=self._workspace, pass_outputs=self._pass_outputs, score_layout=self.score_layout,
+            ranking=(0, 0), background=background)  # (0, 0): the pass' row maxima and pair scores, no lists
         self.accumulator.number_missing(batch.sample_idx, self.name)
         lists = oi_ranked_lists(batch)
         match = oi_match(batch, lists, self.plus_one)

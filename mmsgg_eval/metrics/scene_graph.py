@@ -24,18 +24,17 @@ from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..functional.overlap import Staged
-from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts, collate_stages
+from ..structures import MODES, SCORE_LAYOUTS, ObjectCounts
 from ..zeroshot import as_zeroshot_triplets, check_zeroshot_indices
 from ..reports import dump_metric_json, write_scene_graph_reports
 from .per_image import (PER_IMAGE_TOPK, ImageNames, per_image_records, per_image_rows, per_image_schema,
                         write_per_image)
 from .base import RowMetric, Schema, Tables
-from .samples import first_occurrences, prediction_missing
 from .relation_vocabulary import RelationVocabulary
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from ..keys import reported_families
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
-from .scene_graph_inputs import as_unpredicted as _as_unpredicted, image_sizes, score_rows as _score_rows
+from .scene_graph_inputs import image_sizes, read_pool_stages, score_rows as _score_rows
 from .scene_graph_summary import SceneGraphSummary
 
 
@@ -329,20 +328,14 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
     # ------------------------------------------------------------------ a pool becomes rows
     def _read_pool(self, samples: List[Any], background: bool = False):
         """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
-        order), in two stages (a generator yielding once: :func:`~mmsgg_eval.structures.reader.collate_stages`).
-        A ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is missing
-        is read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
-        samples = first_occurrences(samples)
-        missing = [prediction_missing(s) for s in samples]
-        if any(missing):
-            samples = [_as_unpredicted(s, len(self.predicates)) if m else s for s, m in zip(samples, missing)]
-        self._pass_outputs.reverse()  # this pool's pass writes to the buffer the previous one did not
-        batch = yield from collate_stages(samples, self.mode, len(self.classes), len(self.predicates),
-                                          with_masks=self.match == 'mask', counts=self.object_counts,
-                                          workspace=self._workspace, score_layout=self.score_layout,
-                                          ranking=(max(self.topk), self.ng_topk, self.error_analysis)
-                                          if self.rank == 'score' else None, background=background,
-                                          pass_workspace=self._pass_outputs[0])
+        order), in two stages (a generator yielding once: :func:`~.scene_graph_inputs.read_pool_stages`). A
+        ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is missing is
+        read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
+        batch, missing, samples = yield from read_pool_stages(
+            samples, self.mode, len(self.classes), len(self.predicates), counts=self.object_counts,
+            workspace=self._workspace, pass_outputs=self._pass_outputs, score_layout=self.score_layout,
+            ranking=(max(self.topk), self.ng_topk, self.error_analysis) if self.rank == 'score' else None,
+            background=background, with_masks=self.match == 'mask')
         if batch.ids_missing:  # known on the host: no device read otherwise
             self.accumulator.number_missing(batch.sample_idx, type(self).__name__)
         return batch, host_tensor(missing, torch.bool, batch.device), samples

@@ -1,13 +1,16 @@
 """What the scene-graph metrics (``SceneGraphMetric``, ``OIRelationMetric``) read from a sample around the padded
-batch: its predicted pair count (the pool's weight), its image sizes (the box-frame diagnostics) and the explicitly
-empty prediction a sample marked ``prediction_missing`` is read as."""
-from typing import Any, Sequence, Tuple
+batch: its predicted pair count (the pool's weight), its image sizes (the box-frame diagnostics), the explicitly
+empty prediction a sample marked ``prediction_missing`` is read as, and the reading of a pool itself
+(:func:`read_pool_stages`)."""
+from typing import Any, Generator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor
-from ..structures import get_field
+from ..structures import ObjectCounts, SceneGraphBatch, collate_stages, get_field
+from .samples import first_occurrences, prediction_missing
 
 
 def score_rows(sample: Any) -> int:
@@ -58,3 +61,24 @@ def as_unpredicted(sample: Any, num_predicates: int) -> Any:
                              'scores': torch.zeros((0, num_predicates + 1), device=device)}
     out.pop('pred_mode', None)
     return out
+
+
+def read_pool_stages(samples: List[Any], mode: str, num_classes: int, num_predicates: int, *,
+                     counts: ObjectCounts, workspace: ScoreWorkspace, pass_outputs: List[ScoreWorkspace],
+                     score_layout: str, ranking: Optional[Tuple[int, ...]], background: bool = False,
+                     with_masks: bool = False) -> Generator[bool, None, Tuple[SceneGraphBatch, List[bool], List[Any]]]:
+    """A pool of a scene-graph metric read in two stages (:func:`~mmsgg_eval.structures.reader.collate_stages`):
+    the first sample of each ``sample_idx`` (a repeat within the pool counts once), a sample marked
+    ``prediction_missing`` read as an explicitly empty prediction (:func:`as_unpredicted`), the compiled pass (with
+    ``ranking``) writing to the buffer of ``pass_outputs`` that the previous pool's did not (the two are swapped:
+    that pool's batch lives in the other while this pass runs). Returns ``(batch, missing flags [B], samples read)``
+    in batch order."""
+    samples = first_occurrences(samples)
+    missing = [prediction_missing(s) for s in samples]
+    if any(missing):
+        samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
+    pass_outputs.reverse()
+    batch = yield from collate_stages(samples, mode, num_classes, num_predicates, with_masks=with_masks,
+                                      counts=counts, workspace=workspace, score_layout=score_layout, ranking=ranking,
+                                      background=background, pass_workspace=pass_outputs[0])
+    return batch, missing, samples
