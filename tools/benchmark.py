@@ -4,7 +4,7 @@
                                           sgdet-variable oiv6-sgdet]
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
-                              [--offline] [--baseline PATH] [--error-analysis] [--detection-ap]
+                              [--offline] [--baseline PATH] [--error-analysis] [--detection-ap] [--oi-recipe]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
@@ -42,7 +42,9 @@ busy processes compete for the cores (as dataloader workers do during ``tools/te
 first round and stopped after the last one, on an error or on Ctrl-C (:mod:`mmsgg_eval.benchmarks.load`); the
 table's first line states the load. ``--error-analysis`` adds ``ours+errors`` (the metrics with
 ``error_analysis=True``) and ``--detection-ap`` adds ``ours+detap`` (``DetectionAP`` in the same evaluator, as a
-user who also reports the detector's COCO mAP runs it): their cost is the ratio ``ours_vs_<variant>``.
+user who also reports the detector's COCO mAP runs it); on ``oiv6-sgdet``, ``--oi-recipe`` adds ``ours+recipe``
+(the OIv6 SGDet recipe's whole evaluator, built from ``configs/_base_/evaluators/oi_sgdet.py``: SGMeanRecall +
+OIRelationMetric + DetectionAP): their cost is the ratio ``ours_vs_<variant>``.
 
 The runners, the job subprocesses and the table are in the package (:mod:`mmsgg_eval.benchmarks.runners`,
 :mod:`mmsgg_eval.benchmarks.report`, one timing helper :func:`mmsgg_eval.benchmarks.timing.best_of`); this tool
@@ -56,7 +58,7 @@ from mmsgg_eval.benchmarks.load import busy_processes, load_average
 from mmsgg_eval.benchmarks.report import format_table, load_line, summarize
 from mmsgg_eval.benchmarks.runners import PEER_WORKLOADS, best_rounds
 from mmsgg_eval.benchmarks.runners import run_sgbench  # noqa: F401 (tests load this tool and call it)
-from mmsgg_eval.benchmarks.workloads import WORKLOADS
+from mmsgg_eval.benchmarks.workloads import OI_WORKLOADS, WORKLOADS
 from mmsgg_eval.runner.arguments import non_negative_int_arg, positive_int_arg
 
 
@@ -81,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='also ours+errors: SGRecall + SGMeanRecall with error_analysis=True (its cost)')
     parser.add_argument('--detection-ap', action='store_true',
                         help='also ours+detap: SGRecall + SGMeanRecall + DetectionAP in one evaluator (its cost)')
+    parser.add_argument('--oi-recipe', action='store_true',
+                        help='also ours+recipe on oiv6-sgdet: the OIv6 recipe\'s evaluator (SGMeanRecall + '
+                             'OIRelationMetric + DetectionAP, configs/_base_/evaluators/oi_sgdet.py; its cost)')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--torch-path', action='store_true',
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
@@ -116,6 +121,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
             jobs += [('ours+errors', wl, dev) for dev in devices]
         if args.detection_ap:
             jobs += [('ours+detap', wl, dev) for dev in devices]
+        if args.oi_recipe and wl in OI_WORKLOADS:
+            jobs += [('ours+recipe', wl, dev) for dev in devices]
         if args.baseline and 'cpu' in devices:
             jobs.append(('baseline', wl, 'cpu'))
         if not args.no_peers:

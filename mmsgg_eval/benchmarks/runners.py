@@ -48,13 +48,26 @@ def rates(images: int, timed: Mapping[str, Any]) -> Dict[str, Any]:
                 runs_images_per_s=[images / s for s in timed['runs_seconds']])
 
 
+def oi_recipe_metrics(mode: str) -> List[Any]:
+    """The metrics of the OIv6 recipes' evaluator for ``mode`` (``configs/_base_/evaluators/oi_<mode>.py``'s
+    ``val_evaluator``, built from that file: SGMeanRecall + OIRelationMetric, + DetectionAP in SGDet)."""
+    from mmengine.config import Config
+
+    from ..registry import METRICS
+    from .offline import ROOT
+    config = Config.fromfile(os.path.join(ROOT, 'configs', '_base_', 'evaluators', f'oi_{mode}.py'))
+    return [METRICS.build(dict(cfg)) for cfg in config.val_evaluator]
+
+
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int,
-             error_analysis: bool = False, detection_ap: bool = False) -> Dict[str, Any]:
+             error_analysis: bool = False, detection_ap: bool = False, oi_recipe: bool = False) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
     SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
     bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel).
     ``error_analysis``: the scene-graph metrics' option of that name (``ours+errors``); ``detection_ap``:
-    ``DetectionAP`` in the same evaluator (``ours+detap``, what a user who also reports the detector's mAP runs)."""
+    ``DetectionAP`` in the same evaluator (``ours+detap``, what a user who also reports the detector's mAP runs);
+    ``oi_recipe`` (OIv6-like workloads): the OIv6 recipe's whole evaluator (:func:`oi_recipe_metrics`,
+    ``ours+recipe``)."""
     import torch
     from mmengine.logging import MMLogger
 
@@ -66,7 +79,7 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
 
     def new_metrics() -> List[Any]:
         if workload in OI_WORKLOADS:
-            metrics = [OIRelationMetric(mode=mode)]
+            metrics = oi_recipe_metrics(mode) if oi_recipe else [OIRelationMetric(mode=mode)]
         else:
             extra = dict(error_analysis=True) if error_analysis else {}
             metrics = [cls(mode=mode, zeroshot_triplets=ZEROSHOT_TRIPLETS, **extra) for cls in (SGRecall, SGMeanRecall)]
@@ -266,6 +279,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours-torch': _ours_torch,
     'ours+errors': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], error_analysis=True),
     'ours+detap': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], detection_ap=True),
+    'ours+recipe': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], oi_recipe=True),
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
     'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
     'score-floor': lambda wl, dev, o: run_score_floor(wl, o['images'], o['repeat']),

@@ -106,10 +106,12 @@ class ScoreWorkspace:
     more than the copy itself (measured on a 2-core VM: ~22 ms for a 28 MB pool against ~5 ms for the copy into
     pages already mapped). One owner (a metric) keeps a workspace and ranks one batch at a time: the batch built
     in it must be done with before the next one is. It grows to the largest batch seen (+25%) and holds that
-    memory for its lifetime; other devices get None (their caching allocators already reuse memory)."""
+    memory for its lifetime; other devices get None (their caching allocators already reuse memory).
+    ``handed``: how many times the buffer was handed out (a batch built in it is intact while that is unchanged)."""
 
     def __init__(self) -> None:
         self._flat: Optional[Tensor] = None
+        self.handed = 0
 
     def take(self, shape: Sequence[int], device: torch.device) -> Optional[Tensor]:
         """A float32 tensor of ``shape`` in the buffer (its old contents), or None off the CPU."""
@@ -118,6 +120,7 @@ class ScoreWorkspace:
         size = math.prod(int(n) for n in shape)
         if self._flat is None or self._flat.numel() < size:
             self._flat = torch.empty(size + size // 4, dtype=torch.float32)
+        self.handed += 1
         return self._flat[:size].view(tuple(shape))
 
 

@@ -21,11 +21,10 @@ from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, co
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts
 from ..functional.overlap import Staged
-from ..functional.scores import ScoreWorkspace
 from .base import RowMetric, Schema, Tables
 from .relation_vocabulary import RelationVocabulary
 from .options import one_of, positive_ints
-from .scene_graph_inputs import read_pool_stages, score_rows
+from .scene_graph_inputs import PoolReader, score_rows
 from ..keys import RowKey
 from .bootstrap import Contributions
 from .row_keys import Columns, row_key_contributions, row_key_value, row_key_values
@@ -66,7 +65,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
     def __init__(self, mode: str = 'sgdet', topk: Sequence[int] = (20, 50, 100),
                  iou_plus_one: Optional[bool] = None, score_layout: str = 'auto', strict_counts: bool = False,
                  per_image_out: Optional[str] = None, outfile_prefix: Optional[str] = None,
-                 report_dir: Optional[str] = None, pool_samples: int = 64, collect_device: str = 'cpu',
+                 report_dir: Optional[str] = None, pool_samples: int = 256, collect_device: str = 'cpu',
                  prefix: Optional[str] = None) -> None:
         owner = type(self).__name__
         one_of(mode, 'mode', owner, OI_MODES)
@@ -80,8 +79,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         self.iou_plus_one = iou_plus_one
         self.score_layout = score_layout
         self.object_counts = ObjectCounts(strict=strict_counts)
-        self._workspace = ScoreWorkspace()
-        self._pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the reader's pass outputs, taken in turn
+        self._reader = PoolReader(reuses=True)  # a scene-graph metric's read of the same pool is taken as it is
         self.per_image_out = per_image_out
         from .per_image import ImageNames
         self._image_names = ImageNames()
@@ -109,6 +107,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
             if self._meta(key) is None:
                 getattr(self, key)  # raises the explanatory error
         super().before_epoch()
+        self._reader.open_epoch()
         from mmengine.dist import is_main_process
         if self.per_image_out and is_main_process():
             import os
@@ -146,10 +145,10 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         return Staged(self._row_stages(samples, background=True))
 
     def _row_stages(self, samples: List[Any], background: bool = False):
-        batch, missing, samples = yield from read_pool_stages(
+        batch, missing, samples = yield from self._reader.stages(
             samples, self.mode, len(self.classes), len(self.predicates), counts=self.object_counts,
-            workspace=self._workspace, pass_outputs=self._pass_outputs, score_layout=self.score_layout,
-            ranking=(0, 0), background=background)  # (0, 0): the pass' row maxima and pair scores, no lists
+            score_layout=self.score_layout, ranking=(0, 0),  # (0, 0): the pass' row maxima and pair scores, no lists
+            background=background)
         self.accumulator.number_missing(batch.sample_idx, self.name)
         lists = oi_ranked_lists(batch)
         match = oi_match(batch, lists, self.plus_one)
@@ -182,6 +181,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
     # ------------------------------------------------------------------ summary
     def evaluate(self, size: int) -> Dict[str, float]:
         self.flush()
+        self._reader.close_epoch()
         self.object_counts.warn(self.mode)
         return super().evaluate(size)
 

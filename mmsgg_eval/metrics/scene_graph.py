@@ -20,7 +20,6 @@ from ..functional import scene_graph_ranks, triplet_keys
 from ..functional.diagnostics import head_predicate_flags, image_diagnostics, label_checked_images
 from ..functional import error_causes
 from ..open_vocab import name_indices, split_table
-from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor, known_nonzero
 from ..registry import METRICS
 from ..functional.overlap import Staged
@@ -34,7 +33,7 @@ from .relation_vocabulary import RelationVocabulary
 from .options import iou_threshold, one_of, positive_int, positive_ints
 from ..keys import reported_families
 from .protocols import SCENE_GRAPH_SETTINGS, UNSET, describe_conventions, resolve_protocol
-from .scene_graph_inputs import image_sizes, read_pool_stages, score_rows as _score_rows
+from .scene_graph_inputs import PoolReader, image_sizes, score_rows as _score_rows
 from .scene_graph_summary import SceneGraphSummary
 
 
@@ -171,8 +170,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             (tuple(novel_objects or ()), tuple(novel_predicates or ()))
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
-        self._workspace = ScoreWorkspace()  # the pools' score copies, one pool at a time
-        self._pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the ranking pass' outputs, taken in turn
+        self._reader = PoolReader(offers=True)  # its buffers; each read offered to an OIRelationMetric after it
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
         self._zs_meta: Any = None
@@ -275,6 +273,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
                 getattr(self, key)  # raises the explanatory error
         self.novel_indices()
         super().before_epoch()
+        self._reader.open_epoch()
 
     def novel_indices(self) -> Optional[Dict[str, Any]]:
         """The open-vocabulary split evaluated: ``{'objects': [0-based classes], 'predicates': [...], 'source'}``
@@ -331,9 +330,9 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         order), in two stages (a generator yielding once: :func:`~.scene_graph_inputs.read_pool_stages`). A
         ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is missing is
         read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
-        batch, missing, samples = yield from read_pool_stages(
+        batch, missing, samples = yield from self._reader.stages(
             samples, self.mode, len(self.classes), len(self.predicates), counts=self.object_counts,
-            workspace=self._workspace, pass_outputs=self._pass_outputs, score_layout=self.score_layout,
+            score_layout=self.score_layout,
             ranking=(max(self.topk), self.ng_topk, self.error_analysis) if self.rank == 'score' else None,
             background=background, with_masks=self.match == 'mask')
         if batch.ids_missing:  # known on the host: no device read otherwise
@@ -444,6 +443,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
         """As :meth:`RowMetric.evaluate`, after one warning about object lists whose length differs from the
         GT (PredCls/SGCls, evaluated as the legacy code does unless ``strict_counts``)."""
         self.flush()
+        self._reader.close_epoch()
         self.object_counts.warn(self.mode)
         return super().evaluate(size)
 

@@ -1,16 +1,22 @@
 """What the scene-graph metrics (``SceneGraphMetric``, ``OIRelationMetric``) read from a sample around the padded
 batch: its predicted pair count (the pool's weight), its image sizes (the box-frame diagnostics), the explicitly
 empty prediction a sample marked ``prediction_missing`` is read as, and the reading of a pool itself
-(:func:`read_pool_stages`)."""
-from typing import Any, Generator, List, Optional, Sequence, Tuple
+(:func:`read_pool_stages`, with a metric's buffers and the reads shared between metric classes: :class:`PoolReader`)."""
+import weakref
+from typing import Any, Callable, Generator, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from ..functional.overlap import Staged
 from ..functional.scores import ScoreWorkspace
 from ..functional.transfer import host_tensor
 from ..structures import ObjectCounts, SceneGraphBatch, collate_stages, get_field
+from .accumulator import same_objects
 from .samples import first_occurrences, prediction_missing
+
+#: what a pool read returns: (batch, ``prediction_missing`` flags [B], the samples read), in batch order
+PoolValue = Tuple[SceneGraphBatch, List[bool], List[Any]]
 
 
 def score_rows(sample: Any) -> int:
@@ -67,13 +73,11 @@ def read_pool_stages(samples: List[Any], mode: str, num_classes: int, num_predic
                      counts: ObjectCounts, workspace: ScoreWorkspace, pass_outputs: List[ScoreWorkspace],
                      score_layout: str, ranking: Optional[Tuple[int, ...]], background: bool = False,
                      with_masks: bool = False) -> Generator[bool, None, Tuple[SceneGraphBatch, List[bool], List[Any]]]:
-    """A pool of a scene-graph metric read in two stages (:func:`~mmsgg_eval.structures.reader.collate_stages`):
-    the first sample of each ``sample_idx`` (a repeat within the pool counts once), a sample marked
-    ``prediction_missing`` read as an explicitly empty prediction (:func:`as_unpredicted`), the compiled pass (with
-    ``ranking``) writing to the buffer of ``pass_outputs`` that the previous pool's did not (the two are swapped:
-    that pool's batch lives in the other while this pass runs). Returns ``(batch, missing flags [B], samples read)``
-    in batch order."""
-    samples = first_occurrences(samples)
+    """A pool of a scene-graph metric (each ``sample_idx`` once: :meth:`PoolReader.stages`) read in two stages
+    (:func:`~mmsgg_eval.structures.reader.collate_stages`): a sample marked ``prediction_missing`` read as an
+    explicitly empty prediction (:func:`as_unpredicted`), the compiled pass (with ``ranking``) writing to the
+    buffer of ``pass_outputs`` that the previous pool's did not (the two are swapped: that pool's batch lives in
+    the other while this pass runs). Returns ``(batch, missing flags [B], samples read)`` in batch order."""
     missing = [prediction_missing(s) for s in samples]
     if any(missing):
         samples = [as_unpredicted(s, num_predicates) if m else s for s, m in zip(samples, missing)]
@@ -82,3 +86,129 @@ def read_pool_stages(samples: List[Any], mode: str, num_classes: int, num_predic
                                       counts=counts, workspace=workspace, score_layout=score_layout, ranking=ranking,
                                       background=background, pass_workspace=pass_outputs[0])
     return batch, missing, samples
+
+
+class _CountLog(ObjectCounts):
+    """The object-count mismatches a read finds (:meth:`ObjectCounts.add`'s arguments), kept to be added to the
+    counts of each metric that takes the read (each with its own ``strict``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: List[Tuple[str, Any, int, int]] = []
+
+    def add(self, mode: str, sample: Any, model_count: int, gt_count: int) -> None:
+        self.events.append((mode, sample, model_count, gt_count))
+
+    def add_to(self, counts: ObjectCounts) -> None:
+        for event in self.events:
+            counts.add(*event)
+
+
+class _PoolRead:
+    """One pool read by a :class:`PoolReader` (:func:`read_pool_stages` as a :class:`Staged`, its first stage
+    done), with what says whether its batch is still intact: the times its reader's score workspace and its pass
+    buffer had been handed out when it wrote into them (neither is handed out again while the batch is used)."""
+    __slots__ = ('epoch', 'samples', 'staged', 'log', '_workspace', '_handed', '_pass', '_pass_handed',
+                 '__weakref__')
+
+    def __init__(self, samples: List[Any], reader: 'PoolReader',
+                 stages: Callable[[ObjectCounts], Generator[bool, None, PoolValue]]) -> None:
+        self.epoch, self.samples, self.log = reader.epoch, samples, _CountLog()
+        self._workspace, self._handed = reader.workspace, None
+        self.staged = Staged(self._noting_workspace(stages(self.log)))
+        self._pass = reader.pass_outputs[0]  # (read_pool_stages swapped the two: this read's)
+        self._pass_handed = self._pass.handed
+
+    def _noting_workspace(self, stages: Generator) -> Generator[bool, None, PoolValue]:
+        value = yield from stages
+        self._handed = self._workspace.handed
+        return value
+
+    def value(self, counts: ObjectCounts) -> PoolValue:
+        """The read's value (its second stage run by whoever asks first), its count mismatches added to
+        ``counts``."""
+        value = self.staged.result()
+        self.log.add_to(counts)
+        return value
+
+    def intact(self) -> bool:
+        """Whether the batch's buffers hold it still (its second stage run first)."""
+        self.staged.result()
+        return self._workspace.handed == self._handed and self._pass.handed == self._pass_handed
+
+
+class _Epoch:
+    """When an epoch of a reader's metric ended (its ``evaluate()``; None while open), on the clock of
+    :class:`PoolReader`."""
+    __slots__ = ('ended',)
+
+    def __init__(self) -> None:
+        self.ended: Optional[int] = None
+
+
+class PoolReader:
+    """How a scene-graph metric reads its pools (:func:`read_pool_stages`): its score workspace, the two buffers
+    its pass writes to in turn, and the reads shared between metric classes of one evaluator.
+
+    A reader that ``offers`` leaves its latest read (per reading settings: mode, class and predicate counts,
+    score layout, masks) where a reader that ``reuses`` finds it: that one takes the read of the very same
+    sample objects, in the same order, instead of reading the pool again (its batch with any ranking pass: the
+    pass outputs it needs are among those of every pass), when the two metrics' epochs overlap (the offering
+    one's had not ended when the taking one's began: samples changed in place between two evaluations are read
+    anew). The taken read is used only while the offering reader's buffers still hold it (it reads the pool
+    itself otherwise, e.g. when the offering metric has read two more pools meanwhile) and its object-count
+    mismatches are added to the counts of each. ``SGRecall`` / ``SGMeanRecall`` offer, ``OIRelationMetric``
+    reuses: placed after them in an evaluator, it adds no second reading of the score matrices. The offered
+    read lives as long as the reader and its metric (the latest one only). A metric calls :meth:`open_epoch` at
+    its first ``process()`` of an epoch and :meth:`close_epoch` in its ``evaluate()``."""
+
+    _offered: 'weakref.WeakValueDictionary[Hashable, _PoolRead]' = weakref.WeakValueDictionary()
+    _clock = 0  # epochs opened and closed so far, all readers
+
+    def __init__(self, offers: bool = False, reuses: bool = False) -> None:
+        self.workspace = ScoreWorkspace()  # the pools' score copies (stacked / concatenated layouts)
+        self.pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the ranking pass' outputs, taken in turn
+        self.offers, self.reuses = offers, reuses
+        self._latest: Optional[_PoolRead] = None  # this reader's latest read (what keeps an offer alive)
+        self.epoch = _Epoch()
+        self._opened = self._tick()  # when this reader's epoch began
+
+    @classmethod
+    def _tick(cls) -> int:
+        cls._clock += 1
+        return cls._clock
+
+    def open_epoch(self) -> None:
+        self.epoch, self._opened = _Epoch(), self._tick()
+
+    def close_epoch(self) -> None:
+        self.epoch.ended = self._tick()
+
+    def _overlaps(self, epoch: _Epoch) -> bool:
+        """Whether ``epoch`` (another reader's) had not ended when this reader's began."""
+        return epoch.ended is None or epoch.ended > self._opened
+
+    def stages(self, samples: List[Any], mode: str, num_classes: int, num_predicates: int, *,
+               counts: ObjectCounts, score_layout: str, ranking: Optional[Tuple[int, ...]],
+               background: bool = False, with_masks: bool = False) -> Generator[bool, None, PoolValue]:
+        """The pool, the first sample of each ``sample_idx`` (a repeat within the pool counts once), read in two
+        stages (a generator yielding once): a read offered by another reader when one fits (see the class docs),
+        else :func:`read_pool_stages` with this reader's buffers."""
+        samples = first_occurrences(samples)
+        key = (mode, num_classes, num_predicates, score_layout, with_masks)
+        offer = PoolReader._offered.get(key) if self.reuses else None
+        if offer is not None and self._overlaps(offer.epoch) and same_objects(offer.samples, samples):
+            yield background  # the offering metric finishes its read; this one takes it at its next flush
+            if offer.intact():
+                return offer.value(counts)
+        else:
+            offer = None
+        read = _PoolRead(samples, self, lambda log: read_pool_stages(
+            samples, mode, num_classes, num_predicates, counts=log, workspace=self.workspace,
+            pass_outputs=self.pass_outputs, score_layout=score_layout, ranking=ranking,
+            background=background and offer is None, with_masks=with_masks))
+        if self.offers:
+            self._latest = PoolReader._offered[key] = read
+        if offer is None:
+            yield read.staged.in_background
+        return read.value(counts)

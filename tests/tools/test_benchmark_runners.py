@@ -280,3 +280,23 @@ def test_detection_ap_job_runs_the_three_metrics(monkeypatch):
     opts = dict(images=6, batch_size=4, repeat=1)
     plain, with_ap = (runners.RUNNERS[name]('sgdet-variable', 'cpu', opts) for name in ('ours', 'ours+detap'))
     assert with_ap['r50'] == plain['r50'] and with_ap['num_keys'] == plain['num_keys'] + 2  # mAP, AP@50
+
+
+def test_oi_recipe_job_runs_the_recipe_evaluator():
+    """``--oi-recipe`` adds ``ours+recipe`` on the OIv6-like workload only: the evaluator of
+    configs/_base_/evaluators/oi_sgdet.py (SGMeanRecall + OIRelationMetric + DetectionAP), compared with ``ours``
+    (the OI metric alone): the same OI keys, the mean recalls and the detector's mAP next to them."""
+    from mmsgg_eval.benchmarks import report, runners
+    tool = _tool()
+    args = tool.build_parser().parse_args(['--workload', 'sgdet-variable', 'oiv6-sgdet', '--oi-recipe', '--no-peers'])
+    jobs = tool.job_list(args, ['cpu'])
+    assert jobs == [('ours', 'sgdet-variable', 'cpu'), ('ours', 'oiv6-sgdet', 'cpu'),
+                    ('ours+recipe', 'oiv6-sgdet', 'cpu')]
+    best = {job: dict(images_per_s=rate) for job, rate in zip(jobs, (9.0, 10.0, 4.0))}
+    assert report.summarize(jobs, best)['ratios']['ours_vs_ours+recipe_oiv6-sgdet_cpu'] == 2.5
+    assert [type(m).__name__ for m in runners.oi_recipe_metrics('sgdet')] == \
+        ['SGMeanRecall', 'OIRelationMetric', 'DetectionAP']
+    opts = dict(images=6, batch_size=4, repeat=1)
+    alone, recipe = (runners.RUNNERS[name]('oiv6-sgdet', 'cpu', opts) for name in ('ours', 'ours+recipe'))
+    assert recipe['r50'] == alone['r50'] and recipe['wmap_rel'] == alone['wmap_rel']
+    assert recipe['num_keys'] > alone['num_keys'] + 2 and recipe['mr50'] is not None
