@@ -204,6 +204,13 @@ def coco_match_detections(det_boxes: Tensor, det_scores: Tensor, det_labels: Ten
                 ignored=ignored, gt_counts=gt_counts)
 
 
+def _sortable_key64(values: Tensor) -> Tensor:
+    """Order-preserving int64 image of float64 ``values`` (no NaN; -0.0 equal to +0.0): sorting these integers
+    (a radix sort) gives the order of sorting the floats (a comparison sort, several times slower)."""
+    bits = (values.double() + 0.0).contiguous().view(torch.int64)
+    return bits ^ ((bits >> 63) & 0x7FFFFFFFFFFFFFFF)
+
+
 def coco_precision(scores: Tensor, labels: Tensor, matched: Tensor, ignored: Tensor, gt_counts: Tensor,
                    rec_thrs: Sequence[float] = tuple(COCO_RECALL_THRESHOLDS)) -> np.ndarray:
     """Interpolated precision ``[T, R, C]`` (float64; -1 for classes without non-ignored GT), ``COCOeval.accumulate``.
@@ -221,7 +228,7 @@ def coco_precision(scores: Tensor, labels: Tensor, matched: Tensor, ignored: Ten
     rec = torch.as_tensor(np.asarray(rec_thrs, dtype=np.float64))
     num_classes = gt_counts.numel()
     precision = -np.ones((num_thr, rec.numel(), num_classes))
-    by_score = torch.sort(-scores, stable=True).indices  # mergesort of -score, as accumulate
+    by_score = torch.sort(~_sortable_key64(scores), stable=True).indices  # mergesort of -score, as accumulate
     by_class = by_score[torch.sort(labels[by_score], stable=True).indices]
     sorted_labels = labels[by_class]
     bounds = torch.searchsorted(sorted_labels, torch.arange(num_classes + 1))

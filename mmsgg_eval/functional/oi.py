@@ -270,11 +270,24 @@ def _match_kernels(batch, lists: OIList):
 
 def ap_order(predicate: Tensor, score: Tensor, sample_idx: Tensor, rank: Tensor) -> Tensor:
     """Permutation of entry rows sorting them by predicate, then score descending, then ``sample_idx``, then
-    ``rank`` (ascending): the documented order of the AP sweep (scores are float32, no NaN)."""
-    order = torch.sort(rank.long(), stable=True).indices
-    for key in (sample_idx.long(), -sortable_key(score), predicate.long()):
-        order = order.index_select(0, torch.sort(key.index_select(0, order), stable=True).indices)
-    return order
+    ``rank`` (ascending): the documented order of the AP sweep (scores are float32, no NaN). Integer keys
+    only: (predicate, score) packed into one int64 when the predicates are in [0, 2^31), and (``sample_idx``,
+    ``rank``) not sorted again when the rows are in that order already (as the reduced tables are)."""
+    sample_idx, rank, predicate = sample_idx.long(), rank.long(), predicate.long()
+    descending = -sortable_key(score)
+    if predicate.numel() and (int(predicate.min()) < 0 or int(predicate.max()) >= 2 ** 31):
+        order = torch.sort(rank, stable=True).indices
+        for key in (sample_idx, descending, predicate):
+            order = order.index_select(0, torch.sort(key.index_select(0, order), stable=True).indices)
+        return order
+    primary = (predicate << 32) + (descending + (2 ** 31 - 1))  # the score part in [0, 2^32)
+    ordered = bool(((sample_idx[1:] > sample_idx[:-1]) |
+                    ((sample_idx[1:] == sample_idx[:-1]) & (rank[1:] > rank[:-1]))).all())
+    if ordered:
+        return torch.sort(primary, stable=True).indices
+    order = torch.sort(rank, stable=True).indices
+    order = order.index_select(0, torch.sort(sample_idx.index_select(0, order), stable=True).indices)
+    return order.index_select(0, torch.sort(primary.index_select(0, order), stable=True).indices)
 
 
 def tie_groups(sorted_rows: Dict[str, Tensor]) -> Tuple[Tensor, Tensor]:

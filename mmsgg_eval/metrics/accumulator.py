@@ -343,24 +343,42 @@ def _row_bytes(layout, lengths: Tensor) -> int:
 
 
 def deduplicate(tables: Dict[str, Columns]) -> Dict[str, Columns]:
-    """Keep, for each ``sample_idx``, only the rows of its first occurrence (min rank, then min add call)."""
+    """Keep, for each ``sample_idx``, only the rows of its first occurrence (min rank, then min add call), in
+    the canonical order: by ``sample_idx``, stable within a sample (sums then do not depend on the world size).
+    A table already in that order with nothing to drop (one process fed each sample once, in order) is
+    returned as it is."""
     if not tables:
         return tables
     keys = [(cols['rank'] << 40) + cols['occurrence'].long() for cols in tables.values()]
     idx_all = torch.cat([cols['sample_idx'] for cols in tables.values()])
     if idx_all.numel() == 0:
         return tables
-    key_all = torch.cat(keys)
-    uniq, inverse = torch.unique(idx_all, return_inverse=True)
-    first = torch.full((uniq.numel(),), torch.iinfo(torch.long).max, dtype=torch.long, device=idx_all.device)
-    first = first.scatter_reduce(0, inverse, key_all, reduce='amin')
+    first, slot = _first_keys(idx_all, torch.cat(keys))
     out = OrderedDict()
     start = 0
     for (table, cols), key in zip(tables.items(), keys):
         n = key.numel()
-        kept = (key == first[inverse[start:start + n]]).nonzero().squeeze(1)
+        keep = key == first.index_select(0, slot[start:start + n])
         start += n
-        # canonical order (by sample_idx, stable within a sample): sums do not depend on the world size
-        rows = kept.index_select(0, torch.sort(cols['sample_idx'].index_select(0, kept), stable=True).indices)
+        idx = cols['sample_idx']
+        if bool(keep.all()) and bool((idx[1:] >= idx[:-1]).all()):
+            out[table] = cols
+            continue
+        kept = keep.nonzero().squeeze(1)
+        rows = kept.index_select(0, torch.sort(idx.index_select(0, kept), stable=True).indices)
         out[table] = OrderedDict((name, col.index_select(0, rows)) for name, col in cols.items())
     return out
+
+
+def _first_keys(idx: Tensor, key: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(first, slot)``: the least ``key`` of each ``sample_idx`` (``first[slot[i]]`` is that of row i's). Indexed
+    by the ``sample_idx`` itself when the indices are small and non-negative (no sort), else by their rank among
+    the distinct ones."""
+    low, high = int(idx.min()), int(idx.max())
+    if low >= 0 and high < 4 * idx.numel() + 4096:
+        slot, size = idx, high + 1
+    else:
+        uniq, slot = torch.unique(idx, return_inverse=True)
+        size = uniq.numel()
+    first = torch.full((size,), torch.iinfo(torch.long).max, dtype=torch.long, device=idx.device)
+    return first.scatter_reduce(0, slot, key, reduce='amin'), slot

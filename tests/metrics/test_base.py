@@ -495,3 +495,50 @@ def test_metrics_with_other_settings_do_not_overwrite_each_others_files(tmp_path
     for metric in metrics:
         metric.evaluate(20)
     assert sorted(os.listdir(report)) == names and sorted(os.listdir(os.path.dirname(out))) == outs
+
+
+def _deduplicated_by_loops(tables):
+    """The de-duplication written out: per sample_idx the least (rank, occurrence) over all tables; kept rows in
+    (sample_idx, original position) order."""
+    first = {}
+    for cols in tables.values():
+        for i, r, o in zip(cols['sample_idx'].tolist(), cols['rank'].tolist(), cols['occurrence'].tolist()):
+            first[i] = min(first.get(i, (r, o)), (r, o))
+    out = {}
+    for name, cols in tables.items():
+        rows = [j for j, (i, r, o) in enumerate(zip(cols['sample_idx'].tolist(), cols['rank'].tolist(),
+                                                     cols['occurrence'].tolist())) if first[i] == (r, o)]
+        rows.sort(key=lambda j: (cols['sample_idx'][j].item(), j))
+        out[name] = {c: v[torch.tensor(rows, dtype=torch.long)] for c, v in cols.items()}
+    return out
+
+
+@pytest.mark.parametrize('ids', ['small', 'large', 'negative'])
+def test_deduplicate_equals_the_loops_and_keeps_tables_already_in_order(ids):
+    """Indices small and non-negative (counted in a table indexed by sample_idx), large or negative (by rank
+    among the distinct ones); tables in order without repeats come back as the very same tensors."""
+    from mmsgg_eval.metrics.accumulator import deduplicate
+    g = torch.Generator().manual_seed(7)
+    for trial in range(40):
+        base = {'small': 0, 'large': 10 ** 12, 'negative': -50}[ids]
+        tables = {}
+        for name, rows in (('images', int(torch.randint(0, 30, (1,), generator=g))),
+                           ('entries', int(torch.randint(0, 200, (1,), generator=g)))):
+            if trial % 4 in (0, 1):  # one rank, one pass: nothing to drop; in order (0) or not (1)
+                idx = torch.sort(torch.randint(0, 40, (rows,), generator=g)).values if trial % 4 == 0 else \
+                    torch.randperm(rows, generator=g)
+                rank, occ = torch.zeros(rows, dtype=torch.long), torch.zeros(rows, dtype=torch.int32)
+            else:  # repeats from other ranks and passes, in order (2) or not (3)
+                idx = torch.randint(0, 40, (rows,), generator=g)
+                idx = torch.sort(idx).values if trial % 4 == 2 else idx
+                rank = torch.randint(0, 3, (rows,), generator=g)
+                occ = torch.randint(0, 4, (rows,), generator=g).int()
+            tables[name] = {'sample_idx': idx + base, 'rank': rank, 'occurrence': occ,
+                            'value': torch.randn(rows, 2, generator=g)}
+        ours, expected = deduplicate(tables), _deduplicated_by_loops(tables)
+        for name in tables:
+            assert list(ours[name]) == list(tables[name])
+            for column in tables[name]:
+                assert torch.equal(ours[name][column], expected[name][column]), (trial, name, column)
+            if trial % 4 == 0:
+                assert ours[name] is tables[name]

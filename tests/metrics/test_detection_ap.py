@@ -266,3 +266,18 @@ def test_a_pool_of_plain_tensors_reads_as_other_containers_do():
             assert torch.equal(got[key], value.detach().to(got[key].dtype)), key  # (lists read as float64)
         else:
             assert got[key] == value, key
+
+
+def test_the_score_order_by_integer_keys_equals_the_float_sort():
+    """COCOeval.accumulate's mergesort of -score, taken on order-preserving int64 keys: the same permutation,
+    ties (+0.0 / -0.0 included) in row order, at every magnitude."""
+    from mmsgg_eval.functional.detection import _sortable_key64
+    g = torch.Generator().manual_seed(0)
+    for i in range(60):
+        values = torch.cat([torch.randn(500, dtype=torch.float64, generator=g) * 10.0 ** (i * 10 - 300),
+                            torch.randint(0, 5, (300,), generator=g).double() / 4,
+                            torch.tensor([0.0, -0.0, float('inf'), -float('inf'), 5e-324, -5e-324, 1.0, 1.0],
+                                         dtype=torch.float64)])
+        values = values[torch.randperm(values.numel(), generator=g)]
+        assert torch.equal(torch.sort(~_sortable_key64(values), stable=True).indices,
+                           torch.sort(-values, stable=True).indices), i

@@ -508,3 +508,32 @@ def test_candidate_pairs_by_the_compiled_top_k_equal_torch_topk():
         got = candidate_pairs(first, valid, length, count)
         assert torch.equal(got, want), length
         assert torch.equal(candidate_pairs(first, valid, length), want)
+
+
+def test_ap_order_equals_four_stable_sorts():
+    """The AP sweep's order from packed integer keys (rows in (sample_idx, rank) order or not; predicates out of
+    the packed range take the four sorts) equals sorting by rank, sample_idx, score descending and predicate in
+    turn, each sort stable."""
+    from mmsgg_eval.functional.oi import ap_order
+    from mmsgg_eval.functional.ranking import sortable_key
+    g = torch.Generator().manual_seed(11)
+    for trial in range(60):
+        n = int(torch.randint(0, 300, (1,), generator=g))
+        sample_idx = torch.randint(0, 12, (n,), generator=g)
+        rank = torch.randint(0, 100, (n,), generator=g).to(torch.int16)
+        if trial % 2:  # the reduced tables' order: by sample_idx, ranks increasing within a sample
+            pairs = sorted(set(zip(sample_idx.tolist(), rank.tolist())))
+            sample_idx = torch.tensor([p[0] for p in pairs], dtype=torch.long).reshape(-1)
+            rank = torch.tensor([p[1] for p in pairs], dtype=torch.int16).reshape(-1)
+            n = len(pairs)
+        predicate = torch.randint(0, 5, (n,), generator=g).to(torch.int16)
+        if trial % 7 == 3 and n:
+            predicate = predicate.long() - 3  # out of the packed range
+        score = torch.randint(0, 6, (n,), generator=g).float() / 5 - 0.2 * (trial % 3 == 0)
+        wide = torch.rand(n, generator=g) < 0.2  # magnitudes up to the float32 range, both signs
+        score[wide] = torch.tensor([3e38, -3e38, 1e-30, -1e-30, 7.0, -7.0])[torch.randint(0, 6, (n,), generator=g)][wide]
+        score[torch.rand(n, generator=g) < 0.1] = -0.0
+        expected = torch.sort(rank.long(), stable=True).indices
+        for key in (sample_idx, -sortable_key(score), predicate.long()):
+            expected = expected.index_select(0, torch.sort(key.index_select(0, expected), stable=True).indices)
+        assert torch.equal(ap_order(predicate, score, sample_idx, rank), expected), trial
