@@ -34,7 +34,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "row maxima, value check, graph-constrained and no-graph-constraint lists of a pool, one pass per image",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
         py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none(),
-        py::arg("pair_codes") = false,
+        py::arg("pair_codes") = false, py::arg("oi_length") = -1, py::arg("oi_per_pair") = 0,
+        py::arg("oi_min_score") = 0.0,
         py::call_guard<py::gil_scoped_release>());  // reads tensors only: a Python thread may run beside it
   m.def("oi_ranked_lists", &oi_ranked_lists,
         "the Open Images list of each image: (score, predicate, pair, subject, object [B, E], valid [B, E])",

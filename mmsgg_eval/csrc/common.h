@@ -288,6 +288,38 @@ void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor> entry_tensors(const std::vector<std::vector<Key>>& lists,
                                                              int64_t num_predicates);
 
+// oi.cpp: scratch of one thread's Open Images lists, reused across its images.
+struct OIListScratch {
+  std::vector<float> pair_score, first;  // per real pair: subject * object, and * its row maximum
+  std::vector<int64_t> columns;          // one row's best predicates
+  TopScratch top;
+};
+
+// oi.cpp: one image's Open Images entries (candidate-major: entry i is slot i % k of candidate pair pair[i / k])
+// and its listed ones.
+struct OIImageList {
+  std::vector<int64_t> pair;             // the candidate pairs, in pair order
+  std::vector<float> pair_score;         // their pair scores
+  std::vector<float> score;              // per entry
+  std::vector<int64_t> predicate;        // per entry: 0-based predicate column
+  std::vector<Key> listed;               // the stable top `length` entries, best first
+  int64_t bad = -1;                      // the first pair with an object index outside [0, N), -1 when none
+};
+
+// oi.cpp: one image's candidate pairs (their rows asked of the caches), then its entries and list (see oi.cpp;
+// ranking.cpp's pass calls both while the image's matrix is in cache).
+void oi_image_candidates(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates,
+                         const int64_t* pairs, const float* object_scores, int64_t objects, const float* best,
+                         const float* given, int64_t real, bool prune, int64_t length, OIListScratch& scratch,
+                         OIImageList& out);
+void oi_image_list(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates, int64_t length,
+                   int64_t k, OIListScratch& scratch, OIImageList& out);
+
+// oi.cpp: (score, predicate, pair, subject, object [B, E], valid [B, E]) of the images' lists, E = min(length,
+// k * the most candidates of an image); an image with a bad pair is refused.
+std::vector<at::Tensor> oi_list_tensors(const std::vector<OIImageList>& images, const PairRows& pairs,
+                                        int64_t objects, int64_t length, int64_t k, double min_score);
+
 }  // namespace mmsgg_ext
 
 // ------------------------------------------------------------------ the kernels bound in bindings.cpp
@@ -331,7 +363,8 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
-                                              bool pair_codes);
+                                              bool pair_codes, int64_t oi_length, int64_t oi_per_pair,
+                                              double oi_min_score);
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);

@@ -21,23 +21,6 @@ using namespace mmsgg_ext;
 
 namespace {
 
-// Scratch of one thread, reused across its images.
-struct ListScratch {
-  std::vector<float> pair_score, first;  // per real pair: subject * object, and * its row maximum
-  std::vector<int64_t> columns;          // one row's best predicates
-  TopScratch top;
-};
-
-// One image's entries (candidate-major: entry i is slot i % k of candidate pair pair[i / k]) and its listed ones.
-struct ImageEntries {
-  std::vector<int64_t> pair;             // the candidate pairs, in pair order
-  std::vector<float> pair_score;         // their pair scores
-  std::vector<float> score;              // per entry
-  std::vector<int64_t> predicate;        // per entry: 0-based predicate column
-  std::vector<Key> listed;               // the stable top `length` entries, best first
-  int64_t bad = -1;                      // the first pair with an object index outside [0, N), -1 when none
-};
-
 // The k best columns of row[0, n) into columns (as repeated argmax, each time without the columns taken: ties to
 // the lower column); 1 <= k <= n.
 inline void top_columns(const float* row, int64_t n, int64_t k, int64_t* columns) {
@@ -68,13 +51,15 @@ inline void top_columns(const float* row, int64_t n, int64_t k, int64_t* columns
   }
 }
 
+}  // namespace
+
 // One image's candidate pairs and their pair scores (`given`: the image's pair scores as the ranking pass wrote
 // them, else computed here from the pairs and object scores); their rows are asked of the caches for
-// image_oi_list.
-void image_oi_candidates(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates,
-                         const int64_t* pairs, const float* object_scores, int64_t objects, const float* best,
-                         const float* given, int64_t real, bool prune, int64_t length, ListScratch& scratch,
-                         ImageEntries& out) {
+// oi_image_list.
+void mmsgg_ext::oi_image_candidates(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates,
+                                    const int64_t* pairs, const float* object_scores, int64_t objects,
+                                    const float* best, const float* given, int64_t real, bool prune, int64_t length,
+                                    OIListScratch& scratch, OIImageList& out) {
   scratch.pair_score.resize(given == nullptr ? real : 0);
   scratch.first.resize(real);
   const float* pair_score = given != nullptr ? given : scratch.pair_score.data();
@@ -111,8 +96,8 @@ void image_oi_candidates(const float* matrix, int64_t cols, int64_t column, int6
 }
 
 // One image's entries (the k' best predicates of each candidate's row) and its list of the `length` best.
-void image_oi_list(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates, int64_t length,
-                   int64_t k, ListScratch& scratch, ImageEntries& out) {
+void mmsgg_ext::oi_image_list(const float* matrix, int64_t cols, int64_t column, int64_t num_predicates,
+                              int64_t length, int64_t k, OIListScratch& scratch, OIImageList& out) {
   out.score.clear();
   out.predicate.clear();
   if (out.bad >= 0) {
@@ -130,8 +115,6 @@ void image_oi_list(const float* matrix, int64_t cols, int64_t column, int64_t nu
   }
   stable_top(out.score.data(), static_cast<int64_t>(out.score.size()), length, scratch.top, out.listed);
 }
-
-}  // namespace
 
 std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
                                         const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores,
@@ -169,11 +152,11 @@ std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices,
     given = pair_score->contiguous();
   }
   const float* given_ptr = given.defined() ? given.data_ptr<float>() : nullptr;
-  std::vector<ImageEntries> images(batch);
+  std::vector<OIImageList> images(batch);
   at::parallel_for(0, batch, 8, [&](int64_t begin, int64_t end) {
-    ListScratch scratch;
+    OIListScratch scratch;
     const auto candidates = [&](int64_t b) {
-      image_oi_candidates(matrices[b].data_ptr<float>(), cols, column, num_predicates, pairs.pairs(b),
+      oi_image_candidates(matrices[b].data_ptr<float>(), cols, column, num_predicates, pairs.pairs(b),
                           object_ptr + b * objects, objects, best_ptr + b * width,
                           given_ptr != nullptr ? given_ptr + b * width : nullptr, count_ptr[b], width > length,
                           length, scratch, images[b]);
@@ -185,9 +168,15 @@ std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices,
       if (b + 1 < end) {
         candidates(b + 1);
       }
-      image_oi_list(matrices[b].data_ptr<float>(), cols, column, num_predicates, length, k, scratch, images[b]);
+      oi_image_list(matrices[b].data_ptr<float>(), cols, column, num_predicates, length, k, scratch, images[b]);
     }
   });
+  return oi_list_tensors(images, pairs, objects, length, k, min_score);
+}
+
+std::vector<at::Tensor> mmsgg_ext::oi_list_tensors(const std::vector<OIImageList>& images, const PairRows& pairs,
+                                                   int64_t objects, int64_t length, int64_t k, double min_score) {
+  const int64_t batch = static_cast<int64_t>(images.size());
   int64_t most = 0;
   for (int64_t b = 0; b < batch; ++b) {
     TORCH_CHECK(images[b].bad < 0, "oi_ranked_lists: image ", b, " pair ", images[b].bad,
@@ -204,7 +193,7 @@ std::vector<at::Tensor> oi_ranked_lists(const std::vector<at::Tensor>& matrices,
   int64_t *predicate_ptr = predicate.data_ptr<int64_t>(), *pair_ptr = pair.data_ptr<int64_t>();
   int64_t *subject_ptr = subject.data_ptr<int64_t>(), *object_ptr_out = object.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    const ImageEntries& image = images[b];
+    const OIImageList& image = images[b];
     const int64_t* image_pairs = pairs.pairs(b);
     for (size_t e = 0; e < image.listed.size(); ++e) {
       const int64_t i = key_index(image.listed[e]), at = b * entries + static_cast<int64_t>(e);

@@ -300,14 +300,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_constrained_pai
 // uint16 bit pattern, 0 on padding, written while the pair list streams by (the error analysis' pair scan then
 // reads 2 bytes per pair instead of 16), else [0, W]);
 // best, triplet and pair scores are written into `out` ([3, B, W], e.g. a buffer the caller reuses across pools)
-// when it is given.
+// when it is given. With oi_length >= 0, also each image's Open Images list (oi_ranked_lists of length oi_length,
+// oi_per_pair predicates per pair, entries above oi_min_score, from these row maxima and pair scores) while its
+// matrix is in cache: (score, predicate, pair, subject, object, valid), each [B, E] (an image with a bad pair gets
+// an empty list); else six [B, 0] tensors.
 std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& matrices, int64_t column,
                                               int64_t num_predicates, const std::vector<at::Tensor>& rel_pairs,
                                               const at::Tensor& object_scores, const at::Tensor& count, int64_t k,
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
-                                              bool pair_codes) {
+                                              bool pair_codes, int64_t oi_length, int64_t oi_per_pair,
+                                              double oi_min_score) {
   TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
               "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
+  TORCH_CHECK(oi_length < 0 || oi_per_pair >= 0, "ranked_relation_lists: oi_per_pair must be >= 0");
   check_matrices(matrices, column, num_predicates);
   check_cpu(object_scores, at::kFloat, 2, "ranked_relation_lists: object_scores must be float32 [B, N] on the CPU");
   check_cpu(count, at::kLong, 1, "ranked_relation_lists: count must be int64 [B] on the CPU");
@@ -359,6 +364,10 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   int64_t* bad_ptr = bad.data_ptr<int64_t>();
   const float* object_ptr = scores_c.data_ptr<float>();
   std::vector<std::vector<Key>> lists(batch);
+  const int64_t oi_k = std::min(oi_per_pair, num_predicates);
+  TORCH_CHECK(oi_length < 0 || width * std::max<int64_t>(oi_k, 1) < kMaxKeyIndex,
+              "ranked_relation_lists: too many pairs in an image for the Open Images list");
+  std::vector<OIImageList> oi_images(oi_length >= 0 ? batch : 0);
   // The images are handed to the threads one at a time, not in fixed halves: a thread that shares its core (with
   // the caller's Python thread when the pass runs in the background, or another process) takes fewer images
   // instead of keeping the others waiting at the end of the region. Each image's outputs are its own.
@@ -366,6 +375,7 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   at::parallel_for(0, batch, 8, [&](int64_t, int64_t) {
     TopScratch scratch;
     Workspace work;
+    OIListScratch oi_scratch;
     std::vector<Key> listed;
     std::vector<int64_t> top;
     for (int64_t b = next_image++; b < batch; b = next_image++) {
@@ -387,6 +397,12 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
         gc_predicate_ptr[slot] = first_max_column(data + r * m.size(1) + column, num_predicates);
         gc_ends_ptr[2 * slot] = image_pairs[2 * r];
         gc_ends_ptr[2 * slot + 1] = image_pairs[2 * r + 1];
+      }
+      if (oi_length >= 0 && bad_ptr[b] < 0) {  // the candidates' rows are read from the caches, not from memory
+        oi_image_candidates(data, m.size(1), column, num_predicates, image_pairs, object_ptr + b * objects, objects,
+                            image_best, pair_score_ptr + b * width, rows, width > oi_length, oi_length, oi_scratch,
+                            oi_images[b]);
+        oi_image_list(data, m.size(1), column, num_predicates, oi_length, oi_k, oi_scratch, oi_images[b]);
       }
       if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
         continue;
@@ -412,8 +428,18 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
   for (int64_t b = 0; b < batch; ++b) {
     std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
   }
-  return {best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid, bad, pair_range,
-          gc_predicate, gc_ends, ngc_ends_t, codes};
+  std::vector<at::Tensor> result{best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid,
+                                 bad, pair_range, gc_predicate, gc_ends, ngc_ends_t, codes};
+  if (oi_length >= 0) {
+    for (at::Tensor& t : oi_list_tensors(oi_images, pairs, objects, oi_length, oi_k, oi_min_score)) {
+      result.push_back(t);
+    }
+  } else {
+    for (int i = 0; i < 6; ++i) {
+      result.push_back(at::zeros({batch, 0}, i == 0 ? at::kFloat : i == 5 ? at::kBool : at::kLong));
+    }
+  }
+  return result;
 }
 
 // The graph-constrained sub-list of the pairs that are GT pairs: for every image, the stable descending top-k of

@@ -174,15 +174,27 @@ def oi_ranked_lists(batch, length: int = OI_LIST_LENGTH, per_pair: int = OI_PRED
                   subject=torch.where(valid, ends[..., 0], zero), object=torch.where(valid, ends[..., 1], zero))
 
 
+def oi_list_request(length: int = OI_LIST_LENGTH, per_pair: int = OI_PREDICATES_PER_PAIR,
+                    min_score: float = OI_MIN_SCORE) -> Tuple[int, int, float]:
+    """What a reader's compiled pass is asked for to build the OI lists itself (the fourth element of its
+    ``ranking``; ``batch.ranked_lists.oi_lists`` then holds them)."""
+    return int(length), int(per_pair), float(min_score)
+
+
 def _compiled_ranked_lists(batch, length: int, per_pair: int, min_score: float) -> Optional[OIList]:
-    """:func:`oi_ranked_lists` by the compiled kernel (the same tensors: each image's pairs and score rows read in
-    place, once; the pair scores of the reader's ranking pass, ``batch.ranked_lists``, where it ran) where it
-    applies: on the CPU, kernels built, score matrices read in place (the 'compiled' layout), float32 object
-    scores; else None."""
+    """:func:`oi_ranked_lists` by the compiled kernels (the same tensors: each image's pairs and score rows read in
+    place, once): the lists the reader's ranking pass built (``batch.ranked_lists.oi_lists``, asked with
+    :func:`oi_list_request`: the candidates' rows read while each matrix was in cache), else ``oi_ranked_lists``
+    from that pass' pair scores where it ran; where the kernels apply: on the CPU, kernels built, score matrices
+    read in place (the 'compiled' layout), float32 object scores; else None."""
     kernels = pair_kernels(batch)
     if kernels is None or batch.scores.layout != 'compiled' or not hasattr(kernels, 'oi_ranked_lists'):
         return None  # (a build older than these sources lacks the kernel: the torch operations)
     scores, ranked = batch.scores, batch.ranked_lists
+    if ranked is not None and ranked.oi_lists is not None and \
+            ranked.oi_lists[0] == oi_list_request(length, per_pair, min_score):  # built by the reader's pass
+        score, predicate, pair, subject, obj, valid = ranked.oi_lists[1]
+        return OIList(valid=valid, score=score, predicate=predicate, pair=pair, subject=subject, object=obj)
     score, predicate, pair, subject, obj, valid = kernels.oi_ranked_lists(
         scores.sources, scores.column, scores.num_predicates, batch.pair_rows, batch.pred_scores, scores.best,
         batch.num_rel_preds, int(length), int(per_pair), float(min_score),

@@ -237,6 +237,9 @@ class RankedLists:
     gc_ends: Tensor     # [B, k', 2] each listed pair's (subject, object) indices
     ng_ends: Tensor     # [B, L, 2] each no-graph-constraint entry's (subject, object) indices
     pair_codes: Optional[Tensor] = None  # [B, R] int16 every pair's (subject << 8) | object (uint16 bits), when asked
+    #: the Open Images lists built in the same pass, when asked: ((length, per_pair, min_score), (score,
+    #: predicate, pair, subject, object, valid)), each [B, E] (:func:`mmsgg_eval.functional.oi.oi_ranked_lists`)
+    oi_lists: Optional[Tuple[Tuple[int, int, float], Tuple[Tensor, ...]]] = None
 
     def serves(self, k: int, ng_topk: int, rank_by: str) -> bool:
         """Whether these are the lists of ``(k, ng_topk)`` ranked by score."""
@@ -245,7 +248,7 @@ class RankedLists:
 
 def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: int, rel_pairs: List[Tensor],
                           object_scores: Tensor, num_rel: Tensor, k: int, ng_topk: int, out: Optional[Tensor] = None,
-                          pair_codes: bool = False):
+                          pair_codes: bool = False, oi_lists: Optional[Tuple[int, int, float]] = None):
     """The compiled layout's row maxima and value check with both ranked lists, one pass per image while its
     matrix is in cache (``mmsgg_eval._ext.ranked_relation_lists``). ``matrices``: each image's contiguous
     float32 [R_b, column + P] input; ``rel_pairs``: each image's int64 [R_b, 2] pairs (0-based object indices),
@@ -254,7 +257,9 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
     pair scores (a pool's buffer reused by its owner), else new tensors; ``pair_codes``: also every pair's
     ``(subject << 8) | object`` (``lists.pair_codes`` [B, R] int16 holding uint16 bit patterns, 0 on padding; None
     with more than 256 objects), written while the pairs stream by, what the error analysis' pair scan reads
-    instead of the int64 pairs. Values are not checked here (the reader
+    instead of the int64 pairs; ``oi_lists`` = (length, per_pair, min_score): also each image's Open Images list
+    (``lists.oi_lists``), its candidates' rows read while the image's matrix is in cache (None with a build older
+    than these sources). Values are not checked here (the reader
     validates the batch before the lists are used). Returns ``(lists, (best [B, R], passed [B]), bad [B],
     (min [B], max [B]))``: ``bad[b]`` >= 0 is the first pair of image b with an object index outside [0, N), -1
     when none (its lists are empty then); the last pair is each image's (min, max) pair index (0, -1 without
@@ -264,10 +269,15 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
     if (kernels is None or object_scores.dim() != 2 or not object_scores.shape[1]
             or object_scores.dtype != torch.float32):
         return None
+    oi_lists = oi_lists if oi_lists is not None and 'oi_length' in (kernels.ranked_relation_lists.__doc__ or '') \
+        else None  # (a build older than these sources: the OI metric lists its pools itself)
+    extra = {} if oi_lists is None else dict(oi_length=int(oi_lists[0]), oi_per_pair=int(oi_lists[1]),
+                                             oi_min_score=float(oi_lists[2]))
+    results = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
+                                            num_rel, int(k), int(ng_topk), out, bool(pair_codes), **extra)
     (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad, pair_range,
-     gc_predicate, gc_ends, ng_ends, codes) = kernels.ranked_relation_lists(
-        matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k), int(ng_topk), out,
-        bool(pair_codes))
+     gc_predicate, gc_ends, ng_ends, codes) = results[:15]
     lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,
-                        ng_valid, gc_predicate, gc_ends, ng_ends, codes if codes.shape[0] else None)
+                        ng_valid, gc_predicate, gc_ends, ng_ends, codes if codes.shape[0] else None,
+                        None if oi_lists is None else (tuple(oi_lists), tuple(results[15:21])))
     return lists, (best, passed), bad, (pair_range[:, 0], pair_range[:, 1])

@@ -17,7 +17,8 @@ from torch import Tensor
 from ..functional.limits import NO_HIT
 from ..functional.recall import rank_limit
 from ..functional.oi import (OI_AP_KEYS, OI_LIST_LENGTH, OI_NO_HIT, ap_order, copied_rows, oi_average_precisions,
-                             oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits, tie_groups)
+                             oi_list_request, oi_match, oi_ranked_lists, oi_scores, pooled_recall, stored_first_hits,
+                             tie_groups)
 from ..registry import METRICS
 from ..structures import SCORE_LAYOUTS, ObjectCounts
 from ..functional.overlap import Staged
@@ -147,8 +148,8 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
     def _row_stages(self, samples: List[Any], background: bool = False):
         batch, missing, samples = yield from self._reader.stages(
             samples, self.mode, len(self.classes), len(self.predicates), counts=self.object_counts,
-            score_layout=self.score_layout, ranking=(0, 0),  # (0, 0): the pass' row maxima and pair scores, no lists
-            background=background)
+            score_layout=self.score_layout, ranking=(0, 0, False, oi_list_request()),
+            background=background)  # the pass' row maxima and pair scores, no scene-graph lists, the OI lists
         self.accumulator.number_missing(batch.sample_idx, self.name)
         lists = oi_ranked_lists(batch)
         match = oi_match(batch, lists, self.plus_one)

@@ -108,12 +108,13 @@ class _PoolRead:
     """One pool read by a :class:`PoolReader` (:func:`read_pool_stages` as a :class:`Staged`, its first stage
     done), with what says whether its batch is still intact: the times its reader's score workspace and its pass
     buffer had been handed out when it wrote into them (neither is handed out again while the batch is used)."""
-    __slots__ = ('epoch', 'samples', 'staged', 'log', '_workspace', '_handed', '_pass', '_pass_handed',
+    __slots__ = ('epoch', 'samples', 'staged', 'log', 'reader', '_workspace', '_handed', '_pass', '_pass_handed',
                  '__weakref__')
 
     def __init__(self, samples: List[Any], reader: 'PoolReader',
                  stages: Callable[[ObjectCounts], Generator[bool, None, PoolValue]]) -> None:
         self.epoch, self.samples, self.log = reader.epoch, samples, _CountLog()
+        self.reader = weakref.ref(reader)
         self._workspace, self._handed = reader.workspace, None
         self.staged = Staged(self._noting_workspace(stages(self.log)))
         self._pass = reader.pass_outputs[0]  # (read_pool_stages swapped the two: this read's)
@@ -158,9 +159,11 @@ class PoolReader:
     anew). The taken read is used only while the offering reader's buffers still hold it (it reads the pool
     itself otherwise, e.g. when the offering metric has read two more pools meanwhile) and its object-count
     mismatches are added to the counts of each. ``SGRecall`` / ``SGMeanRecall`` offer, ``OIRelationMetric``
-    reuses: placed after them in an evaluator, it adds no second reading of the score matrices. The offered
-    read lives as long as the reader and its metric (the latest one only). A metric calls :meth:`open_epoch` at
-    its first ``process()`` of an epoch and :meth:`close_epoch` in its ``evaluate()``."""
+    reuses: placed after them in an evaluator, it adds no second reading of the score matrices. A reader that
+    finds an offer also asks the offering reader's compiled pass for what its own ``ranking`` adds (its fourth
+    element: the OI lists, built while each matrix is in cache), from that reader's next pool to the end of its
+    epoch. The offered read lives as long as the reader and its metric (the latest one only). A metric calls
+    :meth:`open_epoch` at its first ``process()`` of an epoch and :meth:`close_epoch` in its ``evaluate()``."""
 
     _offered: 'weakref.WeakValueDictionary[Hashable, _PoolRead]' = weakref.WeakValueDictionary()
     _clock = 0  # epochs opened and closed so far, all readers
@@ -170,6 +173,7 @@ class PoolReader:
         self.pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the ranking pass' outputs, taken in turn
         self.offers, self.reuses = offers, reuses
         self._latest: Optional[_PoolRead] = None  # this reader's latest read (what keeps an offer alive)
+        self.requested: Optional[Any] = None  # what a reader taking the offers asks the pass for (ranking[3])
         self.epoch = _Epoch()
         self._opened = self._tick()  # when this reader's epoch began
 
@@ -183,6 +187,7 @@ class PoolReader:
 
     def close_epoch(self) -> None:
         self.epoch.ended = self._tick()
+        self.requested = None
 
     def _overlaps(self, epoch: _Epoch) -> bool:
         """Whether ``epoch`` (another reader's) had not ended when this reader's began."""
@@ -198,11 +203,16 @@ class PoolReader:
         key = (mode, num_classes, num_predicates, score_layout, with_masks)
         offer = PoolReader._offered.get(key) if self.reuses else None
         if offer is not None and self._overlaps(offer.epoch) and same_objects(offer.samples, samples):
+            producer = offer.reader()
+            if producer is not None and ranking is not None and len(ranking) > 3:
+                producer.requested = ranking[3]
             yield background  # the offering metric finishes its read; this one takes it at its next flush
             if offer.intact():
                 return offer.value(counts)
         else:
             offer = None
+        if ranking is not None and self.requested is not None and len(ranking) < 4:
+            ranking = tuple(ranking) + (False,) * (3 - len(ranking)) + (self.requested,)
         read = _PoolRead(samples, self, lambda log: read_pool_stages(
             samples, mode, num_classes, num_predicates, counts=log, workspace=self.workspace,
             pass_outputs=self.pass_outputs, score_layout=score_layout, ranking=ranking,

@@ -137,7 +137,8 @@ def collate_scene_graphs(samples: Sequence[Any], mode: str, num_classes: int, nu
     (:data:`SCORE_LAYOUTS`). ``ranking``: ``(k, ng_topk)`` of the ranked lists to build while the score matrices
     are read, where the compiled kernels read them (``batch.ranked_lists``, else None: the caller ranks);
     ``(k, ng_topk, True)`` also gives every pair's (subject, object) in two bytes (``ranked_lists.pair_codes``,
-    what the error analysis' pair scan reads instead of the pair list).
+    what the error analysis' pair scan reads instead of the pair list); a fourth element ``(length, per_pair,
+    min_score)`` also each image's Open Images list (``ranked_lists.oi_lists``).
     """
     return Staged(collate_stages(samples, mode, num_classes, num_predicates, with_masks, device, counts, workspace,
                                  score_layout, ranking)).result()
@@ -238,4 +239,5 @@ def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int,
         if workspace is not None and padded.num_rel else None
     return run_beside(compiled_ranked_lists, padded.raw_scores, padded.background[0], num_predicates,
                       padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
-                      len(ranking) > 2 and bool(ranking[2]), background=background)
+                      len(ranking) > 2 and bool(ranking[2]), ranking[3] if len(ranking) > 3 else None,
+                      background=background)

@@ -214,3 +214,32 @@ def test_an_mmengine_evaluator_of_the_oiv6_recipe_reads_each_pool_once():
     assert reads == [8, 7, 8]  # (the second pool's repeated sample read once)
     (alone,) = evaluate([OIRelationMetric(mode='sgdet', pool_samples=8)], samples)
     assert {k: v for k, v in comparable(out).items() if k in alone} == comparable(alone)
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgdet'])
+def test_the_scene_graph_pass_builds_the_oi_lists_once_asked(mode):
+    """The OI metric that finds the scene-graph metric's offer asks its pass for the OI lists: from that metric's
+    next pool on they are built while each matrix is read (the first pool is listed by the OI kernel); the
+    scene-graph keys stay those of the scene-graph metrics alone, the OI keys those of the OI metric alone; the
+    request ends with the epoch."""
+    if compiled.kernels() is None:
+        pytest.skip('the compiled kernels are not built')
+    from mmsgg_eval.functional import oi as oi_functional
+    samples = samples_of(mode, count=32)
+    (sg_alone,) = evaluate([SGMeanRecall(mode=mode, pool_samples=8)], samples)
+    (oi_alone,) = evaluate([OIRelationMetric(mode=mode, pool_samples=8)], samples)
+    sources, original = [], oi_functional._compiled_ranked_lists
+
+    def spy(batch, *args):
+        ranked = batch.ranked_lists
+        sources.append('pass' if ranked is not None and ranked.oi_lists is not None else 'kernel')
+        return original(batch, *args)
+    oi_functional._compiled_ranked_lists = spy
+    try:
+        metrics = [SGMeanRecall(mode=mode, pool_samples=8), OIRelationMetric(mode=mode, pool_samples=8)]
+        sg, oi = evaluate(metrics, samples)
+    finally:
+        oi_functional._compiled_ranked_lists = original
+    assert sources == ['kernel', 'pass', 'pass', 'pass']
+    assert comparable(sg) == comparable(sg_alone) and comparable(oi) == comparable(oi_alone)
+    assert metrics[0]._reader.requested is None  # (until the OI metric finds an offer in the next epoch)

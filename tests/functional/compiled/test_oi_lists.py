@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mmsgg_eval.functional import compiled
-from mmsgg_eval.functional.oi import OIList, _compiled_ranked_lists, oi_match, oi_ranked_lists
+from mmsgg_eval.functional.oi import OIList, _compiled_ranked_lists, oi_list_request, oi_match, oi_ranked_lists
 from mmsgg_eval.structures import collate_scene_graphs
 from mmsgg_eval.testing.random_samples import random_dataset
 
@@ -84,6 +84,35 @@ def test_lists_and_matches_equal_the_torch_operations(seed, mode):
                         assert torch.equal(matched[name], expected[name]), (name, length, per_pair, plus_one)
                     compared += int(want.valid.sum())
     assert compared > 500  # the cases list entries
+
+
+@needs_kernels
+@pytest.mark.parametrize('seed', range(4))
+@pytest.mark.parametrize('mode', ['sgdet', 'predcls'])
+def test_lists_built_in_the_reading_pass_equal_the_torch_operations(seed, mode):
+    """The reader's compiled pass asked for the OI lists (the fourth element of ``ranking``, with and without the
+    scene-graph lists): each image's list built while its matrix is read, the same tensors as the torch
+    operations; a request of another length is not taken (the kernel lists the batch then)."""
+    for score_format, layout in (('bg', 'background_first'), ('nobg', 'no_background')):
+        for fixed_pairs in (None, 40):
+            samples = pool(seed * 5 + 1, mode, score_format, fixed_pairs)
+            with compiled.disabled():
+                reference = collate_scene_graphs(samples, mode, NUM_CLASSES, NUM_PREDICATES, score_layout=layout)
+            for length, per_pair in ((100, 2), (3, 2), (20, 1), (7, 3)):
+                request = oi_list_request(length, per_pair, 1e-5)
+                with compiled.disabled():
+                    want = oi_ranked_lists(reference, length, per_pair)
+                for ranking in ((0, 0, False, request), (5, 7, True, request)):
+                    batch = collate_scene_graphs(samples, mode, NUM_CLASSES, NUM_PREDICATES, score_layout=layout,
+                                                 ranking=ranking)
+                    assert batch.ranked_lists.oi_lists[0] == request
+                    got = _compiled_ranked_lists(batch, length, per_pair, 1e-5)
+                    assert got.score is batch.ranked_lists.oi_lists[1][0]  # the pass' lists, taken as they are
+                    assert_same_lists(got, want)
+                    other = _compiled_ranked_lists(batch, length + 1, per_pair, 1e-5)
+                    assert other.score is not batch.ranked_lists.oi_lists[1][0]
+                    with compiled.disabled():
+                        assert_same_lists(other, oi_ranked_lists(reference, length + 1, per_pair))
 
 
 @needs_kernels
