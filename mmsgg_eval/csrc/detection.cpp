@@ -44,6 +44,7 @@ struct ImageMatch {
   std::vector<int64_t> det_order, gt_order;
   std::vector<CocoBox> gt;
   std::vector<double> iou;
+  std::vector<int64_t> candidates;  // one detection's visiting positions whose IoU reaches the lowest threshold
   std::vector<char> taken, regular;
   std::vector<int64_t> label_count;
 };
@@ -115,6 +116,11 @@ void match_image(const MatchInputs& in, ImageMatch& work, int64_t* order, bool* 
   }
   work.iou.resize(gts);
   work.taken.assign(num_thr * gts, 0);
+  double lowest = std::numeric_limits<double>::infinity();  // a box below every threshold is never used
+  for (int64_t t = 0; t < num_thr; ++t) {
+    lowest = std::min(lowest, in.thresholds[t]);
+  }
+  std::vector<int64_t>& candidates = work.candidates;
   for (int64_t p = 0; p < dets; ++p) {
     const int64_t d = det_order[p];
     const CocoBox box = coco_box(in.det_boxes + 4 * d, in.extra, in.float32_det_sizes);
@@ -126,6 +132,12 @@ void match_image(const MatchInputs& in, ImageMatch& work, int64_t* order, bool* 
       work.iou[j] = kept[p] && in.gt_valid[g] && in.gt_labels[g] == in.det_labels[d] ? coco_iou(box, work.gt[g]) : -1.0;
       highest = std::max(highest, work.iou[j]);
     }
+    candidates.clear();  // (the loops below skip the others: they are never used at any threshold)
+    for (int64_t j = 0; j < gts; ++j) {
+      if (work.iou[j] >= lowest || !(lowest > -1.0)) {
+        candidates.push_back(j);
+      }
+    }
     for (int64_t t = 0; t < num_thr; ++t) {
       const double thr = in.thresholds[t];
       if (!(highest >= thr)) {  // no candidate at this threshold: nothing taken
@@ -135,13 +147,13 @@ void match_image(const MatchInputs& in, ImageMatch& work, int64_t* order, bool* 
       }
       char* taken = work.taken.data() + t * gts;
       bool any_regular = false;
-      for (int64_t j = 0; j < gts; ++j) {
+      for (const int64_t j : candidates) {
         any_regular |= work.iou[j] >= thr && !taken[j] && regular[gt_order[j]];
       }
       bool hit = false;  // a usable box: the candidates of the first kind present
       int64_t best = 0;
       double most = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < gts; ++j) {  // the highest IoU of a usable box (-2 elsewhere), the later on ties
+      for (const int64_t j : candidates) {  // the highest IoU of a usable box (-2 elsewhere), the later on ties
         const bool ignored_box = in.gt_valid[gt_order[j]] && !regular[gt_order[j]];
         const bool use = work.iou[j] >= thr && !taken[j] && ignored_box != any_regular;
         const double value = use ? work.iou[j] : -2.0;

@@ -67,6 +67,32 @@ def test_kernel_equals_torch(seed):
 
 
 @needs_kernels
+def test_iou_exactly_at_the_lowest_threshold():
+    """A detection whose IoU with the GT box of its class is exactly 0.5 (the lowest threshold: used there), one at
+    0.75 and one just below 0.5 (never used), without and with the +1 widths: the kernel equals the torch
+    operations and matches each box at the thresholds its IoU reaches."""
+    for plus_one, gt, boxes in (
+            (False, [[0.0, 0.0, 10.0, 10.0], [20.0, 0.0, 40.0, 10.0]],
+             [[0.0, 0.0, 5.0, 10.0], [20.0, 0.0, 35.0, 10.0], [0.0, 0.0, 4.99, 10.0]]),
+            (True, [[0.0, 0.0, 9.0, 9.0], [20.0, 0.0, 39.0, 9.0]],
+             [[0.0, 0.0, 4.0, 9.0], [20.0, 0.0, 34.0, 9.0], [0.0, 0.0, 3.99, 9.0]])):
+        case = dict(det_boxes=torch.tensor([boxes], dtype=torch.float64),
+                    det_scores=torch.tensor([[0.9, 0.8, 0.7]], dtype=torch.float64),
+                    det_labels=torch.tensor([[0, 1, 0]]), det_valid=torch.ones(1, 3, dtype=torch.bool),
+                    gt_boxes=torch.tensor([gt], dtype=torch.float64), gt_labels=torch.tensor([[0, 1]]),
+                    gt_valid=torch.ones(1, 2, dtype=torch.bool))
+        iou = coco_box_iou(case['det_boxes'][0], case['gt_boxes'][0], plus_one)
+        assert iou[0, 0] == 0.5 and iou[1, 1] == 0.75 and iou[2, 0] < 0.5, iou
+        kwargs = dict(num_classes=2, plus_one=plus_one, float32_det_sizes=False, max_dets=10)
+        ours, ref = match(case, True, **kwargs), match(case, False, **kwargs)
+        for key in ref:
+            assert torch.equal(ours[key], ref[key]), (key, plus_one)
+        matched = ours['matched'][0]  # rows in evaluation order: the scores keep the given order
+        assert matched[0, :2].tolist() == [True, False] and matched[1, :2].tolist() == [True, True]
+        assert not matched[2].any()
+
+
+@needs_kernels
 def test_kernel_against_the_greedy_rule():
     """One batch by a loop written from ``COCOeval.evaluateImg`` (regular boxes before ignored ones, the highest
     IoU, the later box on ties; a taken box is not taken again at that threshold)."""
