@@ -269,11 +269,13 @@ at::Tensor coco_precision_table(const at::Tensor& matched, const at::Tensor& ign
     TORCH_CHECK(bd_ptr[k] >= 0 && bd_ptr[k] <= rows && (k == 0 || bd_ptr[k] >= bd_ptr[k - 1]),
                 "coco_precision_table: bounds must be non-decreasing row positions");
   }
-  at::Tensor out = at::full({num_thr, num_rec, classes}, -1.0, at::kDouble);
+  const bool ascending = std::is_sorted(rec_ptr, rec_ptr + num_rec);  // (COCO's 0:0.01:1)
+  // filled class by class ([C, T, R]: each class' table is contiguous), returned as the [T, R, C] view
+  at::Tensor out = at::full({classes, num_thr, num_rec}, -1.0, at::kDouble);
   double* out_ptr = out.data_ptr<double>();
   const double eps = std::numeric_limits<double>::epsilon();  // np.spacing(1)
   at::parallel_for(0, classes, 8, [&](int64_t begin, int64_t end) {
-    std::vector<double> recall, precision;
+    std::vector<double> recall, precision, tps, fps;
     for (int64_t k = begin; k < end; ++k) {
       if (gc_ptr[k] <= 0) {
         continue;
@@ -282,24 +284,37 @@ at::Tensor coco_precision_table(const at::Tensor& matched, const at::Tensor& ign
       const double gt = static_cast<double>(gc_ptr[k]);
       recall.resize(n);
       precision.resize(n);
+      tps.resize(n);
+      fps.resize(n);
       for (int64_t t = 0; t < num_thr; ++t) {
         int64_t tp = 0, fp = 0;
-        for (int64_t i = 0; i < n; ++i) {
+        for (int64_t i = 0; i < n; ++i) {  // the running counts first, then the divisions (a loop of vectors)
           const int64_t at = (lo + i) * num_thr + t;
           tp += m_ptr[at] && !ig_ptr[at];
           fp += !m_ptr[at] && !ig_ptr[at];
-          recall[i] = static_cast<double>(tp) / gt;
-          precision[i] = static_cast<double>(tp) / ((static_cast<double>(fp) + static_cast<double>(tp)) + eps);
+          tps[i] = static_cast<double>(tp);
+          fps[i] = static_cast<double>(fp);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          recall[i] = tps[i] / gt;
+          precision[i] = tps[i] / ((fps[i] + tps[i]) + eps);
         }
         for (int64_t i = n - 2; i >= 0; --i) {
           precision[i] = std::max(precision[i], precision[i + 1]);
         }
+        int64_t i = 0;  // the first row whose recall reaches each threshold (std::lower_bound's position)
         for (int64_t r = 0; r < num_rec; ++r) {
-          const int64_t i = std::lower_bound(recall.begin(), recall.end(), rec_ptr[r]) - recall.begin();
-          out_ptr[(t * num_rec + r) * classes + k] = i < n ? precision[i] : 0.0;
+          if (ascending) {  // one walk along the rows for all thresholds
+            while (i < n && recall[i] < rec_ptr[r]) {
+              ++i;
+            }
+          } else {
+            i = std::lower_bound(recall.begin(), recall.end(), rec_ptr[r]) - recall.begin();
+          }
+          out_ptr[(k * num_thr + t) * num_rec + r] = i < n ? precision[i] : 0.0;
         }
       }
     }
   });
-  return out;
+  return out.permute({1, 2, 0});
 }
