@@ -80,7 +80,7 @@ class OIRelationMetric(RelationVocabulary, RowMetric):
         self.iou_plus_one = iou_plus_one
         self.score_layout = score_layout
         self.object_counts = ObjectCounts(strict=strict_counts)
-        self._reader = PoolReader(reuses=True)  # a scene-graph metric's read of the same pool is taken as it is
+        self._reader = PoolReader()  # its buffers, and the reads shared with the scene-graph metrics
         self.per_image_out = per_image_out
         from .per_image import ImageNames
         self._image_names = ImageNames()

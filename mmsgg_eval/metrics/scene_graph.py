@@ -170,7 +170,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
             (tuple(novel_objects or ()), tuple(novel_predicates or ()))
         self.user_groups = predicate_groups
         self.object_counts = ObjectCounts(strict=strict_counts)
-        self._reader = PoolReader(offers=True)  # its buffers; each read offered to an OIRelationMetric after it
+        self._reader = PoolReader()  # its buffers, and the reads shared with an OIRelationMetric
         # ranks only matter below max K: int16 (capped) keeps the state ~25 bytes per GT relation
         self._rank_cap = RANK_CAP_INT16 if max(topk) < RANK_CAP_INT16 else NO_HIT
         self._zs_meta: Any = None

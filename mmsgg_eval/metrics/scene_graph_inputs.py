@@ -108,12 +108,12 @@ class _PoolRead:
     """One pool read by a :class:`PoolReader` (:func:`read_pool_stages` as a :class:`Staged`, its first stage
     done), with what says whether its batch is still intact: the times its reader's score workspace and its pass
     buffer had been handed out when it wrote into them (neither is handed out again while the batch is used)."""
-    __slots__ = ('epoch', 'samples', 'staged', 'log', 'reader', '_workspace', '_handed', '_pass', '_pass_handed',
-                 '__weakref__')
+    __slots__ = ('epoch', 'samples', 'ranking', 'staged', 'log', 'reader', '_workspace', '_handed', '_pass',
+                 '_pass_handed', '__weakref__')
 
-    def __init__(self, samples: List[Any], reader: 'PoolReader',
+    def __init__(self, samples: List[Any], reader: 'PoolReader', ranking: Optional[Tuple[Any, ...]],
                  stages: Callable[[ObjectCounts], Generator[bool, None, PoolValue]]) -> None:
-        self.epoch, self.samples, self.log = reader.epoch, samples, _CountLog()
+        self.epoch, self.samples, self.ranking, self.log = reader.epoch, samples, ranking, _CountLog()
         self.reader = weakref.ref(reader)
         self._workspace, self._handed = reader.workspace, None
         self.staged = Staged(self._noting_workspace(stages(self.log)))
@@ -147,33 +147,55 @@ class _Epoch:
         self.ended: Optional[int] = None
 
 
+def _merged(own: Tuple[Any, ...], asked: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """A pass' ``ranking`` (k, ng_topk, pair codes[, OI lists]) that also gives what ``asked`` asks for: its
+    scene-graph lists when ``own`` has none (k = ng_topk = 0), its pair codes, its OI lists."""
+    k, ng_topk, codes = (tuple(own) + (0, 0, False)[len(own):])[:3]
+    oi_lists = own[3] if len(own) > 3 else None
+    if not k and not ng_topk:
+        k, ng_topk = asked[0], asked[1]
+    codes = bool(codes) or (len(asked) > 2 and bool(asked[2]))
+    oi_lists = oi_lists if oi_lists is not None or len(asked) < 4 else asked[3]
+    return (k, ng_topk, codes) if oi_lists is None else (k, ng_topk, codes, oi_lists)
+
+
+def _serves(offered: Optional[Tuple[Any, ...]], wanted: Optional[Tuple[Any, ...]]) -> bool:
+    """Whether a read whose pass ran with ``offered`` gives a reader asking ``wanted`` what it takes from the pass:
+    anything when it asks for no scene-graph lists (None, or k = ng_topk = 0: the OI metric, whose lists have
+    their own way), else the same (k, ng_topk), with the pair codes when it asks for them."""
+    if wanted is None or not (wanted[0] or wanted[1]):
+        return True
+    codes = len(wanted) > 2 and bool(wanted[2])
+    return offered is not None and tuple(offered[:2]) == tuple(wanted[:2]) and \
+        (not codes or (len(offered) > 2 and bool(offered[2])))
+
+
 class PoolReader:
     """How a scene-graph metric reads its pools (:func:`read_pool_stages`): its score workspace, the two buffers
     its pass writes to in turn, and the reads shared between metric classes of one evaluator.
 
-    A reader that ``offers`` leaves its latest read (per reading settings: mode, class and predicate counts,
-    score layout, masks) where a reader that ``reuses`` finds it: that one takes the read of the very same
-    sample objects, in the same order, instead of reading the pool again (its batch with any ranking pass: the
-    pass outputs it needs are among those of every pass), when the two metrics' epochs overlap (the offering
+    Each reader leaves its latest read where the others find it (one per reading settings: mode, class and
+    predicate counts, score layout, masks), and takes the read of the very same sample objects, in the same order,
+    instead of reading the pool again when that read's pass gives what its own would (:func:`_serves`: the OI
+    metric takes any; a scene-graph metric one with its lists) and the two metrics' epochs overlap (the offering
     one's had not ended when the taking one's began: samples changed in place between two evaluations are read
-    anew). The taken read is used only while the offering reader's buffers still hold it (it reads the pool
-    itself otherwise, e.g. when the offering metric has read two more pools meanwhile) and its object-count
-    mismatches are added to the counts of each. ``SGRecall`` / ``SGMeanRecall`` offer, ``OIRelationMetric``
-    reuses: placed after them in an evaluator, it adds no second reading of the score matrices. A reader that
-    finds an offer also asks the offering reader's compiled pass for what its own ``ranking`` adds (its fourth
-    element: the OI lists, built while each matrix is in cache), from that reader's next pool to the end of its
-    epoch. The offered read lives as long as the reader and its metric (the latest one only). A metric calls
+    anew). A reader that finds such a read asks the offering reader's pass for what its own ``ranking`` adds
+    (:func:`_merged`: the scene-graph lists, the pair codes, the OI lists built while each matrix is in cache)
+    from that reader's next pool to the end of its epoch, so that whatever the order of the metrics in the
+    evaluator, the score matrices are read once per pool from the second pool on. The taken read is used only
+    while the offering reader's buffers still hold it (it reads the pool itself otherwise, e.g. when the
+    offering metric has read two more pools meanwhile) and its object-count mismatches are added to the counts
+    of each. The offered read lives as long as the reader and its metric (the latest one only). A metric calls
     :meth:`open_epoch` at its first ``process()`` of an epoch and :meth:`close_epoch` in its ``evaluate()``."""
 
     _offered: 'weakref.WeakValueDictionary[Hashable, _PoolRead]' = weakref.WeakValueDictionary()
     _clock = 0  # epochs opened and closed so far, all readers
 
-    def __init__(self, offers: bool = False, reuses: bool = False) -> None:
+    def __init__(self) -> None:
         self.workspace = ScoreWorkspace()  # the pools' score copies (stacked / concatenated layouts)
         self.pass_outputs = [ScoreWorkspace(), ScoreWorkspace()]  # the ranking pass' outputs, taken in turn
-        self.offers, self.reuses = offers, reuses
         self._latest: Optional[_PoolRead] = None  # this reader's latest read (what keeps an offer alive)
-        self.requested: Optional[Any] = None  # what a reader taking the offers asks the pass for (ranking[3])
+        self.requested: Optional[Tuple[Any, ...]] = None  # what readers finding its reads ask its pass for
         self.epoch = _Epoch()
         self._opened = self._tick()  # when this reader's epoch began
 
@@ -201,24 +223,26 @@ class PoolReader:
         else :func:`read_pool_stages` with this reader's buffers."""
         samples = first_occurrences(samples)
         key = (mode, num_classes, num_predicates, score_layout, with_masks)
-        offer = PoolReader._offered.get(key) if self.reuses else None
-        if offer is not None and self._overlaps(offer.epoch) and same_objects(offer.samples, samples):
-            producer = offer.reader()
-            if producer is not None and ranking is not None and len(ranking) > 3:
-                producer.requested = ranking[3]
+        offer = PoolReader._offered.get(key)
+        producer = offer.reader() if offer is not None else None
+        if producer is None or producer is self or not self._overlaps(offer.epoch) or \
+                not same_objects(offer.samples, samples):
+            offer = None
+        elif ranking is not None:  # its next pools' pass gives what this reader's would
+            producer.requested = _merged(producer.requested or (0, 0, False), ranking)
+        if offer is not None and _serves(offer.ranking, ranking):
             yield background  # the offering metric finishes its read; this one takes it at its next flush
             if offer.intact():
                 return offer.value(counts)
         else:
             offer = None
-        if ranking is not None and self.requested is not None and len(ranking) < 4:
-            ranking = tuple(ranking) + (False,) * (3 - len(ranking)) + (self.requested,)
-        read = _PoolRead(samples, self, lambda log: read_pool_stages(
+        if ranking is not None and self.requested is not None:
+            ranking = _merged(ranking, self.requested)
+        read = _PoolRead(samples, self, ranking, lambda log: read_pool_stages(
             samples, mode, num_classes, num_predicates, counts=log, workspace=self.workspace,
             pass_outputs=self.pass_outputs, score_layout=score_layout, ranking=ranking,
             background=background and offer is None, with_masks=with_masks))
-        if self.offers:
-            self._latest = PoolReader._offered[key] = read
+        self._latest = PoolReader._offered[key] = read
         if offer is None:
             yield read.staged.in_background
         return read.value(counts)
