@@ -257,3 +257,18 @@ def test_the_scene_graph_pass_builds_the_oi_lists_once_asked(mode):
     assert sources == ['kernel', 'pass', 'pass', 'pass']
     assert comparable(sg) == comparable(sg_alone) and comparable(oi) == comparable(oi_alone)
     assert metrics[0]._reader.requested is None  # (until the OI metric finds an offer in the next epoch)
+
+
+@pytest.mark.parametrize('oi_first', [True, False])
+def test_a_scene_graph_metric_ranking_by_the_given_order_shares_the_reads(oi_first):
+    """``rank='given'`` asks no lists of the pass: it takes the OI metric's reads from the first pool on (OI first),
+    or its reads, made without a pass, are taken by the OI metric (which lists them itself). Keys as each alone."""
+    samples = samples_of('sgdet', count=24)
+    (oi_alone,) = evaluate([OIRelationMetric(mode='sgdet', pool_samples=8)], samples)
+    (sg_alone,) = evaluate([SGRecall(mode='sgdet', pool_samples=8, rank='given')], samples)
+    with counting_reads() as reads:
+        metrics = [OIRelationMetric(mode='sgdet', pool_samples=8), SGRecall(mode='sgdet', pool_samples=8,
+                                                                           rank='given')]
+        oi, sg = evaluate(metrics if oi_first else metrics[::-1], samples)[::1 if oi_first else -1]
+    assert reads == [8, 7, 8]
+    assert comparable(oi) == comparable(oi_alone) and comparable(sg) == comparable(sg_alone)
