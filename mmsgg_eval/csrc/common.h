@@ -284,6 +284,10 @@ void image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, co
                const float* pair_score, const int64_t* top_pairs, int64_t top_length, int64_t k, Workspace& work,
                std::vector<Key>& listed);
 
+// ngc.cpp: the rows r < rows whose best entry pair_score[r] * best[r] (float32) reaches low, in ascending order,
+// into `passing` (cleared first; 8 rows at a time where AVX2 runs; low = -inf: every row).
+void rows_reaching(const float* pair_score, const float* best, int64_t rows, float low, std::vector<int64_t>& passing);
+
 // ngc.cpp: (pair [B, L], predicate [B, L], valid [B, L]) of each image's listed entries.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> entry_tensors(const std::vector<std::vector<Key>>& lists,
                                                              int64_t num_predicates);
@@ -292,6 +296,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> entry_tensors(const std::vector<s
 struct OIListScratch {
   std::vector<float> pair_score, first;  // per real pair: subject * object, and * its row maximum
   std::vector<int64_t> columns;          // one row's best predicates
+  std::vector<int64_t> rows;             // the candidate pairs' rows
   TopScratch top;
 };
 

@@ -94,26 +94,6 @@ void rows_reaching_avx2(const float* pair_score, const float* best, int64_t rows
 }
 #endif
 
-void rows_reaching(const float* pair_score, const float* best, int64_t rows, float low,
-                   std::vector<int64_t>& passing) {
-  passing.clear();
-  if (low == -std::numeric_limits<float>::infinity()) {  // every row (a NaN best counts as -inf)
-    passing.resize(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      passing[r] = r;
-    }
-    return;
-  }
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
-  if (avx2) {
-    rows_reaching_avx2(pair_score, best, rows, low, passing);
-    return;
-  }
-#endif
-  rows_reaching_scalar(pair_score, best, 0, rows, low, passing);
-}
-
 // The keys of the entries row[p] * weight >= low of one row (NaN never), in ascending p, into out (room for
 // num_pred keys); returns how many. Entry index: base + p.
 int64_t keep_entries_scalar(const float* row, int64_t num_pred, float weight, float low, int64_t base, Key* out) {
@@ -162,6 +142,26 @@ int64_t keep_entries(const float* row, int64_t num_pred, float weight, float low
 }
 
 }  // namespace
+
+void mmsgg_ext::rows_reaching(const float* pair_score, const float* best, int64_t rows, float low,
+                              std::vector<int64_t>& passing) {
+  passing.clear();
+  if (low == -std::numeric_limits<float>::infinity()) {  // every row (a NaN best counts as -inf)
+    passing.resize(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      passing[r] = r;
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  if (avx2) {
+    rows_reaching_avx2(pair_score, best, rows, low, passing);
+    return;
+  }
+#endif
+  rows_reaching_scalar(pair_score, best, 0, rows, low, passing);
+}
 
 void mmsgg_ext::image_ngc(const float* data, int64_t rows, int64_t cols, int64_t column, const float* best,
                const float* pair_score, const int64_t* top_pairs, int64_t top_length, int64_t k, Workspace& work,

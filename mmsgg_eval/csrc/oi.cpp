@@ -24,18 +24,12 @@ namespace {
 // The k best columns of row[0, n) into columns (as repeated argmax, each time without the columns taken: ties to
 // the lower column); 1 <= k <= n.
 inline void top_columns(const float* row, int64_t n, int64_t k, int64_t* columns) {
-  if (k == 2) {  // one scan: a value above the best moves the best to second; one above the second replaces it
-    int64_t first = 0, second = -1;
-    for (int64_t c = 1; c < n; ++c) {
-      if (row[c] > row[first]) {
-        second = first;
-        first = c;
-      } else if (second < 0 || row[c] > row[second]) {
-        second = c;
-      }
-    }
+  if (k == 2) {  // the first maximal column, then the first maximal one on either side of it (the lower on ties)
+    const int64_t first = first_max_column(row, n);
+    const int64_t before = first > 0 ? first_max_column(row, first) : -1;
+    const int64_t after = first + 1 < n ? first + 1 + first_max_column(row + first + 1, n - first - 1) : -1;
     columns[0] = first;
-    columns[1] = second;
+    columns[1] = after < 0 || (before >= 0 && !(row[after] > row[before])) ? before : after;
     return;
   }
   columns[0] = first_max_column(row, n);
@@ -84,14 +78,23 @@ void mmsgg_ext::oi_image_candidates(const float* matrix, int64_t cols, int64_t c
   if (prune && real >= length && length > 0) {  // the length-th largest best entry (the torch path's stable top-k)
     threshold = first[kth_largest(first, real, length, scratch.top)];
   }
-  for (int64_t r = 0; r < real; ++r) {
-    if (first[r] >= threshold) {
-      out.pair.push_back(r);
-      out.pair_score.push_back(pair_score[r]);
-      const float* row = matrix + r * cols + column;
-      prefetch_bytes(row, num_predicates * 4);
-      __builtin_prefetch(row + num_predicates - 1);
+  std::vector<int64_t>& rows = scratch.rows;
+  if (threshold > -std::numeric_limits<float>::infinity()) {  // the same products, compared 8 at a time
+    rows_reaching(pair_score, best, real, threshold, rows);
+  } else {
+    rows.clear();
+    for (int64_t r = 0; r < real; ++r) {
+      if (first[r] >= threshold) {
+        rows.push_back(r);
+      }
     }
+  }
+  for (const int64_t r : rows) {
+    out.pair.push_back(r);
+    out.pair_score.push_back(pair_score[r]);
+    const float* row = matrix + r * cols + column;
+    prefetch_bytes(row, num_predicates * 4);
+    __builtin_prefetch(row + num_predicates - 1);
   }
 }
 
