@@ -20,6 +20,18 @@ NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
             dataset_name='random')
 
+
+def feed_like_an_evaluator(metrics, samples, batch_size, meta=None):
+    """Give every metric the same batch objects, as mmengine's Evaluator does (one dataset_meta for all:
+    ``meta``, default :data:`META`)."""
+    for m in metrics:
+        m.dataset_meta = META if meta is None else meta
+    for start in range(0, len(samples), batch_size):
+        batch = samples[start:start + batch_size]
+        for m in metrics:
+            m.process({}, batch)
+
+
 #: GroundingPr's default thresholds, as exact decimal strings (the cases sit on and next to them)
 GROUNDING_THRESHOLDS = ('0.5', '0.6', '0.7', '0.8', '0.9')
 

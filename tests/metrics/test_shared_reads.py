@@ -15,7 +15,7 @@ from mmsgg_eval.metrics.scene_graph_inputs import PoolReader
 from mmsgg_eval.structures import ObjectCounts
 from tests.dist_utils import comparable
 from tests.overlap_utils import compute_threads_fixed
-from tests.sgg_samples import random_dataset
+from tests.sgg_samples import feed_like_an_evaluator, random_dataset
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],
@@ -74,12 +74,7 @@ def samples_of(mode, count=30, seed=5):
 
 def evaluate(metrics, samples, batch_size=4):
     """Every metric fed the same lists of samples in turn (as mmengine's Evaluator does), then evaluated."""
-    for metric in metrics:
-        metric.dataset_meta = META
-    for start in range(0, len(samples), batch_size):
-        chunk = samples[start:start + batch_size]
-        for metric in metrics:
-            metric.process({}, chunk)
+    feed_like_an_evaluator(metrics, samples, batch_size, META)
     return [metric.evaluate(len(samples)) for metric in metrics]
 
 

@@ -8,7 +8,7 @@ from mmsgg_eval.functional.limits import NO_HIT
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.metrics.per_image import image_record, read_per_image
 from tests.sgg_samples import random_dataset
-from tests.metrics.scene_graph.test_recall import feed_like_an_evaluator
+from tests.sgg_samples import feed_like_an_evaluator
 
 NUM_CLASSES, NUM_PREDICATES = 4, 5
 META = dict(classes=[f'c{i}' for i in range(NUM_CLASSES)], predicates=[f'p{i}' for i in range(NUM_PREDICATES)],

@@ -10,7 +10,8 @@ from mmsgg_eval.structures import collate_scene_graphs
 from tests.metric_tester import Case, check_metric, kernel_settings, kernels_as
 from tests.reference_sgg import reference_metrics
 from mmsgg_eval.testing.random_samples import add_box_shaped_masks
-from tests.sgg_samples import META, NUM_CLASSES, NUM_PREDICATES, random_dataset, scene_graph_keys  # noqa: F401
+from tests.sgg_samples import (META, NUM_CLASSES, NUM_PREDICATES, feed_like_an_evaluator,  # noqa: F401
+                               random_dataset, scene_graph_keys)
 
 GROUPS = {'head': ['p0', 'p1'], 'body': ['p2'], 'tail': ['p3', 'p4']}
 GROUP_IDX = {'head': [0, 1], 'body': [2], 'tail': [3, 4]}
@@ -209,16 +210,6 @@ def test_differential_fixed_size_outputs(mode, score_format, torch_scores):
         ref = reference_metrics(refs, NUM_PREDICATES, mode, ks=(1, 5, 20), plus_one=bool(seed % 2),
                                 ng_topk=ng_topk, groups=GROUP_IDX)
         assert_same(ours, ref)
-
-
-def feed_like_an_evaluator(metrics, samples, batch_size):
-    """Give every metric the same batch objects, as mmengine's Evaluator does (one dataset_meta for all)."""
-    for m in metrics:
-        m.dataset_meta = META
-    for start in range(0, len(samples), batch_size):
-        batch = samples[start:start + batch_size]
-        for m in metrics:
-            m.process({}, batch)
 
 
 def test_metrics_in_one_evaluator_share_work_and_equal_separate_runs():
