@@ -267,3 +267,21 @@ def test_a_scene_graph_metric_ranking_by_the_given_order_shares_the_reads(oi_fir
         oi, sg = evaluate(metrics if oi_first else metrics[::-1], samples)[::1 if oi_first else -1]
     assert reads == [8, 7, 8]
     assert comparable(oi) == comparable(oi_alone) and comparable(sg) == comparable(sg_alone)
+
+
+def test_a_bad_value_in_a_shared_read_is_raised_by_each_metric_naming_the_sample():
+    """A NaN relation score in a pool read once: the scene-graph metric raises the error naming the sample and
+    the field, and so does the OI metric that takes the same read."""
+    samples = samples_of('sgdet', count=16)[:8]
+    bad = samples[5]
+    bad['pred_relations'] = dict(bad['pred_relations'], scores=bad['pred_relations']['scores'].clone())
+    bad['pred_relations']['scores'][0, 1] = float('nan')
+    sg, oi = SGRecall(mode='sgdet', pool_samples=8), OIRelationMetric(mode='sgdet', pool_samples=8)
+    for metric in (sg, oi):
+        metric.dataset_meta = META
+    with counting_reads() as reads:
+        for metric in (sg, oi):
+            with pytest.raises(ValueError, match=r'(sample_idx=5|img5).*pred_relations\.scores'):
+                metric.process({}, samples)
+                metric.flush()
+    assert reads == [8]
