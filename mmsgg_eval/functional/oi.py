@@ -193,12 +193,13 @@ def _compiled_ranked_lists(batch, length: int, per_pair: int, min_score: float) 
     scores, ranked = batch.scores, batch.ranked_lists
     if ranked is not None and ranked.oi_lists is not None and \
             ranked.oi_lists[0] == oi_list_request(length, per_pair, min_score):  # built by the reader's pass
-        score, predicate, pair, subject, obj, valid = ranked.oi_lists[1]
-        return OIList(valid=valid, score=score, predicate=predicate, pair=pair, subject=subject, object=obj)
-    score, predicate, pair, subject, obj, valid = kernels.oi_ranked_lists(
-        scores.sources, scores.column, scores.num_predicates, batch.pair_rows, batch.pred_scores, scores.best,
-        batch.num_rel_preds, int(length), int(per_pair), float(min_score),
-        ranked.pair_score if ranked is not None else None)
+        tensors = ranked.oi_lists[1]
+    else:
+        tensors = kernels.oi_ranked_lists(
+            scores.sources, scores.column, scores.num_predicates, batch.pair_rows, batch.pred_scores, scores.best,
+            batch.num_rel_preds, int(length), int(per_pair), float(min_score),
+            ranked.pair_score if ranked is not None else None)
+    score, predicate, pair, subject, obj, valid = tensors
     return OIList(valid=valid, score=score, predicate=predicate, pair=pair, subject=subject, object=obj)
 
 
@@ -287,19 +288,15 @@ def ap_order(predicate: Tensor, score: Tensor, sample_idx: Tensor, rank: Tensor)
     ``rank``) not sorted again when the rows are in that order already (as the reduced tables are)."""
     sample_idx, rank, predicate = sample_idx.long(), rank.long(), predicate.long()
     descending = -sortable_key(score)
-    if predicate.numel() and (int(predicate.min()) < 0 or int(predicate.max()) >= 2 ** 31):
-        order = torch.sort(rank, stable=True).indices
-        for key in (sample_idx, descending, predicate):
-            order = order.index_select(0, torch.sort(key.index_select(0, order), stable=True).indices)
-        return order
-    primary = (predicate << 32) + (descending + (2 ** 31 - 1))  # the score part in [0, 2^32)
-    ordered = bool(((sample_idx[1:] > sample_idx[:-1]) |
-                    ((sample_idx[1:] == sample_idx[:-1]) & (rank[1:] > rank[:-1]))).all())
-    if ordered:
-        return torch.sort(primary, stable=True).indices
-    order = torch.sort(rank, stable=True).indices
-    order = order.index_select(0, torch.sort(sample_idx.index_select(0, order), stable=True).indices)
-    return order.index_select(0, torch.sort(primary.index_select(0, order), stable=True).indices)
+    packed = not predicate.numel() or (int(predicate.min()) >= 0 and int(predicate.max()) < 2 ** 31)
+    keys = [(predicate << 32) + (descending + (2 ** 31 - 1))] if packed else [descending, predicate]
+    in_order = bool(((sample_idx[1:] > sample_idx[:-1]) |
+                     ((sample_idx[1:] == sample_idx[:-1]) & (rank[1:] > rank[:-1]))).all())
+    order = None  # each stable sort in turn, least significant key first (the identity skipped)
+    for key in ([] if in_order else [rank, sample_idx]) + keys:
+        step = torch.sort(key if order is None else key.index_select(0, order), stable=True).indices
+        order = step if order is None else order.index_select(0, step)
+    return order
 
 
 def tie_groups(sorted_rows: Dict[str, Tensor]) -> Tuple[Tensor, Tensor]:

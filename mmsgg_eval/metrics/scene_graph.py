@@ -327,7 +327,7 @@ class SceneGraphMetric(SceneGraphSummary, RelationVocabulary, RowMetric):
     # ------------------------------------------------------------------ a pool becomes rows
     def _read_pool(self, samples: List[Any], background: bool = False):
         """The padded batch of a pool, its [B] bool ``prediction_missing`` flags and the samples read (in batch
-        order), in two stages (a generator yielding once: :func:`~.scene_graph_inputs.read_pool_stages`). A
+        order), in two stages (a generator yielding once: :meth:`~.scene_graph_inputs.PoolReader.stages`). A
         ``sample_idx`` repeated within the pool counts once (the first); a sample whose prediction is missing is
         read as an explicitly empty prediction (objects on the GT, no predicted pair)."""
         batch, missing, samples = yield from self._reader.stages(

@@ -528,7 +528,9 @@ def test_ap_order_equals_four_stable_sorts():
             n = len(pairs)
         predicate = torch.randint(0, 5, (n,), generator=g).to(torch.int16)
         if trial % 7 == 3 and n:
-            predicate = predicate.long() - 3  # out of the packed range
+            predicate = predicate.long() - 3  # negative predicates
+        if trial % 7 == 5 and n:
+            predicate = predicate.long() * 2 ** 31  # out of the packed range (the four sorts)
         score = torch.randint(0, 6, (n,), generator=g).float() / 5 - 0.2 * (trial % 3 == 0)
         wide = torch.rand(n, generator=g) < 0.2  # magnitudes up to the float32 range, both signs
         score[wide] = torch.tensor([3e38, -3e38, 1e-30, -1e-30, 7.0, -7.0])[torch.randint(0, 6, (n,), generator=g)][wide]
