@@ -11,12 +11,13 @@ reduced across ranks once, de-duplicated by ``sample_idx``, and integrated COCO-
 (pooling, reduce, log, report files on the main rank) is :class:`~mmsgg_eval.metrics.base.RowMetric`'s.
 """
 import logging
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
+from ..functional import compiled
 from ..functional.detection import (COCO_IOU_THRESHOLDS, coco_match_detections, coco_precision, coco_summary)
 from ..functional.diagnostics import label_offsets, label_shift_warnings
 from ..registry import METRICS
@@ -78,30 +79,87 @@ def read_pool(samples: Sequence[Any], num_classes: int) -> Dict[str, Any]:
     """:func:`read_detections` of a pool at once: ``det_boxes`` [B, D, 4] / ``gt_boxes`` [B, G, 4] (0 on padding),
     ``det_labels`` / ``gt_labels`` int64 [B, D] / [B, G] (-1 on padding), ``det_scores`` [B, D], ``det_valid`` /
     ``gt_valid`` bool masks, ``sample_idx`` (list), on the device of the first sample's detections. The value rules
-    are read on the padded batch; the first sample that breaks one (in pool order, as reading them one by one
-    would find it) is read again by :func:`read_detections`, whose error names it and the field."""
-    fields = _plain_fields(samples)
-    if fields is None:
-        fields = _fields_one_by_one(samples, num_classes)
-    device = fields['det_boxes'][0].device if samples else None
-    pool: Dict[str, Any] = {}
-    for name, values in fields.items():
-        padded, lengths = pad_with_lengths(values, -1 if name.endswith('labels') else 0.0)
-        pool[name] = padded.long() if name.endswith('labels') else padded
-        if name in ('det_boxes', 'gt_boxes'):
-            width = padded.shape[1]
-            count = torch.tensor(lengths if lengths is not None else [width] * len(values), device=device)
-            pool[name.split('_')[0] + '_valid'] = torch.arange(width, device=device)[None, :] < count[:, None]
+    are read on the padded batch (where the compiled padding read them while copying, only when it found an entry
+    that may break one); the first sample that breaks one (in pool order, as reading them one by one would find
+    it) is read again by :func:`read_detections`, whose error names it and the field."""
+    read = _compiled_pool(samples)
+    if read is None:
+        (pool, counts), label_ranges, suspect = _padded_pool(samples, num_classes), None, True
+    else:
+        pool, counts, label_ranges, suspect = read
+    device = pool['det_boxes'].device
+    for what in ('det', 'gt'):
+        width = pool[f'{what}_boxes'].shape[1]
+        pool[f'{what}_valid'] = torch.arange(width, device=device)[None, :] < counts[what].to(device)[:, None]
     bad = torch.zeros(len(samples), dtype=torch.bool, device=device)
     for what in ('det', 'gt'):
-        labels, valid = pool[f'{what}_labels'], pool[f'{what}_valid']
-        bad |= (((labels < 0) | (labels >= num_classes)) & valid).any(1)
-        bad |= ~torch.isfinite(pool[f'{what}_boxes']).flatten(1).all(1)
-    bad |= ~torch.isfinite(pool['det_scores']).all(1)
+        if label_ranges is not None:  # each image's (min, max) label, read while padding (0, -1 when empty)
+            low, high = label_ranges[what]
+            bad |= (low < 0) | (high >= num_classes)
+        else:
+            labels, valid = pool[f'{what}_labels'], pool[f'{what}_valid']
+            bad |= (((labels < 0) | (labels >= num_classes)) & valid).any(1)
+        if suspect:
+            bad |= ~torch.isfinite(pool[f'{what}_boxes']).flatten(1).all(1)
+    if suspect:
+        bad |= ~torch.isfinite(pool['det_scores']).all(1)
     if bool(bad.any()):
         _raise_first_error(samples[:int(bad.nonzero()[0, 0]) + 1], num_classes)
     pool['sample_idx'] = [sample_index(sample) for sample in samples]
     return pool
+
+
+def _padded_pool(samples: Sequence[Any], num_classes: int) -> Tuple[Dict[str, Tensor], Dict[str, Tensor]]:
+    """``(pool, counts)``: the five fields of a pool (``_POOL_FIELDS`` names) padded (labels int64, -1 on padding;
+    boxes and scores 0), read as :func:`_plain_fields` or else :func:`_fields_one_by_one` reads them, and the
+    detections' and GT boxes' counts ``{'det': [B], 'gt': [B]}`` (CPU int64)."""
+    fields = _plain_fields(samples)
+    if fields is None:
+        fields = _fields_one_by_one(samples, num_classes)
+    pool: Dict[str, Tensor] = {}
+    counts: Dict[str, Tensor] = {}
+    for name, values in fields.items():
+        padded, lengths = pad_with_lengths(values, -1 if name.endswith('labels') else 0.0)
+        pool[name] = padded.long() if name.endswith('labels') else padded
+        if name.endswith('boxes'):
+            counts[name.split('_')[0]] = torch.tensor(lengths if lengths is not None else
+                                                      [padded.shape[1]] * len(values), dtype=torch.long)
+    return pool, counts
+
+
+def _compiled_pool(samples: Sequence[Any]):
+    """``(pool, lengths, label ranges, suspect)`` of a pool by the compiled padding, one call per field: the five
+    padded fields of :func:`_padded_pool`, the detections' and GT boxes' counts ``{'det': [B], 'gt': [B]}``, each
+    image's (min, max) label per group (0, -1 without boxes), and whether an entry may break a box or score rule
+    (the padding reads a stricter one: finite xyxy boxes with x2 >= x1 and y2 >= y1, finite scores >= 0; False: no
+    entry breaks DetectionAP's, which the pool then does not read again). Only for dict samples whose groups are
+    dicts of contiguous CPU tensors of the read types (float32 boxes [n, 4] and scores [n], int64 labels [n]) and
+    matching lengths; None for anything else (and without the kernels): :func:`_padded_pool` reads those."""
+    kernels = compiled.kernels()
+    if kernels is None or not samples or any(type(s) is not dict for s in samples):
+        return None
+    groups = {group: [s.get(group) for s in samples] for group in ('pred_instances', 'gt_instances')}
+    if any(type(c) is not dict for containers in groups.values() for c in containers):
+        return None
+    values = {name: [c.get(key) for c in groups[group]] for name, group, key in _POOL_FIELDS}
+    try:
+        boxes = {name: kernels.pad_float_rows_checked(values[name], 1) for name in ('det_boxes', 'gt_boxes')}
+        scores = kernels.pad_float_rows_checked(values['det_scores'], 0)
+        labels = {name: kernels.pad_int64_rows(values[name], -1) for name in ('det_labels', 'gt_labels')}
+    except TypeError:  # an entry that is not a tensor (None, an array, a list)
+        return None
+    if scores is None or None in boxes.values() or None in labels.values() or scores[0].dim() != 2 or \
+            any(read[0].dim() != 2 for read in labels.values()):
+        return None
+    det_count, gt_count = boxes['det_boxes'][2], boxes['gt_boxes'][2]
+    if not (torch.equal(labels['det_labels'][3], det_count) and torch.equal(scores[2], det_count)
+            and torch.equal(labels['gt_labels'][3], gt_count)):
+        return None  # counts that do not match: the general reading names the sample
+    pool = {'det_boxes': boxes['det_boxes'][0], 'det_labels': labels['det_labels'][0], 'det_scores': scores[0],
+            'gt_boxes': boxes['gt_boxes'][0], 'gt_labels': labels['gt_labels'][0]}
+    ranges = {what: labels[f'{what}_labels'][1:3] for what in ('det', 'gt')}
+    suspect = bool((boxes['det_boxes'][1] | boxes['gt_boxes'][1] | scores[1]).any())
+    return pool, {'det': det_count, 'gt': gt_count}, ranges, suspect
 
 
 def _fields_one_by_one(samples: Sequence[Any], num_classes: int) -> Dict[str, List[Tensor]]:
@@ -243,15 +301,18 @@ class DetectionAP(RowMetric):
             float32_det_sizes=self.legacy_quirks, gt_unmatchable=gt_unmatchable)
         offsets = label_offsets(pool['det_boxes'].float(), pool['det_labels'],  # label shifts (labels -1 padded)
                                 pool['gt_boxes'].float(), pool['gt_labels'], self.plus_one)
-        kept = out['kept']
-        image_of_det = torch.arange(len(samples), device=device)[:, None].expand_as(kept)[kept]
+        width = out['kept'].shape[1]
+        kept = out['kept'].reshape(-1).nonzero().squeeze(1)  # the kept entries, row-major (as masking gives them)
+        image_of_det = kept.div(max(width, 1), rounding_mode='floor')
         counts = out['gt_counts']
         image_of_gt, gt_label = torch.nonzero(counts > 0, as_tuple=True)
         return {'images': {'sample_idx': idx, 'num_det': det_valid.sum(1), 'num_gt': gt_valid.sum(1),
                            'label_offsets': offsets},
-                'detections': {'sample_idx': idx[image_of_det], 'score': out['scores'][kept],
-                               'label': out['labels'][kept], 'matched': out['matched'][kept],
-                               'ignored': out['ignored'][kept]},
+                'detections': {'sample_idx': idx.index_select(0, image_of_det),
+                               'score': out['scores'].reshape(-1).index_select(0, kept),
+                               'label': out['labels'].reshape(-1).index_select(0, kept),
+                               'matched': out['matched'].flatten(0, 1).index_select(0, kept),
+                               'ignored': out['ignored'].flatten(0, 1).index_select(0, kept)},
                 'gt': {'sample_idx': idx[image_of_gt], 'label': gt_label, 'count': counts[image_of_gt, gt_label]}}
 
     def summarize(self, tables: Tables) -> Dict[str, Any]:

@@ -281,3 +281,58 @@ def test_the_score_order_by_integer_keys_equals_the_float_sort():
         values = values[torch.randperm(values.numel(), generator=g)]
         assert torch.equal(torch.sort(~_sortable_key64(values), stable=True).indices,
                            torch.sort(-values, stable=True).indices), i
+
+
+def _with_values(sample, group, key, values):
+    return dict(sample, **{group: dict(sample[group], **{key: values})})
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_the_compiled_pool_reading_equals_the_general_one(seed):
+    """read_pool by the compiled padding (one call per field, the value rules read while copying) against the
+    general reading (kernels off): the same padded pool, masks and sample ids on random pools (empty images, pools
+    of equal lengths, boxes with x2 < x1 and negative scores, which DetectionAP accepts though the padding's own
+    rule flags them), and the same error naming the same sample and field for each value DetectionAP refuses."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.metrics.detection import _compiled_pool, read_pool
+    if not compiled.built():
+        pytest.skip('the compiled kernels (mmsgg_eval._ext) are not built')
+    samples = random_samples(seed, 9)
+    flipped = samples[2]['pred_instances']['bboxes'][:, [2, 1, 0, 3]].contiguous()  # x2 < x1: accepted
+    samples[2] = _with_values(samples[2], 'pred_instances', 'bboxes', flipped)
+    samples[4] = _with_values(samples[4], 'pred_instances', 'scores', -samples[4]['pred_instances']['scores'])
+    equal = [_with_values(_with_values(_with_values(s, 'pred_instances', 'bboxes', torch.ones(3, 4)),
+                                       'pred_instances', 'labels', torch.tensor([0, 1, 2])),
+                          'pred_instances', 'scores', torch.tensor([0.5, 0.25, 0.5])) for s in samples[:3]]
+    empty = [_with_values(_with_values(_with_values(s, 'pred_instances', 'bboxes', torch.zeros(0, 4)),
+                                       'pred_instances', 'labels', torch.zeros(0, dtype=torch.long)),
+                          'pred_instances', 'scores', torch.zeros(0)) for s in samples[:2]]
+    for pool in (samples, equal, empty, samples[:1]):
+        assert _compiled_pool(pool) is not None  # (the compiled reading did read it)
+        got = read_pool(pool, NUM_CLASSES)
+        with compiled.disabled():
+            want = read_pool(pool, NUM_CLASSES)
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            if isinstance(value, torch.Tensor):
+                assert got[key].dtype == value.dtype and torch.equal(got[key], value), key
+            else:
+                assert got[key] == value, key
+    nan = float('nan')
+    refused = [('pred_instances', 'labels', lambda v: torch.full_like(v, NUM_CLASSES)),
+               ('gt_instances', 'labels', lambda v: v - 5),
+               ('gt_instances', 'bboxes', lambda v: v * float('inf')),
+               ('pred_instances', 'bboxes', lambda v: v * nan),
+               ('pred_instances', 'scores', lambda v: v * nan)]
+    clean = random_samples(seed, 9)  # (no entry the padding's stricter rule flags: each refusal is the only one)
+    for group, key, change in refused:
+        at = next(i for i, s in enumerate(clean) if i > 2 and s[group][key].numel())
+        pool = list(clean)
+        pool[at] = _with_values(pool[at], group, key, change(pool[at][group][key]))
+        messages = []
+        for off in (False, True):
+            with compiled.disabled() if off else contextlib.nullcontext():
+                with pytest.raises(ValueError, match=rf"sample_idx={at}\b.*{group}.{key}") as err:
+                    read_pool(pool, NUM_CLASSES)
+            messages.append(str(err.value))
+        assert messages[0] == messages[1]
