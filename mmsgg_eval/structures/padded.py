@@ -149,8 +149,8 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
         except TypeError:  # not all tensors (numpy arrays, lists: converted by the general path)
             padded = None
     if padded is None:
-        return pad_with_lengths(values, _PAD_VALUES[name], cache), None
-    out, low, high, lengths = padded
+        return pad_with_lengths(_all_detached(values), _PAD_VALUES[name], cache), None
+    out, low, high, lengths = padded  # (int64 entries: none requires a gradient)
     lengths = lengths.tolist()
     width = out.shape[1]
     return (out, None if lengths.count(width) == len(lengths) else lengths), (low, high)
@@ -169,8 +169,8 @@ def _pad_float_field(name: str, values: List[Any], cache: dict):
         except TypeError:  # not all tensors
             read = None
     if read is None:
-        return pad_with_lengths(values, _PAD_VALUES[name], cache), (None, None)
-    out, bad, lengths = read
+        return pad_with_lengths(_all_detached(values), _PAD_VALUES[name], cache), (None, None)
+    out, bad, lengths = read  # (the entries' values copied: a gradient an entry requires is not carried)
     lengths = lengths.tolist()
     width = out.shape[1]
     return (out, None if lengths.count(width) == len(lengths) else lengths), (out, bad)
@@ -209,7 +209,7 @@ def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
                 raise _NotFast  # SGCls with and without model boxes in one batch
     except (KeyError, TypeError, AttributeError) as err:
         raise _NotFast from err
-    lists = {name: _all_detached(values) for name, values in lists.items()}  # as to_tensor reads them
+    lists['scores'] = _all_detached(lists['scores'])  # kept as given (the other fields: where they are padded)
     if any(_weaker(p, mode) for p in produced):
         raise _NotFast
     return lists, pred_inst
