@@ -28,7 +28,7 @@ at::Tensor pad_zero_rows(const std::vector<at::Tensor>& tensors, int64_t width) 
   at::Tensor out = at::empty(shape, first.options());
   const int64_t row_bytes = width == 0 ? 0 : out.nbytes() / (static_cast<int64_t>(tensors.size()) * width);
   char* out_ptr = static_cast<char*>(out.data_ptr());
-  at::parallel_for(0, static_cast<int64_t>(tensors.size()), 16, [&](int64_t begin, int64_t end) {
+  for_images(static_cast<int64_t>(tensors.size()), 16, out.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& t = tensors[b];
       char* row = out_ptr + b * width * row_bytes;
@@ -106,7 +106,7 @@ pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, 
   int64_t* length_ptr = lengths.data_ptr<int64_t>();
   int64_t* low_ptr = ranges ? low.data_ptr<int64_t>() : nullptr;
   int64_t* high_ptr = ranges ? high.data_ptr<int64_t>() : nullptr;
-  at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
+  for_images(batch, 16, batch * std::max<int64_t>(width, 1) * row, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> gathered;  // a strided tensor's entries in row-major order
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& t = tensors[b];
@@ -170,7 +170,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> pad_float_rows_che
   float* out_ptr = out.data_ptr<float>();
   bool* bad_ptr = bad.data_ptr<bool>();
   int64_t* length_ptr = lengths.data_ptr<int64_t>();
-  at::parallel_for(0, batch, 16, [&](int64_t begin, int64_t end) {
+  for_images(batch, 16, batch * std::max<int64_t>(width, 1) * row, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& t = tensors[b];
       const int64_t n = t.numel();
