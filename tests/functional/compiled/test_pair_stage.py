@@ -363,3 +363,34 @@ def test_matrix_shapes_reads_the_metadata_the_reader_checks():
     samples[3]['pred_relations']['scores'] = samples[3]['pred_relations']['scores'][:-1]  # one row short
     messages = refusals_with_and_without_kernels(samples)
     assert messages[0] == messages[1] and 'pred_relations' in messages[0]
+
+
+@needs_kernels
+def test_the_padding_kernels_split_large_batches_over_threads_with_the_same_outputs():
+    """Below 2^18 entries the padding kernels run on the calling thread, above it over the intra-op threads: a
+    batch far above (two threads) gives the padding, ranges, lengths and rule flags of each image padded alone."""
+    g = torch.Generator().manual_seed(11)
+    lengths = torch.randint(0, 700, (240,), generator=g).tolist()
+    boxes = [torch.rand(n, 4, generator=g) * 100 for n in lengths]
+    for t in boxes:
+        t[:, 2:] += t[:, :2]  # valid xyxy
+    for b in range(0, len(boxes), 7):
+        if lengths[b]:
+            boxes[b][0, 2] = -1.0  # x2 < x1: flagged
+    labels = [torch.randint(-3, 90, (n,), generator=g) for n in lengths]
+    ext, threads = compiled.kernels(), torch.get_num_threads()
+    assert sum(lengths) * 4 >= 2 ** 18
+    torch.set_num_threads(2)
+    try:
+        pad_boxes, bad, box_lengths = ext.pad_float_rows_checked(boxes, 1)
+        pad_labels, low, high, label_lengths = ext.pad_int64_rows(labels, -1)
+        zeros = ext.pad_zero_rows(boxes, max(lengths))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(pad_boxes, pad_sequence(boxes, batch_first=True)) and torch.equal(zeros, pad_boxes)
+    assert torch.equal(pad_labels, pad_sequence(labels, batch_first=True, padding_value=-1))
+    assert box_lengths.tolist() == label_lengths.tolist() == lengths
+    for b in range(len(lengths)):
+        assert bool(bad[b]) == bool(ext.pad_float_rows_checked([boxes[b]], 1)[1][0])
+        assert (int(low[b]), int(high[b])) == tuple(int(v) for v in ext.pad_int64_rows([labels[b]], -1)[1:3])
+    assert bool(bad.any()) and not bool(bad.all())
