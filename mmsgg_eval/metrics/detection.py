@@ -127,8 +127,9 @@ def _padded_pool(samples: Sequence[Any], num_classes: int) -> Tuple[Dict[str, Te
     return pool, counts
 
 
-def _compiled_pool(samples: Sequence[Any]):
-    """``(pool, lengths, label ranges, suspect)`` of a pool by the compiled padding, one call per field: the five
+def _compiled_pool(samples: Sequence[Any]) -> Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor],
+                                                             Dict[str, Tuple[Tensor, Tensor]], bool]]:
+    """``(pool, counts, label ranges, suspect)`` of a pool by the compiled padding, one call per field: the five
     padded fields of :func:`_padded_pool`, the detections' and GT boxes' counts ``{'det': [B], 'gt': [B]}``, each
     image's (min, max) label per group (0, -1 without boxes), and whether an entry may break a box or score rule
     (the padding reads a stricter one: finite xyxy boxes with x2 >= x1 and y2 >= y1, finite scores >= 0; False: no
