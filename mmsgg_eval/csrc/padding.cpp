@@ -106,7 +106,8 @@ pad_int64_rows(const std::vector<at::Tensor>& tensors, int64_t value, bool pad, 
   int64_t* length_ptr = lengths.data_ptr<int64_t>();
   int64_t* low_ptr = ranges ? low.data_ptr<int64_t>() : nullptr;
   int64_t* high_ptr = ranges ? high.data_ptr<int64_t>() : nullptr;
-  for_images(batch, 16, batch * std::max<int64_t>(width, 1) * row, [&](int64_t begin, int64_t end) {
+  const int64_t entries = pad || ranges ? batch * std::max<int64_t>(width, 1) * row : batch;  // (else lengths only)
+  for_images(batch, 16, entries, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> gathered;  // a strided tensor's entries in row-major order
     for (int64_t b = begin; b < end; ++b) {
       const at::Tensor& t = tensors[b];
