@@ -16,7 +16,10 @@ lists precomputed, outside the timing; and as ``sgbench+lists`` with the numpy s
 from the scores inside the timing), and on ``triplets`` a per-image numpy implementation of the legacy
 protocol. On ``sgdet-full`` (SGDet with all 6,320 ordered pairs of 80 detections, 1.3 MB of scores per image),
 also sgbench and ``score-floor``: reading every score matrix once (its maximum; same pools and thread policy), the
-floor of any evaluation that reads each score (``ours_vs_score-floor_sgdet-full_cpu``: the share of it reached).
+floor of any evaluation that reads each score (``ours_vs_score-floor_sgdet-full_cpu``: the share of it reached);
+``ours`` also reads that floor on its own tensors right before each of its runs (a line under its row;
+``ours_vs_paired-floor_sgdet-full_cpu``: the share of it reached, each run and its floor on the same memory in the
+same minute, where the floor's own job may fall in another phase of a shared machine).
 On ``oiv6-sgdet`` (600 classes, 30 predicates, 80 detections and all their pairs) ``ours`` is
 ``OIRelationMetric`` with every key, and its peer ``oi-numpy`` a per-image numpy Open Images evaluator in the
 style of PySGG's (:mod:`mmsgg_eval.benchmarks.oi_numpy`).

@@ -4,7 +4,10 @@
 in-process ``ours`` job of a workload on the CPU is the reference of the peers' ratios and the offline shares.
 The table's ``images/s`` is a job's best run, ``median`` the median of all its runs (every repeat of every
 round): on a quiet machine they agree; under ``--load`` the best is whichever run the scheduler favoured
-most, so the median is the figure to compare there (``median_ratios`` of the JSON line).
+most, so the median is the figure to compare there (``median_ratios`` of the JSON line). Where ``ours`` read the
+score floor on its own tensors before each run (``sgdet-full``), its row has a line with that floor and the share
+of it reached (``ours_vs_paired-floor`` ratios): the same memory and minute as each run, unlike the floor's own
+job (``ours_vs_score-floor``), which a phase of the machine can put far from ``ours``.
 """
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,6 +24,11 @@ INDENT = f'{"":<14} {"":<14} {"":<6}'
 def _ours_cpu(best: Mapping[Job, Dict[str, Any]], workload: str, key: str) -> Optional[float]:
     """``key`` of the in-process ``ours`` job of ``workload`` on the CPU (None when absent)."""
     return best.get(('ours', workload, 'cpu'), {}).get(key)
+
+
+def _paired_share(res: Mapping[str, Any]) -> float:
+    """A job's best run as a share of the best score floor read in its process (``paired_floor`` of ``run_ours``)."""
+    return res['images_per_s'] / res['paired_floor_images_per_s']
 
 
 RowFormat = Callable[[Job, Dict[str, Any], Mapping, int], List[str]]
@@ -47,6 +55,10 @@ def _rate_row(job: Job, res: Dict[str, Any], best: Mapping, offline_images: int)
     median = f'{res["median_images_per_s"]:.0f}' if res.get('median_images_per_s') else '-'
     lines = [f'{impl:<14} {wl:<14} {dev:<6} {res["images_per_s"]:>10.0f} {median:>8} {res["host_peak_rss_mb"]:>11.0f} '
              f'{gpu:>11} {sent:>14} {r50:>7} {mr50:>7}']
+    if 'paired_floor_images_per_s' in res:
+        lines.append(f'{INDENT} (score floor read in this process on the same tensors right before each run: best '
+                     f'{res["paired_floor_images_per_s"]:.0f} images/s, {_paired_share(res):.2f} of it reached; the '
+                     f'median of the run-by-run shares {res.get("median_paired_floor_share", float("nan")):.2f})')
     if impl == 'offline':
         lines.append(f'{INDENT} ({res["file_mb"]:.0f} MB stream: reading alone '
                      f'{res["read_images_per_s"]:.0f} images/s, {100 * res["read_share"]:.0f}% of the offline time; '
@@ -129,6 +141,11 @@ def summarize(jobs: Sequence[Job], best: Mapping[Job, Dict[str, Any]]) -> Dict[s
                     ours, theirs = rates.get(f'{mine}/{wl}/cpu'), rates.get(f'{peer}/{wl}/cpu')
                     if ours and theirs:
                         out[f'{mine}_vs_{peer}_{wl}_cpu'] = ours / theirs
+    for (impl, wl, dev), res in rows:  # against the score floor read in the same process on the same tensors
+        if impl == 'ours' and dev == 'cpu' and res.get('paired_floor_images_per_s'):
+            ratios[f'ours_vs_paired-floor_{wl}_cpu'] = _paired_share(res)
+            if 'median_paired_floor_share' in res:
+                median_ratios[f'ours_vs_paired-floor_{wl}_cpu'] = res['median_paired_floor_share']
     for impl in ('offline', 'offline-cli'):  # offline rates as a share of the in-process rate
         for wl in WORKLOADS:
             ours, offline = summary.get(f'ours/{wl}/cpu'), summary.get(f'{impl}/{wl}/cpu')

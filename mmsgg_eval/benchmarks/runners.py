@@ -23,6 +23,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
@@ -60,14 +61,18 @@ def oi_recipe_metrics(mode: str) -> List[Any]:
 
 
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int,
-             error_analysis: bool = False, detection_ap: bool = False, oi_recipe: bool = False) -> Dict[str, Any]:
+             error_analysis: bool = False, detection_ap: bool = False, oi_recipe: bool = False,
+             paired_floor: bool = False) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
     SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
     bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel).
     ``error_analysis``: the scene-graph metrics' option of that name (``ours+errors``); ``detection_ap``:
     ``DetectionAP`` in the same evaluator (``ours+detap``, what a user who also reports the detector's mAP runs);
     ``oi_recipe`` (OIv6-like workloads): the OIv6 recipe's whole evaluator (:func:`oi_recipe_metrics`,
-    ``ours+recipe``)."""
+    ``ours+recipe``). ``paired_floor``: also the score floor (:func:`score_floor_readers`, the compiled reader
+    when built) read on the same tensors in this process right before each run, untimed for the run
+    (``paired_floor_runs_images_per_s``, in the order of ``runs_images_per_s``; ``paired_floor_images_per_s``, the
+    best): each run and its floor read the same memory within a second, whatever phase the machine is in."""
     import torch
     from mmengine.logging import MMLogger
 
@@ -105,11 +110,26 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
             result.update(m.evaluate(images))
         return result, sent
 
-    best = best_of(evaluate, repeat, setup=new_metrics, cuda=device == 'cuda')
+    floor_runs: List[float] = []
+    floor_reader = None
+    if paired_floor:
+        readers = score_floor_readers([s['pred_relations']['scores'] for s in data])
+        floor_reader = readers.get('compiled', readers['torch'])
+
+    def setup() -> List[Any]:
+        if floor_reader is not None:
+            start = time.perf_counter()
+            floor_reader()
+            floor_runs.append(images / (time.perf_counter() - start))
+        return new_metrics()
+
+    best = best_of(evaluate, repeat, setup=setup, cuda=device == 'cuda')
     result, sent = best['result']
     peak = torch.cuda.max_memory_allocated() if device == 'cuda' else None
     keys = {k: v for k, v in result.items() if isinstance(v, float)}
     extra = {'wmap_rel': keys.get(f'{mode}/wmAP_rel')} if workload in OI_WORKLOADS else {}
+    if floor_runs:
+        extra.update(paired_floor_runs_images_per_s=floor_runs, paired_floor_images_per_s=max(floor_runs))
     return dict(rates(images, best), cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
                 bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
                 r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'), **extra)
@@ -206,19 +226,17 @@ def run_sgbench(workload: str, images: int, repeat: int, include_lists: bool = F
                 note='own matching convention (one GT per detection, continuous IoU)')
 
 
-def run_score_floor(workload: str, images: int, repeat: int, pool: int = 256) -> Dict[str, Any]:
-    """Images/s of reading every score matrix of the workload once, in pools of ``pool`` images under the metrics'
-    thread policy (:func:`~mmsgg_eval.functional.threads.compute_threads`): the maximum of each matrix's float32
-    bit patterns read as int32 (as the metrics' row maxima), one torch reduction per image, or, when the compiled
-    kernels are built, their row maxima of a pool in one call (images in parallel), whichever is faster: the
-    floor of any evaluation that reads each score once (``ours`` reads each one once for the row maxima and the
-    value check, and the ranked lists read only a few rows again)."""
+def score_floor_readers(matrices: Sequence[Any], pool: int = 256) -> Dict[str, Callable[[], int]]:
+    """The readers of the score floor over ``matrices`` (the score matrices of a workload, in pools of ``pool``
+    images, under the metrics' thread policy: :func:`~mmsgg_eval.functional.threads.compute_threads`): ``torch``,
+    the maximum of each matrix's float32 bit patterns read as int32 (as the metrics' row maxima), one torch
+    reduction per image, and, when the compiled kernels are built, ``compiled``, their row maxima of a pool in one
+    call (images in parallel). Each returns a count that depends on every value read."""
     from ..functional import compiled
     from ..functional.scores import float_bits
     from ..functional.threads import compute_threads
-    from .workloads import NUM_PREDICATES, make_workload
-    matrices = [s['pred_relations']['scores'] for s in make_workload(workload, images)]
-    pools = [matrices[i:i + pool] for i in range(0, images, pool)]
+    from .workloads import NUM_PREDICATES
+    pools = [list(matrices[i:i + pool]) for i in range(0, len(matrices), pool)]
 
     def torch_reads() -> int:
         with compute_threads():
@@ -232,6 +250,18 @@ def run_score_floor(workload: str, images: int, repeat: int, pool: int = 256) ->
                 return sum(int(kernels.row_maxima_checked(part, 1, NUM_PREDICATES, max(m.shape[0] for m in part))[1]
                                .sum()) for part in pools)
         readers['compiled'] = compiled_reads
+    return readers
+
+
+def run_score_floor(workload: str, images: int, repeat: int, pool: int = 256) -> Dict[str, Any]:
+    """Images/s of reading every score matrix of the workload once (:func:`score_floor_readers`), whichever
+    reader is faster: the floor of any evaluation that reads each score once (``ours`` reads each one once for the
+    row maxima and the value check, and the ranked lists read only a few rows again). A process of its own, with
+    its own copy of the data: ``ours`` on ``sgdet-full`` also reads the floor on its own tensors, right before each
+    of its runs (``paired_floor`` of :func:`run_ours`), the share that a machine's slow and fast phases leave
+    alone."""
+    from .workloads import make_workload
+    readers = score_floor_readers([s['pred_relations']['scores'] for s in make_workload(workload, images)], pool)
     timed = {name: best_of(read, repeat) for name, read in readers.items()}
     fastest = min(timed, key=lambda name: timed[name]['seconds'])
     return dict(rates(images, timed[fastest]), reader=fastest,
@@ -274,7 +304,8 @@ def _bootstrap(workload: str, device: str, opts: Mapping[str, Any]) -> Dict[str,
 
 Runner = Callable[[str, str, Mapping[str, Any]], Dict[str, Any]]
 RUNNERS: Dict[str, Runner] = {
-    'ours': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
+    'ours': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'],
+                                        paired_floor=dev == 'cpu' and wl in PEER_WORKLOADS['score-floor']),
     'ours-1thread': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat']),
     'ours-torch': _ours_torch,
     'ours+errors': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], error_analysis=True),
@@ -353,21 +384,33 @@ def best_rounds(jobs: Sequence[Job], options: Mapping[str, Any], rounds: int) ->
     round: the load of a shared machine changes over minutes, and alternating gives every implementation the
     same chances. Progress goes to stderr. A throughput job's kept result also has ``median_images_per_s`` and
     ``runs``: the median rate and the count of all its timed runs (every repeat of every round; a busy
-    machine's best run is its luckiest, the median is the typical one)."""
+    machine's best run is its luckiest, the median is the typical one), and where it read a paired score floor,
+    ``median_paired_floor_share``: the median of every run's share of its floor (:func:`paired_floor_shares`)."""
     best: Dict[Job, Dict[str, Any]] = {}
     runs: Dict[Job, List[float]] = {}
+    shares: Dict[Job, List[float]] = {}
     for round_ in range(rounds):
         for job in jobs:
             print(f'round {round_ + 1}/{rounds}: running {job[0]} on {job[1]} ({job[2]}) ...', file=sys.stderr,
                   flush=True)
             res = run_in_subprocess(job, options)
             runs.setdefault(job, []).extend(res.get('runs_images_per_s', ()))
+            shares.setdefault(job, []).extend(paired_floor_shares(res))
             if job not in best or better(res, best[job]):
                 best[job] = res
     for job, job_rates in runs.items():
         if job_rates and 'images_per_s' in best[job]:
             best[job] = dict(best[job], median_images_per_s=statistics.median(job_rates), runs=len(job_rates))
+        if shares[job]:
+            best[job] = dict(best[job], median_paired_floor_share=statistics.median(shares[job]))
     return best
+
+
+def paired_floor_shares(res: Mapping[str, Any]) -> List[float]:
+    """Each run's rate as a share of the score floor read right before it on the same tensors (``paired_floor``
+    of :func:`run_ours`); empty when the job read no floor."""
+    return [mine / floor for mine, floor in zip(res.get('runs_images_per_s', ()),
+                                                res.get('paired_floor_runs_images_per_s', ()))]
 
 
 def main(argv: Sequence[str]) -> None:

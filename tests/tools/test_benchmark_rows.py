@@ -37,3 +37,33 @@ def test_report_ratio_to_the_floor_and_the_reading_bound_row():
     text = '\n'.join(report.format_table(jobs, best, 400))
     assert 'read + SHA-256 in one pass: 1000 images/s; the marginal rate is 0.70 of it' in text
     assert '26,446 images / 34 GB: 40 s projected' in text
+
+
+def test_ours_on_sgdet_full_reads_the_floor_on_its_tensors_before_each_run():
+    opts = dict(images=3, batch_size=2, repeat=2)
+    res = runners.RUNNERS['ours']('sgdet-full', 'cpu', opts)
+    floors = res['paired_floor_runs_images_per_s']
+    assert len(floors) == len(res['runs_images_per_s']) == 2 and all(f > 0 for f in floors)
+    assert res['paired_floor_images_per_s'] == max(floors)
+    shares = runners.paired_floor_shares(res)
+    assert shares == [o / f for o, f in zip(res['runs_images_per_s'], floors)]
+    other = runners.RUNNERS['ours']('triplets', 'cpu', opts)  # no floor where the floor's job does not run
+    assert 'paired_floor_images_per_s' not in other and runners.paired_floor_shares(other) == []
+
+
+def test_best_rounds_keep_the_median_of_every_run_s_share_of_its_paired_floor(monkeypatch):
+    results = iter([dict(images_per_s=10.0, runs_images_per_s=[8.0, 10.0], paired_floor_runs_images_per_s=[40.0, 20.0],
+                         paired_floor_images_per_s=40.0),
+                    dict(images_per_s=12.0, runs_images_per_s=[12.0, 6.0], paired_floor_runs_images_per_s=[24.0, 30.0],
+                         paired_floor_images_per_s=30.0)])
+    monkeypatch.setattr(runners, 'run_in_subprocess', lambda job, options: next(results))
+    job = ('ours', 'sgdet-full', 'cpu')
+    best = runners.best_rounds([job], {}, 2)[job]
+    assert best['images_per_s'] == 12.0 and best['paired_floor_images_per_s'] == 30.0  # the kept round's floor
+    assert best['median_paired_floor_share'] == 0.35  # median of 0.2, 0.5, 0.5, 0.2
+    summary = report.summarize([job], {job: dict(best, host_peak_rss_mb=1.0)})
+    assert summary['ratios']['ours_vs_paired-floor_sgdet-full_cpu'] == 0.4
+    assert summary['median_ratios']['ours_vs_paired-floor_sgdet-full_cpu'] == 0.35
+    text = '\n'.join(report.format_table([job], {job: dict(best, host_peak_rss_mb=1.0)}, 400))
+    assert ('score floor read in this process on the same tensors right before each run: best 30 images/s, 0.40 of '
+            'it reached; the median of the run-by-run shares 0.35') in text
