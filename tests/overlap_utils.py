@@ -26,16 +26,16 @@ def compute_threads_fixed(count: int):
 @contextlib.contextmanager
 def counting_background_passes():
     """A list that gets one entry per pass started in the background thread."""
-    started, original = [], reader_module.run_beside
+    started, original = [], reader_module.compiled_ranked_lists_beside
 
-    def spy(call, *args, background=True):
-        started.extend([call] if background else [])
-        return original(call, *args, background=background)
-    reader_module.run_beside = spy
+    def spy(*args):
+        started.append(args)
+        return original(*args)
+    reader_module.compiled_ranked_lists_beside = spy
     try:
         yield started
     finally:
-        reader_module.run_beside = original
+        reader_module.compiled_ranked_lists_beside = original
 
 
 def check_deferred_value_error(metric, samples) -> None:

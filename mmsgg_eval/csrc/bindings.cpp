@@ -37,6 +37,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("pair_codes") = false, py::arg("oi_length") = -1, py::arg("oi_per_pair") = 0,
         py::arg("oi_min_score") = 0.0,
         py::call_guard<py::gil_scoped_release>());  // reads tensors only: a Python thread may run beside it
+  py::class_<RankedPass, std::shared_ptr<RankedPass>>(m, "RankedPass",
+                         "ranked_relation_lists shared by threads: work() from each, then finish() for its outputs")
+      .def(py::init<const std::vector<at::Tensor>&, int64_t, int64_t, const std::vector<at::Tensor>&,
+                    const at::Tensor&, const at::Tensor&, int64_t, int64_t, const std::optional<at::Tensor>&, bool,
+                    int64_t, int64_t, double>(),
+           py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),
+           py::arg("object_scores"), py::arg("count"), py::arg("k"), py::arg("ng_topk"), py::arg("out") = py::none(),
+           py::arg("pair_codes") = false, py::arg("oi_length") = -1, py::arg("oi_per_pair") = 0,
+           py::arg("oi_min_score") = 0.0)
+      .def("work", &RankedPass::work, "read images not taken yet until none is left (from any thread)",
+           py::call_guard<py::gil_scoped_release>())
+      .def("start", &RankedPass::start, "work() on `tasks` threads of the process' own, once the previous pass has no image left",
+           py::arg("tasks"), py::call_guard<py::gil_scoped_release>())
+      .def("finished", &RankedPass::finished, "whether every image has been read")
+      .def("finish", &RankedPass::finish, "wait for the images being read; the outputs of ranked_relation_lists",
+           py::call_guard<py::gil_scoped_release>());
   m.def("oi_ranked_lists", &oi_ranked_lists,
         "the Open Images list of each image: (score, predicate, pair, subject, object [B, E], valid [B, E])",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),

@@ -39,8 +39,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -387,6 +391,48 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
                                               bool pair_codes, int64_t oi_length, int64_t oi_per_pair,
                                               double oi_min_score);
+// ranked_relation_lists as an object, so that several threads may share its images: the constructor checks the
+// inputs and allocates the outputs, work() reads images (taken one at a time) until none is left, from any number
+// of threads at once, start(n) runs work() on n threads of the process' own (they start at once: no Python thread,
+// no interpreter lock to wait for; a pass' tasks start when the previous pass has no image left, at most n of them
+// running), and finish() waits for the images still being read and returns the outputs of ranked_relation_lists
+// (a caller that needs them calls work() first: it reads the images not started).
+struct RankedPassScratch {
+  mmsgg_ext::TopScratch top_scratch;
+  mmsgg_ext::Workspace workspace;
+  mmsgg_ext::OIListScratch oi_scratch;
+  std::vector<mmsgg_ext::Key> listed;
+  std::vector<int64_t> top;
+};
+class __attribute__((visibility("hidden"))) RankedPass  // (hidden, as pybind11's types)
+    : public std::enable_shared_from_this<RankedPass> {
+ public:
+  RankedPass(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
+             const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores, const at::Tensor& count,
+             int64_t k, int64_t ng_topk, const std::optional<at::Tensor>& out, bool pair_codes, int64_t oi_length,
+             int64_t oi_per_pair, double oi_min_score);
+  void work();
+  void start(int64_t tasks);
+  bool finished() const { return done_.load(std::memory_order_acquire) >= batch_; }
+  std::vector<at::Tensor> finish();
+
+ private:
+  void image(int64_t b, RankedPassScratch& scratch);
+  std::vector<at::Tensor> matrices_, rel_pairs_;
+  std::optional<mmsgg_ext::PairRows> pairs_;
+  int64_t column_, num_predicates_, ng_topk_, oi_length_;
+  double oi_min_score_;
+  int64_t batch_, objects_ = 0, width_ = 0, listed_width_ = 0, oi_k_ = 0;
+  bool coded_ = false;
+  at::Tensor scores_, rows_out_, passed_, bad_, pair_range_, index_, valid_, gc_predicate_, gc_ends_, codes_;
+  std::vector<std::vector<mmsgg_ext::Key>> lists_;
+  std::vector<std::vector<int64_t>> ngc_ends_;
+  std::vector<mmsgg_ext::OIImageList> oi_images_;
+  std::atomic<int64_t> next_image_{0}, done_{0};
+  std::mutex error_lock_;
+  std::exception_ptr error_;
+  std::shared_ptr<RankedPass> previous_;  // the pass started before this one, until finish()
+};
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);

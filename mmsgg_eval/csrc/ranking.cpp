@@ -4,6 +4,12 @@
 // graph-constrained sub-list of the pairs that are GT pairs (gt_pair_list).
 #include "common.h"
 
+#include <pthread.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+
 using namespace mmsgg_ext;
 
 namespace {
@@ -310,128 +316,226 @@ std::vector<at::Tensor> ranked_relation_lists(const std::vector<at::Tensor>& mat
                                               int64_t ng_topk, const std::optional<at::Tensor>& out,
                                               bool pair_codes, int64_t oi_length, int64_t oi_per_pair,
                                               double oi_min_score) {
+  RankedPass pass(matrices, column, num_predicates, rel_pairs, object_scores, count, k, ng_topk, out, pair_codes,
+                  oi_length, oi_per_pair, oi_min_score);
+  at::parallel_for(0, static_cast<int64_t>(matrices.size()), 8, [&](int64_t, int64_t) { pass.work(); });
+  return pass.finish();
+}
+
+RankedPass::RankedPass(const std::vector<at::Tensor>& matrices, int64_t column, int64_t num_predicates,
+                       const std::vector<at::Tensor>& rel_pairs, const at::Tensor& object_scores,
+                       const at::Tensor& count, int64_t k, int64_t ng_topk, const std::optional<at::Tensor>& out,
+                       bool pair_codes, int64_t oi_length, int64_t oi_per_pair, double oi_min_score)
+    : matrices_(matrices), rel_pairs_(rel_pairs), column_(column), num_predicates_(num_predicates),
+      ng_topk_(ng_topk), oi_length_(oi_length), oi_min_score_(oi_min_score),
+      batch_(static_cast<int64_t>(matrices.size())) {
   TORCH_CHECK(num_predicates > 0 && k >= 0 && ng_topk >= 0,
               "ranked_relation_lists needs predicates, k >= 0 and ng_topk >= 0");
   TORCH_CHECK(oi_length < 0 || oi_per_pair >= 0, "ranked_relation_lists: oi_per_pair must be >= 0");
   check_matrices(matrices, column, num_predicates);
   check_cpu(object_scores, at::kFloat, 2, "ranked_relation_lists: object_scores must be float32 [B, N] on the CPU");
   check_cpu(count, at::kLong, 1, "ranked_relation_lists: count must be int64 [B] on the CPU");
-  const int64_t batch = static_cast<int64_t>(matrices.size()), objects = object_scores.size(1);
-  const PairRows pairs(rel_pairs, batch, "ranked_relation_lists");
-  TORCH_CHECK(object_scores.size(0) == batch && objects > 0 && count.size(0) == batch,
+  const int64_t batch = batch_;
+  objects_ = object_scores.size(1);
+  pairs_.emplace(rel_pairs_, batch, "ranked_relation_lists");
+  TORCH_CHECK(object_scores.size(0) == batch && objects_ > 0 && count.size(0) == batch,
               "ranked_relation_lists: the batch fields do not have matching shapes");
-  at::Tensor scores_c = object_scores.contiguous(), count_c = count.contiguous();
+  scores_ = object_scores.contiguous();
+  at::Tensor count_c = count.contiguous();
   const int64_t* count_ptr = count_c.data_ptr<int64_t>();
   int64_t width = 0;  // the batch's pair width: its longest image
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(count_ptr[b] == matrices[b].size(0) && count_ptr[b] <= pairs.slots(b), "ranked_relation_lists: image ",
-                b, " has ", matrices[b].size(0), " score rows and ", pairs.slots(b), " pair slots for ", count_ptr[b],
-                " pairs");
+    TORCH_CHECK(count_ptr[b] == matrices[b].size(0) && count_ptr[b] <= pairs_->slots(b),
+                "ranked_relation_lists: image ", b, " has ", matrices[b].size(0), " score rows and ",
+                pairs_->slots(b), " pair slots for ", count_ptr[b], " pairs");
     TORCH_CHECK(matrices[b].size(0) * num_predicates < kMaxKeyIndex, "image ", b, " has ", matrices[b].size(0),
                 " x ", num_predicates, " entries, more than the kernels rank (2^32)");
     width = std::max(width, count_ptr[b]);
   }
-  const int64_t listed_width = std::min(k, width);
-  at::Tensor rows_out;  // best, triplet and pair scores, [3, B, W]: the caller's reused buffer or a new one
-  if (out.has_value()) {
+  width_ = width;
+  listed_width_ = std::min(k, width);
+  if (out.has_value()) {  // best, triplet and pair scores, [3, B, W]: the caller's reused buffer or a new one
     TORCH_CHECK(out->device().is_cpu() && out->scalar_type() == at::kFloat && out->is_contiguous() &&
                     out->dim() == 3 && out->size(0) == 3 && out->size(1) == batch && out->size(2) == width,
                 "ranked_relation_lists: out must be a contiguous float32 [3, ", batch, ", ", width, "] CPU tensor");
-    rows_out = *out;
+    rows_out_ = *out;
   } else {
-    rows_out = at::empty({3, batch, width}, at::kFloat);
+    rows_out_ = at::empty({3, batch, width}, at::kFloat);
   }
-  at::Tensor best = rows_out[0], triplet = rows_out[1], pair_score = rows_out[2];
-  at::Tensor passed = at::empty({batch}, at::kBool), bad = at::empty({batch}, at::kLong);
-  at::Tensor pair_range = at::empty({batch, 2}, at::kLong);  // (min, max) of each image's pair indices
-  int64_t* range_ptr = pair_range.data_ptr<int64_t>();
-  at::Tensor index = at::zeros({batch, listed_width}, at::kLong), valid = at::zeros({batch, listed_width}, at::kBool);
-  at::Tensor gc_predicate = at::zeros({batch, listed_width}, at::kLong);  // the listed pairs' arg-max predicates
-  int64_t* gc_predicate_ptr = gc_predicate.data_ptr<int64_t>();
-  at::Tensor gc_ends = at::zeros({batch, listed_width, 2}, at::kLong);  // the listed pairs' (subject, object)
-  int64_t* gc_ends_ptr = gc_ends.data_ptr<int64_t>();
+  passed_ = at::empty({batch}, at::kBool);
+  bad_ = at::empty({batch}, at::kLong);
+  pair_range_ = at::empty({batch, 2}, at::kLong);  // (min, max) of each image's pair indices
+  index_ = at::zeros({batch, listed_width_}, at::kLong);
+  valid_ = at::zeros({batch, listed_width_}, at::kBool);
+  gc_predicate_ = at::zeros({batch, listed_width_}, at::kLong);  // the listed pairs' arg-max predicates
+  gc_ends_ = at::zeros({batch, listed_width_, 2}, at::kLong);   // the listed pairs' (subject, object)
   // with pair_codes: every pair's (subject << 8) | object ([B, W] uint16 bit patterns), when the objects fit a byte
-  const bool coded = pair_codes && objects <= kCodedObjects;
-  at::Tensor codes = at::zeros({coded ? batch : 0, width}, at::kShort);
-  uint16_t* codes_ptr = reinterpret_cast<uint16_t*>(codes.data_ptr<int16_t>());
-  std::vector<std::vector<int64_t>> ngc_ends(batch);  // the no-graph-constraint entries' (subject, object)
-  float* best_ptr = best.data_ptr<float>();
-  bool* passed_ptr = passed.data_ptr<bool>();
-  float* triplet_ptr = triplet.data_ptr<float>();
-  float* pair_score_ptr = pair_score.data_ptr<float>();
-  int64_t* index_ptr = index.data_ptr<int64_t>();
-  bool* valid_ptr = valid.data_ptr<bool>();
-  int64_t* bad_ptr = bad.data_ptr<int64_t>();
-  const float* object_ptr = scores_c.data_ptr<float>();
-  std::vector<std::vector<Key>> lists(batch);
-  const int64_t oi_k = std::min(oi_per_pair, num_predicates);
-  TORCH_CHECK(oi_length < 0 || width * std::max<int64_t>(oi_k, 1) < kMaxKeyIndex,
+  coded_ = pair_codes && objects_ <= kCodedObjects;
+  codes_ = at::zeros({coded_ ? batch : 0, width}, at::kShort);
+  ngc_ends_.resize(batch);  // the no-graph-constraint entries' (subject, object)
+  lists_.resize(batch);
+  oi_k_ = std::min(oi_per_pair, num_predicates);
+  TORCH_CHECK(oi_length < 0 || width * std::max<int64_t>(oi_k_, 1) < kMaxKeyIndex,
               "ranked_relation_lists: too many pairs in an image for the Open Images list");
-  std::vector<OIImageList> oi_images(oi_length >= 0 ? batch : 0);
-  // The images are handed to the threads one at a time, not in fixed halves: a thread that shares its core (with
-  // the caller's Python thread when the pass runs in the background, or another process) takes fewer images
-  // instead of keeping the others waiting at the end of the region. Each image's outputs are its own.
-  std::atomic<int64_t> next_image{0};
-  at::parallel_for(0, batch, 8, [&](int64_t, int64_t) {
-    TopScratch scratch;
-    Workspace work;
-    OIListScratch oi_scratch;
-    std::vector<Key> listed;
-    std::vector<int64_t> top;
-    for (int64_t b = next_image++; b < batch; b = next_image++) {
-      const at::Tensor& m = matrices[b];
-      const float* data = m.data_ptr<float>();
-      const int64_t rows = m.size(0);
-      float* image_best = best_ptr + b * width;
-      // the row maxima with each row's graph-constrained pair step: the pairs stream by beside the matrix
-      GraphPairStep step{pairs.pairs(b), object_ptr + b * objects, objects, triplet_ptr + b * width,
-                         pair_score_ptr + b * width, coded ? codes_ptr + b * width : nullptr};
-      passed_ptr[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, m.size(1), column,
-                                       reinterpret_cast<int32_t*>(image_best), &step);
-      std::fill(image_best + rows, image_best + width, 0.0f);
-      bad_ptr[b] = finish_gc_pairs(step, rows, width, listed_width, scratch, listed, range_ptr + 2 * b);
-      write_list(listed, index_ptr + b * listed_width, valid_ptr + b * listed_width);
-      const int64_t* image_pairs = pairs.pairs(b);
-      for (size_t i = 0; i < listed.size(); ++i) {  // rows and pairs still in cache
-        const int64_t r = key_index(listed[i]), slot = b * listed_width + static_cast<int64_t>(i);
-        gc_predicate_ptr[slot] = first_max_column(data + r * m.size(1) + column, num_predicates);
-        gc_ends_ptr[2 * slot] = image_pairs[2 * r];
-        gc_ends_ptr[2 * slot + 1] = image_pairs[2 * r + 1];
-      }
-      if (oi_length >= 0 && bad_ptr[b] < 0) {  // the candidates' rows are read from the caches, not from memory
-        oi_image_candidates(data, m.size(1), column, num_predicates, image_pairs, object_ptr + b * objects, objects,
-                            image_best, pair_score_ptr + b * width, rows, width > oi_length, oi_length, oi_scratch,
-                            oi_images[b]);
-        oi_image_list(data, m.size(1), column, num_predicates, oi_length, oi_k, oi_scratch, oi_images[b]);
-      }
-      if (bad_ptr[b] >= 0 || ng_topk == 0 || rows == 0) {
-        continue;
-      }
-      top.resize(listed.size());  // the graph-constrained pairs bound the entry threshold
-      for (size_t i = 0; i < listed.size(); ++i) {
-        top[i] = key_index(listed[i]);
-      }
-      image_ngc(data, rows, m.size(1), column, image_best, pair_score_ptr + b * width, top.data(),
-                static_cast<int64_t>(top.size()), ng_topk, work, lists[b]);
-      ngc_ends[b].resize(2 * lists[b].size());
-      for (size_t i = 0; i < lists[b].size(); ++i) {
-        const int64_t r = key_index(lists[b][i]) / num_predicates;
-        ngc_ends[b][2 * i] = image_pairs[2 * r];
-        ngc_ends[b][2 * i + 1] = image_pairs[2 * r + 1];
+  oi_images_.resize(oi_length >= 0 ? batch : 0);
+}
+
+// The images are handed to the threads one at a time, not in fixed halves: a thread that shares its core (with the
+// caller's Python thread, or another process) takes fewer images instead of keeping the others waiting at the end.
+// Each image's outputs are its own. An exception stops no other thread: the first is kept for finish().
+void RankedPass::work() {
+  RankedPassScratch scratch;
+  for (int64_t b = next_image_++; b < batch_; b = next_image_++) {
+    try {
+      image(b, scratch);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_lock_);
+      if (!error_) {
+        error_ = std::current_exception();
       }
     }
-  });
-  auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists, num_predicates);
+    done_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+namespace {
+// The threads that run passes beside their callers: one queue, tasks in the order given, at most `limit` running
+// (the latest submission's count). A pass' tasks wait while the previous pass' run: a thread takes the next task
+// when the pass it reads has no image left to take. Threads are made on demand and live as long as the process.
+class BesideThreads {
+ public:
+  static BesideThreads& instance() {
+    static std::once_flag registered;
+    std::call_once(registered, [] { pthread_atfork(nullptr, nullptr, [] { current() = new BesideThreads(); }); });
+    return *current();  // (a forked child has none of its parent's threads: it starts anew)
+  }
+  void submit(const std::function<void()>& task, int64_t count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = count;
+    while (static_cast<int64_t>(threads_made_) < count) {
+      std::thread([this] { loop(); }).detach();
+      ++threads_made_;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      queue_.push_back(task);
+    }
+    ready_.notify_all();
+  }
+
+ private:
+  static BesideThreads*& current() {
+    static BesideThreads* threads = new BesideThreads();  // never destroyed: its threads outlive static destructors
+    return threads;
+  }
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return !queue_.empty() && running_ < limit_; });
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+      lock.unlock();
+      task();
+      task = nullptr;  // (the pass it held is released outside the lock)
+      lock.lock();
+      --running_;
+      ready_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> queue_;
+  int64_t limit_ = 0, running_ = 0;
+  size_t threads_made_ = 0;
+};
+}  // namespace
+
+void RankedPass::start(int64_t tasks) {  // each task keeps the pass alive until it returns
+  static std::mutex order;
+  static std::weak_ptr<RankedPass> latest;  // the pass started last (finish() waits for it: see there)
+  {
+    std::lock_guard<std::mutex> lock(order);
+    previous_ = latest.lock();
+    latest = shared_from_this();
+  }
+  BesideThreads::instance().submit([pass = shared_from_this()]() { pass->work(); }, std::max<int64_t>(tasks, 1));
+}
+
+void RankedPass::image(int64_t b, RankedPassScratch& s) {
+  const at::Tensor& m = matrices_[b];
+  const float* data = m.data_ptr<float>();
+  const int64_t rows = m.size(0), cols = m.size(1), width = width_, listed_width = listed_width_;
+  float* image_best = rows_out_.data_ptr<float>() + b * width;
+  float* triplet = image_best + batch_ * width;
+  float* pair_score = triplet + batch_ * width;
+  const float* object_ptr = scores_.data_ptr<float>() + b * objects_;
+  // the row maxima with each row's graph-constrained pair step: the pairs stream by beside the matrix
+  uint16_t* codes = coded_ ? reinterpret_cast<uint16_t*>(codes_.data_ptr<int16_t>()) + b * width : nullptr;
+  GraphPairStep step{pairs_->pairs(b), object_ptr, objects_, triplet, pair_score, codes};
+  passed_.data_ptr<bool>()[b] = image_row_maxima(reinterpret_cast<const int32_t*>(data), rows, cols, column_,
+                                                 reinterpret_cast<int32_t*>(image_best), &step);
+  std::fill(image_best + rows, image_best + width, 0.0f);
+  int64_t* bad = bad_.data_ptr<int64_t>() + b;
+  *bad = finish_gc_pairs(step, rows, width, listed_width, s.top_scratch, s.listed,
+                         pair_range_.data_ptr<int64_t>() + 2 * b);
+  write_list(s.listed, index_.data_ptr<int64_t>() + b * listed_width, valid_.data_ptr<bool>() + b * listed_width);
+  const int64_t* image_pairs = pairs_->pairs(b);
+  int64_t* gc_predicate = gc_predicate_.data_ptr<int64_t>() + b * listed_width;
+  int64_t* gc_ends = gc_ends_.data_ptr<int64_t>() + 2 * b * listed_width;
+  for (size_t i = 0; i < s.listed.size(); ++i) {  // rows and pairs still in cache
+    const int64_t r = key_index(s.listed[i]);
+    gc_predicate[i] = first_max_column(data + r * cols + column_, num_predicates_);
+    gc_ends[2 * i] = image_pairs[2 * r];
+    gc_ends[2 * i + 1] = image_pairs[2 * r + 1];
+  }
+  if (oi_length_ >= 0 && *bad < 0) {  // the candidates' rows are read from the caches, not from memory
+    oi_image_candidates(data, cols, column_, num_predicates_, image_pairs, object_ptr, objects_, image_best,
+                        pair_score, rows, width > oi_length_, oi_length_, s.oi_scratch, oi_images_[b]);
+    oi_image_list(data, cols, column_, num_predicates_, oi_length_, oi_k_, s.oi_scratch, oi_images_[b]);
+  }
+  if (*bad >= 0 || ng_topk_ == 0 || rows == 0) {
+    return;
+  }
+  s.top.resize(s.listed.size());  // the graph-constrained pairs bound the entry threshold
+  for (size_t i = 0; i < s.listed.size(); ++i) {
+    s.top[i] = key_index(s.listed[i]);
+  }
+  image_ngc(data, rows, cols, column_, image_best, pair_score, s.top.data(), static_cast<int64_t>(s.top.size()),
+            ng_topk_, s.workspace, lists_[b]);
+  ngc_ends_[b].resize(2 * lists_[b].size());
+  for (size_t i = 0; i < lists_[b].size(); ++i) {
+    const int64_t r = key_index(lists_[b][i]) / num_predicates_;
+    ngc_ends_[b][2 * i] = image_pairs[2 * r];
+    ngc_ends_[b][2 * i + 1] = image_pairs[2 * r + 1];
+  }
+}
+
+std::vector<at::Tensor> RankedPass::finish() {
+  while (done_.load(std::memory_order_acquire) < batch_) {  // images still being read by another thread
+    std::this_thread::yield();
+  }
+  // The pass started before this one has ended too (as with one background thread taking passes in order): one
+  // whose caller never asked for it (an error in between) writes nothing into a buffer handed out again later.
+  while (previous_ && !previous_->finished()) {
+    std::this_thread::yield();
+  }
+  previous_.reset();
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  const int64_t batch = batch_;
+  auto [ngc_pair, ngc_predicate, ngc_valid] = entry_tensors(lists_, num_predicates_);
   const int64_t ngc_width = ngc_pair.size(1);
   at::Tensor ngc_ends_t = at::zeros({batch, ngc_width, 2}, at::kLong);
   int64_t* ngc_ends_ptr = ngc_ends_t.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    std::copy(ngc_ends[b].begin(), ngc_ends[b].end(), ngc_ends_ptr + b * ngc_width * 2);
+    std::copy(ngc_ends_[b].begin(), ngc_ends_[b].end(), ngc_ends_ptr + b * ngc_width * 2);
   }
-  std::vector<at::Tensor> result{best, passed, index, valid, triplet, pair_score, ngc_pair, ngc_predicate, ngc_valid,
-                                 bad, pair_range, gc_predicate, gc_ends, ngc_ends_t, codes};
-  if (oi_length >= 0) {
-    for (at::Tensor& t : oi_list_tensors(oi_images, pairs, objects, oi_length, oi_k, oi_min_score)) {
+  std::vector<at::Tensor> result{rows_out_[0], passed_, index_, valid_, rows_out_[1], rows_out_[2], ngc_pair,
+                                 ngc_predicate, ngc_valid, bad_, pair_range_, gc_predicate_, gc_ends_, ngc_ends_t,
+                                 codes_};
+  if (oi_length_ >= 0) {
+    for (at::Tensor& t : oi_list_tensors(oi_images_, *pairs_, objects_, oi_length_, oi_k_, oi_min_score_)) {
       result.push_back(t);
     }
   } else {

@@ -1,9 +1,10 @@
 """Running a pool's compiled ranking pass beside the calling thread, and computations in two stages.
 
-The compiled ranking pass of a pool (``_ext.ranked_relation_lists``) releases the GIL. Started in a background
-thread (:func:`run_beside`), it runs on the intra-op threads while the calling thread finishes the previous
-pool's Python work (reading the lists into rows): on a machine with idle cores the two overlap instead of taking
-turns. A metric writes its pool computation as a generator that yields once, after its first stage (reading the
+The compiled ranking pass of a pool (``_ext.ranked_relation_lists``) releases the GIL. Started beside the
+calling thread (:func:`run_shared`: on torch's inter-op threads, the caller's thread count less one, joined by
+the caller when it needs the lists; :func:`run_beside`: a call in the background Python thread), it runs while
+the calling thread finishes the previous pool's Python work (reading the lists into rows): on a machine with idle
+cores the two overlap instead of taking turns. A metric writes its pool computation as a generator that yields once, after its first stage (reading the
 samples and starting the pass), and :class:`Staged` runs the two stages at different times: the second stage of
 pool n runs after the first stage of pool n + 1. Nothing is computed differently: the same calls, in another
 order in time. Only worth it when the thread policy grants two or more threads (:func:`overlap_wanted`): on a
@@ -16,22 +17,24 @@ from typing import Any, Callable, Generator, Generic, Iterator, Optional, TypeVa
 
 import torch
 
+from .threads import granted_threads, started_beside
+
 T = TypeVar('T')
 _executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _executor_lock = threading.Lock()
 
 
 def overlap_wanted() -> bool:
-    """Whether to run a pass beside the calling thread: only with two or more compute threads (the thread
-    policy lowers them to one on a busy machine, and it is called around each pool)."""
-    return torch.get_num_threads() >= 2
+    """Whether to run a pass beside the calling thread: only with two or more compute threads granted (the
+    thread policy lowers them to one on a busy machine, and it is called around each pool)."""
+    return granted_threads() >= 2
 
 
 @contextlib.contextmanager
 def beside_background(running: bool) -> Iterator[None]:
     """While a pass runs in the background (``running``), the calling thread's torch operations use one thread:
-    the pass has the intra-op threads, and a parallel region of the caller would wait for a thread that has no
-    core to run on. The thread count is restored after."""
+    the pass has the other threads, and a parallel region of the caller would wait for a thread that has no core
+    to run on. The thread count is restored after."""
     threads = torch.get_num_threads()
     if not running or threads == 1:
         yield
@@ -44,20 +47,25 @@ def beside_background(running: bool) -> Iterator[None]:
 
 
 class Pending(Generic[T]):
-    """The result of a call, done already or running in the background thread."""
+    """The result of a call, done already, running in the background thread (``future``), or work shared with
+    the caller (``join``: ``join()`` takes the caller's share, waits for the rest and gives the value)."""
 
-    def __init__(self, value: Optional[T] = None, future: Optional['concurrent.futures.Future[T]'] = None) -> None:
-        self._value, self._future = value, future
+    def __init__(self, value: Optional[T] = None, future: Optional['concurrent.futures.Future[T]'] = None,
+                 join: Optional[Callable[[], T]] = None) -> None:
+        self._value, self._future, self._join = value, future, join
 
     @property
     def in_background(self) -> bool:
-        return self._future is not None
+        return self._future is not None or self._join is not None
 
     def result(self) -> T:
         """The call's value (waiting for it); its exception is raised here."""
+        if self._join is not None:
+            join, self._join = self._join, None
+            self._value = join()
         if self._future is not None:
-            self._value = self._future.result()
-            self._future = None
+            future, self._future = self._future, None
+            self._value = future.result()
         return self._value
 
 
@@ -70,13 +78,30 @@ def _with_threads(threads: int, call: Callable[..., T], args: tuple) -> T:
 def run_beside(call: Callable[..., T], *args: Any, background: bool = True) -> Pending[T]:
     """``call(*args)`` in the background thread with the caller's torch thread count (one call at a time, in
     order), or at once in the calling thread when not ``background``."""
-    global _executor
     if not background:
         return Pending(call(*args))
+    return Pending(future=_submit(_with_threads, torch.get_num_threads(), call, args))
+
+
+def run_shared(work: Any, join: Callable[[], T]) -> Pending[T]:
+    """Work shared between background threads and the caller: ``work.start(n)`` starts it on ``n`` threads, the
+    caller's granted thread count less one (at least one; they count against every pool's compute threads until
+    ``work.finished()``: :func:`~.threads.busy_beside`), and the caller joins it when it asks for the value
+    (``join()``: its share, then the value). While the caller runs its own code beside it, the two never use more
+    threads than the caller's count."""
+    threads = max(1, granted_threads() - 1)
+    work.start(threads)
+    started_beside(work, threads)
+    return Pending(join=join)
+
+
+def _submit(*args: Any) -> 'concurrent.futures.Future[Any]':
+    """A call submitted to the background thread (one call at a time, in order)."""
+    global _executor
     with _executor_lock:
         if _executor is None:
             _executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='mmsgg_eval-pass')
-    return Pending(future=_executor.submit(_with_threads, torch.get_num_threads(), call, args))
+    return _executor.submit(*args)
 
 
 class Staged(Generic[T]):
@@ -121,4 +146,4 @@ class Staged(Generic[T]):
         return self._value
 
 
-__all__ = ('Pending', 'Staged', 'beside_background', 'overlap_wanted', 'run_beside')
+__all__ = ('Pending', 'Staged', 'beside_background', 'overlap_wanted', 'run_beside', 'run_shared')

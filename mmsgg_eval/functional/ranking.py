@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
+from .overlap import Pending, run_beside, run_shared
 from .transfer import sync_free
 
 
@@ -265,6 +266,43 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
     when none (its lists are empty then); the last pair is each image's (min, max) pair index (0, -1 without
     pairs), for the reader's index check. None where the kernels do not apply (not built or switched off, no
     object column, other dtypes)."""
+    call = _ranked_pass_call(object_scores, oi_lists)
+    if call is None:
+        return None
+    kernels, extra, oi_lists = call
+    results = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
+                                            num_rel, int(k), int(ng_topk), out, bool(pair_codes), **extra)
+    return _ranked_from_results(results, k, ng_topk, oi_lists)
+
+
+def compiled_ranked_lists_beside(matrices: List[Tensor], column: int, num_predicates: int, rel_pairs: List[Tensor],
+                                 object_scores: Tensor, num_rel: Tensor, k: int, ng_topk: int,
+                                 out: Optional[Tensor] = None, pair_codes: bool = False,
+                                 oi_lists: Optional[Tuple[int, int, float]] = None) -> Pending:
+    """:func:`compiled_ranked_lists` started on torch's inter-op threads, as many as the caller's compute threads
+    less one (C++ tasks: they start at once, while the caller's Python holds the interpreter lock); the calling
+    thread takes its share when it asks for the result (``Pending.result()``: it reads the images not started
+    yet, then waits for those being read), so that the pass and the caller's own work never run more threads than
+    the caller's count. Its value is None where the kernels do not apply."""
+    call = _ranked_pass_call(object_scores, oi_lists)
+    if call is None:
+        return Pending(None)
+    kernels, extra, oi_lists = call
+    if not hasattr(kernels, 'RankedPass'):  # (a build older than these sources: the whole pass in the background)
+        return run_beside(compiled_ranked_lists, matrices, column, num_predicates, rel_pairs, object_scores, num_rel,
+                          k, ng_topk, out, pair_codes, oi_lists)
+    job = kernels.RankedPass(matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k),
+                             int(ng_topk), out, bool(pair_codes), **extra)
+
+    def join() -> tuple:
+        job.work()
+        return _ranked_from_results(job.finish(), k, ng_topk, oi_lists)
+    return run_shared(job, join)
+
+
+def _ranked_pass_call(object_scores: Tensor, oi_lists: Optional[Tuple[int, int, float]]):
+    """(the kernels, the Open Images arguments of the pass, ``oi_lists`` or None where the build does not list them)
+    for a pool of these object scores, or None where the kernels do not apply."""
     kernels = compiled.kernels()
     if (kernels is None or object_scores.dim() != 2 or not object_scores.shape[1]
             or object_scores.dtype != torch.float32):
@@ -273,8 +311,11 @@ def compiled_ranked_lists(matrices: List[Tensor], column: int, num_predicates: i
         else None  # (a build older than these sources: the OI metric lists its pools itself)
     extra = {} if oi_lists is None else dict(oi_length=int(oi_lists[0]), oi_per_pair=int(oi_lists[1]),
                                              oi_min_score=float(oi_lists[2]))
-    results = kernels.ranked_relation_lists(matrices, int(column), int(num_predicates), rel_pairs, object_scores,
-                                            num_rel, int(k), int(ng_topk), out, bool(pair_codes), **extra)
+    return kernels, extra, oi_lists
+
+
+def _ranked_from_results(results: List[Tensor], k: int, ng_topk: int, oi_lists: Optional[Tuple[int, int, float]]):
+    """:func:`compiled_ranked_lists`' value from the outputs of the kernels' pass."""
     (best, passed, gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate, ng_valid, bad, pair_range,
      gc_predicate, gc_ends, ng_ends, codes) = results[:15]
     lists = RankedLists(int(k), int(ng_topk), gc_order, gc_valid, gc_score, pair_score, ng_pair, ng_predicate,

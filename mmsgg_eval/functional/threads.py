@@ -38,7 +38,8 @@ import contextlib
 import os
 import threading
 import time
-from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+import weakref
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -239,11 +240,11 @@ def runnable_elsewhere() -> Optional[int]:
     return _load.observe()
 
 
-def choose_threads(setting: Optional[Setting] = None) -> int:
-    """The thread count for the next pool: torch's count, bounded by an integer setting; with ``'auto'`` also
-    by the cores that other processes' sustained runnable threads leave (at least one thread)."""
+def choose_threads(setting: Optional[Setting] = None, configured: Optional[int] = None) -> int:
+    """The thread count for the next pool: torch's count (or ``configured``), bounded by an integer setting; with
+    ``'auto'`` also by the cores that other processes' sustained runnable threads leave (at least one thread)."""
     setting = get_setting() if setting is None else parse_setting(setting)
-    configured = torch.get_num_threads()
+    configured = torch.get_num_threads() if configured is None else configured
     if setting != 'auto':
         return max(1, min(configured, setting))
     if configured <= 1:
@@ -254,20 +255,53 @@ def choose_threads(setting: Optional[Setting] = None) -> int:
     return max(1, min(configured, usable_cores() - others))
 
 
+_granted = threading.local()  # .count: the count compute_threads granted the block this thread runs
+_background: list = []  # (weak reference to shared work started beside its caller, its threads)
+_background_lock = threading.Lock()
+
+
+def started_beside(work: Any, threads: int) -> None:
+    """Note work started on ``threads`` threads of this process beside its caller (an object whose
+    ``finished()`` says when it no longer needs them): until then they count against :func:`compute_threads`."""
+    with _background_lock:
+        _background.append((weakref.ref(work), threads))
+
+
+def busy_beside() -> int:
+    """Threads of this process taken by work started beside its callers and not finished yet."""
+    with _background_lock:
+        _background[:] = [(ref, n) for ref, n in _background if (work := ref()) is not None and not work.finished()]
+        return sum(n for _, n in _background)
+
+
+def granted_threads() -> int:
+    """The thread count :func:`compute_threads` granted the block this thread runs (torch's count outside one):
+    what work started beside the caller may take, whatever the caller's own count is lowered to."""
+    return getattr(_granted, 'count', None) or torch.get_num_threads()
+
+
 @contextlib.contextmanager
 def compute_threads(setting: Optional[Setting] = None) -> Iterator[int]:
-    """Run the block with :func:`choose_threads` intra-op threads (yielded) and restore torch's count after."""
-    saved = torch.get_num_threads()
-    chosen = choose_threads(setting)
-    if chosen == saved:
-        yield chosen
-        return
-    torch.set_num_threads(chosen)
+    """Run the block with :func:`choose_threads` intra-op threads, less those of work started beside a caller and
+    still running (:func:`busy_beside`; at least one), yielded, and restore torch's count after. The count before
+    that subtraction is the block's :func:`granted_threads`."""
+    saved, outer = torch.get_num_threads(), getattr(_granted, 'count', None)
+    granted = choose_threads(setting, outer)  # (within a block: what that block was granted)
+    chosen = max(1, granted - busy_beside())
+    _granted.count = granted
     try:
-        yield chosen
+        if chosen == saved:
+            yield chosen
+            return
+        torch.set_num_threads(chosen)
+        try:
+            yield chosen
+        finally:
+            torch.set_num_threads(saved)
     finally:
-        torch.set_num_threads(saved)
+        _granted.count = outer
 
 
 __all__: Sequence[str] = ('compute_threads', 'choose_threads', 'set_num_threads', 'get_setting', 'parse_setting',
-                          'runnable_elsewhere', 'runnable_now', 'SustainedLoad', 'usable_cores')
+                          'runnable_elsewhere', 'runnable_now', 'SustainedLoad', 'usable_cores', 'started_beside',
+                          'busy_beside', 'granted_threads')

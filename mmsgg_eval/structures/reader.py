@@ -36,8 +36,8 @@ from typing import Any, Generator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..functional.overlap import Pending, Staged, run_beside
-from ..functional.ranking import compiled_ranked_lists
+from ..functional.overlap import Pending, Staged
+from ..functional.ranking import compiled_ranked_lists, compiled_ranked_lists_beside
 from ..functional.transfer import host_tensor
 from ..functional.scores import RelationScores, ScoreWorkspace, build_relation_scores, choose_layout
 from .batch import MODES, SCORE_LAYOUTS, ObjectCounts, SceneGraphBatch, _valid_mask
@@ -231,13 +231,14 @@ def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int,
                        workspace: Optional[ScoreWorkspace], background: bool = False) -> Pending:
     """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
     (every image's matrix read once for its row maxima, value check and both ranked lists; the per-pair outputs
-    in ``workspace``, where given; its result None where the kernels do not apply), run in the background thread
-    with ``background`` (:func:`~mmsgg_eval.functional.overlap.run_beside`)."""
+    in ``workspace``, where given; its result None where the kernels do not apply), started in the background
+    thread with ``background``, the caller reading the images left when it asks for the result
+    (:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists_beside`)."""
     k, ng_topk = ranking[:2]
     num_rel = torch.tensor(padded.num_rel, dtype=torch.long)
     out = workspace.take((3, len(padded.num_rel), max(padded.num_rel)), torch.device('cpu')) \
         if workspace is not None and padded.num_rel else None
-    return run_beside(compiled_ranked_lists, padded.raw_scores, padded.background[0], num_predicates,
-                      padded.rel_pairs.long().kernel_input, padded.pred_scores, num_rel, k, ng_topk, out,
-                      len(ranking) > 2 and bool(ranking[2]), ranking[3] if len(ranking) > 3 else None,
-                      background=background)
+    args = (padded.raw_scores, padded.background[0], num_predicates, padded.rel_pairs.long().kernel_input,
+            padded.pred_scores, num_rel, k, ng_topk, out, len(ranking) > 2 and bool(ranking[2]),
+            ranking[3] if len(ranking) > 3 else None)
+    return compiled_ranked_lists_beside(*args) if background else Pending(compiled_ranked_lists(*args))

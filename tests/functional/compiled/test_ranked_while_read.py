@@ -219,3 +219,80 @@ def test_relation_pairs_take_one_form():
     assert padded.long().padded.dtype == torch.long and padded.long().kernel_input[0].shape == (2, 3, 2)
     with pytest.raises(ValueError, match='either'):
         RelationPairs()
+
+
+def _same_bits(a, b):
+    """Equal shapes, dtypes and values, NaN bit patterns included."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.view(torch.int32), b.view(torch.int32)) if a.dtype == torch.float32 else torch.equal(a, b)
+
+
+@needs_kernels
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('with_oi', [False, True])
+def test_a_pass_shared_by_threads_equals_the_pass_in_one_call(seed, with_oi):
+    """RankedPass: images taken one at a time by several threads (work() from three Python threads and the caller,
+    or start(2) on torch's inter-op threads; some images with bad pair indices and flagged scores), then finish():
+    every output equal to ranked_relation_lists'."""
+    import threading
+    ext = compiled.kernels()
+    matrices, pairs, object_scores = _inputs(seed, num_images=40)
+    pairs = [p.clone() for p in pairs]
+    with_pairs = [b for b, p in enumerate(pairs) if len(p) >= 2]
+    pairs[with_pairs[0]][1, 0] = object_scores.shape[1] + 1
+    matrices[with_pairs[1]] = matrices[with_pairs[1]].clone()
+    matrices[with_pairs[1]][0, 1] = float('nan')
+    count = torch.tensor([len(p) for p in pairs])
+    oi = dict(oi_length=12, oi_per_pair=2, oi_min_score=0.0) if with_oi else {}
+    expected = ext.ranked_relation_lists(matrices, 1, 5, pairs, object_scores, count, 7, 9, pair_codes=True, **oi)
+    job = ext.RankedPass(matrices, 1, 5, pairs, object_scores, count, 7, 9, pair_codes=True, **oi)
+    workers = [threading.Thread(target=job.work) for _ in range(3)]
+    for w in workers:
+        w.start()
+    job.work()
+    for w in workers:
+        w.join()
+    got = job.finish()
+    assert len(got) == len(expected) == 21
+
+    def defined(outputs):  # (a bad image's triplet and pair scores are not defined: the reader refuses the image)
+        return [o.index_fill(0, torch.tensor([with_pairs[0]]), 0) if i in (4, 5) else o for i, o in enumerate(outputs)]
+    assert all(_same_bits(a, b) for a, b in zip(defined(got), defined(expected)))
+    started = ext.RankedPass(matrices, 1, 5, pairs, object_scores, count, 7, 9, pair_codes=True, **oi)
+    started.start(2)  # two tasks on torch's inter-op threads; finish() waits for them
+    assert all(_same_bits(a, b) for a, b in zip(defined(started.finish()), defined(expected))) and started.finished()
+    with pytest.raises(RuntimeError, match='score rows and'):  # the inputs are checked when the pass is made
+        ext.RankedPass(matrices, 1, 5, pairs, object_scores, count + 1, 7, 9)
+
+
+@needs_kernels
+def test_a_shared_pass_needs_no_python_thread_and_gives_the_lists_of_one_call():
+    """compiled_ranked_lists_beside with the background Python thread held by another call: the pass runs on the
+    process' own threads and the caller (no Python thread, no interpreter lock to wait for), its result() comes
+    while that thread is still held, and it equals compiled_ranked_lists' value."""
+    import threading
+    from mmsgg_eval.functional import threads
+    from mmsgg_eval.functional.overlap import run_beside
+    from mmsgg_eval.functional.ranking import compiled_ranked_lists, compiled_ranked_lists_beside
+    matrices, pairs, object_scores = _inputs(7, num_images=24)
+    count = torch.tensor([len(p) for p in pairs])
+    args = (matrices, 1, 5, pairs, object_scores, count, 7, 9)
+    release = threading.Event()
+    blocker = run_beside(release.wait, 30.0)  # holds the background thread
+    try:
+        pending = compiled_ranked_lists_beside(*args)
+        assert pending.in_background
+        lists, (best, passed), bad, (low, high) = pending.result()
+        assert not blocker._future.done()  # read without the background Python thread
+    finally:
+        release.set()
+    assert blocker.result()
+    e_lists, (e_best, e_passed), e_bad, (e_low, e_high) = compiled_ranked_lists(*args)
+    compiled_ranked_lists_beside(*args)  # a pass never asked for (an error in between), dropped
+    later = compiled_ranked_lists_beside(*args)
+    assert torch.equal(later.result()[1][0], e_best)
+    assert threads.busy_beside() == 0  # the pass started before it has ended too: it writes nothing later
+    for a, b in ((best, e_best), (passed, e_passed), (bad, e_bad), (low, e_low), (high, e_high),
+                 (lists.gc_order, e_lists.gc_order), (lists.ng_pair, e_lists.ng_pair), (lists.gc_ends, e_lists.gc_ends)):
+        assert torch.equal(a, b)

@@ -12,7 +12,8 @@ import torch
 
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional import overlap as overlap_module
-from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside
+from mmsgg_eval.functional import threads
+from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside, run_shared
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.dist_utils import comparable
 from tests.overlap_utils import check_deferred_value_error, compute_threads_fixed, counting_background_passes
@@ -157,6 +158,41 @@ def test_the_background_pass_runs_with_the_callers_thread_count():
         torch.set_num_threads(1)
         run_beside(lambda: seen.append(torch.get_num_threads())).result()
     assert seen == [2, 1]
+
+
+def test_shared_work_runs_on_the_granted_threads_but_one_and_counts_against_the_pools_until_finished():
+    """run_shared: the work starts on the granted thread count less one (at least one); result() is the caller's
+    join(); until the work says it is finished its threads count against compute_threads (the caller's own count
+    is lowered, the granted count is not: a further pool may still start beside it)."""
+    class Work:
+        def __init__(self):
+            self.started, self.done = [], False
+
+        def start(self, threads):
+            self.started.append(threads)
+
+        def finished(self):
+            return self.done
+
+    with compute_threads_fixed(3):
+        torch.set_num_threads(3)
+        work = Work()
+        with threads.compute_threads() as chosen:
+            assert chosen == 3 and threads.granted_threads() == 3
+            pending = run_shared(work, lambda: 'value')
+        assert work.started == [2] and pending.in_background
+        with threads.compute_threads() as chosen:
+            assert chosen == 1 and threads.granted_threads() == 3 and overlap_module.overlap_wanted()
+        work.done = True
+        with threads.compute_threads() as chosen:
+            assert chosen == 3
+        assert pending.result() == 'value' and not pending.in_background
+        with compute_threads_fixed(1):
+            torch.set_num_threads(1)
+            one = Work()
+            run_shared(one, lambda: None)
+            assert one.started == [1]
+            one.done = True
 
 
 def test_beside_background_uses_one_thread_only_while_a_pass_runs():
