@@ -53,6 +53,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("finished", &RankedPass::finished, "whether every image has been read")
       .def("finish", &RankedPass::finish, "wait for the images being read; the outputs of ranked_relation_lists",
            py::call_guard<py::gil_scoped_release>());
+  m.def("wait_beside_idle", &wait_beside_idle,
+        "wait until no pass started by RankedPass.start is queued or running (their input references released)",
+        py::call_guard<py::gil_scoped_release>());
   m.def("oi_ranked_lists", &oi_ranked_lists,
         "the Open Images list of each image: (score, predicate, pair, subject, object [B, E], valid [B, E])",
         py::arg("matrices"), py::arg("column"), py::arg("num_predicates"), py::arg("rel_pairs"),

@@ -433,6 +433,8 @@ class __attribute__((visibility("hidden"))) RankedPass  // (hidden, as pybind11'
   std::exception_ptr error_;
   std::shared_ptr<RankedPass> previous_;  // the pass started before this one, until finish()
 };
+// Wait until no pass started by RankedPass::start is queued or running (their references to the inputs released).
+void wait_beside_idle();
 std::tuple<at::Tensor, at::Tensor> gt_pair_list(const std::vector<at::Tensor>& rel_pairs, const at::Tensor& count,
                                                 const at::Tensor& gt_pairs, const at::Tensor& gt_valid,
                                                 const at::Tensor& values, int64_t k);

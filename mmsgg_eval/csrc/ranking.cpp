@@ -421,6 +421,10 @@ class BesideThreads {
     }
     ready_.notify_all();
   }
+  void wait_idle() {  // no task queued or running (each task's references released)
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [this] { return queue_.empty() && running_ == 0; });
+  }
 
  private:
   static BesideThreads*& current() {
@@ -449,6 +453,8 @@ class BesideThreads {
   size_t threads_made_ = 0;
 };
 }  // namespace
+
+void wait_beside_idle() { BesideThreads::instance().wait_idle(); }
 
 void RankedPass::start(int64_t tasks) {  // each task keeps the pass alive until it returns
   static std::mutex order;

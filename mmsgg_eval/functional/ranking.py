@@ -4,8 +4,9 @@ All functions take a batch of B images padded to a common length; ``valid`` mask
 Scores are float32; ordering is descending and STABLE (ties keep their input order), so a list that is
 already sorted by its key is returned unchanged.
 """
+import atexit
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -293,11 +294,25 @@ def compiled_ranked_lists_beside(matrices: List[Tensor], column: int, num_predic
                           k, ng_topk, out, pair_codes, oi_lists)
     job = kernels.RankedPass(matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k),
                              int(ng_topk), out, bool(pair_codes), **extra)
+    _wait_at_exit(kernels)
 
     def join() -> tuple:
         job.work()
         return _ranked_from_results(job.finish(), k, ng_topk, oi_lists)
     return run_shared(job, join)
+
+
+_exit_wait_registered = False
+
+
+def _wait_at_exit(kernels: Any) -> None:
+    """At interpreter exit, first wait for the passes still running on the kernels' threads (an evaluation
+    stopped by an error or Ctrl-C): their last references to the inputs are released while Python still runs
+    (a tensor that shares a numpy array's memory releases it under the interpreter lock)."""
+    global _exit_wait_registered
+    if not _exit_wait_registered and hasattr(kernels, 'wait_beside_idle'):
+        atexit.register(kernels.wait_beside_idle)
+        _exit_wait_registered = True
 
 
 def _ranked_pass_call(object_scores: Tensor, oi_lists: Optional[Tuple[int, int, float]]):

@@ -296,3 +296,27 @@ def test_a_shared_pass_needs_no_python_thread_and_gives_the_lists_of_one_call():
     for a, b in ((best, e_best), (passed, e_passed), (bad, e_bad), (low, e_low), (high, e_high),
                  (lists.gc_order, e_lists.gc_order), (lists.ng_pair, e_lists.ng_pair), (lists.gc_ends, e_lists.gc_ends)):
         assert torch.equal(a, b)
+
+
+@needs_kernels
+def test_an_interpreter_exiting_with_a_shared_pass_in_flight_exits_cleanly():
+    """A process that starts a pass on numpy-backed score matrices and exits without asking for it (an
+    evaluation stopped by an error) waits for it at exit and ends with status 0 and nothing on stderr."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent('''
+        import numpy as np, torch
+        from mmsgg_eval.functional.ranking import compiled_ranked_lists_beside
+        g = np.random.default_rng(0)
+        matrices = [torch.from_numpy(g.random((6320, 51), dtype=np.float32)) for _ in range(48)]
+        pairs = [torch.from_numpy(np.stack(np.nonzero(~np.eye(80, dtype=bool)), 1).astype(np.int64))] * 48
+        objects = torch.from_numpy(g.random((48, 80), dtype=np.float32))
+        count = torch.full((48,), 6320, dtype=torch.long)
+        torch.set_num_threads(2)
+        compiled_ranked_lists_beside(matrices, 1, 50, pairs, objects, count, 100, 100)
+        del matrices
+        raise SystemExit(0)
+    ''')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == '', done.stderr
