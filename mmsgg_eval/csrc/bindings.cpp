@@ -48,7 +48,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("oi_min_score") = 0.0)
       .def("work", &RankedPass::work, "read images not taken yet until none is left (from any thread)",
            py::call_guard<py::gil_scoped_release>())
-      .def("start", &RankedPass::start, "work() on `tasks` threads of the process' own, once the previous pass has no image left",
+      .def("start", &RankedPass::start,
+           "work() on `tasks` threads of the process' own, once the previous pass has no image left",
            py::arg("tasks"), py::call_guard<py::gil_scoped_release>())
       .def("finished", &RankedPass::finished, "whether every image has been read")
       .def("finish", &RankedPass::finish, "wait for the images being read; the outputs of ranked_relation_lists",

@@ -1,14 +1,15 @@
 """Running a pool's compiled ranking pass beside the calling thread, and computations in two stages.
 
 The compiled ranking pass of a pool (``_ext.ranked_relation_lists``) releases the GIL. Started beside the
-calling thread (:func:`run_shared`: on torch's inter-op threads, the caller's thread count less one, joined by
-the caller when it needs the lists; :func:`run_beside`: a call in the background Python thread), it runs while
-the calling thread finishes the previous pool's Python work (reading the lists into rows): on a machine with idle
-cores the two overlap instead of taking turns. A metric writes its pool computation as a generator that yields once, after its first stage (reading the
-samples and starting the pass), and :class:`Staged` runs the two stages at different times: the second stage of
-pool n runs after the first stage of pool n + 1. Nothing is computed differently: the same calls, in another
-order in time. Only worth it when the thread policy grants two or more threads (:func:`overlap_wanted`): on a
-busy machine a further runnable thread costs more than it hides.
+calling thread (:func:`run_shared`: on the process' own C++ threads, the caller's granted thread count less one,
+joined by the caller when it needs the lists; :func:`run_beside`: a call in the background Python thread), it
+runs while the calling thread finishes the previous pool's Python work (reading the lists into rows): on a
+machine with idle cores the two overlap instead of taking turns. A metric writes its pool computation as a
+generator that yields once, after its first stage (reading the samples and starting the pass), and
+:class:`Staged` runs the two stages at different times: the second stage of pool n runs after the first stage of
+pool n + 1. Nothing is computed differently: the same calls, in another order in time. Only worth it when the
+thread policy grants two or more threads (:func:`overlap_wanted`): on a busy machine a further runnable thread
+costs more than it hides.
 """
 import concurrent.futures
 import contextlib
