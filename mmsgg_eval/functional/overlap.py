@@ -60,13 +60,13 @@ class Pending(Generic[T]):
         return self._future is not None or self._join is not None
 
     def result(self) -> T:
-        """The call's value (waiting for it); its exception is raised here."""
+        """The call's value (waiting for it); its exception is raised here (again at every call)."""
         if self._join is not None:
-            join, self._join = self._join, None
-            self._value = join()
+            self._value = self._join()
+            self._join = None
         if self._future is not None:
-            future, self._future = self._future, None
-            self._value = future.result()
+            self._value = self._future.result()
+            self._future = None
         return self._value
 
 

@@ -195,6 +195,15 @@ def test_shared_work_runs_on_the_granted_threads_but_one_and_counts_against_the_
             one.done = True
 
 
+def test_a_pending_value_raises_its_error_at_every_call():
+    def failing():
+        raise ValueError('the pass failed')
+    for pending in (Pending(join=failing), run_beside(failing)):
+        for _ in range(2):
+            with pytest.raises(ValueError, match='the pass failed'):
+                pending.result()
+
+
 def test_beside_background_uses_one_thread_only_while_a_pass_runs():
     with compute_threads_fixed(2):
         with beside_background(True):
