@@ -1,19 +1,16 @@
 """Running a pool's compiled ranking pass beside the calling thread, and computations in two stages.
 
-The compiled ranking pass of a pool (``_ext.ranked_relation_lists``) releases the GIL. Started beside the
-calling thread (:func:`run_shared`: on the process' own C++ threads, the caller's granted thread count less one,
-joined by the caller when it needs the lists; :func:`run_beside`: a call in the background Python thread), it
-runs while the calling thread finishes the previous pool's Python work (reading the lists into rows): on a
-machine with idle cores the two overlap instead of taking turns. A metric writes its pool computation as a
-generator that yields once, after its first stage (reading the samples and starting the pass), and
-:class:`Staged` runs the two stages at different times: the second stage of pool n runs after the first stage of
-pool n + 1. Nothing is computed differently: the same calls, in another order in time. Only worth it when the
-thread policy grants two or more threads (:func:`overlap_wanted`): on a busy machine a further runnable thread
-costs more than it hides.
+The compiled ranking pass of a pool (``_ext.RankedPass``) releases the GIL. Started beside the calling thread
+(:func:`run_shared`: on the process' own C++ threads, the caller's granted thread count less one, joined by the
+caller when it needs the lists), it runs while the calling thread finishes the previous pool's Python work
+(reading the lists into rows): on a machine with idle cores the two overlap instead of taking turns. A metric
+writes its pool computation as a generator that yields once, after its first stage (reading the samples and
+starting the pass), and :class:`Staged` runs the two stages at different times: the second stage of pool n runs
+after the first stage of pool n + 1. Nothing is computed differently: the same calls, in another order in time.
+Only worth it when the thread policy grants two or more threads (:func:`overlap_wanted`): on a busy machine a
+further runnable thread costs more than it hides.
 """
-import concurrent.futures
 import contextlib
-import threading
 from typing import Any, Callable, Generator, Generic, Iterator, Optional, TypeVar
 
 import torch
@@ -21,8 +18,6 @@ import torch
 from .threads import granted_threads, started_beside
 
 T = TypeVar('T')
-_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-_executor_lock = threading.Lock()
 
 
 def overlap_wanted() -> bool:
@@ -48,40 +43,22 @@ def beside_background(running: bool) -> Iterator[None]:
 
 
 class Pending(Generic[T]):
-    """The result of a call, done already, running in the background thread (``future``), or work shared with
-    the caller (``join``: ``join()`` takes the caller's share, waits for the rest and gives the value)."""
+    """The result of a call, done already, or work shared with the caller (``join``: ``join()`` takes the
+    caller's share, waits for the rest and gives the value)."""
 
-    def __init__(self, value: Optional[T] = None, future: Optional['concurrent.futures.Future[T]'] = None,
-                 join: Optional[Callable[[], T]] = None) -> None:
-        self._value, self._future, self._join = value, future, join
+    def __init__(self, value: Optional[T] = None, join: Optional[Callable[[], T]] = None) -> None:
+        self._value, self._join = value, join
 
     @property
     def in_background(self) -> bool:
-        return self._future is not None or self._join is not None
+        return self._join is not None
 
     def result(self) -> T:
         """The call's value (waiting for it); its exception is raised here (again at every call)."""
         if self._join is not None:
             self._value = self._join()
             self._join = None
-        if self._future is not None:
-            self._value = self._future.result()
-            self._future = None
         return self._value
-
-
-def _with_threads(threads: int, call: Callable[..., T], args: tuple) -> T:
-    if torch.get_num_threads() != threads:  # (per thread: the OpenMP thread count is a per-thread setting)
-        torch.set_num_threads(threads)
-    return call(*args)
-
-
-def run_beside(call: Callable[..., T], *args: Any, background: bool = True) -> Pending[T]:
-    """``call(*args)`` in the background thread with the caller's torch thread count (one call at a time, in
-    order), or at once in the calling thread when not ``background``."""
-    if not background:
-        return Pending(call(*args))
-    return Pending(future=_submit(_with_threads, torch.get_num_threads(), call, args))
 
 
 def run_shared(work: Any, join: Callable[[], T]) -> Pending[T]:
@@ -94,15 +71,6 @@ def run_shared(work: Any, join: Callable[[], T]) -> Pending[T]:
     work.start(threads)
     started_beside(work, threads)
     return Pending(join=join)
-
-
-def _submit(*args: Any) -> 'concurrent.futures.Future[Any]':
-    """A call submitted to the background thread (one call at a time, in order)."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='mmsgg_eval-pass')
-    return _executor.submit(*args)
 
 
 class Staged(Generic[T]):
@@ -147,4 +115,4 @@ class Staged(Generic[T]):
         return self._value
 
 
-__all__ = ('Pending', 'Staged', 'beside_background', 'overlap_wanted', 'run_beside', 'run_shared')
+__all__ = ('Pending', 'Staged', 'beside_background', 'overlap_wanted', 'run_shared')

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import compiled
-from .overlap import Pending, run_beside, run_shared
+from .overlap import Pending, run_shared
 from .transfer import sync_free
 
 
@@ -289,9 +289,9 @@ def compiled_ranked_lists_beside(matrices: List[Tensor], column: int, num_predic
     if call is None:
         return Pending(None)
     kernels, extra, oi_lists = call
-    if not hasattr(kernels, 'RankedPass'):  # (a build older than these sources: the whole pass in the background)
-        return run_beside(compiled_ranked_lists, matrices, column, num_predicates, rel_pairs, object_scores, num_rel,
-                          k, ng_topk, out, pair_codes, oi_lists)
+    if not hasattr(kernels, 'RankedPass'):  # (a build older than these sources: the pass at once, nothing beside)
+        return Pending(compiled_ranked_lists(matrices, column, num_predicates, rel_pairs, object_scores, num_rel, k,
+                                             ng_topk, out, pair_codes, oi_lists))
     job = kernels.RankedPass(matrices, int(column), int(num_predicates), rel_pairs, object_scores, num_rel, int(k),
                              int(ng_topk), out, bool(pair_codes), **extra)
     _wait_at_exit(kernels)

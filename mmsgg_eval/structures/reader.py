@@ -231,8 +231,8 @@ def _ranked_while_read(padded: _Padded, num_predicates: int, ranking: Tuple[int,
                        workspace: Optional[ScoreWorkspace], background: bool = False) -> Pending:
     """:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists` of a padded batch in the compiled layout
     (every image's matrix read once for its row maxima, value check and both ranked lists; the per-pair outputs
-    in ``workspace``, where given; its result None where the kernels do not apply), started in the background
-    thread with ``background``, the caller reading the images left when it asks for the result
+    in ``workspace``, where given; its result None where the kernels do not apply), with ``background`` started
+    on background threads, the caller reading the images left when it asks for the result
     (:func:`~mmsgg_eval.functional.ranking.compiled_ranked_lists_beside`)."""
     k, ng_topk = ranking[:2]
     num_rel = torch.tensor(padded.num_rel, dtype=torch.long)

@@ -5,7 +5,6 @@ Nothing may change but the time: every key equals the one-stage run's, bit for b
 (relation scores, predicted pair indices) is raised (naming the sample) by the next flush, any other by the call
 that fills the pool; rows shared by SGRecall and SGMeanRecall are still computed once.
 """
-import math
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ import torch
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional import overlap as overlap_module
 from mmsgg_eval.functional import threads
-from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_beside, run_shared
+from mmsgg_eval.functional.overlap import Pending, Staged, beside_background, run_shared
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from tests.dist_utils import comparable
 from tests.overlap_utils import check_deferred_value_error, compute_threads_fixed, counting_background_passes
@@ -141,25 +140,6 @@ def test_staged_refuses_a_generator_that_yields_twice():
         Staged(stages()).result()
 
 
-def test_run_beside_gives_the_value_or_the_exception_of_the_call():
-    assert run_beside(math.sqrt, 16.0).result() == 4.0
-    assert not run_beside(math.sqrt, 9.0, background=False).in_background
-    pending = run_beside(math.sqrt, -1.0)
-    assert isinstance(pending, Pending) and pending.in_background
-    with pytest.raises(ValueError):
-        pending.result()
-
-
-def test_the_background_pass_runs_with_the_callers_thread_count():
-    seen = []
-    with compute_threads_fixed(2):
-        torch.set_num_threads(2)
-        run_beside(lambda: seen.append(torch.get_num_threads())).result()
-        torch.set_num_threads(1)
-        run_beside(lambda: seen.append(torch.get_num_threads())).result()
-    assert seen == [2, 1]
-
-
 def test_shared_work_runs_on_the_granted_threads_but_one_and_counts_against_the_pools_until_finished():
     """run_shared: the work starts on the granted thread count less one (at least one); result() is the caller's
     join(); until the work says it is finished its threads count against compute_threads (the caller's own count
@@ -198,10 +178,11 @@ def test_shared_work_runs_on_the_granted_threads_but_one_and_counts_against_the_
 def test_a_pending_value_raises_its_error_at_every_call():
     def failing():
         raise ValueError('the pass failed')
-    for pending in (Pending(join=failing), run_beside(failing)):
-        for _ in range(2):
-            with pytest.raises(ValueError, match='the pass failed'):
-                pending.result()
+    pending = Pending(join=failing)
+    assert pending.in_background and not Pending(4.0).in_background and Pending(4.0).result() == 4.0
+    for _ in range(2):
+        with pytest.raises(ValueError, match='the pass failed'):
+            pending.result()
 
 
 def test_beside_background_uses_one_thread_only_while_a_pass_runs():
