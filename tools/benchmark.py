@@ -5,6 +5,7 @@
                               [--images N] [--batch-size B] [--device cpu cuda] [--repeat R] [--rounds N]
                               [--relclip] [--bootstrap] [--torch-path] [--single-thread] [--load N] [--no-peers]
                               [--offline] [--baseline PATH] [--error-analysis] [--detection-ap] [--oi-recipe]
+                              [--numpy-inputs]
 
 Workloads: :mod:`mmsgg_eval.benchmarks.workloads` (fixed sizes, and variable sizes drawn per image from
 VG150-like distributions with both score layouts). For each workload: images/s of ``process()`` +
@@ -47,7 +48,9 @@ table's first line states the load. ``--error-analysis`` adds ``ours+errors`` (t
 ``error_analysis=True``) and ``--detection-ap`` adds ``ours+detap`` (``DetectionAP`` in the same evaluator, as a
 user who also reports the detector's COCO mAP runs it); on ``oiv6-sgdet``, ``--oi-recipe`` adds ``ours+recipe``
 (the OIv6 SGDet recipe's whole evaluator, built from ``configs/_base_/evaluators/oi_sgdet.py``: SGMeanRecall +
-OIRelationMetric + DetectionAP): their cost is the ratio ``ours_vs_<variant>``.
+OIRelationMetric + DetectionAP); ``--numpy-inputs`` adds ``ours+numpy`` (the same samples with every field a numpy
+array, as a pipeline that keeps its outputs in numpy hands them over): their cost is the ratio
+``ours_vs_<variant>``.
 
 The runners, the job subprocesses and the table are in the package (:mod:`mmsgg_eval.benchmarks.runners`,
 :mod:`mmsgg_eval.benchmarks.report`, one timing helper :func:`mmsgg_eval.benchmarks.timing.best_of`); this tool
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--oi-recipe', action='store_true',
                         help='also ours+recipe on oiv6-sgdet: the OIv6 recipe\'s evaluator (SGMeanRecall + '
                              'OIRelationMetric + DetectionAP, configs/_base_/evaluators/oi_sgdet.py; its cost)')
+    parser.add_argument('--numpy-inputs', action='store_true',
+                        help='also ours+numpy: the same samples with every field a numpy array (read in place)')
     parser.add_argument('--no-peers', action='store_true', help='measure mmsgg_eval only (no sgbench / legacy)')
     parser.add_argument('--torch-path', action='store_true',
                         help='also measure mmsgg_eval on the CPU with its compiled kernels switched off ("ours-torch": '
@@ -126,6 +131,8 @@ def job_list(args: argparse.Namespace, devices: list) -> list:
             jobs += [('ours+detap', wl, dev) for dev in devices]
         if args.oi_recipe and wl in OI_WORKLOADS:
             jobs += [('ours+recipe', wl, dev) for dev in devices]
+        if args.numpy_inputs and 'cpu' in devices:
+            jobs.append(('ours+numpy', wl, 'cpu'))
         if args.baseline and 'cpu' in devices:
             jobs.append(('baseline', wl, 'cpu'))
         if not args.no_peers:

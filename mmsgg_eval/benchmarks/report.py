@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .runners import PEER_WORKLOADS, Job
 from .workloads import WORKLOADS
 
-SELF_REFERENCES = ('ours-torch', 'ours-1thread', 'baseline', 'ours+errors', 'ours+detap', 'ours+recipe')
+SELF_REFERENCES = ('ours-torch', 'ours-1thread', 'baseline', 'ours+errors', 'ours+detap', 'ours+recipe',
+                   'ours+numpy')
 """Variants of ``ours`` that ``ours`` is compared with (ratio keys ``ours_vs_<variant>_<workload>_cpu``)."""
 HEADER = (f'{"implementation":<14} {"workload":<14} {"device":<6} {"images/s":>10} {"median":>8} {"peak RSS MB":>11} '
           f'{"GPU peak MB":>11} {"bytes/img sent":>14} {"R@50":>7} {"mR@50":>7}')

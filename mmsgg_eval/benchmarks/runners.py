@@ -62,7 +62,7 @@ def oi_recipe_metrics(mode: str) -> List[Any]:
 
 def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: int,
              error_analysis: bool = False, detection_ap: bool = False, oi_recipe: bool = False,
-             paired_floor: bool = False) -> Dict[str, Any]:
+             paired_floor: bool = False, numpy_inputs: bool = False) -> Dict[str, Any]:
     """Images/s (wall clock and CPU time) of ``process()`` in chunks of ``batch_size`` + ``evaluate()`` of
     SGRecall + SGMeanRecall (``OIRelationMetric`` on the OIv6-like workloads) on ``images`` workload images, the
     bytes one rank sends at evaluate(), the CUDA peak memory, R@50 and mR@50 (OI: R@50 and wmAP_rel).
@@ -72,7 +72,9 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
     ``ours+recipe``). ``paired_floor``: also the score floor (:func:`score_floor_readers`, the compiled reader
     when built) read on the same tensors in this process right before each run, untimed for the run
     (``paired_floor_runs_images_per_s``, in the order of ``runs_images_per_s``; ``paired_floor_images_per_s``, the
-    best): each run and its floor read the same memory within a second, whatever phase the machine is in."""
+    best): each run and its floor read the same memory within a second, whatever phase the machine is in.
+    ``numpy_inputs``: every tensor field of the samples handed over as a numpy array (:func:`numpy_fields`,
+    ``ours+numpy``: what a pipeline that keeps its outputs in numpy gives)."""
     import torch
     from mmengine.logging import MMLogger
 
@@ -80,6 +82,8 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
     from .workloads import make_workload, meta
     MMLogger.get_instance('mmengine', log_level='WARNING')
     data = make_workload(workload, images, device=device)
+    if numpy_inputs:
+        data = [numpy_fields(sample) for sample in data]
     mode = workload_mode(workload)
 
     def new_metrics() -> List[Any]:
@@ -133,6 +137,13 @@ def run_ours(workload: str, images: int, batch_size: int, device: str, repeat: i
     return dict(rates(images, best), cpu_images_per_s=images / best['cpu_seconds'], bytes_sent_per_rank=sent,
                 bytes_per_image=sent / images, gpu_peak_bytes=peak, num_keys=len(keys),
                 r50=keys.get(f'{mode}/R@50'), mr50=keys.get(f'{mode}/mR@50'), **extra)
+
+
+def numpy_fields(sample: Dict[str, Any]) -> Dict[str, Any]:
+    """The workload sample with every tensor field of its groups as a numpy array (the same memory)."""
+    import torch
+    return {key: ({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+                  if isinstance(value, dict) else value) for key, value in sample.items()}
 
 
 def numpy_images(workload: str, images: int) -> List[Dict[str, Any]]:
@@ -311,6 +322,7 @@ RUNNERS: Dict[str, Runner] = {
     'ours+errors': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], error_analysis=True),
     'ours+detap': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], detection_ap=True),
     'ours+recipe': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], oi_recipe=True),
+    'ours+numpy': lambda wl, dev, o: run_ours(wl, o['images'], o['batch_size'], dev, o['repeat'], numpy_inputs=True),
     'legacy': lambda wl, dev, o: run_legacy(wl, o['images'], o['repeat']),
     'oi-numpy': lambda wl, dev, o: run_oi_numpy(wl, o['images'], o['repeat']),
     'score-floor': lambda wl, dev, o: run_score_floor(wl, o['images'], o['repeat']),

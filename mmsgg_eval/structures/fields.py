@@ -5,9 +5,10 @@ A data sample may be an MMEngine/MMDetection data element (``DetDataSample``, ``
 Scene-Graph-Benchmark ``BoxList`` (or its dict form). :func:`get_field` finds a field in all of them,
 :func:`to_tensor` converts any array-like value, and both name the sample and the field when they fail.
 """
+import warnings
 from collections.abc import Mapping
 from numbers import Integral
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -97,6 +98,53 @@ def detached(value: Any) -> Any:
     return value.detach() if isinstance(value, Tensor) and value.requires_grad else value
 
 
+_SHARED_KINDS = frozenset('biuf')  # numpy dtype kinds read in place: bool, signed, unsigned, float
+
+
+def shared_tensors(values: List[Any]) -> List[Any]:
+    """``values`` (one field of a batch, one entry per sample) with its numeric numpy arrays as tensors
+    (:func:`array_tensor`: their memory shared, nothing copied; the readers never write into a field); other
+    entries as they are (memory-mapped arrays: read from their file as they are used). ``values`` itself when it
+    holds no numpy array (one C-level pass over the entries' types)."""
+    if not any(issubclass(kind, np.ndarray) for kind in set(map(type, values))):
+        return values
+    return [_shared(v) if isinstance(v, np.ndarray) else v for v in values]
+
+
+def _shared(array: np.ndarray) -> Any:
+    """:func:`array_tensor` of a numeric array; ``array`` itself for other dtypes and those torch lacks."""
+    if array.dtype.kind not in _SHARED_KINDS:
+        return array
+    try:
+        return array_tensor(array)
+    except TypeError:  # (float128, ...)
+        return array
+
+
+def array_tensor(array: np.ndarray) -> Tensor:
+    """The tensor of a numpy array, sharing its memory; copied first only where torch cannot share it: another
+    byte order (big-endian data read on a little-endian machine) or negative strides (``a[::-1]``)."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder('='))
+    if array.flags.writeable or _READ_ONLY_TOLD[0]:
+        return _from_numpy(array)
+    with warnings.catch_warnings():  # torch's warning that writing into the tensor is undefined: nothing writes
+        warnings.filterwarnings('ignore', message='The given NumPy array is not writable')
+        tensor = _from_numpy(array)
+    _READ_ONLY_TOLD[0] = True  # (torch says it once per process: later arrays need no filter)
+    return tensor
+
+
+def _from_numpy(array: np.ndarray) -> Tensor:
+    try:
+        return torch.from_numpy(array)
+    except ValueError:  # negative strides
+        return torch.from_numpy(array.copy())
+
+
+_READ_ONLY_TOLD = [False]
+
+
 def to_tensor(value: Any, sample: Any = None, field: str = 'value', device: Optional[torch.device] = None,
               dtype: Optional[torch.dtype] = None) -> Tensor:
     """Tensor of a field value: a tensor, numpy array, (nested) list or number, mmdet boxes (``.tensor``)
@@ -113,7 +161,7 @@ def to_tensor(value: Any, sample: Any = None, field: str = 'value', device: Opti
                 array = np.asarray(value)
                 if array.dtype == object or array.dtype.kind in 'USV':
                     raise TypeError(f'values of type {array.dtype}')
-                value = torch.as_tensor(array)
+                value = array_tensor(array)
             except (TypeError, ValueError) as err:
                 where = f'{sample_name(sample)}: ' if sample is not None else ''
                 raise ValueError(f'{where}field `{field}` is not array-like ({err})') from None

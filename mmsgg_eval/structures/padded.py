@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..functional import compiled
 from .batch import _pad, _weaker, pad_with_lengths
-from .fields import detached, get_field, sample_index
+from .fields import detached, get_field, sample_index, shared_tensors
 from .pairs import RelationPairs
 from .sample_reader import ObjectList, evaluated_objects, model_boxes_required
 
@@ -185,9 +185,9 @@ _INDEX_FIELDS = ('gt_labels', 'gt_pairs', 'gt_predicates', 'rel_pairs', 'pred_la
 
 def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
     """The per-image tensors of a batch of dict samples by field (:data:`_PAD_VALUES` names, and ``scores``: the
-    score matrices), with the samples' ``pred_instances``; raises :class:`_NotFast` for other containers, a
-    missing field, SGCls samples with and without model boxes in one batch, or a ``pred_mode`` that lacks what
-    ``mode`` reads."""
+    score matrices; numpy arrays as tensors sharing their memory), with the samples' ``pred_instances``; raises
+    :class:`_NotFast` for other containers, a missing field, SGCls samples with and without model boxes in one
+    batch, or a ``pred_mode`` that lacks what ``mode`` reads."""
     try:
         gt_inst = [s['gt_instances'] for s in samples]
         gt_rel = [s['gt_relations'] for s in samples]
@@ -209,6 +209,7 @@ def _field_lists(samples: Sequence[Any], mode: str) -> Tuple[dict, List[Any]]:
                 raise _NotFast  # SGCls with and without model boxes in one batch
     except (KeyError, TypeError, AttributeError) as err:
         raise _NotFast from err
+    lists = {name: shared_tensors(values) for name, values in lists.items()}  # numpy arrays read in place
     lists['scores'] = _all_detached(lists['scores'])  # kept as given (the other fields: where they are padded)
     if any(_weaker(p, mode) for p in produced):
         raise _NotFast

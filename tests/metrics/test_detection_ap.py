@@ -336,3 +336,26 @@ def test_the_compiled_pool_reading_equals_the_general_one(seed):
                     read_pool(pool, NUM_CLASSES)
             messages.append(str(err.value))
         assert messages[0] == messages[1]
+
+
+def test_numpy_pools_take_the_compiled_reading():
+    """A pool whose fields are numpy arrays (read-only ones among them) is read by the compiled padding, in place,
+    into the pool its tensors give."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.metrics.detection import _compiled_pool, read_pool
+    if not compiled.built():
+        pytest.skip('the compiled kernels (mmsgg_eval._ext) are not built')
+
+    def as_numpy(value):
+        array = value.numpy().copy()
+        array.flags.writeable = False
+        return array
+
+    samples = random_samples(3, 7)
+    arrays = [{k: ({kk: as_numpy(vv) if isinstance(vv, torch.Tensor) else vv for kk, vv in v.items()}
+                   if isinstance(v, dict) else v) for k, v in s.items()} for s in samples]
+    assert _compiled_pool(arrays) is not None
+    got, want = read_pool(arrays, NUM_CLASSES), read_pool(samples, NUM_CLASSES)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key

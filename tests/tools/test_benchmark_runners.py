@@ -282,6 +282,32 @@ def test_detection_ap_job_runs_the_three_metrics(monkeypatch):
     assert with_ap['r50'] == plain['r50'] and with_ap['num_keys'] == plain['num_keys'] + 2  # mAP, AP@50
 
 
+def test_numpy_inputs_job_hands_over_numpy_fields():
+    """``--numpy-inputs`` adds ``ours+numpy`` on the CPU: the same samples with every field a numpy array (the
+    workload's memory), compared with ``ours``: the same keys."""
+    import numpy as np
+
+    from mmsgg_eval.benchmarks import report, runners
+    tool = _tool()
+    args = tool.build_parser().parse_args(['--workload', 'sgdet-variable', '--numpy-inputs', '--no-peers'])
+    jobs = tool.job_list(args, ['cpu', 'cuda'])
+    assert jobs == [('ours', 'sgdet-variable', 'cpu'), ('ours', 'sgdet-variable', 'cuda'),
+                    ('ours+numpy', 'sgdet-variable', 'cpu')]
+    best = {job: dict(images_per_s=rate) for job, rate in zip(jobs, (10.0, 20.0, 4.0))}
+    assert report.summarize(jobs, best)['ratios']['ours_vs_ours+numpy_sgdet-variable_cpu'] == 2.5
+    from mmsgg_eval.benchmarks.workloads import make_workload
+    sample = make_workload('sgdet-variable', 1)[0]
+    fields = runners.numpy_fields(sample)
+    assert fields['sample_idx'] == sample['sample_idx']
+    for group in ('gt_instances', 'gt_relations', 'pred_instances', 'pred_relations'):
+        for key, value in sample[group].items():
+            assert type(fields[group][key]) is np.ndarray and np.shares_memory(fields[group][key], value.numpy())
+    opts = dict(images=6, batch_size=4, repeat=1)
+    plain, numpy_run = (runners.RUNNERS[name]('sgdet-variable', 'cpu', opts) for name in ('ours', 'ours+numpy'))
+    assert numpy_run['r50'] == plain['r50'] and numpy_run['mr50'] == plain['mr50']
+    assert numpy_run['num_keys'] == plain['num_keys']
+
+
 def test_oi_recipe_job_runs_the_recipe_evaluator():
     """``--oi-recipe`` adds ``ours+recipe`` on the OIv6-like workload only: the evaluator of
     configs/_base_/evaluators/oi_sgdet.py (SGMeanRecall + OIRelationMetric + DetectionAP), compared with ``ours``

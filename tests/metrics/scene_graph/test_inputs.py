@@ -407,3 +407,93 @@ def test_gradient_tracking_outputs_read_detached(mode, fixed_pairs, score_kernel
         results.append(metric.evaluate(len(batch)))
     assert results[1] == results[0]
     assert any(v > 0 for k, v in results[0].items() if '@' in k)
+
+
+def _as_numpy(sample, change=lambda path, array: array):
+    """The sample with every tensor field as a numpy array (``change(path, array)`` may replace it)."""
+    return {key: ({k: change(f'{key}.{k}', v.numpy()) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+                  if isinstance(value, dict) else value) for key, value in sample.items()}
+
+
+def _read_only(array):
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize('mode', ['predcls', 'sgcls', 'sgdet'])
+def test_numpy_samples_are_read_field_by_field_in_place(monkeypatch, recwarn, mode):
+    """Samples whose fields are numpy arrays (what a legacy pipeline or a pickle of numpy outputs gives: read-only
+    arrays, big-endian ones, reversed views among them) are read by the field-wise reader, their C-ordered score
+    matrices in place (no copy), into the batch the same samples give as tensors; no warning about read-only
+    arrays (nothing writes into them)."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.structures import reader as structures
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(5, 10, mode, num_classes=4, num_predicates=5)
+
+    def odd(path, array):  # a few fields in the other forms a numpy reader meets
+        if path == 'gt_instances.bboxes':
+            return array.astype(array.dtype.newbyteorder('>'))
+        if path == 'gt_relations.labels':
+            return array[::-1].copy()[::-1]  # a reversed view of a reversed copy: negative strides
+        return _read_only(array) if path.startswith('pred_') and 'scores' not in path else array
+
+    as_arrays = [_as_numpy(s, odd) for s in samples]
+    calls = []
+    monkeypatch.setattr(structures, 'read_scene_graph', lambda *a, **k: calls.append(1) or READ_SCENE_GRAPH(*a, **k))
+    got = structures.collate_scene_graphs(as_arrays, mode, 4, 5)
+    assert not calls  # the field-wise reader took the whole batch
+    want = structures.collate_scene_graphs(samples, mode, 4, 5)
+    for name in BATCH_FIELDS:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    if compiled.kernels() is not None:
+        assert got.scores.layout == 'compiled'
+        for source, sample in zip(got.scores.sources, as_arrays):
+            given = sample['pred_relations']['scores']
+            assert np.shares_memory(source.numpy(), given) or given.size == 0
+    assert not [w for w in recwarn if 'not writable' in str(w.message)]
+
+
+def test_numpy_and_tensor_samples_give_the_same_keys():
+    """SGRecall / SGMeanRecall over numpy samples, tensor samples and a mix of both in one batch: the same keys."""
+    from mmsgg_eval.metrics import SGMeanRecall
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(11, 24, 'sgdet', num_classes=4, num_predicates=5)
+    mixed = [_as_numpy(s) if i % 3 else s for i, s in enumerate(samples)]
+    results = []
+    for batch in (samples, [_as_numpy(s) for s in samples], mixed):
+        keys = {}
+        for cls in (SGRecall, SGMeanRecall):
+            metric = cls(mode='sgdet')
+            metric.dataset_meta = META
+            for start in range(0, len(batch), 8):
+                metric.process({}, batch[start:start + 8])
+            keys.update(metric.evaluate(len(batch)))
+        results.append(keys)
+    assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.parametrize('form', ['big-endian', 'reversed', 'reversed-one', 'read-only', 'int32', 'bool', 'memmap'])
+def test_every_numeric_numpy_array_is_a_tensor_of_its_values(form, tmp_path):
+    """to_tensor and shared_tensors take the numpy arrays torch cannot share as they are (another byte order,
+    negative strides: copied) and share the others' memory (memory-mapped ones too); strings and objects stay
+    refused / left as they are."""
+    from mmsgg_eval.structures.fields import shared_tensors, to_tensor
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    if form == 'memmap':
+        np.save(tmp_path / 'values.npy', values)
+    array = {'big-endian': values.astype('>f4'), 'reversed': values[::-1], 'reversed-one': values[:1, 0][::-1],
+             'read-only': _read_only(values), 'int32': values.astype(np.int32), 'bool': values > 5,
+             'memmap': np.load(tmp_path / 'values.npy', mmap_mode='r') if form == 'memmap' else None}[form]
+    for tensor in (to_tensor(array), shared_tensors([array])[0]):
+        assert isinstance(tensor, torch.Tensor) and np.array_equal(tensor.numpy(), array)
+        if form in ('read-only', 'int32', 'bool', 'memmap'):
+            assert np.shares_memory(tensor.numpy(), array)
+    strings, wide = np.array(['a', 'b']), np.zeros(2, np.longdouble)  # (torch has no long double)
+    assert shared_tensors([strings])[0] is strings and shared_tensors([wide])[0] is wide
+    with pytest.raises(ValueError, match='field `labels` is not array-like'):
+        to_tensor(strings, field='labels')
+    plain = [torch.zeros(2), [1.0, 2.0]]
+    assert shared_tensors(plain) is plain
