@@ -23,7 +23,7 @@ from ..functional.diagnostics import label_offsets, label_shift_warnings
 from ..registry import METRICS
 from ..structures import get_field, sample_index, sample_name, to_tensor
 from ..structures.batch import pad_with_lengths
-from ..structures.fields import shared_tensors
+from ..structures.fields import only_tensors, shared_tensors
 from ..user_messages import warn_user
 from .base import RowMetric, Schema, Tables
 from .options import positive_int
@@ -144,6 +144,8 @@ def _compiled_pool(samples: Sequence[Any]) -> Optional[Tuple[Dict[str, Tensor], 
     if any(type(c) is not dict for containers in groups.values() for c in containers):
         return None
     values = {name: shared_tensors([c.get(key) for c in groups[group]]) for name, group, key in _POOL_FIELDS}
+    if not all(map(only_tensors, values.values())):
+        return None
     try:
         boxes = {name: kernels.pad_float_rows_checked(values[name], 1) for name in ('det_boxes', 'gt_boxes')}
         scores = kernels.pad_float_rows_checked(values['det_scores'], 0)

@@ -111,6 +111,15 @@ def shared_tensors(values: List[Any]) -> List[Any]:
     return [_shared(v) if isinstance(v, np.ndarray) else v for v in values]
 
 
+def only_tensors(values: List[Any]) -> bool:
+    """Whether every entry is a tensor (one C-level pass over their types). The compiled kernels are called only
+    then: an argument they refuse costs the text of every argument in their error."""
+    return set(map(type, values)) == _TENSOR_TYPE
+
+
+_TENSOR_TYPE = {Tensor}
+
+
 def _shared(array: np.ndarray) -> Any:
     """:func:`array_tensor` of a numeric array; ``array`` itself for other dtypes and those torch lacks."""
     if array.dtype.kind not in _SHARED_KINDS:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..functional import compiled
 from .batch import _pad, _weaker, pad_with_lengths
-from .fields import detached, get_field, sample_index, shared_tensors
+from .fields import detached, get_field, only_tensors, sample_index, shared_tensors
 from .pairs import RelationPairs
 from .sample_reader import ObjectList, evaluated_objects, model_boxes_required
 
@@ -123,7 +123,8 @@ def _read_pairs(values: List[Any], cache: dict):
     (:func:`_pad_index_field`), with its value range."""
     kernels = compiled.kernels()
     first = values[0] if values else None
-    if kernels is not None and type(first) is Tensor and first.dim() == 2 and first.shape[1] == 2:
+    if kernels is not None and type(first) is Tensor and first.dim() == 2 and first.shape[1] == 2 and \
+            only_tensors(values):
         try:
             read = kernels.pad_int64_rows(values, 0, pad=False, ranges=False)
         except TypeError:  # not all tensors
@@ -143,10 +144,10 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
     anything else takes :func:`pad_with_lengths`."""
     kernels = compiled.kernels()
     padded = None
-    if kernels is not None and values:
+    if kernels is not None and values and only_tensors(values):
         try:
             padded = kernels.pad_int64_rows(values, _PAD_VALUES[name], strided=True)  # columns of one array too
-        except TypeError:  # not all tensors (numpy arrays, lists: converted by the general path)
+        except TypeError:  # not all tensors the kernel reads (converted by the general path)
             padded = None
     if padded is None:
         return pad_with_lengths(_all_detached(values), _PAD_VALUES[name], cache), None
@@ -163,7 +164,7 @@ def _pad_float_field(name: str, values: List[Any], cache: dict):
     :func:`pad_with_lengths` (None: the rule reads the padded values)."""
     kernels = compiled.kernels()
     read = None
-    if kernels is not None and values:
+    if kernels is not None and values and only_tensors(values):
         try:
             read = kernels.pad_float_rows_checked(values, 1 if name.endswith('boxes') else 0)
         except TypeError:  # not all tensors

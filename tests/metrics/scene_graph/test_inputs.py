@@ -497,3 +497,36 @@ def test_every_numeric_numpy_array_is_a_tensor_of_its_values(form, tmp_path):
         to_tensor(strings, field='labels')
     plain = [torch.zeros(2), [1.0, 2.0]]
     assert shared_tensors(plain) is plain
+
+
+def test_a_list_field_is_not_handed_to_the_compiled_padding(monkeypatch):
+    """One sample's labels given as a list: the kernels never see that field (an argument they refuse costs the
+    text of every argument in their error), the general padding reads it, and the batch is the tensors' one."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.structures import reader as structures
+    from tests.sgg_samples import random_dataset
+    kernels = compiled.kernels()
+    if kernels is None:
+        pytest.skip('the compiled kernels (mmsgg_eval._ext) are not built')
+    samples, _ = random_dataset(2, 9, 'sgdet', num_classes=4, num_predicates=5)
+    listed = [dict(s, gt_relations=dict(s['gt_relations'], labels=s['gt_relations']['labels'].tolist()))
+              if i == 4 else s for i, s in enumerate(samples)]
+    seen = []
+
+    class Spy:
+        def __getattr__(self, name):
+            kernel = getattr(kernels, name)
+            if not name.startswith('pad_'):
+                return kernel
+
+            def call(values, *args, **kwargs):
+                seen.append(all(isinstance(v, torch.Tensor) for v in values))
+                return kernel(values, *args, **kwargs)
+            return call
+
+    monkeypatch.setattr(compiled, 'kernels', lambda: Spy())
+    got = structures.collate_scene_graphs(listed, 'sgdet', 4, 5)
+    assert seen and all(seen)
+    want = structures.collate_scene_graphs(samples, 'sgdet', 4, 5)
+    for name in BATCH_FIELDS:
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
