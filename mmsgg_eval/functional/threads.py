@@ -29,7 +29,8 @@ contended threads). A decision costs about ten microseconds on a quiet machine a
 Work that a pool starts beside its caller (the compiled ranking pass: ``overlap.run_shared``) takes the granted
 count less one, and until it has read its last image those threads count against every block's count
 (:func:`busy_beside`): the caller's own torch work, and another metric's pool beside it, run on the rest (one
-thread on two cores), so that the process never runs more compute threads than the policy granted.
+thread on two cores), so that the process never runs more compute threads than the policy granted. The caller
+also reads a pool whose pass it is about to start on one thread (``overlap.beside_background``).
 
 The setting: ``MMSGG_EVAL_NUM_THREADS`` in the environment (``auto``, or a positive integer: at most that
 many threads, whatever the load; read at the first use, where anything else is a ValueError naming the

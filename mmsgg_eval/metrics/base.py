@@ -331,9 +331,11 @@ class RowMetric(BaseMetric):
         ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
         (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With two or more
         compute threads, a metric that ``overlaps_pools`` starts this pool's compiled pass in the background and
-        meanwhile finishes the previous pool's rows; with ``overlap`` (a pool filled in ``process()``) this pool's
-        rows are left to the next flush (``evaluate()``'s included), else finished now. A value error the pass
-        reads (relation scores, predicted pair indices) of a pool left in flight is raised by that next flush."""
+        meanwhile finishes the previous pool's rows, its own torch operations on one thread in both
+        (:func:`~mmsgg_eval.functional.overlap.beside_background`); with ``overlap`` (a pool filled in
+        ``process()``) this pool's rows are left to the next flush (``evaluate()``'s included), else finished now.
+        A value error the pass reads (relation scores, predicted pair indices) of a pool left in flight is raised
+        by that next flush."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
         if samples and not self.compute_rows_dedupes:
             samples = first_occurrences(samples)
@@ -343,12 +345,13 @@ class RowMetric(BaseMetric):
         grouped = group is not None and self._epoch_open
         with compute_threads():  # the thread policy of functional.threads (fewer threads on a busy machine)
             previous, started = self._in_flight, None
-            if samples and self.overlaps_pools and overlap_wanted():
-                started = group.rows(samples, self.start_rows, self._group_epoch, staged=True) if grouped else \
-                    self.start_rows(samples)
-            self._in_flight = started if started is not None and started.in_background else None
-            if previous is not None:
-                with beside_background(self._in_flight is not None):
+            overlapping = bool(samples) and self.overlaps_pools and overlap_wanted()
+            with beside_background(overlapping or previous is not None):  # the caller on one thread: see the doc
+                if overlapping:
+                    started = group.rows(samples, self.start_rows, self._group_epoch, staged=True) if grouped \
+                        else self.start_rows(samples)
+                self._in_flight = started if started is not None and started.in_background else None
+                if previous is not None:
                     self.accumulator.add(previous.result())
             if samples and (self._in_flight is None or not overlap):
                 self._in_flight = None

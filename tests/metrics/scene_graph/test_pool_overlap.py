@@ -99,6 +99,31 @@ def test_a_shared_overlapped_pool_is_ranked_once_for_both_metrics():
     assert comparable(results) == comparable(single)
 
 
+def test_the_caller_reads_an_overlapped_pool_on_one_thread_and_its_pass_takes_the_other(monkeypatch):
+    """Two threads granted: the caller reads each overlapped pool (and finishes the previous one) with one torch
+    thread, while the pass is started on the granted count less one: the caller never opens a parallel region whose
+    OpenMP worker, spinning after it, would take the core the pass starts on."""
+    from mmsgg_eval.structures import reader as reader_module
+    samples, _ = random_dataset(8, 24, 'sgdet', max_objects=7, empty_pred_prob=0.0)
+    seen, original = [], reader_module.compiled_ranked_lists_beside
+
+    def spy(*args):
+        seen.append((torch.get_num_threads(), threads.granted_threads()))
+        return original(*args)
+    monkeypatch.setattr(reader_module, 'compiled_ranked_lists_beside', spy)
+    metrics = [cls(mode='sgdet', pool_samples=6) for cls in (SGRecall, SGMeanRecall)]
+    for m in metrics:
+        m.dataset_meta = META
+    with compute_threads_fixed(2):
+        for start in range(0, 24, 6):
+            for m in metrics:
+                m.process({}, samples[start:start + 6])
+        assert torch.get_num_threads() == 2  # (restored after each flush)
+        for m in metrics:
+            m.evaluate(24)
+    assert len(seen) == 4 and set(seen) == {(1, 2)}
+
+
 def test_one_thread_runs_every_pool_in_the_calling_thread():
     samples, _ = random_dataset(6, 12, 'sgdet', max_objects=6)
     with counting_background_passes() as started:
