@@ -37,7 +37,6 @@ has less than 10 % of the evaluated GT relations, and R@K is below 5: a backgrou
 wins every pair (a real model ranks several predicates in its first entries, and a model that favours one
 predicate favours a common one, which it recalls).
 """
-from collections import Counter
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -188,7 +187,9 @@ def box_frame_warnings(flags: Tensor) -> List[str]:
 def describe_score_columns(widths: Tensor, num_predicates: int, score_layout: str) -> str:
     """How the predicate score columns were read, e.g. ``'[R, 51]: column 0 = no relation (40 images)'``, from
     the per-image column counts ``widths`` [I] (-1 single-label, 0 no pair given)."""
-    counts = Counter(int(w) for w in widths.tolist() if w != 0)
+    given = widths[widths != 0]
+    values, numbers = torch.unique(given, return_counts=True)  # (one pass in torch, not one per image in Python)
+    counts = dict(zip(values.tolist(), numbers.tolist()))
     if not counts:
         return 'no predicted pair'
     parts = []
