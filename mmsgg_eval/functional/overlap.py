@@ -15,6 +15,7 @@ from typing import Any, Callable, Generator, Generic, Iterator, Optional, TypeVa
 
 import torch
 
+from . import compiled
 from .threads import granted_threads, started_beside
 
 T = TypeVar('T')
@@ -22,8 +23,11 @@ T = TypeVar('T')
 
 def overlap_wanted() -> bool:
     """Whether to run a pass beside the calling thread: only with two or more compute threads granted (the
-    thread policy lowers them to one on a busy machine, and it is called around each pool)."""
-    return granted_threads() >= 2
+    thread policy lowers them to one on a busy machine, and it is called around each pool) and the compiled
+    kernels (without them there is no pass: a pool runs in one stage on the policy's threads, which the torch
+    layouts use; measured: `variable` on the torch layouts ~25% slower when its reading and summary ran on one
+    thread)."""
+    return granted_threads() >= 2 and compiled.kernels() is not None
 
 
 @contextlib.contextmanager
@@ -33,7 +37,9 @@ def beside_background(running: bool) -> Iterator[None]:
     thread: the pass has the other threads, a parallel region of the caller would wait for a thread that has no
     core to run on, and OpenMP's worker, which spins for a while after each region, would take the core the pass
     starts on (measured: `variable` +10-20% images/s, process CPU 48-54 -> 43-46 us per image, when the reading
-    too runs on one thread). The thread count is restored after."""
+    too runs on one thread). ``evaluate()``'s reduce and summary too (many short operations: as fast on one
+    thread, and no worker left spinning; `sgdet-full` process CPU -10 to -15 us per image). The thread count is
+    restored after."""
     threads = torch.get_num_threads()
     if not running or threads == 1:
         yield

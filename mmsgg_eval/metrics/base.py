@@ -331,9 +331,10 @@ class RowMetric(BaseMetric):
         ``sample_idx`` repeated within the pool counts once, its first occurrence, as across pools and ranks
         (:class:`~mmsgg_eval.metrics.accumulator.RowAccumulator`): one rule for every metric. With two or more
         compute threads, a metric that ``overlaps_pools`` starts this pool's compiled pass in the background and
-        meanwhile finishes the previous pool's rows, its own torch operations on one thread in both
-        (:func:`~mmsgg_eval.functional.overlap.beside_background`); with ``overlap`` (a pool filled in
-        ``process()``) this pool's rows are left to the next flush (``evaluate()``'s included), else finished now.
+        meanwhile finishes the previous pool's rows, its own torch operations on one thread in both, and in
+        joining the pass when the rows are wanted now (:func:`~mmsgg_eval.functional.overlap.beside_background`);
+        with ``overlap`` (a pool filled in ``process()``) this pool's rows are left to the next flush
+        (``evaluate()``'s included), else finished now.
         A value error the pass reads (relation scores, predicted pair indices) of a pool left in flight is raised
         by that next flush."""
         samples, self._pending, self._pending_rows = self._pending, [], 0
@@ -353,6 +354,9 @@ class RowMetric(BaseMetric):
                 self._in_flight = started if started is not None and started.in_background else None
                 if previous is not None:
                     self.accumulator.add(previous.result())
+                if self._in_flight is not None and not overlap:  # its pass beside the caller, joined now
+                    self._in_flight, samples = None, None
+                    self.accumulator.add(started.result())
             if samples and (self._in_flight is None or not overlap):
                 self._in_flight = None
                 rows = started.result() if started is not None else \
@@ -399,7 +403,8 @@ class RowMetric(BaseMetric):
     def _evaluate(self, size: int) -> Dict[str, float]:
         self.flush()
         self._compute_group()
-        with compute_threads():  # the reduce and the summary: many short ops, the same thread policy as a pool
+        # the reduce and the summary: many short ops, on one thread where a pool would run its pass beside the caller
+        with compute_threads(), beside_background(overlap_wanted()):
             if self._group is not None:
                 tables = self._group.reduce(self.accumulator, size, self.name, self.rank_fingerprint)
             else:

@@ -102,7 +102,8 @@ def test_a_shared_overlapped_pool_is_ranked_once_for_both_metrics():
 def test_the_caller_reads_an_overlapped_pool_on_one_thread_and_its_pass_takes_the_other(monkeypatch):
     """Two threads granted: the caller reads each overlapped pool (and finishes the previous one) with one torch
     thread, while the pass is started on the granted count less one: the caller never opens a parallel region whose
-    OpenMP worker, spinning after it, would take the core the pass starts on."""
+    OpenMP worker, spinning after it, would take the core the pass starts on; evaluate()'s summary runs on one
+    thread too."""
     from mmsgg_eval.structures import reader as reader_module
     samples, _ = random_dataset(8, 24, 'sgdet', max_objects=7, empty_pred_prob=0.0)
     seen, original = [], reader_module.compiled_ranked_lists_beside
@@ -114,6 +115,10 @@ def test_the_caller_reads_an_overlapped_pool_on_one_thread_and_its_pass_takes_th
     metrics = [cls(mode='sgdet', pool_samples=6) for cls in (SGRecall, SGMeanRecall)]
     for m in metrics:
         m.dataset_meta = META
+    summaries = []
+    compute_metrics = SGRecall.compute_metrics
+    monkeypatch.setattr(SGRecall, 'compute_metrics',
+                        lambda self, tables: summaries.append(torch.get_num_threads()) or compute_metrics(self, tables))
     with compute_threads_fixed(2):
         for start in range(0, 24, 6):
             for m in metrics:
@@ -121,7 +126,9 @@ def test_the_caller_reads_an_overlapped_pool_on_one_thread_and_its_pass_takes_th
         assert torch.get_num_threads() == 2  # (restored after each flush)
         for m in metrics:
             m.evaluate(24)
+        assert torch.get_num_threads() == 2
     assert len(seen) == 4 and set(seen) == {(1, 2)}
+    assert summaries == [1]  # evaluate()'s reduce and summary: many short operations, on one thread too
 
 
 def test_one_thread_runs_every_pool_in_the_calling_thread():
@@ -218,3 +225,5 @@ def test_beside_background_uses_one_thread_only_while_a_pass_runs():
         with beside_background(False):
             assert torch.get_num_threads() == 2
     assert overlap_module.overlap_wanted() == (torch.get_num_threads() >= 2)
+    with compute_threads_fixed(2), compiled.disabled():  # no kernels, no pass beside: pools in one stage
+        assert not overlap_module.overlap_wanted()
