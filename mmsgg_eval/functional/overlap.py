@@ -37,9 +37,9 @@ def beside_background(running: bool) -> Iterator[None]:
     thread: the pass has the other threads, a parallel region of the caller would wait for a thread that has no
     core to run on, and OpenMP's worker, which spins for a while after each region, would take the core the pass
     starts on (measured: `variable` +10-20% images/s, process CPU 48-54 -> 43-46 us per image, when the reading
-    too runs on one thread). ``evaluate()``'s reduce and summary too (many short operations: as fast on one
-    thread, and no worker left spinning; `sgdet-full` process CPU -10 to -15 us per image). The thread count is
-    restored after."""
+    too runs on one thread). ``evaluate()``'s reduce and summary too, for the metrics whose pools run their pass
+    beside the caller (many short operations: as fast on one thread, and no worker left spinning; `sgdet-full`
+    process CPU -10 to -15 us per image). The thread count is restored after."""
     threads = torch.get_num_threads()
     if not running or threads == 1:
         yield

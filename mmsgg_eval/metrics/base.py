@@ -403,8 +403,8 @@ class RowMetric(BaseMetric):
     def _evaluate(self, size: int) -> Dict[str, float]:
         self.flush()
         self._compute_group()
-        # the reduce and the summary: many short ops, on one thread where a pool would run its pass beside the caller
-        with compute_threads(), beside_background(overlap_wanted()):
+        # the reduce and the summary: many short ops, on one thread where the pools run their pass beside the caller
+        with compute_threads(), beside_background(self.overlaps_pools and overlap_wanted()):
             if self._group is not None:
                 tables = self._group.reduce(self.accumulator, size, self.name, self.rank_fingerprint)
             else:

@@ -129,6 +129,16 @@ def test_the_caller_reads_an_overlapped_pool_on_one_thread_and_its_pass_takes_th
         assert torch.get_num_threads() == 2
     assert len(seen) == 4 and set(seen) == {(1, 2)}
     assert summaries == [1]  # evaluate()'s reduce and summary: many short operations, on one thread too
+    from mmsgg_eval.metrics import DetectionAP
+    detection = DetectionAP()
+    detection.dataset_meta = META
+    detection.process({}, samples[:6])
+    compute_detection = DetectionAP.compute_metrics
+    monkeypatch.setattr(DetectionAP, 'compute_metrics', lambda self, tables: summaries.append(
+        torch.get_num_threads()) or compute_detection(self, tables))
+    with compute_threads_fixed(2):
+        detection.evaluate(6)
+    assert summaries == [1, 2]  # (a metric whose pools run in one stage keeps the policy's threads)
 
 
 def test_one_thread_runs_every_pool_in_the_calling_thread():
