@@ -144,14 +144,11 @@ def _compiled_pool(samples: Sequence[Any]) -> Optional[Tuple[Dict[str, Tensor], 
     if any(type(c) is not dict for containers in groups.values() for c in containers):
         return None
     values = {name: shared_tensors([c.get(key) for c in groups[group]]) for name, group, key in _POOL_FIELDS}
-    if not all(map(only_tensors, values.values())):
+    if not all(map(only_tensors, values.values())):  # an entry that is not a tensor (None, a list, ...)
         return None
-    try:
-        boxes = {name: kernels.pad_float_rows_checked(values[name], 1) for name in ('det_boxes', 'gt_boxes')}
-        scores = kernels.pad_float_rows_checked(values['det_scores'], 0)
-        labels = {name: kernels.pad_int64_rows(values[name], -1) for name in ('det_labels', 'gt_labels')}
-    except TypeError:  # an entry that is not a tensor (None, an array, a list)
-        return None
+    boxes = {name: kernels.pad_float_rows_checked(values[name], 1) for name in ('det_boxes', 'gt_boxes')}
+    scores = kernels.pad_float_rows_checked(values['det_scores'], 0)
+    labels = {name: kernels.pad_int64_rows(values[name], -1) for name in ('det_labels', 'gt_labels')}
     if scores is None or None in boxes.values() or None in labels.values() or scores[0].dim() != 2 or \
             any(read[0].dim() != 2 for read in labels.values()):
         return None

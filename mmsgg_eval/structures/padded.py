@@ -122,13 +122,8 @@ def _read_pairs(values: List[Any], cache: dict):
     the pass that ranks them, :func:`_pair_index_range`); anything else is padded as the other index fields
     (:func:`_pad_index_field`), with its value range."""
     kernels = compiled.kernels()
-    first = values[0] if values else None
-    if kernels is not None and type(first) is Tensor and first.dim() == 2 and first.shape[1] == 2 and \
-            only_tensors(values):
-        try:
-            read = kernels.pad_int64_rows(values, 0, pad=False, ranges=False)
-        except TypeError:  # not all tensors
-            read = None
+    if kernels is not None and values and only_tensors(values) and values[0].dim() == 2 and values[0].shape[1] == 2:
+        read = kernels.pad_int64_rows(values, 0, pad=False, ranges=False)  # (None for other dtypes or devices)
         if read is not None:
             lengths = read[3].tolist()
             lengths = None if lengths.count(max(lengths)) == len(lengths) else lengths
@@ -144,11 +139,8 @@ def _pad_index_field(name: str, values: List[Any], cache: dict):
     anything else takes :func:`pad_with_lengths`."""
     kernels = compiled.kernels()
     padded = None
-    if kernels is not None and values and only_tensors(values):
-        try:
-            padded = kernels.pad_int64_rows(values, _PAD_VALUES[name], strided=True)  # columns of one array too
-        except TypeError:  # not all tensors the kernel reads (converted by the general path)
-            padded = None
+    if kernels is not None and values and only_tensors(values):  # (anything else: converted by the general path)
+        padded = kernels.pad_int64_rows(values, _PAD_VALUES[name], strided=True)  # columns of one array too
     if padded is None:
         return pad_with_lengths(_all_detached(values), _PAD_VALUES[name], cache), None
     out, low, high, lengths = padded  # (int64 entries: none requires a gradient)
@@ -164,11 +156,8 @@ def _pad_float_field(name: str, values: List[Any], cache: dict):
     :func:`pad_with_lengths` (None: the rule reads the padded values)."""
     kernels = compiled.kernels()
     read = None
-    if kernels is not None and values and only_tensors(values):
-        try:
-            read = kernels.pad_float_rows_checked(values, 1 if name.endswith('boxes') else 0)
-        except TypeError:  # not all tensors
-            read = None
+    if kernels is not None and values and only_tensors(values):  # (None for other dtypes, devices or layouts)
+        read = kernels.pad_float_rows_checked(values, 1 if name.endswith('boxes') else 0)
     if read is None:
         return pad_with_lengths(_all_detached(values), _PAD_VALUES[name], cache), (None, None)
     out, bad, lengths = read  # (the entries' values copied: a gradient an entry requires is not carried)
