@@ -23,8 +23,10 @@ pools of a quiet machine ran on one thread for three pools at a time). The two m
 thread on an idle machine is ~10% slower, two threads on busy cores two to five times slower, hence the quick
 lowering and the slow raising. The process's first decision has no history and follows its reading alone
 (once: a short evaluation started on a busy machine would otherwise run its first pool, ~4x slower, on
-contended threads). A decision costs about ten microseconds on a quiet machine and about 0.3 ms under load
-(files kept open, re-read after the settle time), against pools of several milliseconds or more.
+contended threads). A decision costs about ten microseconds on an idle machine, 20-150 us while a pass of this
+process runs beside the caller (the machine's count includes it, so this process's threads are read too: ~2% of
+an `sgdet-full` evaluation's time on the 2-core VM) and about 0.3 ms under load (files kept open, re-read after
+the settle time), against pools of several milliseconds or more.
 
 Work that a pool starts beside its caller (the compiled ranking pass: ``overlap.run_shared``) takes the granted
 count less one, and until it has read its last image those threads count against every block's count
@@ -138,6 +140,8 @@ def _others_once(loadavg: str, tasks: str, reads: int) -> int:
         if running <= 1:
             return 0
         own = _own_running(tasks)
+        if running <= own:  # the second readings can only lower the count (min) or raise own (max): none other
+            return 0
         running = min(running, _machine_running(loadavg, reads))
         return max(running - max(own, _own_running(tasks)), 0)
 
@@ -154,7 +158,9 @@ def runnable_now(loadavg: str = '/proc/loadavg', tasks: str = '/proc/self/task',
     counts are not read at one instant, and this process's own threads change state in between (a pass's
     threads sleep and wake at every image): the machine is read again after this process's threads and they
     again after it, and the smaller machine count less the larger own count is taken, so that an own thread that
-    ran during one reading and slept during the other is not taken for another process's. A count that shows
+    ran during one reading and slept during the other is not taken for another process's (where the first pair
+    shows no other thread the second is not read: it could only lower the machine's count or raise the own one;
+    while a pass runs beside the caller that is most decisions, ~100 us each on the 2-core VM). A count that shows
     other threads is read again ``settle`` seconds later and the smaller kept: on a quiet machine the count shows
     an extra runnable thread for well under a millisecond now and then (seen on the 2-core VM about once in 20
     pools, at two pools in a row often enough to lower the thread count for three pools)."""

@@ -143,8 +143,9 @@ def test_runnable_now_reads_the_machines_count_less_this_processs_running_thread
 def test_runnable_now_brackets_its_own_threads_and_reads_a_busy_count_again(monkeypatch):
     """This process's threads change state between the machine's count and its own (a pass's threads sleep and
     wake at every image): the machine is read before and after its own threads, they before and after it, and
-    the smaller machine count less the larger own count is taken; a count that still shows other threads is read
-    again after ``settle`` seconds and the smaller kept (a thread runnable for a moment is not load)."""
+    the smaller machine count less the larger own count is taken (the first pair alone where it shows none); a
+    count that still shows other threads is read again after ``settle`` seconds and the smaller kept (a thread
+    runnable for a moment is not load)."""
     def scripted(machine, own):
         machine, own, slept = list(machine), list(own), []
         monkeypatch.setattr(threads, '_machine_running', lambda path, reads: machine.pop(0))
@@ -160,7 +161,11 @@ def test_runnable_now_brackets_its_own_threads_and_reads_a_busy_count_again(monk
     assert threads.runnable_now(settle=0.0) == 0
     # another process's thread seen in both readings: counted, then read again after the settle time
     machine, own, slept = scripted([4, 4, 3, 3], [3, 3, 3, 3])
-    assert threads.runnable_now(settle=0.0005) == 0 and slept == [0.0005] and not machine
+    assert threads.runnable_now(settle=0.0005) == 0 and slept == [0.0005] and machine == [3] and own == [3]
+    # a first pair of readings that shows no other thread is final (more readings could only lower the machine's
+    # count or raise the own one): the second pair is not read
+    machine, own, slept = scripted([3, 9], [3, 0])
+    assert threads.runnable_now(settle=0.0005) == 0 and slept == [] and machine == [9] and own == [0]
     machine, own, slept = scripted([5, 5, 5, 5], [3, 3, 3, 3])
     assert threads.runnable_now(settle=0.0005) == 2 and slept == [0.0005]
     machine, own, slept = scripted([5, 5], [3, 3])
