@@ -24,6 +24,7 @@ changes a number. Every layout reads each score once for the row maxima and once
 (:attr:`RelationScores.bad_images`).
 """
 import math
+import threading
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -122,6 +123,64 @@ class ScoreWorkspace:
             self._flat = torch.empty(size + size // 4, dtype=torch.float32)
         self.handed += 1
         return self._flat[:size].view(tuple(shape))
+
+
+#: The most buffers of float32 copies (:func:`float32_copies`) the process keeps: a pool's copies live while its
+#: pass runs, the previous pool's rows are finished and the next pool is read (three at a time per reader).
+KEPT_COPY_BUFFERS = 4
+_copy_buffers: List[Tensor] = []
+_copy_buffers_lock = threading.Lock()
+_STORAGE_USE_COUNT = getattr(torch._C, '_storage_Use_Count', None)
+
+
+def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Tensor]:
+    """``tensors`` with each CPU tensor marked in ``which`` replaced by its C-contiguous float32 copy (score
+    matrices in half, bfloat16 or float64, or strided views: what the compiled kernels read), the copies side by
+    side in one buffer of the process' own. A buffer is handed out again only once no tensor views it (its
+    storage's use count, where torch tells it; else new memory each time), whoever keeps the copies (a pass still
+    reading them, a read shared with another metric): copies never change under a reader. Reused memory costs
+    no page faults, and the buffers outlive the metrics that filled them (an evaluator built anew, a second
+    evaluation): measured on `sgdet-full` (2,000 images, two threads), float64 matrices 5.2-5.8k -> 7.8k images/s,
+    column views of float32 ones 6.0k -> 8.8k (the compiled layout now), bfloat16 8.4k -> 10.4k, half 10.2k
+    either way. Marked tensors on other devices are converted to float32 as they are."""
+    on_cpu = [bool(w) and t.device.type == 'cpu' for t, w in zip(tensors, which)]
+    size = sum(t.numel() for t, c in zip(tensors, on_cpu) if c)
+    flat, at, out = _copy_buffer(size) if size else None, 0, []
+    for t, w, c in zip(tensors, which, on_cpu):
+        if c:
+            copy = flat[at:at + t.numel()].view(t.shape)
+            out.append(copy.copy_(t))
+            at += t.numel()
+        else:  # (other devices: converted as they are; their caching allocators reuse memory)
+            out.append(t.float() if w else t)
+    return out
+
+
+def _copy_buffer(size: int) -> Tensor:
+    """A float32 [size] view of a buffer of copies nothing else views (a kept one that fits, else new memory,
+    kept while fewer than :data:`KEPT_COPY_BUFFERS` are held; free ones too small are let go)."""
+    global _copy_buffers
+    with _copy_buffers_lock:  # (the view is made under the lock: from then on the buffer counts as used)
+        free = [b for b in _copy_buffers if _only_user(b)]
+        fits = [b for b in free if b.numel() >= size]
+        if fits:
+            return min(fits, key=Tensor.numel)[:size]
+        small = {id(b) for b in free}
+        _copy_buffers = [b for b in _copy_buffers if id(b) not in small]
+        buffer = torch.empty(size + size // 4, dtype=torch.float32)
+        if len(_copy_buffers) < KEPT_COPY_BUFFERS and _only_user(buffer):
+            _copy_buffers.append(buffer)
+        return buffer[:size]
+
+
+def _only_user(buffer: Tensor) -> bool:
+    """Whether no tensor but ``buffer`` itself holds its memory (False where torch does not tell)."""
+    if _STORAGE_USE_COUNT is None:
+        return False
+    try:
+        return _STORAGE_USE_COUNT(buffer.untyped_storage()._cdata) == 1
+    except (AttributeError, RuntimeError, TypeError):
+        return False
 
 
 def _copy_into(tensors: List[Tensor], out: Optional[Tensor], stack: bool) -> Tensor:

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from ..functional import compiled
+from ..functional.scores import float32_copies
 from .batch import _pad, _weaker, pad_with_lengths
 from .fields import detached, get_field, only_tensors, sample_index, shared_tensors
 from .pairs import RelationPairs
@@ -107,13 +108,19 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                    gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=objects.lengths,
                    num_gt=padded['gt_boxes'][1], num_gt_rel=padded['gt_pairs'][1], num_rel=num_rel,
-                   raw_scores=scores_list if all_float32 else [t if t.dtype == torch.float32 else t.float()
-                                                               for t in scores_list],
+                   raw_scores=_float32_scores(scores_list, all_float32),
                    background=[int(w == num_predicates + 1) for w in score_width],
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
                    score_width=score_width,
                    rel_positions=cache.get(tuple(num_rel)) if rel_lengths else None, value_ranges=ranges,
                    value_flags=flags)
+
+
+def _float32_scores(scores: List[Tensor], all_float32: bool) -> List[Tensor]:
+    """The score matrices as the kernels read them: float32 (half, bfloat16, float64 converted) and, on the CPU,
+    C-contiguous (a strided view copied): :func:`~mmsgg_eval.functional.scores.float32_copies`."""
+    which = [(not all_float32 and t.dtype != torch.float32) or not t.is_contiguous() for t in scores]
+    return float32_copies(scores, which) if any(which) else scores
 
 
 def _read_pairs(values: List[Any], cache: dict):

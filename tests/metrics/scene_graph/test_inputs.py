@@ -530,3 +530,77 @@ def test_a_list_field_is_not_handed_to_the_compiled_padding(monkeypatch):
     want = structures.collate_scene_graphs(samples, 'sgdet', 4, 5)
     for name in BATCH_FIELDS:
         assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize('form', ['half', 'bfloat16', 'float64', 'column-view', 'transposed'])
+def test_score_matrices_in_other_dtypes_and_layouts_give_the_float32_keys(form):
+    """Score matrices in half, bfloat16 or float64 precision, or strided views of float32 ones, are read as their
+    float32 values (copied, C-contiguous, into the reader's reused memory: the compiled layout where the kernels
+    are built): SGRecall / SGMeanRecall give the keys of the same values given as contiguous float32 matrices,
+    over many pools (each pool's copies stay intact while the pools after it are read)."""
+    from mmsgg_eval.functional import compiled
+    from mmsgg_eval.metrics import SGMeanRecall
+    from mmsgg_eval.structures import reader as structures
+    from tests.sgg_samples import random_dataset
+    samples, _ = random_dataset(17, 40, 'sgdet', num_classes=4, num_predicates=5)
+    dtype = {'half': torch.float16, 'bfloat16': torch.bfloat16}.get(form, torch.float32)
+
+    def given(scores):  # the matrix in the form under test, and the float32 values it holds
+        exact = scores.to(dtype).float()
+        if form in ('half', 'bfloat16'):
+            return exact.to(dtype), exact
+        if form == 'float64':
+            return exact.double(), exact
+        if form == 'column-view':
+            return torch.cat([exact, exact[:, :1]], 1)[:, :exact.shape[1]], exact
+        return exact.t().contiguous().t(), exact
+
+    def with_scores(sample, scores):
+        return {**sample, 'pred_relations': {**sample['pred_relations'], 'scores': scores}}
+    pairs = [given(s['pred_relations']['scores']) for s in samples]
+    odd = [with_scores(s, p[0]) for s, p in zip(samples, pairs)]
+    plain = [with_scores(s, p[1]) for s, p in zip(samples, pairs)]
+    assert not odd[0]['pred_relations']['scores'].is_contiguous() or form in ('half', 'bfloat16', 'float64')
+    results = []
+    for batch in (plain, odd):
+        keys = {}
+        for cls in (SGRecall, SGMeanRecall):
+            metric = cls(mode='sgdet', pool_samples=4)
+            metric.dataset_meta = META
+            for start in range(0, len(batch), 4):
+                metric.process({}, batch[start:start + 4])
+            keys.update(metric.evaluate(len(batch)))
+        results.append(keys)
+    assert results[1] == results[0]
+    if compiled.kernels() is not None:  # the copies are C-contiguous float32: the kernels read them
+        read = structures.collate_scene_graphs(odd[:6], 'sgdet', 4, 5)
+        assert read.scores.layout == 'compiled'
+
+
+def test_float32_copies_reuse_a_buffer_only_once_nothing_views_it(monkeypatch):
+    """float32_copies: C-contiguous float32 copies of the marked CPU tensors (the others as they are), side by side
+    in one buffer; that buffer is handed out again only once no copy of it is left (a pass or a shared read may
+    still hold a pool's copies), and never more than KEPT_COPY_BUFFERS are kept."""
+    from mmsgg_eval.functional import scores
+    if scores._STORAGE_USE_COUNT is None:
+        pytest.skip('this torch does not tell a storage\'s use count: every copy takes new memory')
+    monkeypatch.setattr(scores, '_copy_buffers', [])
+    halves = [torch.rand(6, 5).half(), torch.rand(3, 5).half()]
+    kept = torch.rand(4, 5)
+    first = scores.float32_copies(halves + [kept], [True, True, False])
+    assert first[2] is kept
+    for copy, source in zip(first, halves):
+        assert copy.dtype == torch.float32 and copy.is_contiguous() and torch.equal(copy, source.float())
+    assert first[1].data_ptr() == first[0].data_ptr() + first[0].numel() * 4  # one buffer, side by side
+    second = scores.float32_copies(halves, [True, True])  # the first copies live: other memory
+    assert second[0].data_ptr() != first[0].data_ptr() and torch.equal(first[0], halves[0].float())
+    address = first[0].data_ptr()
+    del first, copy  # (the loop's last copy too)
+    third = scores.float32_copies([h * 2 for h in halves], [True, True])  # the first buffer is free again
+    assert third[0].data_ptr() == address and torch.equal(third[1], (halves[1] * 2).float())
+    assert torch.equal(second[0], halves[0].float())  # the live copies were not touched
+    held = [scores.float32_copies(halves, [True, True]) for _ in range(scores.KEPT_COPY_BUFFERS + 2)]
+    assert len(scores._copy_buffers) <= scores.KEPT_COPY_BUFFERS and all(len(h) == 2 for h in held)
+    del held, second, third
+    again = scores.float32_copies(halves, [True, True])
+    assert any(again[0].data_ptr() == b.data_ptr() for b in scores._copy_buffers)
