@@ -44,11 +44,11 @@ def test_block_bound_top_k_equals_a_stable_sort(k):
         assert index[b][valid[b]].tolist() == _stable_top(values[b].tolist(), len(r), k), b
 
 
-def _inputs(seed, num_images=16, num_predicates=5, background=1, k=7, ng_topk=9):
+def _inputs(seed, num_images=16, num_predicates=5, background=1, k=7, ng_topk=9, objects_range=(1, 12)):
     g = np.random.default_rng(seed)
     matrices, pairs, objects = [], [], []
     for b in range(num_images):
-        n = int(g.integers(1, 12))
+        n = int(g.integers(*objects_range))
         every = [(s, o) for s in range(n) for o in range(n) if s != o] or [(0, 0)]
         take = sorted(g.choice(len(every), int(g.integers(0, len(every) + 1)), replace=False))
         pairs.append(torch.tensor([every[i] for i in take], dtype=torch.long).reshape(-1, 2))
@@ -128,6 +128,23 @@ def test_one_pass_equals_the_separate_kernels(seed, background, k, ng_topk):
     wide = torch.cat([object_scores, object_scores.new_zeros(len(pairs), 257 - object_scores.shape[1])], 1)
     assert ext.ranked_relation_lists(matrices, background, 5, pairs, wide, count, k, ng_topk,
                                      pair_codes=True)[14].shape == (0, int(count.max()))
+
+
+@needs_kernels
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('k,ng_topk', [(100, 100), (20, 7), (1, 30)])
+def test_one_pass_on_long_images_equals_the_separate_kernels(seed, k, ng_topk):
+    """Images of up to 80 objects (up to 6,320 pairs): the pass skips the blocks of rows below its bars (the
+    maxima it keeps per 16 rows while reading); its lists are those of the separate kernels, which key every
+    row. Every third image's scores take four levels only (ties within and across blocks)."""
+    ext = compiled.kernels()
+    matrices, pairs, object_scores = _inputs(seed, num_images=8, objects_range=(20, 81))
+    count = torch.tensor([len(p) for p in pairs])
+    assert int(count.max()) >= 32 * k or k == 100  # (the long rows reach the blocked lists)
+    got = ext.ranked_relation_lists(matrices, 1, 5, pairs, object_scores, count, k, ng_topk)
+    expected = _separately(ext, matrices, pairs, object_scores, 1, 5, k, ng_topk)
+    for i, (a, b) in enumerate(zip(got[:9], expected)):
+        assert a.shape == b.shape and torch.equal(a, b), i
 
 
 @needs_kernels
