@@ -126,7 +126,8 @@ class ScoreWorkspace:
 
 
 #: The most buffers of float32 copies (:func:`float32_copies`) the process keeps: a pool's copies live while its
-#: pass runs, the previous pool's rows are finished and the next pool is read (three at a time per reader).
+#: pass runs, the previous pool's rows are finished and the next pool is read (three at a time per reader). Each
+#: holds one pool's copies (+25%) for the life of the process: ~200 MB for 128 SGDet images of 6,320 pairs.
 KEPT_COPY_BUFFERS = 4
 _copy_buffers: List[Tensor] = []
 _copy_buffers_lock = threading.Lock()
