@@ -146,7 +146,7 @@ def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Ten
     either way. Marked tensors on other devices are converted to float32 as they are."""
     on_cpu = [bool(w) and t.device.type == 'cpu' for t, w in zip(tensors, which)]
     size = sum(t.numel() for t, c in zip(tensors, on_cpu) if c)
-    flat, at, out = _copy_buffer(size) if size else None, 0, []
+    flat, at, out = _copy_buffer(size) if size else torch.empty(0), 0, []
     for t, w, c in zip(tensors, which, on_cpu):
         if c:
             copy = flat[at:at + t.numel()].view(t.shape)

@@ -604,3 +604,5 @@ def test_float32_copies_reuse_a_buffer_only_once_nothing_views_it(monkeypatch):
     del held, second, third
     again = scores.float32_copies(halves, [True, True])
     assert any(again[0].data_ptr() == b.data_ptr() for b in scores._copy_buffers)
+    empty = scores.float32_copies([torch.zeros(0, 5).half(), torch.zeros(0, 6).double()], [True, True])
+    assert [(t.shape, t.dtype) for t in empty] == [((0, 5), torch.float32), ((0, 6), torch.float32)]
