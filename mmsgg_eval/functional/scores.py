@@ -141,9 +141,10 @@ def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Ten
     storage's use count, where torch tells it; else new memory each time), whoever keeps the copies (a pass still
     reading them, a read shared with another metric): copies never change under a reader. Reused memory costs
     no page faults, and the buffers outlive the metrics that filled them (an evaluator built anew, a second
-    evaluation): measured on `sgdet-full` (2,000 images, two threads), float64 matrices 5.2-5.8k -> 7.8k images/s,
-    column views of float32 ones 6.0k -> 8.8k (the compiled layout now), bfloat16 8.4k -> 10.4k, half 10.2k
-    either way. Marked tensors on other devices are converted to float32 as they are."""
+    evaluation): measured on `sgdet-full` (2,000 images, two threads, metrics built anew for each evaluation),
+    float64 matrices 5.9-6.2k -> 7.1-7.8k images/s, column views of float32 ones 6.0k -> 9.0-9.9k (the compiled
+    layout now), bfloat16 10.4-10.6k -> 10.4-11.3k, half 9.5k -> 10.5-10.8k (float32: 18-21k). Marked tensors on
+    other devices are converted to float32 as they are."""
     on_cpu = [bool(w) and t.device.type == 'cpu' for t, w in zip(tensors, which)]
     size = sum(t.numel() for t, c in zip(tensors, on_cpu) if c)
     flat, at, out = _copy_buffer(size) if size else torch.empty(0), 0, []
