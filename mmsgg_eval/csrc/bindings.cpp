@@ -150,6 +150,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "[T, R, C] float64 interpolated precision of COCOeval.accumulate from the kept detections in class order",
         py::arg("matched"), py::arg("ignored"), py::arg("bounds"), py::arg("gt_counts"), py::arg("recall_thresholds"));
   m.def("matrix_shapes", &matrix_shapes,
-        "(rows, columns, all float32, all on the first one's device) of 2-D tensors, or None when one is not 2-D",
+        "(rows, columns, all contiguous float32, all on the first one's device) of 2-D tensors, or None when one "
+        "is not 2-D",
         py::arg("tensors"));
 }

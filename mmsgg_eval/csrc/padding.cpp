@@ -215,7 +215,7 @@ std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, bool, bool>
     }
     rows.push_back(t.size(0));
     columns.push_back(t.size(1));
-    float32 = float32 && t.scalar_type() == at::kFloat;
+    float32 = float32 && t.scalar_type() == at::kFloat && t.is_contiguous();  // (as the kernels read them)
     one_device = one_device && t.device() == tensors[0].device();
   }
   return std::make_tuple(rows, columns, float32, one_device);

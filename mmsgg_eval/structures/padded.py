@@ -88,7 +88,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
     score_shapes = _score_shapes(scores_list, num_rel, widths)
     if score_shapes is None or not _fits(padded):
         raise _NotFast
-    score_width, all_float32, one_device = score_shapes
+    score_width, in_place, one_device = score_shapes
     objects, model_objects = _padded_objects(mode, padded, pred_inst)
     sample_idx = [i if type(s) is dict and type(i := s.get('sample_idx')) is int and i >= 0 else sample_index(s)
                   for s in samples]  # (sample_index's common case inlined)
@@ -108,7 +108,7 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    pred_scores=pred_scores, gt_boxes=gt_boxes, gt_labels=gt_labels, gt_pairs=gt_pairs,
                    gt_predicates=gt_predicates, rel_pairs=rel_pairs, num_pred=objects.lengths,
                    num_gt=padded['gt_boxes'][1], num_gt_rel=padded['gt_pairs'][1], num_rel=num_rel,
-                   raw_scores=_float32_scores(scores_list, all_float32),
+                   raw_scores=scores_list if in_place else _float32_scores(scores_list),
                    background=[int(w == num_predicates + 1) for w in score_width],
                    single_label=[False] * len(num_rel), given_scores=[], model_objects=model_objects,
                    score_width=score_width,
@@ -116,11 +116,10 @@ def _fast_padded(samples: Sequence[Any], mode: str, num_predicates: int,
                    value_flags=flags)
 
 
-def _float32_scores(scores: List[Tensor], all_float32: bool) -> List[Tensor]:
+def _float32_scores(scores: List[Tensor]) -> List[Tensor]:
     """The score matrices as the kernels read them: float32 (half, bfloat16, float64 converted) and, on the CPU,
     C-contiguous (a strided view copied): :func:`~mmsgg_eval.functional.scores.float32_copies`."""
-    which = [(not all_float32 and t.dtype != torch.float32) or not t.is_contiguous() for t in scores]
-    return float32_copies(scores, which) if any(which) else scores
+    return float32_copies(scores, [t.dtype != torch.float32 or not t.is_contiguous() for t in scores])
 
 
 def _read_pairs(values: List[Any], cache: dict):
@@ -228,8 +227,8 @@ def _all_detached(values: List[Any]) -> List[Any]:
 
 
 def _score_shapes(scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]):
-    """``(score columns of each image, all float32, all on one device)`` when every score matrix is a 2-D tensor
-    of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader reads the
+    """``(score columns of each image, all C-contiguous float32, all on one device)`` when every score matrix is a
+    2-D tensor of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader reads the
     batch and names what does not fit). One compiled call reads the matrices' metadata where the kernels are
     built, else one pass in Python."""
     if set(map(type, scores_list)) - {Tensor}:
@@ -250,7 +249,7 @@ def _score_shapes(scores_list: List[Any], num_rel: List[int], widths: Tuple[int,
         if count != rows or width not in widths or width == 1:
             return None
         given.append(width)
-        float32 = float32 and t.dtype == torch.float32
+        float32 = float32 and t.dtype == torch.float32 and t.is_contiguous()
         if device is None:
             device = t.device
         elif one_device and t.device != device:

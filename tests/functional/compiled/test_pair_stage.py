@@ -343,13 +343,15 @@ def test_the_host_decision_of_value_rules_accepts_only_valid_batches(case):
 
 @needs_kernels
 def test_matrix_shapes_reads_the_metadata_the_reader_checks():
-    """Rows, columns, float32-ness and one device of 2-D tensors in one call; None when one is not 2-D; the reader
-    gives the same padded batch with and without it (a float64 matrix is cast, an unfitting one is refused by
-    the per-sample reader naming the sample, as without the kernels)."""
+    """Rows, columns, whether all are C-contiguous float32 (read in place) and one device of 2-D tensors in one
+    call; None when one is not 2-D; the reader gives the same padded batch with and without it (a float64 matrix
+    is cast, an unfitting one is refused by the per-sample reader naming the sample, as without the kernels)."""
     ext = compiled.kernels()
-    mats = [torch.zeros(3, 6), torch.zeros(0, 5), torch.zeros(7, 6).t().contiguous().t()]
+    mats = [torch.zeros(3, 6), torch.zeros(0, 5), torch.zeros(7, 6)]
     assert ext.matrix_shapes(mats) == ([3, 0, 7], [6, 5, 6], True, True)
     assert ext.matrix_shapes(mats + [torch.zeros(2, 6, dtype=torch.float64)])[2] is False
+    strided = [torch.zeros(7, 6).t().contiguous().t(), torch.zeros(6, 2).t()]  # float32, not C-contiguous
+    assert ext.matrix_shapes(mats[:2] + strided) == ([3, 0, 7, 2], [6, 5, 6, 6], False, True)
     assert ext.matrix_shapes(mats + [torch.zeros(6)]) is None
     assert ext.matrix_shapes([]) == ([], [], True, True)
     from tests.sgg_samples import random_dataset
