@@ -228,10 +228,10 @@ def _all_detached(values: List[Any]) -> List[Any]:
 
 def _score_shapes(scores_list: List[Any], num_rel: List[int], widths: Tuple[int, ...]):
     """``(score columns of each image, all C-contiguous float32, all on one device)`` when every score matrix is a
-    2-D tensor of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader reads the
-    batch and names what does not fit). One compiled call reads the matrices' metadata where the kernels are
-    built, else one pass in Python."""
-    if set(map(type, scores_list)) - {Tensor}:
+    2-D tensor of its image's pairs and an allowed width (``widths``; never 1), else None (the per-sample reader
+    reads the batch and names what does not fit). One compiled call reads the matrices' metadata where the kernels
+    are built, else one pass in Python."""
+    if not only_tensors(scores_list):
         return None
     kernels = compiled.kernels()
     if kernels is not None:
