@@ -488,7 +488,12 @@ void RankedPass::image(int64_t b, RankedPassScratch& s) {
   const int64_t* image_pairs = pairs_->pairs(b);
   int64_t* gc_predicate = gc_predicate_.data_ptr<int64_t>() + b * listed_width;
   int64_t* gc_ends = gc_ends_.data_ptr<int64_t>() + 2 * b * listed_width;
-  for (size_t i = 0; i < s.listed.size(); ++i) {  // rows and pairs still in cache
+  constexpr size_t kAhead = 4;  // the listed rows are scattered over the matrix read: the next ones prefetched
+  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(float));
+  for (size_t i = 0; i < s.listed.size(); ++i) {
+    if (i + kAhead < s.listed.size()) {
+      prefetch_bytes(data + key_index(s.listed[i + kAhead]) * cols, row_bytes);
+    }
     const int64_t r = key_index(s.listed[i]);
     gc_predicate[i] = first_max_column(data + r * cols + column_, num_predicates_);
     gc_ends[2 * i] = image_pairs[2 * r];

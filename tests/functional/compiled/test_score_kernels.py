@@ -308,6 +308,44 @@ def test_prefix_topk_equals_the_torch_stable_topk(quantised):
         ext.stable_topk_prefix(torch.rand(1, 3), torch.tensor([4]), 2)
 
 
+def _stable_order(values: torch.Tensor, k: int) -> list:
+    """The first k indices of a stable descending sort of ``values`` (NaN last, as -inf; -0.0 ties with +0.0)."""
+    keyed = [(-(float('-inf') if v != v else v + 0.0), i) for i, v in enumerate(values.tolist())]
+    return [i for _, i in sorted(keyed)[:k]]
+
+
+@needs_kernels
+def test_top_lists_ranked_by_counting_equal_a_stable_sort_at_every_tie_position():
+    """Lists of up to 256 candidates are ranked by counting the larger values (keys of equal value share a count);
+    a tie at the last listed place keeps its earliest entry, a tie anywhere else above it falls back to sorting:
+    tie groups placed before, across and at the k-th place, candidates on both sides of 256, k above the count."""
+    ext = compiled.kernels()
+    g = torch.Generator().manual_seed(7)
+    cases = 0
+    for length in (1, 2, 7, 8, 9, 100, 101, 155, 255, 256, 257, 300):
+        for k in sorted({1, 2, max(length // 2, 1), max(length - 1, 1), length, length + 3, 100}):
+            for tie_at in (None, 0, k - 2, k - 1, k):
+                values = torch.rand(length, generator=g) * 0.9 + 0.05
+                if tie_at is not None and 0 <= tie_at < length:  # three entries equal to the (tie_at + 1)-th largest
+                    order = _stable_order(values, length)
+                    value = values[order[tie_at]]
+                    for shift in (1, 2):
+                        if tie_at + shift < length:
+                            values[order[tie_at + shift]] = value
+                index, valid = ext.stable_topk_prefix(values[None], torch.tensor([length]), k)
+                expected = _stable_order(values, k)
+                assert index[0][valid[0]].tolist() == expected, (length, k, tie_at)
+                cases += 1
+    quantised = (torch.rand(4, 200, generator=g) * 4).round() / 4  # few distinct values: ties everywhere
+    quantised[0, :20] = float('nan')
+    quantised[1, ::3] = -0.0
+    for k in (1, 3, 50, 99, 100, 150, 199, 200):
+        index, valid = ext.stable_topk_prefix(quantised, torch.full((4,), 200), k)
+        for row in range(4):
+            assert index[row][valid[row]].tolist() == _stable_order(quantised[row], k), (row, k)
+    assert cases > 300
+
+
 def test_thread_policy_settings_and_their_errors():
     """MMSGG_EVAL_NUM_THREADS / threads.set_num_threads: 'auto' or a positive integer; anything else is refused
     with an error naming the setting."""
