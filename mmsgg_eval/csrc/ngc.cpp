@@ -76,20 +76,33 @@ void rows_reaching_scalar(const float* pair_score, const float* best, int64_t be
 }
 
 #if defined(__x86_64__)
-// The same, 8 rows at a time (the same float32 products); with low > -inf a NaN product (-inf) never reaches it.
-__attribute__((target("avx2,bmi")))
+// The same, 8 rows at a time (the same float32 products; with low > -inf a NaN product never reaches it),
+// branch-free: the 8 rows' indices written whole into a chunk with the passing ones moved to the front
+// (front_lanes), the count advanced by how many pass; full chunks appended to `passing` (rows < 2^31).
+__attribute__((target("avx2,bmi,popcnt")))
 void rows_reaching_avx2(const float* pair_score, const float* best, int64_t rows, float low,
                         std::vector<int64_t>& passing) {
+  constexpr int64_t kChunk = 256;
+  int64_t chunk[kChunk + 8];
   const __m256 bar = _mm256_set1_ps(low);
-  int64_t r = 0;
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t filled = 0, r = 0;
   for (; r + 8 <= rows; r += 8) {
     const __m256 products = _mm256_mul_ps(_mm256_loadu_ps(pair_score + r), _mm256_loadu_ps(best + r));
-    unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(products, bar, _CMP_GE_OQ)));
-    while (mask != 0) {
-      passing.push_back(r + __builtin_ctz(mask));
-      mask &= mask - 1;
+    const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(products, bar, _CMP_GE_OQ)));
+    const __m256i index = _mm256_permutevar8x32_epi32(
+        _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(r)), lanes), front_lanes(mask));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + filled),
+                        _mm256_cvtepi32_epi64(_mm256_castsi256_si128(index)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + filled + 4),
+                        _mm256_cvtepi32_epi64(_mm256_extracti128_si256(index, 1)));
+    filled += __builtin_popcount(mask);
+    if (filled > kChunk - 8) {
+      passing.insert(passing.end(), chunk, chunk + filled);
+      filled = 0;
     }
   }
+  passing.insert(passing.end(), chunk, chunk + filled);
   rows_reaching_scalar(pair_score, best, r, rows, low, passing);
 }
 #endif
@@ -154,8 +167,9 @@ void mmsgg_ext::rows_reaching(const float* pair_score, const float* best, int64_
     return;
   }
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
-  if (avx2) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                           __builtin_cpu_supports("popcnt");
+  if (avx2 && rows < (int64_t(1) << 31)) {
     rows_reaching_avx2(pair_score, best, rows, low, passing);
     return;
   }
