@@ -346,6 +346,32 @@ def test_top_lists_ranked_by_counting_equal_a_stable_sort_at_every_tie_position(
     assert cases > 300
 
 
+@needs_kernels
+@pytest.mark.parametrize('spread', ['uniform', 'wide', 'clustered', 'equal', 'special'])
+def test_long_rows_cut_by_their_block_maxima_keep_the_stable_top(spread):
+    """Rows of at least 8 k entries keep only the entries reaching a bound of the k-th largest block maximum (found by
+    counting the maxima into bins): the list equals a stable sort's on values spread evenly, over 60 orders of
+    magnitude, in a few tight clusters, all equal, and with NaN, negatives, infinities and both zeros."""
+    ext = compiled.kernels()
+    g = torch.Generator().manual_seed(11)
+    for k in (1, 7, 100):
+        for length in (8 * k, 8 * k + 5, 6320):
+            values = torch.rand(3, length, generator=g)
+            if spread == 'wide':
+                values = torch.pow(10.0, values * 60 - 30)
+            elif spread == 'clustered':
+                values = torch.randint(0, 3, (3, length), generator=g).float() + torch.rand(3, length, generator=g) * 1e-6
+            elif spread == 'equal':
+                values = torch.full((3, length), 0.25)
+            elif spread == 'special':
+                pick = torch.randint(0, 9, (3, length), generator=g)
+                specials = torch.tensor([float('nan'), -1.0, float('inf'), -0.0, 0.0, float('-inf')])
+                values = torch.where(pick < 6, specials[pick.clamp(max=5)], values)
+            index, valid = ext.stable_topk_prefix(values, torch.full((3,), length), k)
+            for row in range(3):
+                assert index[row][valid[row]].tolist() == _stable_order(values[row], k), (spread, k, length, row)
+
+
 def test_thread_policy_settings_and_their_errors():
     """MMSGG_EVAL_NUM_THREADS / threads.set_num_threads: 'auto' or a positive integer; anything else is refused
     with an error naming the setting."""
