@@ -16,10 +16,12 @@ machine, about 10% slower. So each decision takes the smallest of a few readings
 process's own threads read before and after the machine's count; where they show other threads, the smallest
 with a second reading 0.3 ms later: :data:`SETTLE_SECONDS`), and this process remembers its last decisions:
 the thread count is lowered only when other threads were seen runnable in most of the last three decisions
-(two pools under load), and raised back only after six quiet ones. A decision within :data:`DECISION_SPACING`
-(2 ms) of the last reading reuses its decision: the metrics that share a pool decide a fraction of a
-millisecond apart, and one passing task seen by both would otherwise count as two pools under load (measured:
-pools of a quiet machine ran on one thread for three pools at a time). The two mistakes differ in cost: one
+(two readings under load), and raised back only after six quiet ones. A decision within
+:data:`DECISION_SPACING` (10 ms) of the last reading reuses its decision: the metrics that share a pool decide a
+fraction of a millisecond apart, and one passing task seen by both would otherwise count as two pools under load
+(measured: pools of a quiet machine ran on one thread for three pools at a time); pools of SGDet with all pairs
+follow each other every ~5 ms, and reading at most every 10 ms halves the readings' cost (1.1-1.2 -> 0.5 us per
+image) while load is still seen within a few tens of milliseconds. The two mistakes differ in cost: one
 thread on an idle machine is ~10% slower, two threads on busy cores two to five times slower, hence the quick
 lowering and the slow raising. The process's first decision has no history and follows its reading alone
 (once: a short evaluation started on a busy machine would otherwise run its first pool, ~4x slower, on
@@ -228,8 +230,8 @@ class SustainedLoad:
 
 #: Decisions of the policy closer than this (seconds) to its last reading reuse that reading's decision: the metrics
 #: sharing a pool (SGRecall + SGMeanRecall) decide within a millisecond, pools follow each other every few
-#: milliseconds or more.
-DECISION_SPACING = 0.002
+#: milliseconds or more (a reading takes ~100 us while a pass runs beside the caller).
+DECISION_SPACING = 0.01
 
 
 _load = SustainedLoad(spacing=DECISION_SPACING)

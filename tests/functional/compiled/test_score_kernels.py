@@ -360,7 +360,8 @@ def test_long_rows_cut_by_their_block_maxima_keep_the_stable_top(spread):
             if spread == 'wide':
                 values = torch.pow(10.0, values * 60 - 30)
             elif spread == 'clustered':
-                values = torch.randint(0, 3, (3, length), generator=g).float() + torch.rand(3, length, generator=g) * 1e-6
+                values = (torch.randint(0, 3, (3, length), generator=g).float()
+                          + torch.rand(3, length, generator=g) * 1e-6)
             elif spread == 'equal':
                 values = torch.full((3, length), 0.25)
             elif spread == 'special':
