@@ -101,14 +101,17 @@ def pad_rows(tensors: Sequence[Tensor], value: float, lengths: Optional[Sequence
 
 
 class ScoreWorkspace:
-    """A reusable CPU buffer for the copy of a batch's score matrices (stacked or concatenated layout).
+    """A reusable CPU buffer for the copy of a batch's score matrices (stacked or concatenated layout) or a ranking
+    pass' outputs.
 
     A fresh tensor of tens of MB is mapped anew by the C allocator, and touching its pages the first time costs
     more than the copy itself (measured on a 2-core VM: ~22 ms for a 28 MB pool against ~5 ms for the copy into
     pages already mapped). One owner (a metric) keeps a workspace and ranks one batch at a time: the batch built
-    in it must be done with before the next one is. It grows to the largest batch seen (+25%) and holds that
-    memory for its lifetime; other devices get None (their caching allocators already reuse memory).
-    ``handed``: how many times the buffer was handed out (a batch built in it is intact while that is unchanged)."""
+    in it must be done with before the next one is. It grows to the largest batch seen (+25%); its memory is one
+    of the process' buffers (:func:`process_buffer`), held while the workspace lives and taken again by a
+    workspace built later (another metric, an evaluator built anew) once nothing views it. Other devices get None
+    (their caching allocators already reuse memory). ``handed``: how many times the buffer was handed out (a
+    batch built in it is intact while that is unchanged)."""
 
     def __init__(self) -> None:
         self._flat: Optional[Tensor] = None
@@ -120,17 +123,20 @@ class ScoreWorkspace:
             return None
         size = math.prod(int(n) for n in shape)
         if self._flat is None or self._flat.numel() < size:
-            self._flat = torch.empty(size + size // 4, dtype=torch.float32)
+            self._flat = None  # (the buffer outgrown is free for others first)
+            self._flat = process_buffer(size)
         self.handed += 1
         return self._flat[:size].view(tuple(shape))
 
 
-#: The most buffers of float32 copies (:func:`float32_copies`) the process keeps: a pool's copies live while its
-#: pass runs, the previous pool's rows are finished and the next pool is read (three at a time per reader). Each
-#: holds one pool's copies (+25%) for the life of the process: ~200 MB for 128 SGDet images of 6,320 pairs.
-KEPT_COPY_BUFFERS = 4
-_copy_buffers: List[Tensor] = []
-_copy_buffers_lock = threading.Lock()
+#: The most float32 buffers the process keeps (:func:`process_buffer`): the float32 copies of a pool's score
+#: matrices (:func:`float32_copies`: a pool's copies live while its pass runs, the previous pool's rows are
+#: finished and the next pool is read, three at a time per reader) and the score workspaces (three per metric that
+#: reads its pools). Each was new memory when none free fitted; they are held for the life of the process (~200 MB
+#: of copies for 128 SGDet images of 6,320 pairs, ~20 MB of pass outputs per reading metric).
+KEPT_PROCESS_BUFFERS = 12
+_process_buffers: List[Tensor] = []
+_process_buffers_lock = threading.Lock()
 _STORAGE_USE_COUNT = getattr(torch._C, '_storage_Use_Count', None)
 
 
@@ -147,7 +153,7 @@ def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Ten
     other devices are converted to float32 as they are."""
     on_cpu = [bool(w) and t.device.type == 'cpu' for t, w in zip(tensors, which)]
     size = sum(t.numel() for t, c in zip(tensors, on_cpu) if c)
-    flat, at, out = _copy_buffer(size) if size else torch.empty(0), 0, []
+    flat, at, out = process_buffer(size)[:size] if size else torch.empty(0), 0, []
     for t, w, c in zip(tensors, which, on_cpu):
         if c:
             copy = flat[at:at + t.numel()].view(t.shape)
@@ -158,21 +164,25 @@ def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Ten
     return out
 
 
-def _copy_buffer(size: int) -> Tensor:
-    """A float32 [size] view of a buffer of copies nothing else views (a kept one that fits, else new memory,
-    kept while fewer than :data:`KEPT_COPY_BUFFERS` are held; free ones too small are let go)."""
-    global _copy_buffers
-    with _copy_buffers_lock:  # (the view is made under the lock: from then on the buffer counts as used)
-        free = [b for b in _copy_buffers if _only_user(b)]
-        fits = [b for b in free if b.numel() >= size]
+def process_buffer(size: int) -> Tensor:
+    """A float32 view of a whole buffer of the process' own that nothing else views, of at least ``size`` elements
+    (the smallest kept one that fits and is at most four times as large, else new memory of ``size`` + 25%), its
+    old contents. A new buffer is kept while fewer than :data:`KEPT_PROCESS_BUFFERS` are held, else in place of
+    the smallest free one. The caller's view keeps it from being handed out again: once no tensor views it (its storage's use count,
+    where torch tells it; else new memory each time) it is free for the next caller."""
+    with _process_buffers_lock:  # (the view is made under the lock: from then on the buffer counts as used)
+        free = [b for b in _process_buffers if _only_user(b)]
+        fits = [b for b in free if size <= b.numel() <= 4 * size + 4096]  # (a large one is left for large uses)
         if fits:
-            return min(fits, key=Tensor.numel)[:size]
-        small = {id(b) for b in free}
-        _copy_buffers = [b for b in _copy_buffers if id(b) not in small]
+            return min(fits, key=Tensor.numel)[:]
         buffer = torch.empty(size + size // 4, dtype=torch.float32)
-        if len(_copy_buffers) < KEPT_COPY_BUFFERS and _only_user(buffer):
-            _copy_buffers.append(buffer)
-        return buffer[:size]
+        if _only_user(buffer):
+            if len(_process_buffers) >= KEPT_PROCESS_BUFFERS and free:
+                smallest = min(free, key=Tensor.numel)
+                _process_buffers[:] = [b for b in _process_buffers if b is not smallest]
+            if len(_process_buffers) < KEPT_PROCESS_BUFFERS:
+                _process_buffers.append(buffer)
+        return buffer[:]
 
 
 def _only_user(buffer: Tensor) -> bool:

@@ -577,14 +577,51 @@ def test_score_matrices_in_other_dtypes_and_layouts_give_the_float32_keys(form):
         assert read.scores.layout == 'compiled'
 
 
+def test_score_workspaces_take_the_memory_of_workspaces_gone_and_never_of_live_ones(monkeypatch):
+    """ScoreWorkspace: its buffer is one of the process' own, held while the workspace lives (handed out to it
+    again and again), free for a workspace built later once neither the workspace nor a tensor in it is left."""
+    from mmsgg_eval.functional import scores
+    if scores._STORAGE_USE_COUNT is None:
+        pytest.skip('this torch does not tell a storage\'s use count: every workspace takes new memory')
+    monkeypatch.setattr(scores, '_process_buffers', [])
+    cpu = torch.device('cpu')
+    first = scores.ScoreWorkspace()
+    batch = first.take((3, 4, 10), cpu).fill_(7.0)
+    address = batch.data_ptr()
+    assert first.take((3, 4, 8), cpu).data_ptr() == address and first.handed == 2  # its own, again
+    assert first.take((3, 4, 10), cpu).data_ptr() == address  # (within the 25% it was given beyond its first)
+    second = scores.ScoreWorkspace()
+    other = second.take((3, 4, 10), cpu)
+    assert other.data_ptr() != address  # the first workspace lives
+    del first
+    third = scores.ScoreWorkspace()
+    assert third.take((2, 4, 10), cpu).data_ptr() != address  # a batch built in it is still used
+    assert torch.all(batch == 7.0)
+    del batch
+    fourth = scores.ScoreWorkspace()
+    assert fourth.take((3, 4, 10), cpu).data_ptr() == address  # gone with all its tensors: taken again
+    outgrown = other.data_ptr()
+    grown = second.take((3, 40, 10), cpu)  # outgrown: new memory, the old buffer free for others
+    assert grown.data_ptr() not in (address, outgrown)
+    del other
+    assert scores.ScoreWorkspace().take((3, 4, 10), cpu).data_ptr() == outgrown
+    large = scores.ScoreWorkspace()
+    large_address = large.take((3, 400, 100), cpu).data_ptr()
+    del large
+    small = scores.ScoreWorkspace().take((20, 100), cpu)  # a large free buffer is left for a large use
+    assert small.data_ptr() != large_address
+    assert scores.ScoreWorkspace().take((3, 300, 100), cpu).data_ptr() == large_address
+    assert scores.ScoreWorkspace().take((2, 2), torch.device('meta')) is None  # other devices: none
+
+
 def test_float32_copies_reuse_a_buffer_only_once_nothing_views_it(monkeypatch):
     """float32_copies: C-contiguous float32 copies of the marked CPU tensors (the others as they are), side by side
     in one buffer; that buffer is handed out again only once no copy of it is left (a pass or a shared read may
-    still hold a pool's copies), and never more than KEPT_COPY_BUFFERS are kept."""
+    still hold a pool's copies), and never more than KEPT_PROCESS_BUFFERS are kept."""
     from mmsgg_eval.functional import scores
     if scores._STORAGE_USE_COUNT is None:
         pytest.skip('this torch does not tell a storage\'s use count: every copy takes new memory')
-    monkeypatch.setattr(scores, '_copy_buffers', [])
+    monkeypatch.setattr(scores, '_process_buffers', [])
     halves = [torch.rand(6, 5).half(), torch.rand(3, 5).half()]
     kept = torch.rand(4, 5)
     first = scores.float32_copies(halves + [kept], [True, True, False])
@@ -599,10 +636,10 @@ def test_float32_copies_reuse_a_buffer_only_once_nothing_views_it(monkeypatch):
     third = scores.float32_copies([h * 2 for h in halves], [True, True])  # the first buffer is free again
     assert third[0].data_ptr() == address and torch.equal(third[1], (halves[1] * 2).float())
     assert torch.equal(second[0], halves[0].float())  # the live copies were not touched
-    held = [scores.float32_copies(halves, [True, True]) for _ in range(scores.KEPT_COPY_BUFFERS + 2)]
-    assert len(scores._copy_buffers) <= scores.KEPT_COPY_BUFFERS and all(len(h) == 2 for h in held)
+    held = [scores.float32_copies(halves, [True, True]) for _ in range(scores.KEPT_PROCESS_BUFFERS + 2)]
+    assert len(scores._process_buffers) <= scores.KEPT_PROCESS_BUFFERS and all(len(h) == 2 for h in held)
     del held, second, third
     again = scores.float32_copies(halves, [True, True])
-    assert any(again[0].data_ptr() == b.data_ptr() for b in scores._copy_buffers)
+    assert any(again[0].data_ptr() == b.data_ptr() for b in scores._process_buffers)
     empty = scores.float32_copies([torch.zeros(0, 5).half(), torch.zeros(0, 6).double()], [True, True])
     assert [(t.shape, t.dtype) for t in empty] == [((0, 5), torch.float32), ((0, 6), torch.float32)]
