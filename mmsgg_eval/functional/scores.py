@@ -167,14 +167,19 @@ def float32_copies(tensors: Sequence[Tensor], which: Sequence[bool]) -> List[Ten
 def process_buffer(size: int) -> Tensor:
     """A float32 view of a whole buffer of the process' own that nothing else views, of at least ``size`` elements
     (the smallest kept one that fits and is at most four times as large, else new memory of ``size`` + 25%), its
-    old contents. A new buffer is kept while fewer than :data:`KEPT_PROCESS_BUFFERS` are held, else in place of
-    the smallest free one. The caller's view keeps it from being handed out again: once no tensor views it (its storage's use count,
-    where torch tells it; else new memory each time) it is free for the next caller."""
+    old contents. On a miss, the free buffers too small for it but at least a quarter of it are let go (a use
+    outgrew them), and the new one is kept while fewer than :data:`KEPT_PROCESS_BUFFERS` are held, else in
+    place of the smallest free one. The caller's view keeps it from being handed out again: once no tensor views
+    it (its storage's use count, where torch tells it; else new memory each time) it is free for the next
+    caller."""
     with _process_buffers_lock:  # (the view is made under the lock: from then on the buffer counts as used)
         free = [b for b in _process_buffers if _only_user(b)]
         fits = [b for b in free if size <= b.numel() <= 4 * size + 4096]  # (a large one is left for large uses)
         if fits:
             return min(fits, key=Tensor.numel)[:]
+        outgrown = {id(b) for b in free if 4 * b.numel() >= size > b.numel()}  # (a use outgrew them: let go)
+        _process_buffers[:] = [b for b in _process_buffers if id(b) not in outgrown]
+        free = [b for b in free if id(b) not in outgrown]
         buffer = torch.empty(size + size // 4, dtype=torch.float32)
         if _only_user(buffer):
             if len(_process_buffers) >= KEPT_PROCESS_BUFFERS and free:

@@ -611,6 +611,14 @@ def test_score_workspaces_take_the_memory_of_workspaces_gone_and_never_of_live_o
     small = scores.ScoreWorkspace().take((20, 100), cpu)  # a large free buffer is left for a large use
     assert small.data_ptr() != large_address
     assert scores.ScoreWorkspace().take((3, 300, 100), cpu).data_ptr() == large_address
+    tiny = scores.ScoreWorkspace()
+    tiny.take((10,), cpu)
+    del tiny, small, fourth, third
+    sizes = sorted(b.numel() for b in scores._process_buffers)
+    assert 150_000 in sizes
+    wider = scores.ScoreWorkspace().take((3, 700, 100), cpu)  # a miss: the free one it outgrew is let go
+    assert wider.numel() == 210_000 and sorted(b.numel() for b in scores._process_buffers) == \
+        [n for n in sizes if n != 150_000] + [262_500]  # (the smaller ones stay for smaller uses)
     assert scores.ScoreWorkspace().take((2, 2), torch.device('meta')) is None  # other devices: none
 
 
