@@ -86,14 +86,15 @@ int64_t value_codes_avx2(const float* values, int64_t n, uint32_t* codes, int64_
 }
 
 // Branch-free: each 8 codes' keys are written whole, the ones reaching the bar moved to the front (front_lanes),
-// and the count advances by how many reach it; out needs no room beyond n (count <= i before each block).
+// and the count advances by how many reach it; out needs no room beyond n (count <= i before each block); the
+// indices are taken in 32-bit lanes (n < kMaxKeyIndex).
 __attribute__((target("avx2,bmi,popcnt")))
 int64_t keys_reaching_avx2(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) {
   const __m256i flip = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));  // unsigned order as signed
   const __m256i bar_v = _mm256_set1_epi32(static_cast<int32_t>(bar ^ 0x80000000u));
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), ones = _mm256_set1_epi32(-1);
   int64_t count = 0, i = 0;
-  for (; i + 8 <= n && n < kMaxKeyIndex; i += 8) {
+  for (; i + 8 <= n; i += 8) {
     const __m256i code = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
     // code >= bar  <=>  not (bar > code)
     const unsigned mask = ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(
@@ -125,7 +126,7 @@ int64_t keys_reaching(const uint32_t* codes, int64_t n, uint32_t bar, Key* out) 
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
                            __builtin_cpu_supports("popcnt");
-  if (avx2) {
+  if (avx2 && n < kMaxKeyIndex) {
     return keys_reaching_avx2(codes, n, bar, out);
   }
 #endif
