@@ -28,7 +28,7 @@ def compiled_extensions() -> dict:
                 warnings.warn(f'building {ext.name} failed ({err}); mmsgg_eval runs without its compiled kernels')
 
     sources = ['scores.cpp', 'ranking.cpp', 'ngc.cpp', 'first_hits.cpp', 'padding.cpp', 'detection.cpp', 'oi.cpp',
-               'bindings.cpp']  # common.h
+               'recall.cpp', 'bindings.cpp']  # common.h
     extension = CppExtension(
         'mmsgg_eval._ext', [osp.join('mmsgg_eval', 'csrc', name) for name in sources],
         extra_compile_args=['-O3', '-fopenmp', '-ffp-contract=off'], extra_link_args=['-fopenmp'],

@@ -123,6 +123,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("strided") = false);
   m.def("lengths_mask", &lengths_mask, "[B, width] bool: true on the first lengths[b] entries of each row",
         py::arg("lengths"), py::arg("width"));
+  m.def("hit_counts", &hit_counts,
+        "[L, size] int64: per limit the relations of each key (in [0, size)) whose rank is below it",
+        py::arg("key"), py::arg("rank"), py::arg("limits"), py::arg("size"));
+  m.def("predicate_quotient_sums", &predicate_quotient_sums,
+        "(sums [L, P] float64, images [P] int64): per (rank column, limit) the per-predicate sums over images of "
+        "hits / relations of each (image, predicate) cell (torch's sum(0) of that table), and the images per predicate",
+        py::arg("key"), py::arg("ranks"), py::arg("limits"), py::arg("num_images"), py::arg("num_predicates"));
   m.def("matrices_suit", &matrices_suit, "whether every matrix is a contiguous float32 CPU tensor of few entries",
         py::arg("matrices"), py::arg("num_predicates"), py::arg("max_entries"));
   m.def("box_match_overlap_flags", &box_match_overlap_flags,

@@ -24,6 +24,7 @@
 //                        box_overlap_flags, image_diagnostics (the input diagnostics' box flags and label offsets);
 //   * oi.cpp             the Open Images protocol's lists and their matching;
 //   * padding.cpp        pad_zero_rows, pad_int64_rows, pad_float_rows_checked, matrix_shapes, lengths_mask;
+//   * recall.cpp         recall counts from first-hit ranks (hit_counts, predicate_quotient_sums);
 //   * bindings.cpp       the Python module.
 // It holds the includes, the shared constants (kNoHit, kMaxKeyIndex), the input checks, the ranked-entry key and
 // the per-entry helpers several stages call in their inner loops (static inline, so every file inlines them as
@@ -570,6 +571,12 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> pad_float_rows_che
 std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, bool, bool>> matrix_shapes(
     const std::vector<at::Tensor>& tensors);
 at::Tensor lengths_mask(const std::vector<int64_t>& lengths, int64_t width);
+// recall.cpp
+at::Tensor hit_counts(const at::Tensor& key, const at::Tensor& rank, const std::vector<int64_t>& limits,
+                      int64_t size);
+std::tuple<at::Tensor, at::Tensor> predicate_quotient_sums(const at::Tensor& key, const std::vector<at::Tensor>& ranks,
+                                                           const std::vector<std::vector<int64_t>>& limits,
+                                                           int64_t num_images, int64_t num_predicates);
 // first_hits.cpp (the error analysis' one-pass kernels)
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 box_match_overlap_flags(const at::Tensor& pred_boxes, const at::Tensor& pred_labels, const at::Tensor& gt_boxes,

@@ -8,7 +8,11 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .compiled import kernels
 from .limits import NO_HIT
+
+
+_COMPILED_RANKS = (torch.int16, torch.int32, torch.int64)  # the rank dtypes the compiled counts read
 
 
 def hits_per_k(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) -> Tensor:
@@ -25,6 +29,10 @@ def hits_per_k_columns(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) 
     bincount of the keys of the relations hit within each K."""
     # a K above NO_HIT counts every hit and no miss, as K = NO_HIT does (ranks of hits are list positions)
     key = key.long()
+    ops = kernels()
+    if ops is not None and ks and key.device.type == 'cpu' and rank.dtype in _COMPILED_RANKS:
+        counts = ops.hit_counts(key.contiguous(), rank.contiguous(), [rank_limit(k) for k in ks], size)
+        return list(counts.double().unbind(0))  # (the same integer counts, in one pass over the relations)
     return [torch.bincount(key[rank < rank_limit(k)], minlength=size).double() for k in ks]
 
 
@@ -114,15 +122,25 @@ def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predica
                           num_images: int, num_predicates: int, average: str = 'image') -> Tuple[List[Tensor], Tensor]:
     """:func:`per_predicate_recall` of several first-hit rank columns of the same GT relations, each with its Ks
     (``ranks``: ``[(rank [G], ks), ...]``), in one pass: the per-(image, predicate) GT counts are read once, the hits
-    of each (column, K) are one bincount, and the per-predicate steps run on all of them at once. Returns one [len(ks), P] float64 table
-    per column (in the given order) and the presence mask [P] (predicates with a GT relation).
+    of each (column, K) are one bincount, and the per-predicate steps run on all of them at once. Returns one
+    [len(ks), P] float64 table per column (in the given order) and the presence mask [P] (predicates with a GT
+    relation).
 
     Each table is the same number, bit for bit, as its own call computes: per (column, K) the hits over the
     contiguous [I, P] table of the image and predicate counts, summed over the images (``'image'``) in that
     layout. Only the cells with a GT relation are counted and divided (the table's other entries are 0 / 1 = 0);
     one [I, P] table of quotients serves every column in turn (fresh memory of that size costs more to map than
-    to fill)."""
+    to fill). With the compiled kernels (CPU, ``'image'``) the cells' counts and hits are one pass over the
+    relations and the same reduction runs on the same table: the same numbers, bit for bit."""
     key = (image_of_rel * num_predicates + predicate).long()
+    ops = kernels()
+    if ops is not None and average == 'image' and key.device.type == 'cpu' and num_images and num_predicates and \
+            any(ks for _, ks in ranks) and all(rank.dtype in _COMPILED_RANKS for rank, _ in ranks):
+        sums, images = ops.predicate_quotient_sums(key.contiguous(), [rank.contiguous() for rank, _ in ranks],
+                                                   [[rank_limit(k) for k in ks] for _, ks in ranks], num_images,
+                                                   num_predicates)
+        n_img = images.double()
+        return _split_tables(sums / n_img.clamp(min=1), n_img > 0, ranks)
     size = num_images * num_predicates
     count = torch.bincount(key, minlength=size)  # integer counts per (image, predicate) cell, flat
     cells = count.nonzero().squeeze(1)  # the cells with a GT relation, ascending
@@ -146,6 +164,13 @@ def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predica
         sums = [quotient.index_copy_(0, cells, cell_hits(rank, k) / divisor).view(num_images, num_predicates).sum(0)
                 for rank, k in columns]
         values = torch.stack(sums) / n_img.clamp(min=1)
+    return _split_tables(values, present, ranks)
+
+
+def _split_tables(values: Tensor, present: Tensor, ranks: Sequence[Tuple[Tensor, Sequence[int]]]
+                  ) -> Tuple[List[Tensor], Tensor]:
+    """The [len(ks), P] table of each rank column from the [sum of len(ks), P] ``values`` (0 where a predicate has
+    no GT relation), and ``present``."""
     values = torch.where(present, values, torch.zeros_like(values))
     tables, start = [], 0
     for _, ks in ranks:

@@ -9,9 +9,10 @@ import random
 import pytest
 import torch
 
+from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.limits import NO_HIT
-from mmsgg_eval.functional.recall import (per_predicate_recall, per_predicate_recalls, recall_from_ranks,
-                                          recalls_from_ranks)
+from mmsgg_eval.functional.recall import (hits_per_k_columns, per_predicate_recall, per_predicate_recalls,
+                                          recall_from_ranks, recalls_from_ranks)
 
 
 def per_predicate_layout(rank, predicate, image, num_images, num_predicates, ks, average):
@@ -78,6 +79,54 @@ def test_per_predicate_recalls_bit_equal_to_the_one_column_formula(average):
             assert torch.equal(table.view(torch.int64), want.view(torch.int64))  # bit for bit
             single, _ = per_predicate_recall(rank, predicate, image, num_images, num_predicates, ks, average)
             assert torch.equal(single.view(torch.int64), want.view(torch.int64))
+
+
+@pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
+def test_per_predicate_recalls_compiled_equal_the_torch_path_bit_for_bit():
+    """The compiled cell counts (CPU, 'image') against the torch path: rank columns of int16 / int32 / int64,
+    columns without K beside others, no relation at all, images and predicates without relations, K above
+    ``NO_HIT``, one image or one predicate."""
+    rng = random.Random(19)
+    torch.manual_seed(19)
+    for case in range(80):
+        num_images, num_predicates = rng.choice([1, 2, 60, 2500]), rng.choice([1, 5, 51])
+        image, predicate, columns = random_case(rng, num_images, num_predicates)
+        columns = [(rank.to(rng.choice([torch.int16, torch.int32, torch.int64])) if rank.max() < 2 ** 15 else rank,
+                    ks) for rank, ks in columns]
+        if case % 10 == 0:  # no relation at all
+            image, predicate, columns = image[:0], predicate[:0], [(rank[:0], ks) for rank, ks in columns]
+        got, got_present = per_predicate_recalls(columns, predicate, image, num_images, num_predicates)
+        with compiled.disabled():
+            want, want_present = per_predicate_recalls(columns, predicate, image, num_images, num_predicates)
+        assert torch.equal(got_present, want_present)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype == torch.float64 and a.shape == b.shape
+            assert torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+@pytest.mark.skipif(not compiled.built(), reason='the compiled kernels are not built')
+def test_hits_per_k_columns_compiled_equal_the_bincounts():
+    """The compiled hit counts against one bincount per K (and the torch path): rank dtypes, no relation, keys
+    never used, K above ``NO_HIT``, no K; a key outside [0, size) is an error, not a miscount."""
+    rng = random.Random(23)
+    torch.manual_seed(23)
+    for case in range(60):
+        size = rng.choice([1, 3, 200, 5000])
+        image, _, columns = random_case(rng, size, 1)
+        for rank, ks in columns:
+            if rank.max() < 2 ** 15:
+                rank = rank.to(rng.choice([torch.int16, torch.int32, torch.int64]))
+            key = image[:0] if case % 10 == 0 else image
+            rank = rank[:key.numel()]
+            got = hits_per_k_columns(rank, key, size, ks)
+            want = [torch.bincount(key[rank.long() < min(k, NO_HIT)], minlength=size).double() for k in ks]
+            with compiled.disabled():
+                torch_path = hits_per_k_columns(rank, key, size, ks)
+            assert len(got) == len(want) == len(torch_path)
+            for a, b, c in zip(got, want, torch_path):
+                assert a.dtype == torch.float64 and torch.equal(a, b) and torch.equal(a, c)
+    with pytest.raises(RuntimeError, match='outside'):
+        hits_per_k_columns(torch.zeros(2, dtype=torch.int32), torch.tensor([0, 3]), 3, [1])
 
 
 @pytest.mark.parametrize('average', ['image', 'micro'])
