@@ -9,6 +9,7 @@ import contextlib
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmsgg_eval.metrics import SGMeanRecall, SGRecall
 from mmsgg_eval.functional.transfer import sync_free_paths
@@ -135,6 +136,41 @@ def test_sync_free_paths_same_numbers_vg_like(torch_scores):
 
 def _same(a, b):
     return a.keys() == b.keys() and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)
+
+
+class _OpsSeen(TorchDispatchMode):
+    """Every ATen operator (overload) dispatched inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func)
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_operator_of_the_accelerators_path_has_a_cuda_kernel(torch_scores):
+    """The pools of SGRecall + SGMeanRecall on the accelerators' path, every mode, with and without the error
+    analysis, dispatch only operators that a CUDA device runs (a kernel of its own or a composite one): a GPU
+    cannot be lent to every test run, so an operator without one would first fail on a user's GPU."""
+    seen = _OpsSeen()
+    for mode in ('predcls', 'sgcls', 'sgdet', 'phrdet'):
+        for analysis in (False, True) if mode != 'phrdet' else (False,):
+            samples = _samples(mode, 24, 5, fixed=analysis)
+            metrics = _metrics(mode, 12, error_analysis=analysis)
+            with sync_free_paths():
+                for start in range(0, 24, 12):
+                    with seen:
+                        for m in metrics:
+                            m.process({}, samples[start:start + 12])
+                            m.flush()
+    runnable = ('CUDA', 'CompositeExplicitAutograd', 'CompositeExplicitAutogradNonFunctional',
+                'CompositeImplicitAutograd')
+    missing = sorted(str(op) for op in seen.ops
+                     if not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key) for key in runnable))
+    assert len(seen.ops) > 40 and {'aten.topk.default', 'aten.nonzero_static.default'} <= {str(o) for o in seen.ops}
+    assert not missing, missing
 
 
 def test_counter_sees_every_kind():
