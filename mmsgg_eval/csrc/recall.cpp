@@ -111,24 +111,23 @@ std::tuple<at::Tensor, at::Tensor> predicate_quotient_sums(const at::Tensor& key
   }
   at::Tensor images = at::zeros({num_predicates}, at::kLong);
   int64_t* per_predicate = images.data_ptr<int64_t>();
-  std::vector<int64_t> cells;
-  std::vector<int32_t> counts;
+  std::vector<int64_t> cells(n + 1);  // (written without a branch: a cell with relations advances the count)
+  std::vector<int32_t> counts(n + 1);
+  int64_t num_cells = 0;
   for (int64_t c = 0, p = 0; c < size; ++c) {
-    if (slot[c]) {
-      counts.push_back(slot[c]);
-      slot[c] = static_cast<int32_t>(cells.size());
-      cells.push_back(c);
-      ++per_predicate[p];
-    }
-    if (++p == num_predicates) {
-      p = 0;
-    }
+    const int32_t count = slot[c];
+    const int64_t held = count != 0;
+    cells[num_cells] = c;
+    counts[num_cells] = count;
+    slot[c] = static_cast<int32_t>(num_cells);  // (read back only for cells with relations)
+    per_predicate[p] += held;
+    num_cells += held;
+    p = p + 1 == num_predicates ? 0 : p + 1;
   }
   std::vector<int32_t> cell_of(n);
   for (int64_t g = 0; g < n; ++g) {
     cell_of[g] = slot[k[g]];
   }
-  const int64_t num_cells = static_cast<int64_t>(cells.size());
   std::vector<int32_t> hits(num_cells * stride, 0);
   for (size_t c = 0, offset = 0; c < ranks.size(); offset += limits[c].size(), ++c) {
     hits_of_column(ranks[c], cell_of, limits[c], stride, static_cast<int64_t>(offset), hits);
