@@ -184,13 +184,23 @@ def evaluated_image_rows(image_sample_idx: Tensor, evaluated: Tensor, rel_sample
 
     ``image_sample_idx`` [I] and ``evaluated`` [I] bool: the images and which of them count;
     ``rel_sample_idx`` [G]: the image of every relation row. Returns ``(image_of [G'], keep [G], num_images)``:
-    ``keep`` marks the rows of evaluated images, ``image_of`` numbers their image 0..num_images-1.
+    ``keep`` marks the rows of evaluated images, ``image_of`` numbers their image 0..num_images-1 (its position
+    among the evaluated images). The images' ``sample_idx`` are distinct (the reduced tables hold each once).
     """
     eval_idx = image_sample_idx[evaluated]
     num_images = int(eval_idx.numel())
     if not num_images:
         keep = torch.zeros_like(rel_sample_idx, dtype=torch.bool)
         return rel_sample_idx[keep], keep, 0
+    if eval_idx.device.type == 'cpu':  # (the summary's tables) a lookup table where the indices' range is small
+        low, high = (int(v) for v in torch.aminmax(eval_idx))
+        if high - low < 4 * (num_images + rel_sample_idx.numel()):
+            table = torch.full((high - low + 1,), -1, dtype=torch.long)
+            table[eval_idx - low] = torch.arange(num_images)
+            clamped = rel_sample_idx.clamp(low, high)
+            pos = table[clamped - low]
+            keep = (pos >= 0) & (clamped == rel_sample_idx)
+            return pos[keep], keep, num_images
     sorted_idx, order = torch.sort(eval_idx)
     pos = torch.searchsorted(sorted_idx, rel_sample_idx).clamp(max=num_images - 1)
     keep = sorted_idx[pos] == rel_sample_idx

@@ -11,8 +11,8 @@ import torch
 
 from mmsgg_eval.functional import compiled
 from mmsgg_eval.functional.limits import NO_HIT
-from mmsgg_eval.functional.recall import (hits_per_k_columns, per_predicate_recall, per_predicate_recalls,
-                                          recall_from_ranks, recalls_from_ranks)
+from mmsgg_eval.functional.recall import (evaluated_image_rows, hits_per_k_columns, per_predicate_recall,
+                                          per_predicate_recalls, recall_from_ranks, recalls_from_ranks)
 
 
 def per_predicate_layout(rank, predicate, image, num_images, num_predicates, ks, average):
@@ -170,3 +170,25 @@ def test_recalls_from_ranks_equal_each_column_alone_and_the_loop(average, empty)
                     want = sum(hit) / len(hit)
                 assert (math.isnan(want) and math.isnan(float(values[j]))) or math.isclose(float(values[j]), want,
                                                                                           rel_tol=1e-12)
+
+
+def test_evaluated_image_rows_against_the_definition():
+    """Each relation row of an evaluated image is kept and numbered by its image's position among the evaluated
+    images; rows of other images (not evaluated, or absent from the images) are dropped. Sample indices dense
+    (the lookup table over their range), sparse or huge (a sort), negative, and relations outside their range."""
+    rng = random.Random(29)
+    torch.manual_seed(29)
+    for case in range(60):
+        count = rng.choice([1, 3, 40, 500])
+        spread = rng.choice([1, 3, 10 ** 6, 2 ** 52])
+        sample_idx = torch.tensor(sorted({rng.randrange(-5, count * spread) for _ in range(count)}), dtype=torch.int64)
+        sample_idx, count = sample_idx[torch.randperm(sample_idx.numel())], sample_idx.numel()
+        evaluated = torch.rand(count) < rng.choice([0.0, 0.5, 1.0])
+        extra = torch.randint(-10, 10, (rng.randint(0, 20),)) + (sample_idx.max() if case % 2 else 0)
+        rel = torch.cat([sample_idx[torch.randint(0, count, (rng.randint(0, 6 * count),))], extra])
+        rel = rel[torch.randperm(rel.numel())]
+        image_of, keep, num = evaluated_image_rows(sample_idx, evaluated, rel)
+        position = {int(i): n for n, i in enumerate(sample_idx[evaluated].tolist())}
+        assert num == len(position)
+        assert keep.tolist() == [int(r) in position for r in rel.tolist()]
+        assert image_of.tolist() == [position[int(r)] for r in rel.tolist() if int(r) in position]
