@@ -30,7 +30,7 @@ def hits_per_k_columns(rank: Tensor, key: Tensor, size: int, ks: Sequence[int]) 
     # a K above NO_HIT counts every hit and no miss, as K = NO_HIT does (ranks of hits are list positions)
     key = key.long()
     ops = kernels()
-    if ops is not None and ks and key.device.type == 'cpu' and rank.dtype in _COMPILED_RANKS:
+    if ops is not None and ks and key.device.type == 'cpu' and rank.dtype in _COMPILED_RANKS and size < 2 ** 31:
         counts = ops.hit_counts(key.contiguous(), rank.contiguous(), [rank_limit(k) for k in ks], size)
         return list(counts.double().unbind(0))  # (the same integer counts, in one pass over the relations)
     return [torch.bincount(key[rank < rank_limit(k)], minlength=size).double() for k in ks]
@@ -135,7 +135,8 @@ def per_predicate_recalls(ranks: Sequence[Tuple[Tensor, Sequence[int]]], predica
     key = (image_of_rel * num_predicates + predicate).long()
     ops = kernels()
     if ops is not None and average == 'image' and key.device.type == 'cpu' and num_images and num_predicates and \
-            any(ks for _, ks in ranks) and all(rank.dtype in _COMPILED_RANKS for rank, _ in ranks):
+            num_images * num_predicates < 2 ** 31 and any(ks for _, ks in ranks) and \
+            all(rank.dtype in _COMPILED_RANKS for rank, _ in ranks):  # (the kernel's cells are int32)
         sums, images = ops.predicate_quotient_sums(key.contiguous(), [rank.contiguous() for rank, _ in ranks],
                                                    [[rank_limit(k) for k in ks] for _, ks in ranks], num_images,
                                                    num_predicates)
