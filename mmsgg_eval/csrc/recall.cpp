@@ -7,7 +7,7 @@ using namespace mmsgg_ext;
 
 namespace {
 
-// hits[cell * num_limits + j] += rank[g] < limits[j] for every relation g (cell_of[g] its cell).
+// hits[cell_of[g] * stride + offset + j] += rank[g] < limits[j] for every relation g and limit j.
 template <typename T>
 void count_cell_hits(const at::Tensor& rank, const std::vector<int32_t>& cell_of, const std::vector<int64_t>& limits,
                      int64_t stride, int64_t offset, std::vector<int32_t>& hits) {
@@ -45,9 +45,8 @@ void check_keys(const at::Tensor& key, int64_t size, const char* kernel) {
 }
 
 // count_cell_hits of one rank column, its dtype dispatched once.
-void hits_of_column(const at::Tensor& rank, const std::vector<int32_t>& cell_of,
-                           const std::vector<int64_t>& limits, int64_t stride, int64_t offset,
-                           std::vector<int32_t>& hits) {
+void hits_of_column(const at::Tensor& rank, const std::vector<int32_t>& cell_of, const std::vector<int64_t>& limits,
+                    int64_t stride, int64_t offset, std::vector<int32_t>& hits) {
   switch (rank.scalar_type()) {
     case at::kShort:
       count_cell_hits<int16_t>(rank, cell_of, limits, stride, offset, hits);

@@ -1,10 +1,10 @@
 """The optional compiled CPU kernels over per-image score matrices (``mmsgg_eval._ext``, sources in
 ``mmsgg_eval/csrc/``, built at install time) and the switch that turns them off.
 
-They compute exactly what the torch implementation computes (the row maxima on the float32 bit patterns, the
-value check, the stable graph-constrained top-k and no-graph-constraint list, ..., the summary's recall counts),
-reading each image's matrix in place; when they are not built, or are switched off (``MMSGG_EVAL_COMPILED=0`` in the environment, or
-:func:`disabled`), the torch layouts run. A build that cannot be loaded (e.g. compiled against another torch)
+They compute exactly what the torch implementation computes (among others the row maxima on the float32 bit
+patterns, the value check, the stable graph-constrained top-k and no-graph-constraint list, reading each image's
+matrix in place, and the summary's recall counts); when they are not built, or are switched off
+(``MMSGG_EVAL_COMPILED=0`` in the environment, or :func:`disabled`), the torch layouts run. A build that cannot be loaded (e.g. compiled against another torch)
 is reported once as a warning.
 """
 import contextlib
